@@ -1,0 +1,72 @@
+"""Settings, read from ``ENGINE_*`` environment variables (pydantic-settings).
+
+Secrets (the database password) come only from the environment and are kept
+in :class:`pydantic.SecretStr`; anything printed goes through :func:`mask_url`.
+When ``ENGINE_DATABASE_URL`` is unset the engine starts (or reuses) an embedded
+PostgreSQL in ``ENGINE_PGDATA`` (see :mod:`engine.db`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+# userinfo of a URL (user:password@); the password part is what gets masked
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):(?P<pw>[^@\s]*)@")
+# key=value conninfo form
+_CONNINFO_PASSWORD = re.compile(r"(?P<key>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S+)")
+_QUERY_PASSWORD = re.compile(r"(?P<key>[?&]password=)(?P<pw>[^&\s]*)")
+
+
+def mask_url(text: str) -> str:
+    """Replace every password in ``text`` (URLs, conninfo strings) by ``***``."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}:***@" if m["pw"] else m[0], text)
+    text = _CONNINFO_PASSWORD.sub(lambda m: f"{m['key']}***", text)
+    return _QUERY_PASSWORD.sub(lambda m: f"{m['key']}***", text)
+
+
+class Settings(BaseSettings):
+    """Every setting of the engine; each is read from ``ENGINE_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="ENGINE_", extra="ignore")
+
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="PostgreSQL URL; unset means an embedded server in ENGINE_PGDATA",
+    )
+    pgdata: Path = Field(
+        default=Path(".pgdata"),
+        description="data folder of the embedded PostgreSQL (used when DATABASE_URL is unset)",
+    )
+    embedded_database: str = Field(
+        default="engine", description="database created inside the embedded server"
+    )
+    migrations_dir: Path = Field(
+        default=_PROJECT_ROOT / "migrations", description="folder of numbered .sql migrations"
+    )
+    flow_modules: list[str] | None = Field(
+        default=None,
+        description="modules that export a `flow`; unset means every module of the flows package",
+    )
+    max_attempts: int = Field(default=5, ge=1, le=100, description="default attempts per step")
+    connect_timeout_s: int = Field(default=10, ge=1, description="database connect timeout")
+
+    @field_validator("flow_modules", mode="before")
+    @classmethod
+    def _split_modules(cls, value: object) -> object:
+        # ENGINE_FLOW_MODULES=flows.costing,flows.posting reads naturally;
+        # pydantic-settings would otherwise demand a JSON list.
+        if isinstance(value, str) and not value.lstrip().startswith("["):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    def masked_database_url(self) -> str:
+        """The database URL for messages: password replaced by ``***``."""
+        if self.database_url is None:
+            return f"embedded PostgreSQL in {self.pgdata}"
+        return mask_url(self.database_url.get_secret_value())

@@ -1,0 +1,107 @@
+"""Connections to PostgreSQL: the configured server or the embedded one.
+
+``ENGINE_DATABASE_URL`` wins. Without it, an embedded PostgreSQL (``pgserver``)
+is started in ``ENGINE_PGDATA`` on first use and left running, so every later
+process (CLI, workers, tests) reuses the same server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import dict_row
+
+from engine.config import Settings, mask_url
+from engine.errors import ConfigError, StoreError
+
+_embedded_lock = threading.Lock()
+_embedded_conninfo: dict[Path, str] = {}
+
+
+def conninfo(settings: Settings) -> str:
+    """The libpq connection string for ``settings`` (may contain a secret)."""
+    if settings.database_url is not None:
+        url = settings.database_url.get_secret_value()
+        try:
+            conninfo_to_dict(url)
+        except psycopg.ProgrammingError:
+            # `from None`: the driver's message may quote the URL, password included
+            raise ConfigError(
+                f"ENGINE_DATABASE_URL is not a valid PostgreSQL URL: {mask_url(url)!r} "
+                "(expected e.g. postgresql://user@127.0.0.1:5432/dbname)"
+            ) from None
+        return url
+    return _embedded(settings)
+
+
+def _embedded(settings: Settings) -> str:
+    pgdata = settings.pgdata.expanduser().resolve()
+    with _embedded_lock:
+        if pgdata in _embedded_conninfo:
+            return _embedded_conninfo[pgdata]
+        pgdata.mkdir(parents=True, exist_ok=True)
+        # pgserver serialises start-up itself only within one process; a file
+        # lock keeps two processes from initdb-ing the same folder at once.
+        with (pgdata.parent / f"{pgdata.name}.lock").open("w") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+            try:
+                with warnings.catch_warnings():
+                    # platformdirs warns about XDG_RUNTIME_DIR in containers; harmless here
+                    warnings.simplefilter("ignore")
+                    import pgserver
+
+                    server = pgserver.get_server(pgdata, cleanup_mode=None)  # type: ignore[attr-defined]
+            except Exception as exc:
+                raise ConfigError(
+                    f"could not start the embedded PostgreSQL in {pgdata}: {exc}; "
+                    "set ENGINE_DATABASE_URL to use another server"
+                ) from exc
+            admin = server.get_uri()
+            _create_database_if_missing(admin, settings.embedded_database)
+        info = make_conninfo(admin, dbname=settings.embedded_database)
+        _embedded_conninfo[pgdata] = info
+        return info
+
+
+def _create_database_if_missing(admin_conninfo: str, name: str) -> None:
+    with psycopg.connect(admin_conninfo, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def connect(
+    settings: Settings, *, autocommit: bool = False, **kwargs: Any
+) -> psycopg.Connection[Any]:
+    """Open a new connection (rows as dicts). Errors name the masked URL."""
+    info = conninfo(settings)
+    try:
+        return psycopg.connect(
+            info,
+            autocommit=autocommit,
+            row_factory=dict_row,
+            connect_timeout=settings.connect_timeout_s,
+            **kwargs,
+        )
+    except psycopg.OperationalError as exc:
+        raise StoreError(
+            f"cannot connect to PostgreSQL at {settings.masked_database_url()}: "
+            f"{mask_url(str(exc)).strip()}"
+        ) from None
+
+
+@contextlib.contextmanager
+def transaction(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
+    """A connection inside one transaction: committed on success, rolled back on error."""
+    with connect(settings) as conn, conn.transaction():
+        yield conn

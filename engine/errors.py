@@ -1,0 +1,83 @@
+"""The engine's one exception tree.
+
+::
+
+    EngineError                      everything the engine raises on purpose
+    ├── ConfigError                  a setting is missing or inconsistent
+    ├── DefinitionError              a flow declaration is invalid (names the steps)
+    ├── BadInput                     user input rejected; the CLI exits 2
+    │   ├── UnknownFlow              no registered flow has that name
+    │   └── InvalidParameters        flow parameters failed validation
+    ├── MigrationError               migrations could not be applied
+    │   └── MigrationChecksumMismatch  an applied migration file was edited
+    └── StoreError                   a database driver error, wrapped once in
+                                     ``engine.store`` (the original is ``__cause__``)
+
+Messages name the bad value and what would be valid. They never contain a
+secret: URLs are masked with :func:`engine.config.mask_url` before they are
+put in a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class EngineError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+
+class ConfigError(EngineError):
+    """A setting is missing, malformed or inconsistent with another one."""
+
+
+class DefinitionError(EngineError):
+    """A flow declaration is invalid.
+
+    ``flow`` and ``steps`` name where the problem is, so a message such as
+    "flow 'costing': cycle between steps 'a' -> 'b' -> 'a'" can be acted upon.
+    """
+
+    def __init__(self, message: str, *, flow: str = "", steps: Iterable[str] = ()) -> None:
+        self.flow = flow
+        self.steps = tuple(steps)
+        prefix = f"flow {flow!r}: " if flow else ""
+        super().__init__(prefix + message)
+
+
+class BadInput(EngineError):
+    """Input from a user or a caller was rejected (the CLI exits 2)."""
+
+
+class UnknownFlow(BadInput):
+    """No registered flow has the requested name."""
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        self.name = name
+        self.known = tuple(sorted(known))
+        known_text = ", ".join(self.known) or "(none registered)"
+        super().__init__(f"unknown flow {name!r}; known flows: {known_text}")
+
+
+class InvalidParameters(BadInput):
+    """The parameters of a submit do not validate against the flow's model."""
+
+    def __init__(self, flow: str, problems: list[str]) -> None:
+        self.flow = flow
+        self.problems = problems
+        super().__init__(f"invalid parameters for flow {flow!r}: " + "; ".join(problems))
+
+
+class MigrationError(EngineError):
+    """Migrations could not be applied."""
+
+
+class MigrationChecksumMismatch(MigrationError):
+    """A migration that was already applied has been edited since."""
+
+
+class StoreError(EngineError):
+    """A database error, wrapped once at the store boundary.
+
+    The driver's exception is kept as ``__cause__``.
+    """

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import pytest
+
+from engine.config import Settings, mask_url
+from engine.messages import MalformedMessage, StepMessage
+from engine.store.queries import parse
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("postgresql://erp:pa55@db:5432/erp", "postgresql://erp:***@db:5432/erp"),
+        ("postgresql://erp@db/erp", "postgresql://erp@db/erp"),
+        ("host=db password=pa55 user=erp", "host=db password=*** user=erp"),
+        ("host=db password='p a55' user=erp", "host=db password=*** user=erp"),
+        ("postgresql://db/erp?user=erp&password=pa55", "postgresql://db/erp?user=erp&password=***"),
+        ("error at postgresql://u:p%40ss@h/d: refused", "error at postgresql://u:***@h/d: refused"),
+    ],
+)
+def test_mask_url__hides_every_password(text: str, masked: str) -> None:
+    assert mask_url(text) == masked
+
+
+def test_settings__database_url_is_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGINE_DATABASE_URL", "postgresql://erp:pa55@db/erp")
+    settings = Settings()
+    assert "pa55" not in repr(settings)
+    assert "pa55" not in settings.masked_database_url()
+
+
+def test_settings__flow_modules_from_a_comma_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGINE_FLOW_MODULES", "flows.example, flows.other")
+    assert Settings().flow_modules == ["flows.example", "flows.other"]
+
+
+def test_queries__block_without_invariant_line_is_refused() -> None:
+    with pytest.raises(ValueError, match="invariant"):
+        parse("-- job_get --\nSELECT 1;\n", "x.sql")
+    assert parse("-- job_get --\n-- why\nSELECT 1;\n", "x.sql") == {"job_get": "-- why\nSELECT 1;"}
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("", "empty"),
+        ("not json", "envelope"),
+        ('{"v": 2, "job_id": "x"}', "envelope"),
+        ('{"v":1,"job_id":"00000000-0000-0000-0000-000000000000"}\x00', "NUL"),
+        ("9" * 5000, "bytes"),
+    ],
+)
+def test_step_message__malformed_bodies_say_why(body: str, reason: str) -> None:
+    with pytest.raises(MalformedMessage, match=reason):
+        StepMessage.decode(body)
