@@ -1,0 +1,1 @@
+"""Tiny flow modules for the registry tests."""

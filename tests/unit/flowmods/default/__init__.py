@@ -1,0 +1,1 @@
+"""Stands in for the ``flows`` package in the default-load test."""

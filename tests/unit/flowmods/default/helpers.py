@@ -1,0 +1,1 @@
+"""Domain code without a flow: skipped by the default load."""

@@ -1,0 +1,3 @@
+"""A domain helper module: exports no flow."""
+
+ANSWER = 42

@@ -1,0 +1,3 @@
+"""Exports ``flow`` but it is not a Flow."""
+
+flow = "costing"
