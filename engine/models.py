@@ -1,0 +1,196 @@
+"""Typed, read-side access to the engine's tables (SQLModel).
+
+The CLI and the reports read jobs, step runs and events through these models.
+The guarded writes (claim, lease renewal, fenced checkpoint) are plain SQL in
+``engine/store/sql``: their ``WHERE`` clauses are the invariants, and an ORM
+would hide them. ``tests/integration/test_schema.py`` checks these models and
+enums against the migrated schema column by column.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, DateTime, Integer, Text
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlmodel import Field, SQLModel
+
+
+class JobStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def active(self) -> bool:
+        """Active jobs hold their fingerprint (one active job per fingerprint)."""
+        return self in (JobStatus.PENDING, JobStatus.RUNNING)
+
+
+class StepStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+class EventKind(enum.StrEnum):
+    SUBMITTED = "submitted"
+    PUBLISHED = "published"
+    CLAIMED = "claimed"
+    CLAIM_REFUSED = "claim_refused"
+    RENEWED = "renewed"
+    LEASE_LOST = "lease_lost"
+    RECLAIMED = "reclaimed"
+    RELEASED = "released"
+    SUCCEEDED = "succeeded"
+    RETRIED = "retried"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
+    FENCED = "fenced"
+    MESSAGE_DROPPED = "message_dropped"
+    JOB_DONE = "job_done"
+    JOB_FAILED = "job_failed"
+    REPLAYED = "replayed"
+
+
+class DeadLetterSource(enum.StrEnum):
+    STEP = "step"
+    MESSAGE = "message"
+
+
+def _ts(nullable: bool) -> Any:
+    return Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=nullable))
+
+
+def _json(nullable: bool) -> Any:
+    return Field(default=None, sa_column=Column(JSONB, nullable=nullable))
+
+
+def _text(nullable: bool) -> Any:
+    return Field(default=None, sa_column=Column(Text, nullable=nullable))
+
+
+class Job(SQLModel, table=True):
+    """One run of a flow with its parameters."""
+
+    __tablename__ = "engine_jobs"
+
+    id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), primary_key=True))
+    flow: str = _text(False)
+    flow_version: int = Field(sa_column=Column(Integer, nullable=False))
+    params: dict[str, Any] = _json(False)
+    fingerprint: str = _text(False)
+    status: JobStatus = Field(sa_column=Column(Text, nullable=False))
+    submitted_by: str | None = _text(True)
+    error: str | None = _text(True)
+    created_at: datetime = _ts(False)
+    started_at: datetime | None = _ts(True)
+    finished_at: datetime | None = _ts(True)
+
+
+class StepRun(SQLModel, table=True):
+    """One step of one job (one fan-out item): the unit claimed and leased."""
+
+    __tablename__ = "engine_step_runs"
+
+    id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), primary_key=True))
+    job_id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), nullable=False))
+    step: str = _text(False)
+    fanout_key: str = _text(False)
+    fingerprint: str = _text(False)
+    status: StepStatus = Field(sa_column=Column(Text, nullable=False))
+    attempts: int = Field(sa_column=Column(Integer, nullable=False))
+    max_attempts: int = Field(sa_column=Column(Integer, nullable=False))
+    available_at: datetime = _ts(False)
+    lease_owner: str | None = _text(True)
+    lease_token: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    lease_expires_at: datetime | None = _ts(True)
+    item: Any = _json(True)
+    output: dict[str, Any] | None = _json(True)
+    error: dict[str, Any] | None = _json(True)
+    created_at: datetime = _ts(False)
+    started_at: datetime | None = _ts(True)
+    finished_at: datetime | None = _ts(True)
+
+
+class OutboxRow(SQLModel, table=True):
+    """A "step run X is ready" row, published after its transaction commits."""
+
+    __tablename__ = "engine_outbox"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    step_run_id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), nullable=False))
+    created_at: datetime = _ts(False)
+    published_at: datetime | None = _ts(True)
+
+
+class Event(SQLModel, table=True):
+    """One line of the append-only history."""
+
+    __tablename__ = "engine_events"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    at: datetime = _ts(False)
+    kind: EventKind = Field(sa_column=Column(Text, nullable=False))
+    job_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    step_run_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    worker: str | None = _text(True)
+    attempt: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    detail: dict[str, Any] = _json(False)
+
+
+class DeadLetter(SQLModel, table=True):
+    """A step run past its attempt cap, or a message that could not be handled."""
+
+    __tablename__ = "engine_dead_letters"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    source: DeadLetterSource = Field(sa_column=Column(Text, nullable=False))
+    job_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    step_run_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    message_body: str | None = _text(True)
+    reason: str = _text(False)
+    error: dict[str, Any] | None = _json(True)
+    created_at: datetime = _ts(False)
+    replayed_at: datetime | None = _ts(True)
+
+
+class QueueMessage(SQLModel, table=True):
+    """A message of the PostgreSQL transport's queue."""
+
+    __tablename__ = "engine_queue"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    body: str = _text(False)
+    visible_at: datetime = _ts(False)
+    receive_count: int = Field(sa_column=Column(Integer, nullable=False))
+    receipt: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    created_at: datetime = _ts(False)
+
+
+# table name -> column name -> enum; what the schema test checks against CHECKs
+ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {
+    "engine_jobs": {"status": JobStatus},
+    "engine_step_runs": {"status": StepStatus},
+    "engine_events": {"kind": EventKind},
+    "engine_dead_letters": {"source": DeadLetterSource},
+}

@@ -1,0 +1,128 @@
+"""Jobs, their step runs and the event log: inserts and lookups."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from engine.models import EventKind, JobStatus
+from engine.store.errors import wrap_errors
+from engine.store.queries import load
+
+_q = load("jobs")
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: uuid.UUID
+    flow: str
+    status: JobStatus
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewStepRun:
+    """A step run to schedule: its key (step, fan-out key) is unique per job."""
+
+    id: uuid.UUID
+    step: str
+    fanout_key: str
+    fingerprint: str
+    max_attempts: int
+    item: Any = None
+
+
+def _job(row: dict[str, Any]) -> JobRow:
+    return JobRow(row["id"], row["flow"], JobStatus(row["status"]), row["created_at"])
+
+
+@wrap_errors
+def job_insert_if_absent(
+    conn: psycopg.Connection[Any],
+    *,
+    job_id: uuid.UUID,
+    flow: str,
+    flow_version: int,
+    params: dict[str, Any],
+    fingerprint: str,
+    submitted_by: str | None,
+) -> JobRow | None:
+    """Insert a job; ``None`` when an active job with this fingerprint already exists."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["job_insert_if_absent"],
+            {
+                "id": job_id,
+                "flow": flow,
+                "flow_version": flow_version,
+                "params": Jsonb(params),
+                "fingerprint": fingerprint,
+                "submitted_by": submitted_by,
+            },
+        )
+        row = cur.fetchone()
+    return None if row is None else _job(row)
+
+
+@wrap_errors
+def job_select_active_by_fingerprint(
+    conn: psycopg.Connection[Any], fingerprint: str
+) -> JobRow | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_active_by_fingerprint"], {"fingerprint": fingerprint})
+        row = cur.fetchone()
+    return None if row is None else _job(row)
+
+
+@wrap_errors
+def step_run_insert_many_with_outbox(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
+) -> list[int]:
+    """Insert the step runs not inserted yet, each with an outbox row; the outbox ids."""
+    if not runs:
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["step_run_insert_many_with_outbox"],
+            {
+                "job_id": job_id,
+                "ids": [r.id for r in runs],
+                "steps": [r.step for r in runs],
+                "fanout_keys": [r.fanout_key for r in runs],
+                "fingerprints": [r.fingerprint for r in runs],
+                "max_attempts": [r.max_attempts for r in runs],
+                "items": [None if r.item is None else Jsonb(r.item) for r in runs],
+            },
+        )
+        return [row["id"] for row in cur.fetchall()]
+
+
+@wrap_errors
+def event_insert(
+    conn: psycopg.Connection[Any],
+    kind: EventKind,
+    *,
+    job_id: uuid.UUID | None = None,
+    step_run_id: uuid.UUID | None = None,
+    worker: str | None = None,
+    attempt: int | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        _q["event_insert"],
+        {
+            "kind": kind.value,
+            "job_id": job_id,
+            "step_run_id": step_run_id,
+            "worker": worker,
+            "attempt": attempt,
+            "detail": Jsonb(detail or {}),
+        },
+    )

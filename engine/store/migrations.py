@@ -1,0 +1,126 @@
+"""Numbered SQL migrations, applied once each, in order, under an advisory lock.
+
+Files are named ``NNNN_description.sql``. Each is applied in its own
+transaction together with its row in ``engine_migrations`` (version, name,
+sha256 checksum). A file edited after it was applied is refused: the fix for a
+deployed schema is a new migration, never an edit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from engine.errors import MigrationChecksumMismatch, MigrationError
+from engine.store.queries import load
+
+_NAME = re.compile(r"^(?P<version>\d{4})_(?P<slug>[a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+    checksum: str
+
+    def sql(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    applied: list[str]
+    already: list[str]
+
+
+def discover(folder: Path) -> list[Migration]:
+    """The migrations in ``folder``, by version; a stray or duplicate file is an error."""
+    if not folder.is_dir():
+        raise MigrationError(f"migrations folder {str(folder)!r} does not exist")
+    found: dict[int, Migration] = {}
+    for path in sorted(folder.iterdir()):
+        if path.suffix != ".sql":
+            continue
+        match = _NAME.match(path.name)
+        if match is None:
+            raise MigrationError(
+                f"migration file {path.name!r} is not named NNNN_description.sql "
+                "(four digits, then lowercase letters, digits and underscores)"
+            )
+        version = int(match["version"])
+        if version in found:
+            raise MigrationError(
+                f"two migrations share number {version:04d}: "
+                f"{found[version].path.name!r} and {path.name!r}"
+            )
+        checksum = hashlib.sha256(path.read_bytes()).hexdigest()
+        found[version] = Migration(version, path.stem, path, checksum)
+    return [found[v] for v in sorted(found)]
+
+
+def apply(conn: psycopg.Connection[Any], folder: Path) -> MigrationReport:
+    """Apply the migrations of ``folder`` not applied yet; ``conn`` must be autocommit."""
+    if not conn.autocommit:
+        raise MigrationError("migrate needs an autocommit connection (each file commits alone)")
+    q = load("migrations")
+    migrations = discover(folder)
+    conn.execute(q["migration_lock"])
+    try:
+        conn.execute(q["migration_table_create"])
+        rows = conn.execute(q["migration_select_all"]).fetchall()
+        applied = {_field(row, "version", 0): row for row in rows}
+        _check_applied(migrations, applied)
+        report = MigrationReport(applied=[], already=[])
+        for migration in migrations:
+            if migration.version in applied:
+                report.already.append(migration.name)
+                continue
+            try:
+                with conn.transaction():
+                    conn.execute(migration.sql().encode("utf-8"))
+                    conn.execute(
+                        q["migration_insert"],
+                        {
+                            "version": migration.version,
+                            "name": migration.name,
+                            "checksum": migration.checksum,
+                        },
+                    )
+            except psycopg.Error as exc:
+                raise MigrationError(
+                    f"migration {migration.path.name!r} failed and was rolled back: "
+                    f"{str(exc).strip()}"
+                ) from exc
+            report.applied.append(migration.name)
+        return report
+    finally:
+        conn.execute(q["migration_unlock"])
+
+
+def _field(row: Any, name: str, index: int) -> Any:
+    return row[name] if isinstance(row, dict) else row[index]
+
+
+def _check_applied(migrations: list[Migration], applied: dict[int, Any]) -> None:
+    by_version = {m.version: m for m in migrations}
+    for version, row in sorted(applied.items()):
+        migration = by_version.get(version)
+        name = _field(row, "name", 1)
+        if migration is None:
+            raise MigrationError(
+                f"migration {name!r} is recorded as applied but its file "
+                f"{version:04d}_*.sql is missing from the migrations folder"
+            )
+        recorded = _field(row, "checksum", 2)
+        if recorded != migration.checksum:
+            raise MigrationChecksumMismatch(
+                f"migration {migration.path.name!r} was edited after it was applied "
+                f"(applied checksum {recorded[:12]}..., file now {migration.checksum[:12]}...); "
+                "restore the file and put the change in a new migration"
+            )

@@ -1,0 +1,43 @@
+"""Outbox rows: locked for hand-over, then marked published."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from engine.store.errors import wrap_errors
+from engine.store.queries import load
+
+_q = load("outbox")
+
+
+@dataclass(frozen=True)
+class PendingOutbox:
+    id: int
+    step_run_id: uuid.UUID
+    job_id: uuid.UUID
+
+
+@wrap_errors
+def outbox_lock_unpublished_many(
+    conn: psycopg.Connection[Any], *, limit: int, ids: Sequence[int] | None = None
+) -> list[PendingOutbox]:
+    """Lock up to ``limit`` unpublished rows (only ``ids`` when given) for this transaction."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["outbox_lock_unpublished_many"],
+            {"limit": limit, "ids": None if ids is None else list(ids)},
+        )
+        return [PendingOutbox(r["id"], r["step_run_id"], r["job_id"]) for r in cur.fetchall()]
+
+
+@wrap_errors
+def outbox_mark_published_many(conn: psycopg.Connection[Any], ids: Sequence[int]) -> int:
+    with conn.cursor() as cur:
+        cur.execute(_q["outbox_mark_published_many"], {"ids": list(ids)})
+        return cur.rowcount
