@@ -1,0 +1,5 @@
+"""``python -m engine`` is the ``engine`` command."""
+
+from engine.cli import main
+
+main()

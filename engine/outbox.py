@@ -1,0 +1,50 @@
+"""The outbox relay: hands committed "ready" rows to a transport, then marks them.
+
+Submit and scheduling write outbox rows in the same transaction as the step
+runs they announce (invariant 8). Those rows are invisible until that
+transaction commits, so a relay can only ever publish committed work; a
+rollback leaves nothing to publish. A crash after handing rows on but before
+marking them published makes a duplicate message, which the claim absorbs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import psycopg
+
+from engine.messages import StepMessage
+from engine.store import outbox as store
+
+
+class Publisher(Protocol):
+    """Where "step run X is ready" goes: a transport's send side.
+
+    ``conn`` is the relay's transaction. A transport whose queue lives in the
+    same database may write into it, so the message and the "published" mark
+    commit together; an external queue ignores it.
+    """
+
+    def publish(self, conn: psycopg.Connection[Any], messages: Sequence[StepMessage]) -> None: ...
+
+
+def relay(
+    conn: psycopg.Connection[Any],
+    publisher: Publisher,
+    *,
+    limit: int = 500,
+    ids: Sequence[int] | None = None,
+) -> int:
+    """Publish up to ``limit`` unpublished rows (only ``ids`` if given); the count published.
+
+    Runs in its own transaction on ``conn`` (which must not be inside one).
+    """
+    with conn.transaction():
+        rows = store.outbox_lock_unpublished_many(conn, limit=limit, ids=ids)
+        if not rows:
+            return 0
+        publisher.publish(
+            conn, [StepMessage(job_id=r.job_id, step_run_id=r.step_run_id) for r in rows]
+        )
+        return store.outbox_mark_published_many(conn, [r.id for r in rows])

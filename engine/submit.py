@@ -1,0 +1,210 @@
+"""Submit a job: idempotent by fingerprint, enqueued only after commit.
+
+``submit`` writes the job, its first ready step runs and their outbox rows in
+one transaction. Given the caller's own connection or SQLAlchemy session it
+joins that transaction, so an ERP request that rolls back leaves no job and no
+message (invariant 8). A second submit while a job with the same fingerprint
+is active returns that job with ``created=False``: losing the unique-index
+race is a normal outcome (invariant 7).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from pydantic import BaseModel
+
+from engine import db
+from engine.config import Settings
+from engine.errors import EngineError, InvalidParameters
+from engine.fingerprint import job_fingerprint, step_fingerprint
+from engine.flow import Flow
+from engine.models import EventKind, JobStatus
+from engine.outbox import Publisher, relay
+from engine.registry import Registry
+from engine.store import jobs as store
+from engine.transports import publisher_for
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.orm import Session
+
+    Connectable = psycopg.Connection[Any] | SAConnection | Session
+
+log = logging.getLogger(__name__)
+
+# Each lost race re-reads the winner; the winner can only vanish by finishing
+# in between, so a handful of rounds is plenty.
+_MAX_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What a submit did: the job, and whether this call created it."""
+
+    job_id: uuid.UUID
+    flow: str
+    status: JobStatus
+    created: bool
+    fingerprint: str
+    outbox_ids: tuple[int, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "job_id": str(self.job_id),
+            "flow": self.flow,
+            "status": self.status.value,
+            "created": self.created,
+            "fingerprint": self.fingerprint,
+        }
+
+
+def submit(
+    flow: str | Flow,
+    params: Mapping[str, Any] | BaseModel,
+    *,
+    conn: Connectable | None = None,
+    settings: Settings | None = None,
+    registry: Registry | None = None,
+    publisher: Publisher | None = None,
+    submitted_by: str | None = None,
+) -> Submitted:
+    """Submit ``flow`` with ``params``; see the module docstring for the guarantees.
+
+    Without ``conn`` the engine opens its own transaction, commits it and
+    publishes at once. With a psycopg connection, a SQLAlchemy ``Connection``
+    or ``Session``, the rows join its open transaction (one is begun if
+    needed) and the caller commits. A ``Session`` publishes right after its
+    commit; otherwise the workers' outbox relay publishes within a sweep.
+    """
+    settings = settings or Settings()
+    if isinstance(flow, str):
+        flow = (registry or Registry.load(settings.flow_modules)).get(flow)
+    model = _parse(flow, params)
+    publisher = publisher or publisher_for(settings)
+
+    if conn is None:
+        with db.connect(settings) as own:
+            with own.transaction():
+                result = _submit_in(own, flow, model, settings, submitted_by)
+            if result.outbox_ids:
+                relay(own, publisher, ids=result.outbox_ids)
+        return result
+
+    result = _submit_in(_driver_connection(conn), flow, model, settings, submitted_by)
+    if result.outbox_ids:
+        _publish_after_commit(conn, settings, publisher, result.outbox_ids)
+    return result
+
+
+def _parse(flow: Flow, params: Mapping[str, Any] | BaseModel) -> BaseModel:
+    if isinstance(params, flow.params):
+        return params
+    if isinstance(params, BaseModel):
+        raise InvalidParameters(
+            flow.name,
+            [f"expected {flow.params.__name__}, got a {type(params).__name__}"],
+        )
+    return flow.parse_params(params)
+
+
+def _submit_in(
+    conn: psycopg.Connection[Any],
+    flow: Flow,
+    params: BaseModel,
+    settings: Settings,
+    submitted_by: str | None,
+) -> Submitted:
+    params_json = params.model_dump(mode="json")
+    fingerprint = job_fingerprint(flow.name, flow.version, params)
+    for _ in range(_MAX_ROUNDS):
+        job_id = uuid.uuid4()
+        row = store.job_insert_if_absent(
+            conn,
+            job_id=job_id,
+            flow=flow.name,
+            flow_version=flow.version,
+            params=params_json,
+            fingerprint=fingerprint,
+            submitted_by=submitted_by,
+        )
+        if row is not None:
+            runs = [
+                store.NewStepRun(
+                    id=uuid.uuid4(),
+                    step=step.name,
+                    fanout_key="",
+                    fingerprint=step_fingerprint(
+                        str(job_id), step.name, "", {"params": params_json}
+                    ),
+                    max_attempts=settings.max_attempts,
+                )
+                for step in flow.roots()
+            ]
+            outbox_ids = store.step_run_insert_many_with_outbox(conn, job_id, runs)
+            store.event_insert(
+                conn,
+                EventKind.SUBMITTED,
+                job_id=job_id,
+                detail={"flow": flow.name, "params": params_json, "by": submitted_by},
+            )
+            return Submitted(row.id, row.flow, row.status, True, fingerprint, tuple(outbox_ids))
+        existing = store.job_select_active_by_fingerprint(conn, fingerprint)
+        if existing is not None:
+            return Submitted(existing.id, existing.flow, existing.status, False, fingerprint)
+    raise EngineError(
+        f"submit of flow {flow.name!r} lost {_MAX_ROUNDS} races in a row for fingerprint "
+        f"{fingerprint[:12]}...; the job keeps finishing between insert and lookup"
+    )
+
+
+def _driver_connection(conn: Connectable) -> psycopg.Connection[Any]:
+    """The psycopg connection under ``conn``, inside a begun transaction."""
+    if isinstance(conn, psycopg.Connection):
+        return conn
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.orm import Session
+
+    if isinstance(conn, Session):
+        conn = conn.connection()  # begins the session's transaction if needed
+    if isinstance(conn, SAConnection):
+        if not conn.in_transaction():
+            # Without a begun transaction SQLAlchemy's commit() is a no-op and
+            # our rows would be lost when the connection returns to its pool.
+            conn.begin()
+        raw = conn.connection.driver_connection
+        if isinstance(raw, psycopg.Connection):
+            return raw
+        raise TypeError(
+            f"submit needs a psycopg (postgresql+psycopg://) connection, got {type(raw).__name__}"
+        )
+    raise TypeError(
+        "conn must be a psycopg Connection, a SQLAlchemy Connection or a Session, "
+        f"not {type(conn).__name__}"
+    )
+
+
+def _publish_after_commit(
+    conn: Connectable, settings: Settings, publisher: Publisher, ids: Sequence[int]
+) -> None:
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    if not isinstance(conn, Session):
+        return  # no commit hook: the relay in every worker publishes these rows
+
+    def publish(_session: Session) -> None:
+        # The caller's commit has happened; a failure here only delays the
+        # messages until the next relay sweep, so it must not raise into it.
+        try:
+            with db.connect(settings) as own:
+                relay(own, publisher, ids=ids)
+        except Exception:
+            log.warning("publish after commit failed; the outbox relay will retry", exc_info=True)
+
+    event.listen(conn, "after_commit", publish, once=True)
