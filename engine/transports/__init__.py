@@ -1,19 +1,29 @@
 """Transports: how "step run X is ready" reaches workers.
 
 The database is the source of truth (invariant 1); a transport only delivers
-ids, at least once. ``postgres`` keeps its queue in a table of the engine's
-database (the embedded default); the SQS transport is the production path.
-Only these modules talk to a queue.
+ids, at least once (see :mod:`engine.transports.base` for the contract).
+``postgres`` keeps its queue in a table of the engine's database (the
+embedded default); ``sqs`` is the production path. Only these modules talk to
+a queue.
 """
 
 from __future__ import annotations
 
-from engine.config import Settings
-from engine.outbox import Publisher
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.config import Settings
+    from engine.transports.base import Transport
 
 
-def publisher_for(settings: Settings) -> Publisher:
-    """The outbox publisher of the configured transport."""
-    from engine.transports.postgres import PostgresTransport
+def transport_for(settings: Settings) -> Transport:
+    """The configured transport (``ENGINE_TRANSPORT``)."""
+    if settings.transport == "postgres":
+        from engine.transports.postgres import PostgresTransport
 
-    return PostgresTransport()
+        return PostgresTransport(settings)
+    from engine.errors import ConfigError
+
+    raise ConfigError(
+        f"ENGINE_TRANSPORT={settings.transport!r} is not available yet; valid: postgres"
+    )
