@@ -6,12 +6,15 @@ are loaded explicitly into a :class:`Registry`. The public API is what this
 module exports; ``flows/`` imports nothing else from ``engine``.
 """
 
+from engine.context import StepContext
 from engine.errors import (
     BadInput,
     ConfigError,
     DefinitionError,
     EngineError,
     InvalidParameters,
+    JobCancelled,
+    LeaseLost,
     MigrationChecksumMismatch,
     MigrationError,
     StoreError,
@@ -19,20 +22,28 @@ from engine.errors import (
 )
 from engine.flow import Flow, MapOver, Step, StepInput
 from engine.registry import Registry
+from engine.retry import Cancel, Fail, Retry, RetryPolicy
 from engine.submit import Submitted, submit
 
 __all__ = [
     "BadInput",
+    "Cancel",
     "ConfigError",
     "DefinitionError",
     "EngineError",
+    "Fail",
     "Flow",
     "InvalidParameters",
+    "JobCancelled",
+    "LeaseLost",
     "MapOver",
     "MigrationChecksumMismatch",
     "MigrationError",
     "Registry",
+    "Retry",
+    "RetryPolicy",
     "Step",
+    "StepContext",
     "StepInput",
     "StoreError",
     "Submitted",

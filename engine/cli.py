@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from engine import db
+from engine import admin, db
 from engine.config import Settings
 from engine.errors import BadInput, EngineError
 from engine.flow import Flow
@@ -33,6 +33,8 @@ from engine.queries import JobView, job_view, recent_jobs
 from engine.registry import Registry
 from engine.store import migrations
 from engine.submit import Submitted, submit
+from engine.waiting import wait_for_job
+from engine.worker import Worker
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -170,7 +172,7 @@ def _param_options(params: type[BaseModel]) -> list[click.Option]:
 
 def _submit_command(flow: Flow) -> click.Command:
     @handle_errors
-    def run(as_json: bool, submitted_by: str | None, **values: Any) -> None:
+    def run(as_json: bool, wait: bool, submitted_by: str | None, **values: Any) -> None:
         state = _state()
         given = {k: v for k, v in values.items() if v is not None}
         result = submit(
@@ -179,11 +181,22 @@ def _submit_command(flow: Flow) -> click.Command:
             settings=state.settings,
             submitted_by=submitted_by or _whoami(),
         )
-        _report_submitted(result, as_json)
+        _report_submitted(result, as_json and not wait)
+        if wait:
+            status = wait_for_job(state.settings, result.job_id, progress=not as_json)
+            if as_json:
+                _print_json({**result.as_json(), "status": status})
+            if status != JobStatus.DONE:
+                sys.exit(EXIT_JOB_FAILED)
 
     params: list[click.Parameter] = [
         *_param_options(flow.params),
         click.Option(["--json", "as_json"], is_flag=True, help="print one JSON object"),
+        click.Option(
+            ["--wait"],
+            is_flag=True,
+            help="wait until the job ends (progress bar on a terminal); exit 1 if it failed",
+        ),
         click.Option(
             ["--submitted-by"],
             envvar="ENGINE_SUBMITTED_BY",
@@ -351,6 +364,108 @@ def _runs(
             f"{j.created_at:%Y-%m-%d %H:%M:%S}",
         )
     out.print(table)
+
+
+@main.command()
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="step runs at once (threads, one connection each) [env ENGINE_CONCURRENCY]",
+)
+@click.option(
+    "--transport",
+    type=click.Choice(["postgres", "sqs"]),
+    default=None,
+    help="how ready step runs arrive [env ENGINE_TRANSPORT]",
+)
+@handle_errors
+def worker(concurrency: int | None, transport: str | None) -> None:
+    """Run step runs until SIGTERM/SIGINT (then finish or release them; exit 0)."""
+    state = _state()
+    updates = {k: v for k, v in {"concurrency": concurrency, "transport": transport}.items() if v}
+    settings = state.settings.model_copy(update=updates)
+    w = Worker(settings, state.registry)
+    w.install_signal_handlers()
+    err.print(
+        f"worker {w.worker_id}: {settings.concurrency} slot(s), transport {settings.transport}, "
+        f"{settings.masked_database_url()}",
+        highlight=False,
+    )
+    sys.exit(w.run())
+
+
+def _job_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise BadInput(f"invalid job id {value!r}: expected a UUID") from None
+
+
+@main.command()
+@click.argument("job_id")
+@handle_errors
+def cancel(job_id: str) -> None:
+    """Cancel an active job; running steps stop at their next check or commit."""
+    admin.cancel(_state().settings, _job_id(job_id))
+    out.print(f"job {job_id} cancelled", highlight=False)
+
+
+@main.command()
+@click.argument("job_id")
+@handle_errors
+def retry(job_id: str) -> None:
+    """Resume a failed or cancelled job from its last checkpoints."""
+    reopened = admin.retry_job(_state().settings, _job_id(job_id))
+    out.print(
+        f"job {job_id} resumed: {reopened.step_runs} step run(s) back to pending", highlight=False
+    )
+
+
+@main.group()
+def dlq() -> None:
+    """Dead letters: step runs past their attempts, and poison messages."""
+
+
+@dlq.command("list")
+@click.option("--limit", default=100, type=click.IntRange(1, 10_000))
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@handle_errors
+def dlq_list(limit: int, as_json: bool) -> None:
+    """List open dead letters with their reasons."""
+    rows = admin.dead_letters(_state().settings, limit)
+    if as_json:
+        _print_json({"dead_letters": rows})
+        return
+    table = Table("id", "source", "job", "flow", "step", "reason", "at")
+    for r in rows:
+        step = f"{r['step']}[{r['fanout_key']}]" if r["fanout_key"] else (r["step"] or "")
+        table.add_row(
+            str(r["id"]),
+            r["source"],
+            str(r["job_id"] or ""),
+            r["flow"] or "",
+            step,
+            r["reason"],
+            f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
+        )
+    out.print(table)
+
+
+@dlq.command("replay")
+@click.argument("dead_letter_id", type=int)
+@handle_errors
+def dlq_replay(dead_letter_id: int) -> None:
+    """Re-drive a dead letter: retry its step run's job, or send its message again."""
+    out.print(admin.replay(_state().settings, dead_letter_id), highlight=False)
+
+
+@dlq.command("purge")
+@click.confirmation_option(prompt="Delete poison-message and replayed dead letters?")
+@handle_errors
+def dlq_purge() -> None:
+    """Delete poison-message and replayed dead letters (open step dead letters stay)."""
+    out.print(f"{admin.purge(_state().settings)} dead letter(s) deleted")
 
 
 @main.command()

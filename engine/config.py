@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,6 +55,44 @@ class Settings(BaseSettings):
         description="modules that export a `flow`; unset means every module of the flows package",
     )
     max_attempts: int = Field(default=5, ge=1, le=100, description="default attempts per step")
+    retry_base_delay_s: float = Field(
+        default=2.0, ge=0, description="first retry delay; doubles per attempt, with jitter"
+    )
+    retry_max_delay_s: float = Field(
+        default=900.0, ge=0, description="cap of one retry delay (SQS delays at most 900 s)"
+    )
+    transport: Literal["postgres", "sqs"] = Field(
+        default="postgres", description="how ready step runs reach workers"
+    )
+    worker_id: str | None = Field(
+        default=None, description="name of this worker in leases and events; default host:pid"
+    )
+    concurrency: int = Field(default=1, ge=1, le=64, description="step runs at once per worker")
+    lease_s: float = Field(default=60.0, gt=0, description="lease duration of a claimed step run")
+    heartbeat_s: float = Field(
+        default=15.0, gt=0, description="lease renewal interval; must be < lease and visibility"
+    )
+    visibility_s: float = Field(
+        default=120.0, gt=0, description="queue visibility timeout of a received message"
+    )
+    poll_wait_s: float = Field(default=5.0, ge=0, le=20, description="long-poll wait of a receive")
+    sweep_interval_s: float = Field(
+        default=5.0, gt=0, description="how often each worker's sweeper looks for lost work"
+    )
+    republish_after_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="a claimable step run not announced for this long is announced again",
+    )
+    shutdown_grace_s: float = Field(
+        default=20.0, ge=0, description="on SIGTERM, how long running steps may finish"
+    )
+    statement_timeout_s: float = Field(
+        default=300.0, gt=0, description="bound on one SQL statement of a worker"
+    )
+    lock_timeout_s: float = Field(
+        default=30.0, gt=0, description="bound on waiting for a row lock in a worker"
+    )
     connect_timeout_s: int = Field(default=10, ge=1, description="database connect timeout")
 
     @field_validator("flow_modules", mode="before")

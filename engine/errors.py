@@ -10,8 +10,14 @@
     │   └── InvalidParameters        flow parameters failed validation
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
-    └── StoreError                   a database driver error, wrapped once in
-                                     ``engine.store`` (the original is ``__cause__``)
+    ├── StoreError                   a database driver error, wrapped once in
+    │                                ``engine.store`` (the original is ``__cause__``)
+    └── StepInterrupted              a running step must stop (``ctx.check()``)
+        ├── LeaseLost                another worker may own the step run now
+        └── JobCancelled             the job was cancelled
+
+The exceptions a step raises on purpose to steer its run (``Retry``, ``Fail``,
+``Cancel``) are not errors; they live in :mod:`engine.retry`.
 
 Messages name the bad value and what would be valid. They never contain a
 secret: URLs are masked with :func:`engine.config.mask_url` before they are
@@ -81,3 +87,15 @@ class StoreError(EngineError):
 
     The driver's exception is kept as ``__cause__``.
     """
+
+
+class StepInterrupted(EngineError):
+    """A running step must stop; nothing it wrote through the engine commits."""
+
+
+class LeaseLost(StepInterrupted):
+    """The lease was lost (expired and reclaimed, or released): the step is fenced."""
+
+
+class JobCancelled(StepInterrupted):
+    """The job was cancelled while the step ran."""

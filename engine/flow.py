@@ -34,6 +34,7 @@ import networkx as nx
 from pydantic import BaseModel, ValidationError
 
 from engine.errors import DefinitionError, InvalidParameters
+from engine.retry import RetryPolicy
 
 __all__ = [
     "INJECTABLE_TYPES",
@@ -94,6 +95,7 @@ class Step:
     output: type[BaseModel]
     inputs: Mapping[str, StepInput] = dataclasses.field(hash=False)
     map_over: MapOver | None = None
+    retry: RetryPolicy | None = None
 
     @property
     def is_mapped(self) -> bool:
@@ -111,6 +113,7 @@ class _Declared:
     output: type[BaseModel]
     hints: tuple[tuple[str, Any], ...]
     map_over: MapOver | None
+    retry: RetryPolicy | None = None
 
 
 def _valid_name(name: object) -> bool:
@@ -201,7 +204,12 @@ class Flow:
 
     @overload
     def step(
-        self, name: str | None = None, *, after: Sequence[str] = (), map_over: str | None = None
+        self,
+        name: str | None = None,
+        *,
+        after: Sequence[str] = (),
+        map_over: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Callable[[StepFn], StepFn]: ...
 
     def step(
@@ -210,6 +218,7 @@ class Flow:
         *,
         after: Sequence[str] = (),
         map_over: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> StepFn | Callable[[StepFn], StepFn]:
         """Register the decorated function as a step and return it unchanged.
 
@@ -217,17 +226,18 @@ class Flow:
         steps this one depends on (a single string is one name). ``map_over``
         is ``"step.field"``: run once per element of that list field; the step
         is added to ``after`` if it is not there already. Usable bare
-        (``@flow.step``) or called (``@flow.step(after=["plan"])``).
+        (``@flow.step``) or called (``@flow.step(after=["plan"])``). ``retry``
+        overrides the configured retry policy (attempts, backoff) for this step.
         """
         # The annotations of steps declared inside a function refer to that
         # function's local classes; get_type_hints only sees them through the
         # caller's frame (pydantic resolves forward references the same way).
         if callable(name):
-            self._register(name, None, (), None, sys._getframe(1).f_locals)
+            self._register(name, None, (), None, sys._getframe(1).f_locals, None)
             return name
 
         def decorator(fn: StepFn) -> StepFn:
-            self._register(fn, name, after, map_over, sys._getframe(1).f_locals)
+            self._register(fn, name, after, map_over, sys._getframe(1).f_locals, retry)
             return fn
 
         return decorator
@@ -239,6 +249,7 @@ class Flow:
         after: Sequence[str],
         map_over: str | None,
         localns: Mapping[str, Any],
+        retry: RetryPolicy | None,
     ) -> None:
         step_name = name if name is not None else getattr(fn, "__name__", "")
         fail = self._failer(step_name)
@@ -276,7 +287,7 @@ class Flow:
                 f"got {type_name(output) if 'return' in hints else 'none'}"
             )
         self._declared[step_name] = _Declared(
-            step_name, fn, tuple(dict.fromkeys(deps)), output, tuple(params), mapping
+            step_name, fn, tuple(dict.fromkeys(deps)), output, tuple(params), mapping, retry
         )
         self._steps = self._graph = None
 
@@ -403,7 +414,13 @@ class Flow:
                 )
             inputs[param] = found[0][1]
         return Step(
-            decl.name, decl.fn, decl.after, decl.output, MappingProxyType(inputs), decl.map_over
+            decl.name,
+            decl.fn,
+            decl.after,
+            decl.output,
+            MappingProxyType(inputs),
+            decl.map_over,
+            decl.retry,
         )
 
     def _hint(self, decl: _Declared, ann: Any) -> str:

@@ -120,6 +120,7 @@ class StepRun(SQLModel, table=True):
     created_at: datetime = _ts(False)
     started_at: datetime | None = _ts(True)
     finished_at: datetime | None = _ts(True)
+    claimed_at: datetime | None = _ts(True)
 
 
 class OutboxRow(SQLModel, table=True):
@@ -131,6 +132,7 @@ class OutboxRow(SQLModel, table=True):
     step_run_id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), nullable=False))
     created_at: datetime = _ts(False)
     published_at: datetime | None = _ts(True)
+    deliver_at: datetime = _ts(False)
 
 
 class Event(SQLModel, table=True):

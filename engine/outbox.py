@@ -16,6 +16,7 @@ import psycopg
 
 from engine.messages import StepMessage
 from engine.store import outbox as store
+from engine.transports.base import Outgoing
 
 
 class Publisher(Protocol):
@@ -23,10 +24,16 @@ class Publisher(Protocol):
 
     ``conn`` is the relay's transaction. A transport whose queue lives in the
     same database may write into it, so the message and the "published" mark
-    commit together; an external queue ignores it.
+    commit together; an external queue ignores it. ``max_delay_s`` is the
+    longest delay it can give a message (SQS: 900 s); rows due later wait in
+    the outbox.
     """
 
-    def publish(self, conn: psycopg.Connection[Any], messages: Sequence[StepMessage]) -> None: ...
+    max_delay_s: float
+
+    def publish(
+        self, conn: psycopg.Connection[Any] | None, messages: Sequence[Outgoing]
+    ) -> None: ...
 
 
 def relay(
@@ -38,13 +45,20 @@ def relay(
 ) -> int:
     """Publish up to ``limit`` unpublished rows (only ``ids`` if given); the count published.
 
-    Runs in its own transaction on ``conn`` (which must not be inside one).
+    Runs in a transaction on ``conn`` (a savepoint if one is open already, so
+    a transactional transport can publish inside the caller's transaction).
     """
     with conn.transaction():
-        rows = store.outbox_lock_unpublished_many(conn, limit=limit, ids=ids)
+        rows = store.outbox_lock_unpublished_many(
+            conn, limit=limit, ids=ids, horizon_s=publisher.max_delay_s
+        )
         if not rows:
             return 0
         publisher.publish(
-            conn, [StepMessage(job_id=r.job_id, step_run_id=r.step_run_id) for r in rows]
+            conn,
+            [
+                Outgoing(StepMessage(job_id=r.job_id, step_run_id=r.step_run_id), r.delay_s)
+                for r in rows
+            ],
         )
         return store.outbox_mark_published_many(conn, [r.id for r in rows])

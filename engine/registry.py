@@ -1,6 +1,7 @@
 """The registry: which flows this process knows, loaded explicitly.
 
-A flow module exports a module attribute ``flow`` (a :class:`~engine.flow.Flow`).
+A flow module exports a module attribute ``flow`` (a :class:`~engine.flow.Flow`),
+or ``flows``, a list of them.
 :meth:`Registry.load` imports the named modules (by default every module of
 the ``flows`` package), freezes and validates each flow, and refuses two flows
 with the same name. There is no process-global registry and importing a module
@@ -50,8 +51,12 @@ class Registry:
                     f"cannot import flow module {module_name!r}: {type(exc).__name__}: {exc}"
                 ) from exc
             flow = getattr(module, "flow", None)
+            many = getattr(module, "flows", None)
             if isinstance(flow, Flow):
                 registry._add(flow, origin=module_name)
+            elif isinstance(many, list) and many and all(isinstance(f, Flow) for f in many):
+                for one in many:
+                    registry._add(one, origin=module_name)
             elif explicit:
                 found = "none" if flow is None else type(flow).__name__
                 raise DefinitionError(

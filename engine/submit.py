@@ -22,13 +22,14 @@ from pydantic import BaseModel
 from engine import db
 from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters
-from engine.fingerprint import job_fingerprint, step_fingerprint
+from engine.fingerprint import job_fingerprint
 from engine.flow import Flow
 from engine.models import EventKind, JobStatus
 from engine.outbox import Publisher, relay
 from engine.registry import Registry
+from engine.schedule import root_runs
 from engine.store import jobs as store
-from engine.transports import publisher_for
+from engine.transports import transport_for
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection as SAConnection
@@ -86,7 +87,7 @@ def submit(
     if isinstance(flow, str):
         flow = (registry or Registry.load(settings.flow_modules)).get(flow)
     model = _parse(flow, params)
-    publisher = publisher or publisher_for(settings)
+    publisher = publisher or transport_for(settings)
 
     if conn is None:
         with db.connect(settings) as own:
@@ -134,18 +135,7 @@ def _submit_in(
             submitted_by=submitted_by,
         )
         if row is not None:
-            runs = [
-                store.NewStepRun(
-                    id=uuid.uuid4(),
-                    step=step.name,
-                    fanout_key="",
-                    fingerprint=step_fingerprint(
-                        str(job_id), step.name, "", {"params": params_json}
-                    ),
-                    max_attempts=settings.max_attempts,
-                )
-                for step in flow.roots()
-            ]
+            runs = root_runs(flow, job_id, params_json, settings)
             outbox_ids = store.step_run_insert_many_with_outbox(conn, job_id, runs)
             store.event_insert(
                 conn,

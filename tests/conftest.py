@@ -9,8 +9,10 @@ fresh ``CREATE DATABASE ... TEMPLATE`` copy and its own ``Settings``.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -22,6 +24,11 @@ from pydantic import SecretStr
 from engine import db
 from engine.config import Settings
 from engine.store import migrations
+
+SUPPORT = Path(__file__).parent / "support"
+sys.path.insert(0, str(SUPPORT))  # flows and helpers of the runtime tests
+
+from testflows import EFFECTS_DDL  # noqa: E402
 
 
 def _admin_conninfo() -> str:
@@ -71,6 +78,7 @@ def template_db(pg_admin: str) -> Iterator[str]:
     info = create_database(pg_admin, name)
     with psycopg.connect(info, autocommit=True) as conn:
         migrations.apply(conn, Settings().migrations_dir)
+        conn.execute(EFFECTS_DDL)
     yield name
     drop_database(pg_admin, name)
 

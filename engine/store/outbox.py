@@ -21,19 +21,27 @@ class PendingOutbox:
     id: int
     step_run_id: uuid.UUID
     job_id: uuid.UUID
+    delay_s: float
 
 
 @wrap_errors
 def outbox_lock_unpublished_many(
-    conn: psycopg.Connection[Any], *, limit: int, ids: Sequence[int] | None = None
+    conn: psycopg.Connection[Any],
+    *,
+    limit: int,
+    ids: Sequence[int] | None = None,
+    horizon_s: float = 10 * 365 * 86400.0,
 ) -> list[PendingOutbox]:
-    """Lock up to ``limit`` unpublished rows (only ``ids`` when given) for this transaction."""
+    """Lock up to ``limit`` unpublished rows due within ``horizon_s`` (only ``ids`` if given)."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             _q["outbox_lock_unpublished_many"],
-            {"limit": limit, "ids": None if ids is None else list(ids)},
+            {"limit": limit, "ids": None if ids is None else list(ids), "horizon_s": horizon_s},
         )
-        return [PendingOutbox(r["id"], r["step_run_id"], r["job_id"]) for r in cur.fetchall()]
+        return [
+            PendingOutbox(r["id"], r["step_run_id"], r["job_id"], r["delay_s"])
+            for r in cur.fetchall()
+        ]
 
 
 @wrap_errors

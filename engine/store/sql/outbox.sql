@@ -1,10 +1,12 @@
 -- outbox_lock_unpublished_many --
 -- SKIP LOCKED: concurrent relays never hand the same row on at once; rows of uncommitted transactions are invisible, so nothing is published before its commit.
-SELECT o.id, o.step_run_id, s.job_id
+SELECT o.id, o.step_run_id, s.job_id,
+       greatest(0, extract(epoch FROM o.deliver_at - clock_timestamp()))::float8 AS delay_s
 FROM engine_outbox AS o
 JOIN engine_step_runs AS s ON s.id = o.step_run_id
 WHERE o.published_at IS NULL
   AND (%(ids)s::bigint[] IS NULL OR o.id = ANY (%(ids)s::bigint[]))
+  AND o.deliver_at <= clock_timestamp() + make_interval(secs => %(horizon_s)s)
 ORDER BY o.id
 LIMIT %(limit)s
 FOR UPDATE OF o SKIP LOCKED;

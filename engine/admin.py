@@ -1,0 +1,110 @@
+"""Operator actions on jobs and dead letters: cancel, retry, dead-letter replay.
+
+Each is one transaction; the messages they need are written to the outbox in
+it and relayed after it commits, like a submit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from engine import db
+from engine.config import Settings
+from engine.errors import BadInput
+from engine.models import EventKind
+from engine.outbox import relay
+from engine.store import admin as store
+from engine.store import jobs as job_store
+from engine.store import step_runs as step_store
+from engine.transports import transport_for
+from engine.transports.base import Transport
+
+
+def _status_or_missing(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
+    status = store.job_select_status(conn, job_id)
+    if status is None:
+        raise BadInput(f"no job with id {job_id}")
+    return status
+
+
+def cancel(settings: Settings, job_id: uuid.UUID, reason: str = "cancelled by operator") -> None:
+    """Cancel an active job: its running steps stop at their next check or commit."""
+    with db.connect(settings) as conn, conn.transaction():
+        if not step_store.job_cancel_if_active(conn, job_id, reason):
+            status = _status_or_missing(conn, job_id)
+            raise BadInput(
+                f"job {job_id} is {status}; only pending or running jobs can be cancelled"
+            )
+        job_store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
+
+
+@dataclass(frozen=True)
+class Reopened:
+    job_id: uuid.UUID
+    step_runs: int
+
+
+def retry_job(
+    settings: Settings, job_id: uuid.UUID, *, transport: Transport | None = None
+) -> Reopened:
+    """Resume a failed or cancelled job from its last checkpoints.
+
+    Dead and cancelled step runs go back to pending with a fresh attempt
+    budget; finished step runs are never run again (invariant 10).
+    """
+    transport = transport or transport_for(settings)
+    with db.connect(settings) as conn:
+        try:
+            with conn.transaction():
+                reopened = step_store.job_reopen_if_ended(conn, job_id, settings.max_attempts)
+                if reopened is None:
+                    status = _status_or_missing(conn, job_id)
+                    raise BadInput(
+                        f"job {job_id} is {status}; only failed or cancelled jobs can be retried"
+                    )
+                outbox_ids = step_store.outbox_insert_many(conn, reopened)
+                job_store.event_insert(
+                    conn, EventKind.REPLAYED, job_id=job_id, detail={"step_runs": len(reopened)}
+                )
+        except psycopg.errors.UniqueViolation:
+            raise BadInput(
+                f"job {job_id} cannot be retried: another job with the same flow and "
+                "parameters is active"
+            ) from None
+        relay(conn, transport, ids=outbox_ids)
+    return Reopened(job_id, len(reopened))
+
+
+def dead_letters(settings: Settings, limit: int = 100) -> list[dict[str, Any]]:
+    with db.connect(settings) as conn:
+        return store.dead_letter_select_open(conn, limit)
+
+
+def replay(settings: Settings, dead_letter_id: int, *, transport: Transport | None = None) -> str:
+    """Re-drive one dead letter: a step run's job is retried; a message is sent again."""
+    transport = transport or transport_for(settings)
+    with db.connect(settings) as conn:
+        row = store.dead_letter_select_one(conn, dead_letter_id)
+        if row is None:
+            raise BadInput(f"no dead letter with id {dead_letter_id}")
+        if row["replayed_at"] is not None:
+            raise BadInput(f"dead letter {dead_letter_id} was already replayed")
+        conn.commit()
+    if row["source"] == "step":
+        reopened = retry_job(settings, row["job_id"], transport=transport)
+        return f"job {reopened.job_id} resumed ({reopened.step_runs} step run(s) back to pending)"
+    with db.connect(settings) as conn, conn.transaction():
+        if not store.dead_letter_mark_replayed_if_open(conn, dead_letter_id):
+            raise BadInput(f"dead letter {dead_letter_id} was already replayed")
+        transport.send_raw(row["message_body"])
+    return f"message of dead letter {dead_letter_id} sent again"
+
+
+def purge(settings: Settings) -> int:
+    """Delete poison-message and replayed dead letters; the count deleted."""
+    with db.connect(settings) as conn, conn.transaction():
+        return store.dead_letter_delete_closed(conn)

@@ -1,0 +1,143 @@
+"""The heartbeat: renews the lease and the message's visibility while a step runs.
+
+One heartbeat thread accompanies each executor slot and has its own database
+connection. Every ``heartbeat_s`` it renews the slot's current lease, fenced by
+owner token (invariant 4), and extends the delivery's visibility. When the
+database says the lease is gone the step is told to stop (``ctx.check()``
+raises) and its commit would be refused anyway (invariant 5). A visibility
+extension that fails only means "this copy of the message is lost": the
+database lease is the truth, and a redelivered copy finds it held.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from engine import db
+from engine.config import Settings
+from engine.context import StopSignal
+from engine.models import EventKind
+from engine.store import jobs as job_store
+from engine.store import step_runs as store
+from engine.store.step_runs import Claimed
+from engine.transports.base import Transport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Lease:
+    """A claimed step run as the heartbeat sees it."""
+
+    claimed: Claimed
+    receipt: str
+    stop: StopSignal = field(default_factory=StopSignal)
+    # set just before the checkpoint: a failed renewal then is the commit
+    # itself having cleared the token, not a lost lease
+    finishing: bool = False
+    renewals: int = 0
+    copy_lost: bool = False
+    next_beat: float = 0.0
+
+
+class Heartbeat:
+    """Renews the lease of one executor slot; :meth:`watch` it while a step runs."""
+
+    def __init__(self, settings: Settings, transport: Transport, worker: str) -> None:
+        self._settings = settings
+        self._transport = transport
+        self._worker = worker
+        self._lock = threading.Lock()
+        self._lease: Lease | None = None
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{worker}", daemon=True)
+        self.paused = threading.Event()  # tests: simulate a stalled heartbeat
+        self._thread.start()
+
+    def watch(self, lease: Lease) -> None:
+        lease.next_beat = time.monotonic() + self._settings.heartbeat_s
+        with self._lock:
+            self._lease = lease
+        self._wake.set()
+
+    def unwatch(self) -> None:
+        with self._lock:
+            self._lease = None
+
+    def close(self) -> None:
+        self._closed.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            with self._lock:
+                lease = self._lease
+            # local monotonic time only paces the renewals; the lease itself
+            # is judged by the database clock
+            wait = (
+                self._settings.heartbeat_s if lease is None else lease.next_beat - time.monotonic()
+            )
+            if wait > 0:
+                self._wake.wait(wait)
+                self._wake.clear()
+                continue
+            assert lease is not None
+            lease.next_beat = time.monotonic() + self._settings.heartbeat_s
+            if self.paused.is_set():
+                continue
+            try:
+                self.beat(lease)
+            except Exception:
+                log.warning("heartbeat failed; retrying next interval", exc_info=True)
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+
+    def beat(self, lease: Lease) -> bool:
+        """Renew once; ``False`` when the lease is lost (and the step told to stop)."""
+        if self._conn is None or self._conn.closed:
+            self._conn = db.connect(self._settings, autocommit=True)
+        claimed = lease.claimed
+        expires = store.lease_extend_if_owner(
+            self._conn, claimed.id, claimed.token, self._settings.lease_s
+        )
+        with self._lock:
+            still_ours = self._lease is lease and not lease.finishing
+        if expires is None:
+            if still_ours:
+                lease.stop.set(f"lease on step run {claimed.id} lost (attempt {claimed.attempt})")
+                job_store.event_insert(
+                    self._conn,
+                    EventKind.LEASE_LOST,
+                    job_id=claimed.job_id,
+                    step_run_id=claimed.id,
+                    worker=self._worker,
+                    attempt=claimed.attempt,
+                    detail={"during": "renewal"},
+                )
+            return False
+        lease.renewals += 1
+        job_store.event_insert(
+            self._conn,
+            EventKind.RENEWED,
+            job_id=claimed.job_id,
+            step_run_id=claimed.id,
+            worker=self._worker,
+            attempt=claimed.attempt,
+            detail={"expires_at": expires.isoformat(), "n": lease.renewals},
+        )
+        if not lease.copy_lost:
+            kept = self._transport.extend([lease.receipt], self._settings.visibility_s)
+            lease.copy_lost = lease.receipt not in kept
+        return True

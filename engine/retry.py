@@ -1,0 +1,68 @@
+"""Retry policy and the explicit control flow a step may raise.
+
+A step that raises an ordinary exception is retried with exponential backoff
+and jitter until its attempts reach the cap; then it is dead-lettered and the
+job fails. A step steers this with:
+
+- ``Retry(delay_s)``: try again after ``delay_s`` (counts as an attempt);
+- ``Fail(reason)``: do not retry; dead-letter now;
+- ``Cancel(reason)``: cancel the whole job.
+"""
+
+from __future__ import annotations
+
+import random
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StepControl(Exception):
+    """Base of the exceptions a step raises on purpose to steer its own run."""
+
+
+class Retry(StepControl):
+    """Try this step run again after ``delay_s`` seconds (policy delay when ``None``)."""
+
+    def __init__(self, delay_s: float | None = None, reason: str = "") -> None:
+        self.delay_s = delay_s
+        self.reason = reason
+        super().__init__(reason or f"retry requested (delay {delay_s} s)")
+
+
+class Fail(StepControl):
+    """A permanent failure: no more attempts; the step run is dead-lettered."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Cancel(StepControl):
+    """Cancel the whole job; nothing this step wrote commits."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class RetryPolicy(BaseModel):
+    """Exponential backoff with jitter, capped in attempts and in delay."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    base_delay_s: float = Field(default=2.0, ge=0)
+    max_delay_s: float = Field(default=900.0, ge=0)
+    multiplier: float = Field(default=2.0, ge=1)
+    jitter: float = Field(default=0.5, ge=0, le=1, description="share of the delay randomised")
+
+    def delay_s(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Delay before the attempt after ``attempt`` (1-based) failed.
+
+        The un-jittered delay is ``base * multiplier**(attempt-1)``, capped at
+        ``max_delay_s``; a ``jitter`` share of it is drawn uniformly, so many
+        step runs failing together do not come back together.
+        """
+        raw = min(self.max_delay_s, self.base_delay_s * self.multiplier ** max(0, attempt - 1))
+        spread = raw * self.jitter
+        return raw - spread + (rng or random).uniform(0, spread)

@@ -1,0 +1,427 @@
+"""One delivery, start to end: decode, claim, run the step fenced, schedule, ack.
+
+The step runs inside one transaction on the executor's connection. Its
+checkpoint, its status change, the step runs it makes ready (with their
+outbox rows) and any rows the step wrote through ``ctx.conn`` commit together,
+guarded by the lease token; a zero-row guard rolls all of it back
+(invariant 5). With the PostgreSQL transport the delivery is deleted and the
+next messages are sent in that same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from engine.alerts import Alert, AlertSink
+from engine.config import Settings
+from engine.context import StepContext
+from engine.errors import DefinitionError, JobCancelled, LeaseLost, UnknownFlow
+from engine.flow import Flow, Step
+from engine.heartbeat import Heartbeat, Lease
+from engine.messages import MalformedMessage, StepMessage
+from engine.models import EventKind, JobStatus
+from engine.outbox import relay
+from engine.registry import Registry
+from engine.retry import Cancel, Fail, Retry, RetryPolicy
+from engine.schedule import schedule_ready
+from engine.store import jobs as job_store
+from engine.store import step_runs as store
+from engine.store.step_runs import Claimed, ClaimRefused
+from engine.transports.base import Received, Transport
+
+log = logging.getLogger(__name__)
+
+
+class _Fenced(Exception):
+    """The fenced write matched zero rows: our lease token is no longer current."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What handling one delivery came to (for logs, tests and metrics)."""
+
+    kind: str  # done | retried | dead | fenced | cancelled | refused | dropped | malformed
+    detail: str = ""
+    step_run_id: uuid.UUID | None = None
+
+
+def claim(
+    conn: psycopg.Connection[Any], message: StepMessage, worker: str, lease_s: float
+) -> Claimed | ClaimRefused:
+    """Claim the step run of ``message`` in its own transaction (invariant 2).
+
+    Losing is normal: zero rows, or under REPEATABLE READ a serialization
+    failure (SQLSTATE 40001), are both "not claimed".
+    """
+    try:
+        with conn.transaction():
+            result = store.step_claim_if_available(
+                conn,
+                step_run_id=message.step_run_id,
+                job_id=message.job_id,
+                worker=worker,
+                lease_s=lease_s,
+            )
+            if isinstance(result, Claimed):
+                store.job_start_if_pending(conn, result.job_id)
+                job_store.event_insert(
+                    conn,
+                    EventKind.RECLAIMED if result.reclaimed_from else EventKind.CLAIMED,
+                    job_id=result.job_id,
+                    step_run_id=result.id,
+                    worker=worker,
+                    attempt=result.attempt,
+                    detail={"from": result.reclaimed_from} if result.reclaimed_from else {},
+                )
+            elif result.reason != "unknown":
+                job_store.event_insert(
+                    conn,
+                    EventKind.CLAIM_REFUSED,
+                    job_id=message.job_id,
+                    step_run_id=message.step_run_id,
+                    worker=worker,
+                    detail={"reason": result.reason},
+                )
+            return result
+    except psycopg.errors.SerializationFailure:
+        return ClaimRefused("race")
+
+
+def error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:4000],
+        "traceback": "".join(traceback.format_exception(exc))[-16000:],
+        "attempt": attempt,
+    }
+
+
+class StepRunner:
+    """Handles deliveries on one executor slot (one connection, one heartbeat)."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        registry: Registry,
+        transport: Transport,
+        worker: str,
+        conn: psycopg.Connection[Any],
+        heartbeat: Heartbeat,
+        alert: AlertSink,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.transport = transport
+        self.worker = worker
+        self.conn = conn
+        self.heartbeat = heartbeat
+        self.alert = alert
+        self.current: Lease | None = None
+        self._default_policy = RetryPolicy(
+            max_attempts=settings.max_attempts,
+            base_delay_s=settings.retry_base_delay_s,
+            max_delay_s=settings.retry_max_delay_s,
+        )
+
+    # -- the delivery ------------------------------------------------------------------
+
+    def handle(self, received: Received) -> Outcome:
+        try:
+            message = StepMessage.decode(received.body)
+        except MalformedMessage as exc:
+            return self._malformed(received, str(exc))
+        result = claim(self.conn, message, self.worker, self.settings.lease_s)
+        if isinstance(result, ClaimRefused):
+            return self._refused(received, message, result)
+        try:
+            flow = self.registry.get(result.flow)
+            step = flow.steps[result.step]
+        except (UnknownFlow, KeyError) as exc:
+            # a worker deployed without this flow must not hold it: give it back
+            log.error("cannot run %s/%s here: %s", result.flow, result.step, exc)
+            store.lease_release_if_owner(self.conn, result.id, result.token)
+            self.conn.commit()
+            self.transport.release([received.receipt])
+            return Outcome("refused", f"flow or step not registered: {exc}", result.id)
+        lease = Lease(result, received.receipt)
+        self.current = lease
+        self.heartbeat.watch(lease)
+        try:
+            return self._execute(flow, step, lease)
+        finally:
+            self.heartbeat.unwatch()
+            self.current = None
+
+    def _malformed(self, received: Received, reason: str) -> Outcome:
+        body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
+        with self.conn.transaction():
+            store.dead_letter_insert_message(self.conn, body, reason)
+            job_store.event_insert(
+                self.conn,
+                EventKind.MESSAGE_DROPPED,
+                worker=self.worker,
+                detail={"reason": reason, "message_id": received.message_id},
+            )
+        self.transport.dead_letter(received, reason)
+        log.warning("malformed message %s dead-lettered: %s", received.message_id, reason)
+        self.alert(Alert(reason=f"malformed message {received.message_id}: {reason}"))
+        return Outcome("malformed", reason)
+
+    def _refused(self, received: Received, message: StepMessage, refused: ClaimRefused) -> Outcome:
+        if refused.reason == "unknown":
+            with self.conn.transaction():
+                job_store.event_insert(
+                    self.conn,
+                    EventKind.MESSAGE_DROPPED,
+                    worker=self.worker,
+                    detail={
+                        "reason": "unknown step run",
+                        "step_run_id": str(message.step_run_id),
+                        "job_id": str(message.job_id),
+                    },
+                )
+            log.info("dropped message for unknown step run %s", message.step_run_id)
+            self.transport.delete([received.receipt])
+            return Outcome("dropped", "unknown step run", message.step_run_id)
+        if refused.reason == "finished":
+            self.transport.delete([received.receipt])
+        elif refused.reason == "not_due" and refused.retry_in_s > 0:
+            # come back when the backoff ends rather than after a full visibility timeout
+            self.transport.extend([received.receipt], min(refused.retry_in_s + 0.5, 43_000))
+        # held / race / exhausted: leave the copy; it returns after its visibility
+        # timeout and serves as a backup should the holder die
+        return Outcome("refused", refused.reason, message.step_run_id)
+
+    # -- the step ----------------------------------------------------------------------
+
+    def _execute(self, flow: Flow, step: Step, lease: Lease) -> Outcome:
+        claimed = lease.claimed
+        conn = self.conn
+        outbox_ids: list[int] = []
+        try:
+            with conn.transaction():
+                ctx = StepContext(
+                    conn=conn,
+                    job_id=claimed.job_id,
+                    step_run_id=claimed.id,
+                    step=claimed.step,
+                    fanout_key=claimed.fanout_key,
+                    attempt=claimed.attempt,
+                    max_attempts=claimed.max_attempts,
+                    fingerprint=claimed.fingerprint,
+                    worker=self.worker,
+                    stop=lease.stop,
+                )
+                output = step.fn(**self._inputs(flow, step, claimed, ctx))
+                if not isinstance(output, step.output):
+                    raise Fail(
+                        f"step {step.name!r} returned {type(output).__name__}, "
+                        f"expected {step.output.__name__}"
+                    )
+                ctx.check()
+                lease.finishing = True
+                outbox_ids = self._checkpoint(flow, claimed, output, lease)
+        except (_Fenced, LeaseLost) as exc:
+            return self._fenced(claimed, str(exc) or "checkpoint refused: lease token changed")
+        except JobCancelled as exc:
+            self.transport.delete([lease.receipt])
+            return Outcome("cancelled", str(exc), claimed.id)
+        except Cancel as exc:
+            return self._cancel_job(lease, exc.reason)
+        except Exception as exc:
+            return self._failed(step, lease, exc)
+        if not self.transport.transactional:
+            self._publish_after_commit(outbox_ids)
+            self.transport.delete([lease.receipt])
+        return Outcome("done", step_run_id=claimed.id)
+
+    def _inputs(self, flow: Flow, step: Step, claimed: Claimed, ctx: StepContext) -> dict[str, Any]:
+        sources = [s.step for s in step.inputs.values() if s.kind in ("upstream", "gather")]
+        outputs = (
+            store.step_outputs_select(self.conn, claimed.job_id, [s for s in sources if s])
+            if sources
+            else {}
+        )
+        kwargs: dict[str, Any] = {}
+        try:
+            for param, source in step.inputs.items():
+                if source.kind == "params":
+                    kwargs[param] = flow.params.model_validate(claimed.params)
+                elif source.kind == "context":
+                    kwargs[param] = ctx
+                elif source.kind == "item":
+                    kwargs[param] = TypeAdapter(source.annotation).validate_python(claimed.item)
+                elif source.step is not None:
+                    model = flow.steps[source.step].output
+                    values = [model.model_validate(out) for _, out in outputs[source.step]]
+                    kwargs[param] = values if source.kind == "gather" else values[0]
+        except (ValidationError, IndexError) as exc:
+            # a checkpoint that no longer fits its model (the flow changed under a
+            # running job) will not fit on the next attempt either
+            raise Fail(f"inputs of step {step.name!r} do not validate: {exc}") from exc
+        return kwargs
+
+    def _checkpoint(
+        self, flow: Flow, claimed: Claimed, output: BaseModel, lease: Lease
+    ) -> list[int]:
+        conn = self.conn
+        job_status = store.job_lock(conn, claimed.job_id)
+        if not store.checkpoint_put_if_leased(
+            conn, claimed.id, claimed.token, output.model_dump(mode="json")
+        ):
+            raise _Fenced(f"checkpoint of step run {claimed.id} refused: lease token changed")
+        job_store.event_insert(
+            conn,
+            EventKind.SUCCEEDED,
+            job_id=claimed.job_id,
+            step_run_id=claimed.id,
+            worker=self.worker,
+            attempt=claimed.attempt,
+        )
+        outbox_ids: list[int] = []
+        if job_status in (JobStatus.PENDING, JobStatus.RUNNING):
+            scheduled = schedule_ready(conn, flow, claimed.job_id, claimed.params, self.settings)
+            outbox_ids = scheduled.outbox_ids
+            if scheduled.job_complete and store.job_finish_if_active(
+                conn, claimed.job_id, JobStatus.DONE
+            ):
+                job_store.event_insert(
+                    conn, EventKind.JOB_DONE, job_id=claimed.job_id, worker=self.worker
+                )
+        if self.transport.transactional:
+            # message out and delivery gone in the same commit as the checkpoint
+            if outbox_ids:
+                relay(conn, self.transport, ids=outbox_ids)
+            self.transport.delete([lease.receipt], conn)
+        return outbox_ids
+
+    def _publish_after_commit(self, outbox_ids: list[int]) -> None:
+        if not outbox_ids:
+            return
+        try:
+            relay(self.conn, self.transport, ids=outbox_ids)
+        except Exception:
+            # committed rows stay in the outbox; the sweeper's relay sends them
+            log.warning("publish after commit failed; the sweeper will relay", exc_info=True)
+
+    def _fenced(self, claimed: Claimed, reason: str) -> Outcome:
+        with self.conn.transaction():
+            job_store.event_insert(
+                self.conn,
+                EventKind.FENCED,
+                job_id=claimed.job_id,
+                step_run_id=claimed.id,
+                worker=self.worker,
+                attempt=claimed.attempt,
+                detail={"reason": reason},
+            )
+        log.warning("step run %s fenced: %s", claimed.id, reason)
+        # the message is not ours to delete any more: the new owner's copy
+        return Outcome("fenced", reason, claimed.id)
+
+    def _cancel_job(self, lease: Lease, reason: str) -> Outcome:
+        claimed = lease.claimed
+        with self.conn.transaction():
+            if store.job_cancel_if_active(self.conn, claimed.job_id, reason):
+                job_store.event_insert(
+                    self.conn,
+                    EventKind.CANCELLED,
+                    job_id=claimed.job_id,
+                    step_run_id=claimed.id,
+                    worker=self.worker,
+                    detail={"reason": reason, "by": "step"},
+                )
+        self.transport.delete([lease.receipt])
+        return Outcome("cancelled", reason, claimed.id)
+
+    def _failed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
+        claimed = lease.claimed
+        conn = self.conn
+        policy = step.retry or self._default_policy
+        error = error_record(exc, claimed.attempt)
+        permanent = isinstance(exc, (Fail, DefinitionError))
+        alert: Alert | None = None
+        outbox_ids: list[int] = []
+        with conn.transaction():
+            if not permanent and claimed.attempt < claimed.max_attempts:
+                delay = (
+                    exc.delay_s
+                    if isinstance(exc, Retry) and exc.delay_s is not None
+                    else policy.delay_s(claimed.attempt)
+                )
+                due = store.step_retry_if_leased(conn, claimed.id, claimed.token, delay, error)
+                if due is None:
+                    raise_fenced = True
+                else:
+                    raise_fenced = False
+                    outbox_ids = [store.outbox_insert_delayed(conn, claimed.id, due)]
+                    job_store.event_insert(
+                        conn,
+                        EventKind.RETRIED,
+                        job_id=claimed.job_id,
+                        step_run_id=claimed.id,
+                        worker=self.worker,
+                        attempt=claimed.attempt,
+                        detail={"delay_s": round(delay, 3), "error": error["message"][:500]},
+                    )
+                kind = "retried"
+            else:
+                raise_fenced = not store.step_dead_if_leased(conn, claimed.id, claimed.token, error)
+                if not raise_fenced:
+                    reason = (
+                        f"{error['type']}: {error['message'][:500]}"
+                        f" (attempt {claimed.attempt} of {claimed.max_attempts})"
+                    )
+                    if store.dead_letter_insert_step(
+                        conn,
+                        job_id=claimed.job_id,
+                        step_run_id=claimed.id,
+                        reason=reason,
+                        error=error,
+                    ):
+                        alert = Alert(reason, claimed.job_id, claimed.id, claimed.flow, step.name)
+                    job_store.event_insert(
+                        conn,
+                        EventKind.DEAD_LETTERED,
+                        job_id=claimed.job_id,
+                        step_run_id=claimed.id,
+                        worker=self.worker,
+                        attempt=claimed.attempt,
+                        detail={"reason": reason},
+                    )
+                    if store.job_finish_if_active(
+                        conn, claimed.job_id, JobStatus.FAILED, f"step {step.name}: {reason}"
+                    ):
+                        job_store.event_insert(
+                            conn, EventKind.JOB_FAILED, job_id=claimed.job_id, worker=self.worker
+                        )
+                kind = "dead"
+            if not raise_fenced and self.transport.transactional:
+                if outbox_ids:
+                    relay(conn, self.transport, ids=outbox_ids)
+                self.transport.delete([lease.receipt], conn)
+        if raise_fenced:
+            return self._fenced(claimed, f"lease lost before recording failure: {exc}")
+        if not self.transport.transactional:
+            self._publish_after_commit(outbox_ids)
+            self.transport.delete([lease.receipt])
+        if alert is not None:
+            self.alert(alert)
+        log.log(
+            logging.ERROR if kind == "dead" else logging.INFO,
+            "step run %s (%s) attempt %d failed (%s): %s",
+            claimed.id,
+            step.name,
+            claimed.attempt,
+            kind,
+            error["message"][:200],
+        )
+        return Outcome(kind, error["message"], claimed.id)

@@ -1,0 +1,117 @@
+"""Scheduling: which step runs exist, and when the job is finished.
+
+Runs inside the transaction that checkpoints a step run, under the job's row
+lock, so two upstream steps finishing at the same moment are serialised and
+their common successor is created once (its step key is unique besides).
+
+A step is *complete* when all its upstream steps are complete and all its
+step runs are done. A step whose upstream steps are all complete but which has
+no step runs yet is expanded now: one run, or one per item for a fan-out (zero
+items make it complete at once, and its successors are considered in the same
+pass). The job is done when every step is complete.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from engine.config import Settings
+from engine.fingerprint import step_fingerprint
+from engine.flow import Flow, Step
+from engine.store import jobs as job_store
+from engine.store import step_runs as store
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    outbox_ids: list[int]
+    job_complete: bool
+
+
+def max_attempts_for(step: Step, settings: Settings) -> int:
+    return step.retry.max_attempts if step.retry is not None else settings.max_attempts
+
+
+def root_runs(
+    flow: Flow, job_id: uuid.UUID, params_json: dict[str, Any], settings: Settings
+) -> list[job_store.NewStepRun]:
+    """The step runs that exist from the start: one per root step."""
+    return [
+        _new_run(step, job_id, "", {"params": params_json}, None, settings) for step in flow.roots()
+    ]
+
+
+def schedule_ready(
+    conn: psycopg.Connection[Any],
+    flow: Flow,
+    job_id: uuid.UUID,
+    params_json: dict[str, Any],
+    settings: Settings,
+) -> Scheduled:
+    """Create the step runs that became ready; call under :func:`store.job_lock`."""
+    counts = store.step_counts_by_job(conn, job_id)
+    complete: dict[str, bool] = {}
+    outbox_ids: list[int] = []
+    for name in flow.topological_order():
+        step = flow.steps[name]
+        upstream_complete = all(complete[u] for u in step.after)
+        if name in counts:
+            c = counts[name]
+            complete[name] = upstream_complete and c.done == c.total
+            continue
+        if not upstream_complete or not step.after:
+            complete[name] = False
+            continue
+        runs = _expand(conn, flow, step, job_id, params_json, settings)
+        outbox_ids += job_store.step_run_insert_many_with_outbox(conn, job_id, runs)
+        complete[name] = not runs
+    return Scheduled(outbox_ids, all(complete.values()))
+
+
+def _expand(
+    conn: psycopg.Connection[Any],
+    flow: Flow,
+    step: Step,
+    job_id: uuid.UUID,
+    params_json: dict[str, Any],
+    settings: Settings,
+) -> list[job_store.NewStepRun]:
+    outputs = store.step_outputs_select(conn, job_id, step.after)
+    shared: dict[str, Any] = {}
+    for param, source in step.inputs.items():
+        if source.kind == "params":
+            shared[param] = params_json
+        elif source.kind == "upstream" and source.step is not None:
+            shared[param] = outputs[source.step][0][1]
+        elif source.kind == "gather" and source.step is not None:
+            shared[param] = [out for _, out in outputs[source.step]]
+    if step.map_over is None:
+        return [_new_run(step, job_id, "", shared, None, settings)]
+    items = outputs[step.map_over.step][0][1][step.map_over.field]
+    item_param = next(p for p, s in step.inputs.items() if s.kind == "item")
+    return [
+        _new_run(step, job_id, str(i), {**shared, item_param: item}, item, settings)
+        for i, item in enumerate(items)
+    ]
+
+
+def _new_run(
+    step: Step,
+    job_id: uuid.UUID,
+    fanout_key: str,
+    inputs: dict[str, Any],
+    item: Any,
+    settings: Settings,
+) -> job_store.NewStepRun:
+    return job_store.NewStepRun(
+        id=uuid.uuid4(),
+        step=step.name,
+        fanout_key=fanout_key,
+        fingerprint=step_fingerprint(str(job_id), step.name, fanout_key, inputs),
+        max_attempts=max_attempts_for(step, settings),
+        item=item,
+    )

@@ -1,0 +1,198 @@
+-- step_claim_if_available --
+-- Invariant 2: pending and due, or running with an expired lease (database clock), of an active job, under the attempt cap, becomes running with a fresh token and attempts + 1; zero rows is a normal outcome.
+UPDATE engine_step_runs AS s
+SET status = 'running',
+    attempts = s.attempts + 1,
+    lease_owner = %(worker)s,
+    lease_token = gen_random_uuid(),
+    lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
+    started_at = coalesce(s.started_at, clock_timestamp()),
+    claimed_at = clock_timestamp()
+FROM engine_step_runs AS prev, engine_jobs AS j
+WHERE s.id = %(id)s
+  AND s.job_id = %(job_id)s
+  AND prev.id = s.id
+  AND j.id = s.job_id
+  AND j.status IN ('pending', 'running')
+  AND s.attempts < s.max_attempts
+  AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
+    OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
+RETURNING s.id, s.job_id, s.step, s.fanout_key, s.fingerprint, s.attempts, s.max_attempts,
+          s.lease_token, s.lease_expires_at, s.item, j.flow, j.params,
+          prev.status AS previous_status, prev.lease_owner AS previous_owner;
+
+-- step_select_claim_refusal --
+-- Read after a claim matched zero rows, only to decide what to do with the message; never used to write.
+SELECT s.status, s.attempts, s.max_attempts, s.job_id,
+       s.status = 'running' AND s.lease_expires_at > clock_timestamp() AS lease_live,
+       greatest(0, extract(epoch FROM s.available_at - clock_timestamp()))::float8 AS due_in_s,
+       greatest(0, extract(epoch FROM s.lease_expires_at - clock_timestamp()))::float8 AS lease_left_s,
+       j.status AS job_status
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id
+WHERE s.id = %(id)s AND s.job_id = %(job_id)s;
+
+-- job_start_if_pending --
+-- A job becomes running at its first claim; any other status is left alone.
+UPDATE engine_jobs SET status = 'running', started_at = clock_timestamp()
+WHERE id = %(job_id)s AND status = 'pending';
+
+-- lease_extend_if_owner --
+-- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost.
+UPDATE engine_step_runs
+SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s)
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+RETURNING lease_expires_at;
+
+-- lease_release_if_owner --
+-- Shutdown: the holder gives the step run back at once (no backoff); a lost lease releases nothing.
+UPDATE engine_step_runs
+SET status = 'pending', available_at = clock_timestamp(),
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+RETURNING id;
+
+-- job_lock --
+-- Completions of one job are serialised here, so two steps finishing together schedule their common successor once.
+SELECT status FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE;
+
+-- checkpoint_put_if_leased --
+-- Invariant 5: the output commits only while our token is current; zero rows rolls back the whole step transaction.
+UPDATE engine_step_runs
+SET status = 'done', output = %(output)s, finished_at = clock_timestamp(),
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+RETURNING id;
+
+-- step_retry_if_leased --
+-- Only the lease holder schedules a retry, and only under the attempt cap.
+UPDATE engine_step_runs
+SET status = 'pending',
+    available_at = clock_timestamp() + make_interval(secs => %(delay_s)s),
+    error = %(error)s,
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+  AND attempts < max_attempts
+RETURNING available_at;
+
+-- step_dead_if_leased --
+-- Only the lease holder dead-letters its step run (attempts exhausted or a permanent failure).
+UPDATE engine_step_runs
+SET status = 'dead', error = %(error)s, finished_at = clock_timestamp(),
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+RETURNING id, job_id, attempts;
+
+-- step_dead_if_expired_exhausted_many --
+-- A worker died during the last allowed attempt: its lease expired and no claim may follow, so the step run is dead.
+UPDATE engine_step_runs
+SET status = 'dead', finished_at = clock_timestamp(),
+    error = coalesce(error, '{}'::jsonb) || jsonb_build_object(
+        'type', 'LeaseExpired',
+        'message', 'the worker holding the last allowed attempt stopped renewing its lease',
+        'worker', lease_owner),
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE status = 'running' AND lease_expires_at <= clock_timestamp() AND attempts >= max_attempts
+RETURNING id, job_id, attempts, step;
+
+-- step_counts_by_job --
+-- Scheduling reads the state of every step of the job under the job lock.
+SELECT step, count(*)::int AS total, count(*) FILTER (WHERE status = 'done')::int AS done
+FROM engine_step_runs
+WHERE job_id = %(job_id)s
+GROUP BY step;
+
+-- step_outputs_select --
+-- Checkpoints are immutable once done, so reading them needs no lock.
+SELECT step, fanout_key, output
+FROM engine_step_runs
+WHERE job_id = %(job_id)s AND step = ANY (%(steps)s::text[]) AND status = 'done';
+
+-- job_finish_if_active --
+-- A job ends once: done when every step is, failed when one is dead, cancelled on request.
+UPDATE engine_jobs
+SET status = %(status)s, finished_at = clock_timestamp(), error = %(error)s
+WHERE id = %(job_id)s AND status IN ('pending', 'running')
+RETURNING id;
+
+-- dead_letter_insert_step --
+-- A step run is dead-lettered once until replayed (partial unique index); zero rows: it already was, so no second alert.
+INSERT INTO engine_dead_letters (source, job_id, step_run_id, reason, error)
+VALUES ('step', %(job_id)s, %(step_run_id)s, %(reason)s, %(error)s)
+ON CONFLICT (step_run_id) WHERE source = 'step' AND replayed_at IS NULL DO NOTHING
+RETURNING id;
+
+-- dead_letter_insert_message --
+-- A message that can never be handled is kept with its reason (the body is data, never executed).
+INSERT INTO engine_dead_letters (source, message_body, reason)
+VALUES ('message', %(body)s, %(reason)s)
+RETURNING id;
+
+-- outbox_insert_delayed --
+-- A retry's announcement, delivered when its backoff ends; in the same transaction as the retry.
+INSERT INTO engine_outbox (step_run_id, deliver_at)
+VALUES (%(step_run_id)s, %(deliver_at)s)
+RETURNING id;
+
+-- job_cancel_if_active --
+-- Cancel ends an active job once; its step runs are cancelled in the same transaction.
+UPDATE engine_jobs
+SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
+WHERE id = %(job_id)s AND status IN ('pending', 'running')
+RETURNING id;
+
+-- step_cancel_by_job --
+-- Clearing the tokens fences every running step of the job: their commits are refused.
+UPDATE engine_step_runs
+SET status = 'cancelled', finished_at = clock_timestamp(),
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE job_id = %(job_id)s AND status IN ('pending', 'running')
+RETURNING id;
+
+-- job_reopen_if_ended --
+-- Retry of a failed or cancelled job; the partial unique index refuses it if another job with its fingerprint is active.
+UPDATE engine_jobs
+SET status = 'running', finished_at = NULL, error = NULL
+WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
+RETURNING id, fingerprint;
+
+-- step_reopen_by_job --
+-- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, with a fresh attempt budget; done ones are never rerun.
+UPDATE engine_step_runs
+SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
+    max_attempts = attempts + %(extra_attempts)s
+WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
+RETURNING id;
+
+-- dead_letter_mark_replayed_by_job --
+-- Replaying closes the open dead letters of those step runs, so a later failure alerts again.
+UPDATE engine_dead_letters SET replayed_at = clock_timestamp()
+WHERE job_id = %(job_id)s AND source = 'step' AND replayed_at IS NULL;
+
+-- outbox_insert_many --
+-- Announcements for step runs made ready again, in the same transaction.
+INSERT INTO engine_outbox (step_run_id)
+SELECT unnest(%(ids)s::uuid[])
+RETURNING id;
+
+-- outbox_insert_for_claimable --
+-- Invariant 9: a claimable step run (due, or lease expired) not announced since it became claimable (or for republish_after) is announced again; a lost message delays work, never loses it.
+INSERT INTO engine_outbox (step_run_id)
+SELECT s.id
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
+WHERE s.attempts < s.max_attempts
+  AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
+    OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
+  AND NOT EXISTS (
+      SELECT 1 FROM engine_outbox AS o
+      WHERE o.step_run_id = s.id
+        AND o.deliver_at >= greatest(
+            CASE WHEN s.status = 'pending' THEN s.available_at ELSE s.claimed_at END,
+            clock_timestamp() - make_interval(secs => %(republish_after_s)s)))
+LIMIT %(limit)s
+RETURNING id, step_run_id;
+
+-- sweep_lock_try --
+-- One sweeper at a time republishes; the others skip this round (the relay itself is safe concurrently).
+SELECT pg_try_advisory_xact_lock(hashtextextended('engine.sweeper', 0)) AS locked;

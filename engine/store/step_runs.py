@@ -1,0 +1,332 @@
+"""Claim, lease, checkpoint, retry and dead-letter statements for step runs.
+
+Each guarded statement returns a typed outcome; zero rows is never a silent
+``None`` for the caller to forget (``ClaimRefused``, ``False`` from a fenced
+write means "lease lost").
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from engine.store.errors import wrap_errors
+from engine.store.queries import load
+
+_q = load("step_runs")
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """This worker won the claim: it holds the lease until ``lease_expires_at``."""
+
+    id: uuid.UUID
+    job_id: uuid.UUID
+    flow: str
+    params: dict[str, Any]
+    step: str
+    fanout_key: str
+    fingerprint: str
+    attempt: int
+    max_attempts: int
+    token: uuid.UUID
+    lease_expires_at: datetime
+    item: Any
+    reclaimed_from: str | None  # the previous owner, when its lease had expired
+
+
+@dataclass(frozen=True)
+class ClaimRefused:
+    """Zero rows: a normal outcome. ``reason`` says what to do with the message.
+
+    - ``unknown``: no such step run (of that job): drop the message;
+    - ``finished``: done, dead or cancelled, or its job ended: delete the message;
+    - ``held``: another worker holds a live lease: leave the message to come back;
+    - ``not_due``: a retry whose backoff has not ended: leave it;
+    - ``exhausted``: the last attempt's holder died; the sweeper dead-letters it.
+    """
+
+    reason: str
+    retry_in_s: float = 0.0
+
+
+def _first(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any] | None:
+    return cur.fetchone()
+
+
+@wrap_errors
+def step_claim_if_available(
+    conn: psycopg.Connection[Any],
+    *,
+    step_run_id: uuid.UUID,
+    job_id: uuid.UUID,
+    worker: str,
+    lease_s: float,
+) -> Claimed | ClaimRefused:
+    """Claim in the current transaction (the caller commits); see ``ClaimRefused``."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["step_claim_if_available"],
+            {"id": step_run_id, "job_id": job_id, "worker": worker, "lease_s": lease_s},
+        )
+        row = _first(cur)
+        if row is not None:
+            reclaimed = row["previous_owner"] if row["previous_status"] == "running" else None
+            return Claimed(
+                id=row["id"],
+                job_id=row["job_id"],
+                flow=row["flow"],
+                params=row["params"],
+                step=row["step"],
+                fanout_key=row["fanout_key"],
+                fingerprint=row["fingerprint"],
+                attempt=row["attempts"],
+                max_attempts=row["max_attempts"],
+                token=row["lease_token"],
+                lease_expires_at=row["lease_expires_at"],
+                item=row["item"],
+                reclaimed_from=reclaimed,
+            )
+        cur.execute(_q["step_select_claim_refusal"], {"id": step_run_id, "job_id": job_id})
+        return _refusal(_first(cur))
+
+
+def _refusal(row: dict[str, Any] | None) -> ClaimRefused:
+    if row is None:
+        return ClaimRefused("unknown")
+    if row["job_status"] not in ("pending", "running") or row["status"] in (
+        "done",
+        "dead",
+        "cancelled",
+    ):
+        return ClaimRefused("finished")
+    if row["lease_live"]:
+        return ClaimRefused("held", retry_in_s=row["lease_left_s"])
+    if row["attempts"] >= row["max_attempts"]:
+        return ClaimRefused("exhausted")
+    return ClaimRefused("not_due", retry_in_s=row["due_in_s"])
+
+
+@wrap_errors
+def job_start_if_pending(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> bool:
+    return conn.execute(_q["job_start_if_pending"], {"job_id": job_id}).rowcount == 1
+
+
+@wrap_errors
+def lease_extend_if_owner(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, lease_s: float
+) -> datetime | None:
+    """The new expiry, or ``None``: the lease is lost."""
+    row = conn.execute(
+        _q["lease_extend_if_owner"], {"id": step_run_id, "token": token, "lease_s": lease_s}
+    ).fetchone()
+    return None if row is None else _col(row, "lease_expires_at")
+
+
+@wrap_errors
+def lease_release_if_owner(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID
+) -> bool:
+    cur = conn.execute(_q["lease_release_if_owner"], {"id": step_run_id, "token": token})
+    return cur.rowcount == 1
+
+
+@wrap_errors
+def job_lock(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
+    """Lock the job row for this transaction; its status (``None``: no such job)."""
+    row = conn.execute(_q["job_lock"], {"job_id": job_id}).fetchone()
+    return None if row is None else str(_col(row, "status"))
+
+
+@wrap_errors
+def checkpoint_put_if_leased(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, output: Any
+) -> bool:
+    """Store the output and mark done; ``False``: the lease was lost (roll back)."""
+    cur = conn.execute(
+        _q["checkpoint_put_if_leased"],
+        {"id": step_run_id, "token": token, "output": Jsonb(output)},
+    )
+    return cur.rowcount == 1
+
+
+@wrap_errors
+def step_retry_if_leased(
+    conn: psycopg.Connection[Any],
+    step_run_id: uuid.UUID,
+    token: uuid.UUID,
+    delay_s: float,
+    error: dict[str, Any],
+) -> datetime | None:
+    """Back to pending after ``delay_s``; the time it becomes due, or ``None`` (lease lost)."""
+    row = conn.execute(
+        _q["step_retry_if_leased"],
+        {"id": step_run_id, "token": token, "delay_s": delay_s, "error": Jsonb(error)},
+    ).fetchone()
+    return None if row is None else _col(row, "available_at")
+
+
+@wrap_errors
+def step_dead_if_leased(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, error: dict[str, Any]
+) -> bool:
+    cur = conn.execute(
+        _q["step_dead_if_leased"], {"id": step_run_id, "token": token, "error": Jsonb(error)}
+    )
+    return cur.rowcount == 1
+
+
+@dataclass(frozen=True)
+class ExpiredExhausted:
+    id: uuid.UUID
+    job_id: uuid.UUID
+    attempts: int
+    step: str
+
+
+@wrap_errors
+def step_dead_if_expired_exhausted_many(conn: psycopg.Connection[Any]) -> list[ExpiredExhausted]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_dead_if_expired_exhausted_many"])
+        return [ExpiredExhausted(r["id"], r["job_id"], r["attempts"], r["step"]) for r in cur]
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    total: int
+    done: int
+
+
+@wrap_errors
+def step_counts_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, StepCounts]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_counts_by_job"], {"job_id": job_id})
+        return {r["step"]: StepCounts(r["total"], r["done"]) for r in cur}
+
+
+@wrap_errors
+def step_outputs_select(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, steps: Sequence[str]
+) -> dict[str, list[tuple[str, Any]]]:
+    """Checkpoints of ``steps``: step -> [(fan-out key, output)], keys in item order."""
+    found: dict[str, list[tuple[str, Any]]] = {s: [] for s in steps}
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_outputs_select"], {"job_id": job_id, "steps": list(steps)})
+        for r in cur:
+            found[r["step"]].append((r["fanout_key"], r["output"]))
+    for outputs in found.values():
+        outputs.sort(key=lambda kv: (len(kv[0]), kv[0]))  # "10" after "9": keys are indexes
+    return found
+
+
+@wrap_errors
+def job_finish_if_active(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, status: str, error: str | None = None
+) -> bool:
+    cur = conn.execute(
+        _q["job_finish_if_active"], {"job_id": job_id, "status": status, "error": error}
+    )
+    return cur.rowcount == 1
+
+
+@wrap_errors
+def dead_letter_insert_step(
+    conn: psycopg.Connection[Any],
+    *,
+    job_id: uuid.UUID,
+    step_run_id: uuid.UUID,
+    reason: str,
+    error: dict[str, Any] | None,
+) -> bool:
+    """``True`` when this call created the dead letter (alert once)."""
+    cur = conn.execute(
+        _q["dead_letter_insert_step"],
+        {
+            "job_id": job_id,
+            "step_run_id": step_run_id,
+            "reason": reason,
+            "error": None if error is None else Jsonb(error),
+        },
+    )
+    return cur.rowcount == 1
+
+
+@wrap_errors
+def dead_letter_insert_message(conn: psycopg.Connection[Any], body: str, reason: str) -> int:
+    row = conn.execute(
+        _q["dead_letter_insert_message"], {"body": body, "reason": reason}
+    ).fetchone()
+    assert row is not None
+    return int(_col(row, "id"))
+
+
+@wrap_errors
+def outbox_insert_delayed(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, deliver_at: datetime
+) -> int:
+    row = conn.execute(
+        _q["outbox_insert_delayed"], {"step_run_id": step_run_id, "deliver_at": deliver_at}
+    ).fetchone()
+    assert row is not None
+    return int(_col(row, "id"))
+
+
+@wrap_errors
+def outbox_insert_many(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> list[int]:
+    if not ids:
+        return []
+    rows = conn.execute(_q["outbox_insert_many"], {"ids": list(ids)}).fetchall()
+    return [int(_col(r, "id")) for r in rows]
+
+
+@wrap_errors
+def outbox_insert_for_claimable(
+    conn: psycopg.Connection[Any], *, republish_after_s: float, limit: int
+) -> list[int]:
+    rows = conn.execute(
+        _q["outbox_insert_for_claimable"],
+        {"republish_after_s": republish_after_s, "limit": limit},
+    ).fetchall()
+    return [int(_col(r, "id")) for r in rows]
+
+
+@wrap_errors
+def sweep_lock_try(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute(_q["sweep_lock_try"]).fetchone()
+    return bool(row is not None and _col(row, "locked"))
+
+
+@wrap_errors
+def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str) -> bool:
+    if conn.execute(_q["job_cancel_if_active"], {"job_id": job_id, "reason": reason}).rowcount:
+        conn.execute(_q["step_cancel_by_job"], {"job_id": job_id})
+        return True
+    return False
+
+
+@wrap_errors
+def job_reopen_if_ended(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, extra_attempts: int
+) -> list[uuid.UUID] | None:
+    """Reopen a failed or cancelled job; the step runs put back to pending, or ``None``."""
+    if not conn.execute(_q["job_reopen_if_ended"], {"job_id": job_id}).rowcount:
+        return None
+    rows = conn.execute(
+        _q["step_reopen_by_job"], {"job_id": job_id, "extra_attempts": extra_attempts}
+    ).fetchall()
+    conn.execute(_q["dead_letter_mark_replayed_by_job"], {"job_id": job_id})
+    return [_col(r, "id") for r in rows]
+
+
+def _col(row: Any, name: str) -> Any:
+    # callers may hand us connections with any row factory
+    if isinstance(row, dict):
+        return row[name]
+    return row[0]

@@ -1,0 +1,251 @@
+"""The worker: receive deliveries, run step runs on N executor slots, sweep.
+
+The main thread receives in batches (no more than there are idle slots) and
+runs the sweeper every ``sweep_interval_s``. Each executor slot is a thread
+with its own connection and its own heartbeat. On SIGTERM or SIGINT
+(invariant 12) the worker stops receiving, gives back deliveries it had not
+started, lets running steps finish within ``shutdown_grace_s``, then releases
+the leases of those still running and makes their messages visible at once,
+so another worker picks them up without waiting for a lease to expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+from engine import db
+from engine.alerts import AlertSink, log_alert
+from engine.config import Settings
+from engine.errors import ConfigError
+from engine.heartbeat import Heartbeat
+from engine.models import EventKind
+from engine.registry import Registry
+from engine.runner import Outcome, StepRunner
+from engine.store import jobs as job_store
+from engine.store import step_runs as store
+from engine.sweeper import Sweeper
+from engine.transports import transport_for
+from engine.transports.base import Received, Transport
+
+log = logging.getLogger(__name__)
+
+_RECEIVE_BATCH = 10  # SQS's limit per receive
+
+
+def check_startup(settings: Settings, queue_visibility_s: float | None = None) -> None:
+    """Invariant 6: heartbeat < lease and heartbeat < visibility, or refuse to start."""
+    visibility = queue_visibility_s if queue_visibility_s is not None else settings.visibility_s
+    if settings.heartbeat_s < settings.lease_s and settings.heartbeat_s < visibility:
+        return
+    raise ConfigError(
+        f"refusing to start: heartbeat interval {settings.heartbeat_s:g} s must be shorter than "
+        f"the lease duration {settings.lease_s:g} s and the queue visibility timeout "
+        f"{visibility:g} s; change ENGINE_HEARTBEAT_S, ENGINE_LEASE_S or ENGINE_VISIBILITY_S"
+    )
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def connect_worker(settings: Settings) -> psycopg.Connection[Any]:
+    """A connection whose statements and lock waits are bounded."""
+    options = (
+        f"-c statement_timeout={int(settings.statement_timeout_s * 1000)} "
+        f"-c lock_timeout={int(settings.lock_timeout_s * 1000)}"
+    )
+    return db.connect(settings, options=options)
+
+
+class _Slot:
+    def __init__(self, worker: Worker, index: int) -> None:
+        self.worker = worker
+        self.name = f"{worker.worker_id}/{index}"
+        self.heartbeat = Heartbeat(worker.settings, worker.transport, self.name)
+        self.runner: StepRunner | None = None
+        self.busy = False
+        self.thread = threading.Thread(target=self._loop, name=f"slot-{index}", daemon=True)
+
+    def _runner(self) -> StepRunner:
+        if self.runner is None or self.runner.conn.closed:
+            self.runner = StepRunner(
+                settings=self.worker.settings,
+                registry=self.worker.registry,
+                transport=self.worker.transport,
+                worker=self.name,
+                conn=connect_worker(self.worker.settings),
+                heartbeat=self.heartbeat,
+                alert=self.worker.alert,
+            )
+        return self.runner
+
+    def _loop(self) -> None:
+        inbox = self.worker.inbox
+        while True:
+            received = inbox.get()
+            if received is None:
+                return
+            self.busy = True
+            try:
+                outcome = self._runner().handle(received)
+                self.worker.outcome(outcome)
+            except Exception:
+                # a broken connection or an unexpected driver error: the
+                # delivery comes back after its visibility timeout; start afresh
+                log.exception("slot %s failed handling message %s", self.name, received.message_id)
+                if self.runner is not None:
+                    self.runner.conn.close()
+            finally:
+                self.busy = False
+                self.worker.slot_freed()
+
+
+class Worker:
+    """``engine worker``: see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        *,
+        transport: Transport | None = None,
+        alert: AlertSink = log_alert,
+        worker_id: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.transport = transport or transport_for(settings)
+        self.alert = alert
+        self.worker_id = worker_id or settings.worker_id or default_worker_id()
+        self.inbox: queue.Queue[Received | None] = queue.Queue()
+        self.stop_event = threading.Event()
+        self.outcomes: dict[str, int] = {}
+        self._free = threading.Condition()
+        self._idle = settings.concurrency
+        self._slots: list[_Slot] = []
+
+    # -- bookkeeping used by the slots -------------------------------------------------
+
+    def outcome(self, outcome: Outcome) -> None:
+        with self._free:
+            self.outcomes[outcome.kind] = self.outcomes.get(outcome.kind, 0) + 1
+
+    def slot_freed(self) -> None:
+        with self._free:
+            self._idle += 1
+            self._free.notify_all()
+
+    # -- life cycle --------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            log.warning("%s received: stopping", signal.Signals(signum).name)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+    def run(self) -> int:
+        """Run until :attr:`stop_event` is set; returns the process exit code (0)."""
+        check_startup(self.settings)
+        self._slots = [_Slot(self, i) for i in range(self.settings.concurrency)]
+        for slot in self._slots:
+            slot.thread.start()
+        sweeper = Sweeper(self.settings, self.transport, self.worker_id, self.alert)
+        sweep_conn = connect_worker(self.settings)
+        sweep_conn.autocommit = True
+        next_sweep = 0.0
+        log.info("worker %s started with %d slots", self.worker_id, len(self._slots))
+        try:
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                if now >= next_sweep:
+                    try:
+                        sweeper.sweep(sweep_conn)
+                    except Exception:
+                        log.exception(
+                            "sweep failed; next round in %s s", self.settings.sweep_interval_s
+                        )
+                        sweep_conn.close()
+                        sweep_conn = connect_worker(self.settings)
+                        sweep_conn.autocommit = True
+                    next_sweep = now + self.settings.sweep_interval_s
+                with self._free:
+                    if self._idle == 0:
+                        self._free.wait(timeout=min(1.0, self.settings.sweep_interval_s))
+                        continue
+                    room = min(self._idle, _RECEIVE_BATCH)
+                wait = max(0.0, min(self.settings.poll_wait_s, next_sweep - time.monotonic()))
+                try:
+                    batch = self.transport.receive(room, self.settings.visibility_s, wait)
+                except Exception:
+                    log.exception("receive failed; retrying")
+                    self.stop_event.wait(1.0)
+                    continue
+                with self._free:
+                    self._idle -= len(batch)
+                for received in batch:
+                    self.inbox.put(received)
+        finally:
+            self._shutdown()
+            sweep_conn.close()
+        return 0
+
+    def _shutdown(self) -> None:
+        # deliveries received but not started go back at once
+        pending: list[str] = []
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                pending.append(item.receipt)
+                self.slot_freed()
+        if pending:
+            self.transport.release(pending)
+        for _ in self._slots:
+            self.inbox.put(None)
+        deadline = time.monotonic() + self.settings.shutdown_grace_s
+        for slot in self._slots:
+            slot.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        stuck = [s for s in self._slots if s.thread.is_alive()]
+        if stuck:
+            self._release(stuck)
+        for slot in self._slots:
+            slot.heartbeat.close()
+            if slot.runner is not None and not slot.thread.is_alive():
+                slot.runner.conn.close()
+        log.info("worker %s stopped", self.worker_id)
+
+    def _release(self, stuck: list[_Slot]) -> None:
+        """Give back the leases of steps that did not finish within the grace period."""
+        with db.connect(self.settings, autocommit=True) as conn:
+            for slot in stuck:
+                lease = slot.runner.current if slot.runner is not None else None
+                if lease is None:
+                    continue
+                claimed = lease.claimed
+                lease.stop.set("worker shutting down")
+                if store.lease_release_if_owner(conn, claimed.id, claimed.token):
+                    job_store.event_insert(
+                        conn,
+                        EventKind.RELEASED,
+                        job_id=claimed.job_id,
+                        step_run_id=claimed.id,
+                        worker=slot.name,
+                        attempt=claimed.attempt,
+                        detail={"reason": "shutdown grace period over"},
+                    )
+                    self.transport.release([lease.receipt])
+                    log.warning("released step run %s at shutdown", claimed.id)

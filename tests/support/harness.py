@@ -1,0 +1,137 @@
+"""Running workers inside tests: in threads, or as real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from pydantic import SecretStr
+
+from engine.alerts import Alert
+from engine.config import Settings
+from engine.registry import Registry
+from engine.worker import Worker
+
+SUPPORT = Path(__file__).parent
+ROOT = SUPPORT.parent.parent
+
+# Fast but honest: leases and visibility long enough that nothing expires by
+# accident; tests move time by ageing rows instead.
+FAST = {
+    "lease_s": 30.0,
+    "heartbeat_s": 5.0,
+    "visibility_s": 60.0,
+    "poll_wait_s": 0.2,
+    "sweep_interval_s": 0.2,
+    "retry_base_delay_s": 0.0,
+    "shutdown_grace_s": 5.0,
+    "flow_modules": ["testflows"],
+}
+
+
+def fast_settings(settings: Settings, **overrides: Any) -> Settings:
+    return settings.model_copy(update={**FAST, **overrides})
+
+
+def flows_registry() -> Registry:
+    return Registry.load(["testflows"])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until truthy (a condition, not a tuned sleep); its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def job_status(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
+    row = conn.execute("SELECT status FROM engine_jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return str(row["status"])
+
+
+def wait_job_ended(conn: psycopg.Connection[Any], job_id: uuid.UUID, timeout: float = 30) -> str:
+    return str(
+        wait_until(
+            lambda: (s := job_status(conn, job_id)) in ("done", "failed", "cancelled") and s,
+            timeout,
+            f"job {job_id} to end",
+        )
+    )
+
+
+@contextmanager
+def thread_worker(
+    settings: Settings, registry: Registry | None = None, **kwargs: Any
+) -> Iterator[Worker]:
+    """A worker running in a thread until the block ends."""
+    alerts: list[Alert] = kwargs.pop("alerts", [])
+    worker = Worker(settings, registry or flows_registry(), alert=alerts.append, **kwargs)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="test-worker", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop_event.set()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "worker did not stop"
+        if errors:
+            raise errors[0]
+
+
+def worker_env(settings: Settings, **overrides: Any) -> dict[str, str]:
+    assert settings.database_url is not None
+    env = {
+        **os.environ,
+        "ENGINE_DATABASE_URL": settings.database_url.get_secret_value(),
+        "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT)]),
+    }
+    values = {**FAST, **overrides}
+    for key, value in values.items():
+        env[f"ENGINE_{key.upper()}"] = ",".join(value) if isinstance(value, list) else str(value)
+    return env
+
+
+def start_worker_process(settings: Settings, *args: str, **overrides: Any) -> subprocess.Popen[str]:
+    """``engine worker`` as a real process (its own session, so signals reach only it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine", "--log-level", "INFO", "worker", *args],
+        env=worker_env(settings, **overrides),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def stop_process(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def settings_with_url(info: str, **overrides: Any) -> Settings:
+    return Settings(database_url=SecretStr(info), **{**FAST, **overrides})
