@@ -181,7 +181,8 @@ def _submit_command(flow: Flow) -> click.Command:
             settings=state.settings,
             submitted_by=submitted_by or _whoami(),
         )
-        _report_submitted(result, as_json and not wait)
+        if not (as_json and wait):  # --json --wait prints one object, at the end
+            _report_submitted(result, as_json)
         if wait:
             status = wait_for_job(state.settings, result.job_id, progress=not as_json)
             if as_json:

@@ -93,6 +93,14 @@ class Settings(BaseSettings):
     lock_timeout_s: float = Field(
         default=30.0, gt=0, description="bound on waiting for a row lock in a worker"
     )
+    idle_in_transaction_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description=(
+            "a step transaction idle this long (a paused or partitioned worker) is ended by "
+            "the server, releasing its locks; steps must not compute longer between statements"
+        ),
+    )
     connect_timeout_s: int = Field(default=10, ge=1, description="database connect timeout")
 
     @field_validator("flow_modules", mode="before")

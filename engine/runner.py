@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from engine import db
 from engine.alerts import Alert, AlertSink
 from engine.config import Settings
 from engine.context import StepContext
@@ -237,6 +238,10 @@ class StepRunner:
         except Cancel as exc:
             return self._cancel_job(lease, exc.reason)
         except Exception as exc:
+            if conn.broken or conn.closed:
+                # the server ended our session (idle-in-transaction timeout
+                # after a pause, a restart, a network cut): nothing committed
+                return self._disconnected(claimed, exc)
             return self._failed(step, lease, exc)
         if not self.transport.transactional:
             self._publish_after_commit(outbox_ids)
@@ -311,6 +316,25 @@ class StepRunner:
         except Exception:
             # committed rows stay in the outbox; the sweeper's relay sends them
             log.warning("publish after commit failed; the sweeper will relay", exc_info=True)
+
+    def _disconnected(self, claimed: Claimed, exc: Exception) -> Outcome:
+        self.conn.close()
+        reason = f"connection lost before commit: {str(exc).strip()[:300]}"
+        try:
+            with db.connect(self.settings, autocommit=True) as conn:
+                job_store.event_insert(
+                    conn,
+                    EventKind.FENCED,
+                    job_id=claimed.job_id,
+                    step_run_id=claimed.id,
+                    worker=self.worker,
+                    attempt=claimed.attempt,
+                    detail={"reason": reason},
+                )
+        except Exception:
+            log.warning("could not record the lost connection of %s", claimed.id, exc_info=True)
+        log.warning("step run %s not committed: %s", claimed.id, reason)
+        return Outcome("fenced", reason, claimed.id)
 
     def _fenced(self, claimed: Claimed, reason: str) -> Outcome:
         with self.conn.transaction():
