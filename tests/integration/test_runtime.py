@@ -522,3 +522,29 @@ def test_retry_job__a_failed_job_resumes_from_its_checkpoints(
     assert conn.execute(
         "SELECT replayed_at IS NOT NULL AS r FROM engine_dead_letters"
     ).fetchall() == [{"r": True}]
+
+
+def test_visibility_shorter_than_the_step__the_copy_backs_off_then_is_deleted(
+    fast: Settings, conn: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    hold = tmp_path / "hold"
+    job = submit("chain", {"hold_file": str(hold)}, settings=fast, registry=flows_registry())
+    settings = fast.model_copy(update={"concurrency": 2, "heartbeat_s": 25.0})
+    with thread_worker(settings) as worker:
+        wait_until(lambda: (tmp_path / "hold.started").exists())
+        # the delivery's visibility runs out while the step still runs (no heartbeat yet)
+        conn.execute("UPDATE engine_queue SET visible_at = clock_timestamp() - interval '1 s'")
+        wait_until(lambda: worker.outcomes.get("refused"), what="the copy to be refused")
+        refusal = events(conn, job.job_id, "claim_refused")
+        assert [e["detail"]["reason"] for e in refusal] == ["held"]
+        left = conn.execute("SELECT count(*) AS n FROM engine_queue").fetchone()
+        assert left == {"n": 1}, "the copy is left, not deleted: it backs up the holder"
+        (tmp_path / "hold.release").touch()
+        assert wait_job_ended(conn, job.job_id) == "done"
+        # the leftover copy comes back, finds its step done and is deleted
+        conn.execute("UPDATE engine_queue SET visible_at = clock_timestamp() - interval '1 s'")
+        wait_until(
+            lambda: conn.execute("SELECT count(*) AS n FROM engine_queue").fetchone() == {"n": 0},
+            what="the leftover copy to be deleted",
+        )
+    assert steps(conn, job.job_id)["b"]["attempts"] == 1
