@@ -23,6 +23,8 @@ from engine.errors import (
 from engine.flow import Flow, MapOver, Step, StepInput
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
+from engine.store.queries import Queries
+from engine.store.queries import load as load_queries
 from engine.submit import Submitted, submit
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "MapOver",
     "MigrationChecksumMismatch",
     "MigrationError",
+    "Queries",
     "Registry",
     "Retry",
     "RetryPolicy",
@@ -48,5 +51,6 @@ __all__ = [
     "StoreError",
     "Submitted",
     "UnknownFlow",
+    "load_queries",
     "submit",
 ]

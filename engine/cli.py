@@ -93,7 +93,27 @@ def _print_json(value: dict[str, Any]) -> None:
     click.echo(json.dumps(value, default=str, sort_keys=True))
 
 
-@click.group(context_settings={"auto_envvar_prefix": "ENGINE", "show_default": True})
+class EngineGroup(click.Group):
+    """The engine's commands, plus those the loaded flow modules export as ``commands``."""
+
+    def _extra(self, ctx: click.Context) -> dict[str, click.Command]:
+        try:
+            registry = ctx.ensure_object(State).registry
+        except EngineError:
+            return {}
+        return {c.name: c for c in registry.commands if isinstance(c, click.Command) and c.name}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._extra(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or self._extra(ctx).get(cmd_name)
+
+
+@click.group(
+    cls=EngineGroup,
+    context_settings={"auto_envvar_prefix": "ENGINE", "show_default": True},
+)
 @click.option("--log-level", default="WARNING", show_envvar=True, help="Python log level")
 def main(log_level: str) -> None:
     """Workflow engine for ERP jobs: typed step graphs, leased and fenced execution."""
@@ -108,7 +128,7 @@ def migrate() -> None:
     """Apply the numbered SQL migrations not applied yet (safe to run concurrently)."""
     state = _state()
     with db.connect(state.settings, autocommit=True) as conn:
-        report = migrations.apply(conn, state.settings.migrations_dir)
+        report = migrations.apply(conn, state.settings.migration_dirs)
     for name in report.applied:
         out.print(f"applied {name}", highlight=False)
     out.print(
@@ -478,7 +498,7 @@ def demo(period: str) -> None:
     state = _state()
     out.print(f"database: {state.settings.masked_database_url()}", highlight=False)
     with db.connect(state.settings, autocommit=True) as conn:
-        report = migrations.apply(conn, state.settings.migrations_dir)
+        report = migrations.apply(conn, state.settings.migration_dirs)
     out.print(f"migrations: {len(report.applied)} applied, {len(report.already)} already applied")
     job = submit(
         "example",

@@ -47,8 +47,12 @@ class Settings(BaseSettings):
     embedded_database: str = Field(
         default="engine", description="database created inside the embedded server"
     )
-    migrations_dir: Path = Field(
-        default=_PROJECT_ROOT / "migrations", description="folder of numbered .sql migrations"
+    migration_dirs: list[Path] = Field(
+        default=[_PROJECT_ROOT / "migrations", _PROJECT_ROOT / "flows" / "migrations"],
+        description=(
+            "folders of numbered .sql migrations, applied as one sequence "
+            "(the engine's, then the flows' own tables)"
+        ),
     )
     flow_modules: list[str] | None = Field(
         default=None,
@@ -102,6 +106,13 @@ class Settings(BaseSettings):
         ),
     )
     connect_timeout_s: int = Field(default=10, ge=1, description="database connect timeout")
+
+    @field_validator("migration_dirs", mode="before")
+    @classmethod
+    def _split_dirs(cls, value: object) -> object:
+        if isinstance(value, str) and not value.lstrip().startswith("["):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @field_validator("flow_modules", mode="before")
     @classmethod

@@ -1,7 +1,9 @@
 """The registry: which flows this process knows, loaded explicitly.
 
 A flow module exports a module attribute ``flow`` (a :class:`~engine.flow.Flow`),
-or ``flows``, a list of them.
+or ``flows``, a list of them. A module may also export ``commands``: command
+line commands (click) that the ``engine`` CLI adds to its own, so a domain
+package brings its tools (``engine seed``) without the engine knowing it.
 :meth:`Registry.load` imports the named modules (by default every module of
 the ``flows`` package), freezes and validates each flow, and refuses two flows
 with the same name. There is no process-global registry and importing a module
@@ -28,6 +30,7 @@ class Registry:
     def __init__(self, flows: Iterable[Flow] = ()) -> None:
         self._flows: dict[str, Flow] = {}
         self._origins: dict[str, str] = {}
+        self.commands: list[object] = []  # what modules export as `commands`
         for flow in flows:
             self._add(flow, origin="(given directly)")
 
@@ -50,6 +53,7 @@ class Registry:
                 raise DefinitionError(
                     f"cannot import flow module {module_name!r}: {type(exc).__name__}: {exc}"
                 ) from exc
+            registry.commands.extend(getattr(module, "commands", None) or [])
             flow = getattr(module, "flow", None)
             many = getattr(module, "flows", None)
             if isinstance(flow, Flow):
@@ -57,7 +61,7 @@ class Registry:
             elif isinstance(many, list) and many and all(isinstance(f, Flow) for f in many):
                 for one in many:
                     registry._add(one, origin=module_name)
-            elif explicit:
+            elif explicit and not getattr(module, "commands", None):
                 found = "none" if flow is None else type(flow).__name__
                 raise DefinitionError(
                     f"module {module_name!r} does not export a Flow as 'flow' (found: {found})"

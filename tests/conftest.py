@@ -77,7 +77,7 @@ def template_db(pg_admin: str) -> Iterator[str]:
     name = f"engine_tpl_{_worker()}"
     info = create_database(pg_admin, name)
     with psycopg.connect(info, autocommit=True) as conn:
-        migrations.apply(conn, Settings().migrations_dir)
+        migrations.apply(conn, Settings().migration_dirs)
         conn.execute(EFFECTS_DDL)
     yield name
     drop_database(pg_admin, name)

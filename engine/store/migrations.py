@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,21 @@ class MigrationReport:
     already: list[str]
 
 
-def discover(folder: Path) -> list[Migration]:
-    """The migrations in ``folder``, by version; a stray or duplicate file is an error."""
+def discover(folders: Path | Sequence[Path]) -> list[Migration]:
+    """The migrations in ``folders``, as one sequence by version.
+
+    A stray file name, or one version number in two files (in one folder or
+    across folders), is an error.
+    """
+    found: dict[int, Migration] = {}
+    for folder in [folders] if isinstance(folders, Path) else folders:
+        _discover_one(Path(folder), found)
+    return [found[v] for v in sorted(found)]
+
+
+def _discover_one(folder: Path, found: dict[int, Migration]) -> None:
     if not folder.is_dir():
         raise MigrationError(f"migrations folder {str(folder)!r} does not exist")
-    found: dict[int, Migration] = {}
     for path in sorted(folder.iterdir()):
         if path.suffix != ".sql":
             continue
@@ -61,11 +72,10 @@ def discover(folder: Path) -> list[Migration]:
             )
         checksum = hashlib.sha256(path.read_bytes()).hexdigest()
         found[version] = Migration(version, path.stem, path, checksum)
-    return [found[v] for v in sorted(found)]
 
 
-def apply(conn: psycopg.Connection[Any], folder: Path) -> MigrationReport:
-    """Apply the migrations of ``folder`` not applied yet; ``conn`` must be autocommit."""
+def apply(conn: psycopg.Connection[Any], folder: Path | Sequence[Path]) -> MigrationReport:
+    """Apply the migrations of ``folder`` (or folders) not applied yet; autocommit ``conn``."""
     if not conn.autocommit:
         raise MigrationError("migrate needs an autocommit connection (each file commits alone)")
     q = load("migrations")

@@ -11,7 +11,9 @@ from engine.config import Settings
 from engine.errors import MigrationChecksumMismatch, MigrationError
 from engine.store import migrations
 
-MIGRATIONS = Settings().migrations_dir
+MIGRATIONS = Settings().migration_dirs[0]
+ALL = Settings().migration_dirs
+ALL_FILES = sorted(p.stem for d in ALL for p in d.glob("*.sql"))
 
 
 def _applied(info: str) -> list[tuple[int, str]]:
@@ -24,24 +26,23 @@ def _applied(info: str) -> list[tuple[int, str]]:
 
 def test_migrate__from_empty_database_applies_every_file(empty_db: str) -> None:
     with psycopg.connect(empty_db, autocommit=True) as conn:
-        report = migrations.apply(conn, MIGRATIONS)
-    files = sorted(p.stem for p in MIGRATIONS.glob("*.sql"))
-    assert report.applied == files
-    assert [name for _, name in _applied(empty_db)] == files
+        report = migrations.apply(conn, ALL)
+    assert report.applied == ALL_FILES
+    assert [name for _, name in _applied(empty_db)] == ALL_FILES
 
 
 def test_migrate__twice_in_a_row_applies_nothing_the_second_time(empty_db: str) -> None:
     with psycopg.connect(empty_db, autocommit=True) as conn:
-        migrations.apply(conn, MIGRATIONS)
-        again = migrations.apply(conn, MIGRATIONS)
+        migrations.apply(conn, ALL)
+        again = migrations.apply(conn, ALL)
     assert again.applied == []
-    assert len(again.already) == len(list(MIGRATIONS.glob("*.sql")))
+    assert len(again.already) == len(ALL_FILES)
 
 
 def _migrate_in_process(info: str, barrier: multiprocessing.synchronize.Barrier) -> None:
     barrier.wait(timeout=30)
     with psycopg.connect(info, autocommit=True) as conn:
-        migrations.apply(conn, MIGRATIONS)
+        migrations.apply(conn, ALL)
 
 
 def test_migrate__two_processes_at_once_apply_each_file_once(empty_db: str) -> None:
@@ -55,7 +56,7 @@ def test_migrate__two_processes_at_once_apply_each_file_once(empty_db: str) -> N
     assert [p.exitcode for p in procs] == [0, 0]
     versions = [v for v, _ in _applied(empty_db)]
     assert versions == sorted(set(versions))
-    assert len(versions) == len(list(MIGRATIONS.glob("*.sql")))
+    assert len(versions) == len(ALL_FILES)
 
 
 def test_migrate__edited_applied_migration_is_refused(empty_db: str, tmp_path: Path) -> None:
@@ -97,3 +98,12 @@ def test_migrate__misnamed_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "1_init.sql").write_text("SELECT 1;")
     with pytest.raises(MigrationError, match="NNNN_description"):
         migrations.discover(tmp_path)
+
+
+def test_migrate__one_version_in_two_folders_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "0001_one.sql").write_text("SELECT 1;")
+    (tmp_path / "b" / "0001_other.sql").write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match="share number 0001"):
+        migrations.discover([tmp_path / "a", tmp_path / "b"])

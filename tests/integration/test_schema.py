@@ -27,9 +27,10 @@ def _check_values(conn: psycopg.Connection[Any], table: str, column: str) -> set
         """,
         (table,),
     ).fetchall()
+    # the enum CHECK is the one of the form CHECK ((column = ANY (ARRAY[...])))
     for row in rows:
         definition = row["def"]
-        if re.search(rf"\(\(?{column} = ANY", definition):
+        if re.fullmatch(rf"CHECK \(\({column} = ANY \(ARRAY\[[^\]]*\]\)\)\)", definition):
             return set(re.findall(r"'([a-z_]+)'::text", definition))
     raise AssertionError(f"no CHECK on {table}.{column} found")
 
