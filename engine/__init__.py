@@ -6,7 +6,9 @@ are loaded explicitly into a :class:`Registry`. The public API is what this
 module exports; ``flows/`` imports nothing else from ``engine``.
 """
 
+from engine.config import Settings
 from engine.context import StepContext
+from engine.db import connect
 from engine.errors import (
     BadInput,
     ConfigError,
@@ -45,12 +47,14 @@ __all__ = [
     "Registry",
     "Retry",
     "RetryPolicy",
+    "Settings",
     "Step",
     "StepContext",
     "StepInput",
     "StoreError",
     "Submitted",
     "UnknownFlow",
+    "connect",
     "load_queries",
     "submit",
 ]
