@@ -27,6 +27,7 @@ from engine.store import migrations
 
 SUPPORT = Path(__file__).parent / "support"
 sys.path.insert(0, str(SUPPORT))  # flows and helpers of the runtime tests
+sys.path.insert(0, str(Path(__file__).parent / "erp"))  # the costing reference
 
 from testflows import EFFECTS_DDL  # noqa: E402
 

@@ -1,0 +1,201 @@
+"""The costing flow end to end through workers, on real books."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from erp_checks import assert_books_balance, assert_costs_equal_reference, books_snapshot
+from harness import fast_settings, thread_worker, wait_job_ended
+
+from engine import Registry, submit
+from engine.config import Settings
+from flows.erp import inventory
+
+PERIOD = "2026-11"
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry.load(["flows.costing"])
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return fast_settings(settings, flow_modules=["flows.costing"], concurrency=2)
+
+
+@pytest.fixture
+def small_erp(conn: psycopg.Connection[Any]) -> None:
+    """Two brands, four stores, a handful of items, one month of moves."""
+    conn.execute("INSERT INTO erp_brands VALUES (1, 'BR1', 'North'), (2, 'BR2', 'South')")
+    conn.execute(
+        "INSERT INTO erp_stores VALUES (1, 'ST001', 1, 'a', 'large'), (2, 'ST002', 1, 'b', 'small'),"
+        " (3, 'ST003', 2, 'c', 'medium'), (4, 'ST004', 2, 'd', 'flagship')"
+    )
+    conn.execute(
+        "INSERT INTO erp_items VALUES (1, 1, 'BR1-1', 'shirt', 12.5, 30), "
+        "(2, 1, 'BR1-2', 'socks', 1.2345, 4), (3, 2, 'BR2-1', 'lamp', 80, 150), "
+        "(4, 2, 'BR2-2', 'bulb', 0.333, 1)"
+    )
+    conn.execute("INSERT INTO erp_periods (period) VALUES ('2026-11')")
+    conn.execute(
+        "INSERT INTO erp_opening_balances VALUES (1, 1, '2026-11', 10, 130), "
+        "(1, 2, '2026-11', 3, 3.70), (2, 1, '2026-11', 4, 50), (3, 3, '2026-11', 2, 161),"
+        " (4, 4, '2026-11', 1000, 333)"
+    )
+    moves = [
+        (1, 1, "receipt", 20, 13.10, None),
+        (1, 1, "sale", -25, None, None),
+        (1, 1, "return", 2, None, None),
+        (1, 1, "transfer_out", -3, None, 2),
+        (2, 1, "transfer_in", 3, None, 1),
+        (2, 1, "sale", -9, None, None),  # more than it ever had: negative stock
+        (1, 2, "receipt", 7, 1.3333, None),
+        (1, 2, "adjustment", -1, None, None),
+        (3, 3, "receipt", 5, 79.99, None),
+        (3, 3, "sale", -6, None, None),
+        (4, 4, "sale", -333, None, None),
+        (4, 4, "transfer_out", -100, None, 3),
+        (3, 4, "transfer_in", 100, None, 4),
+    ]
+    with conn.cursor().copy(
+        "COPY erp_stock_moves (period, store_id, item_id, moved_on, kind, qty, unit_cost, "
+        "counterpart_store_id) FROM STDIN"
+    ) as copy:
+        for store, item, kind, qty, cost, cp in moves:
+            copy.write_row((PERIOD, store, item, "2026-11-10", kind, qty, cost, cp))
+
+
+def summary(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT output FROM engine_step_runs WHERE job_id = %s AND step = 'summarize'", (job_id,)
+    ).fetchone()
+    assert row is not None
+    return dict(row["output"])
+
+
+@pytest.mark.usefixtures("small_erp")
+def test_costing__books_equal_the_reference_and_balance(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id) == "done"
+    assert assert_costs_equal_reference(conn, PERIOD) == 6
+    assert_books_balance(conn)
+    result = summary(conn, job.job_id)
+    assert result["stores"] == 4
+    assert result["negative_items"] == 1
+    assert [b["brand"] for b in result["brands"]] == ["BR1", "BR2"]
+    assert conn.execute(
+        "SELECT status FROM erp_periods WHERE period = %s", (PERIOD,)
+    ).fetchone() == {"status": "costed"}
+    carried = conn.execute(
+        "SELECT count(*) AS n FROM erp_opening_balances WHERE period = '2026-12'"
+    ).fetchone()
+    assert carried == {"n": 6}
+    journals = conn.execute(
+        "SELECT count(*) AS n FROM erp_journals WHERE source = 'costing'"
+    ).fetchone()
+    assert journals == {"n": 4}
+
+
+@pytest.mark.usefixtures("small_erp")
+def test_costing__a_job_run_twice_leaves_the_same_books(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    with thread_worker(fast, registry):
+        first = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+        assert wait_job_ended(conn, first.job_id) == "done"
+        books = books_snapshot(conn)
+        again = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+        assert again.created
+        assert wait_job_ended(conn, again.job_id) == "done"
+    assert books_snapshot(conn) == books
+    assert "already costed" in summary(conn, again.job_id)["note"]
+
+
+@pytest.mark.usefixtures("small_erp")
+def test_costing__a_store_step_that_dies_halfway_leaves_nothing_and_is_retried(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    registry: Registry,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = inventory.post_cogs_journal
+    failures = {"left": 2}
+
+    def crash_after_writing(*args: Any, **kwargs: Any) -> int:
+        journal = real(*args, **kwargs)
+        if failures["left"]:
+            failures["left"] -= 1
+            raise ConnectionResetError("worker lost mid-step, after writing its rows")
+        return journal
+
+    monkeypatch.setattr(inventory, "post_cogs_journal", crash_after_writing)
+    job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id) == "done"
+    assert failures["left"] == 0
+    retried = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'retried'",
+        (job.job_id,),
+    ).fetchone()
+    assert retried == {"n": 2}
+    assert_costs_equal_reference(conn, PERIOD)
+    assert_books_balance(conn)
+    dup = conn.execute(
+        "SELECT store_id, count(*) AS n FROM erp_journals WHERE source = 'costing' "
+        "GROUP BY store_id HAVING count(*) > 1"
+    ).fetchall()
+    assert dup == []
+
+
+def test_costing__a_closed_period_fails_without_touching_the_ledger(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, small_erp: None
+) -> None:
+    conn.execute("UPDATE erp_periods SET status = 'closed' WHERE period = %s", (PERIOD,))
+    job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id) == "failed"
+    error = conn.execute(
+        "SELECT error FROM engine_step_runs WHERE job_id = %s AND status = 'dead'", (job.job_id,)
+    ).fetchone()
+    assert error is not None and "closed" in error["error"]["message"]
+    assert conn.execute("SELECT count(*) AS n FROM erp_journal_lines").fetchone() == {"n": 0}
+    assert conn.execute("SELECT count(*) AS n FROM erp_item_costs").fetchone() == {"n": 0}
+
+
+def test_costing__period_without_a_starting_point_fails_with_a_reason(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, small_erp: None
+) -> None:
+    conn.execute("INSERT INTO erp_periods (period) VALUES ('2027-01')")
+    job = submit("costing", {"period": "2027-01"}, settings=fast, registry=registry)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id) == "failed"
+    error = conn.execute(
+        "SELECT error FROM engine_step_runs WHERE job_id = %s AND status = 'dead'", (job.job_id,)
+    ).fetchone()
+    assert error is not None
+    assert "no opening balances" in error["error"]["message"]
+    assert "2026-12" in error["error"]["message"]
+
+
+def test_costing__value_is_conserved_and_transfers_net_to_zero(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, small_erp: None
+) -> None:
+    job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id) == "done"
+    row = conn.execute(
+        "SELECT sum(transfer_in_value) AS tin, sum(transfer_out_value) AS tout, "
+        "sum(opening_value + receipt_value + transfer_in_value - cogs_value "
+        "- transfer_out_value - closing_value) AS leak FROM erp_item_costs"
+    ).fetchone()
+    assert row is not None
+    assert row["tin"] == row["tout"]
+    assert row["leak"] == Decimal(0)
