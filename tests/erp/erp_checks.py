@@ -88,7 +88,8 @@ def books_snapshot(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "journal_lines": md5(
             "SELECT md5(coalesce(string_agg(concat_ws('|', j.source_key, l.line_no, "
             "l.account_code, l.store_id, l.debit, l.credit), ',' ORDER BY j.source_key, "
-            "l.line_no), '')) AS h FROM erp_journal_lines l JOIN erp_journals j ON j.id = l.journal_id"
+            "l.line_no), '')) AS h "
+            "FROM erp_journal_lines l JOIN erp_journals j ON j.id = l.journal_id"
         ),
         "opening": md5(
             "SELECT md5(coalesce(string_agg(o::text, ',' ORDER BY period, store_id, item_id), '')) "

@@ -33,8 +33,9 @@ def small_erp(conn: psycopg.Connection[Any]) -> None:
     """Two brands, four stores, a handful of items, one month of moves."""
     conn.execute("INSERT INTO erp_brands VALUES (1, 'BR1', 'North'), (2, 'BR2', 'South')")
     conn.execute(
-        "INSERT INTO erp_stores VALUES (1, 'ST001', 1, 'a', 'large'), (2, 'ST002', 1, 'b', 'small'),"
-        " (3, 'ST003', 2, 'c', 'medium'), (4, 'ST004', 2, 'd', 'flagship')"
+        "INSERT INTO erp_stores VALUES (1, 'ST001', 1, 'a', 'large'), "
+        "(2, 'ST002', 1, 'b', 'small'), (3, 'ST003', 2, 'c', 'medium'), "
+        "(4, 'ST004', 2, 'd', 'flagship')"
     )
     conn.execute(
         "INSERT INTO erp_items VALUES (1, 1, 'BR1-1', 'shirt', 12.5, 30), "
