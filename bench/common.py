@@ -1,0 +1,187 @@
+"""Shared pieces: output, sizes, the scratch database, worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from engine import db
+from engine.config import Settings, mask_url
+from engine.store import migrations
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRATCH_DB = "engine_bench"
+
+
+def emit(bench: str, metric: str, value: float | int | None, unit: str) -> None:
+    """One figure: one JSON line on stdout."""
+    if isinstance(value, float):
+        value = round(value, 3)
+    line = {"bench": bench, "metric": metric, "value": value, "unit": unit}
+    print(json.dumps(line), flush=True)
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
+def env_ints(name: str, default: str) -> list[int]:
+    return [int(p) for p in (os.environ.get(name) or default).split(",") if p.strip()]
+
+
+# -- the scratch database --------------------------------------------------------------
+
+
+def server_conninfo() -> str:
+    """The engine's own rule: ENGINE_DATABASE_URL, else the embedded server."""
+    return db.conninfo(Settings())
+
+
+def fresh_database(*, migrate: bool = True) -> str:
+    """Drop and re-create ``engine_bench`` (migrated); its connection string."""
+    base = server_conninfo()
+    admin = base
+    if conninfo_to_dict(base).get("dbname") == SCRATCH_DB:
+        admin = make_conninfo(base, dbname="postgres")
+    name = sql.Identifier(SCRATCH_DB)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    info = make_conninfo(base, dbname=SCRATCH_DB)
+    if migrate:
+        with psycopg.connect(info, autocommit=True) as conn:
+            migrations.apply(conn, Settings().migration_dirs)
+    return info
+
+
+def drop_database() -> None:
+    base = server_conninfo()
+    if conninfo_to_dict(base).get("dbname") == SCRATCH_DB:
+        return
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(SCRATCH_DB))
+        )
+
+
+def settings_for(info: str, **overrides: Any) -> Settings:
+    return Settings(database_url=info, **overrides)
+
+
+def masked(info: str) -> str:
+    return mask_url(info)
+
+
+# -- worker processes ------------------------------------------------------------------
+
+
+class Workers:
+    """``count`` processes of ``python -m engine worker``; always stopped on exit.
+
+    Output of each goes to a temporary log file, shown on stderr if a worker
+    exits early or when ``BENCH_VERBOSE`` is set.
+    """
+
+    def __init__(
+        self,
+        info: str,
+        *,
+        count: int,
+        concurrency: int,
+        modules: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.info = info
+        self.count = count
+        self.concurrency = concurrency
+        self.modules = modules
+        self.extra_env = env or {}
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logdir = tempfile.TemporaryDirectory(prefix="bench-workers-")
+        self.logs: list[Path] = []
+
+    def __enter__(self) -> Workers:
+        env = {**os.environ, **self.extra_env}
+        env["ENGINE_DATABASE_URL"] = self.info
+        env["ENGINE_FLOW_MODULES"] = self.modules
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        command = [sys.executable, "-m", "engine", "worker", "--concurrency", str(self.concurrency)]
+        try:
+            for i in range(self.count):
+                path = Path(self._logdir.name) / f"worker-{i}.log"
+                self.logs.append(path)
+                with path.open("wb") as out:
+                    self.procs.append(
+                        subprocess.Popen(
+                            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+                        )
+                    )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.stop()
+            if exc_type is not None or os.environ.get("BENCH_VERBOSE"):
+                self.show_logs()
+        finally:
+            self._logdir.cleanup()
+
+    @property
+    def pids(self) -> set[int]:
+        return {p.pid for p in self.procs}
+
+    def exited(self) -> list[subprocess.Popen[bytes]]:
+        """Workers that stopped on their own (poll() is not None)."""
+        return [p for p in self.procs if p.poll() is not None]
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM every worker, wait up to ``timeout_s``, then SIGKILL the rest."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log(f"worker {p.pid} ignored SIGTERM for {timeout_s:g} s: SIGKILL")
+                p.kill()
+                p.wait(timeout=5)
+
+    def show_logs(self, tail: int = 40) -> None:
+        for path, p in zip(self.logs, self.procs, strict=False):
+            if not path.exists():
+                continue
+            lines = path.read_text(errors="replace").splitlines()[-tail:]
+            log(f"--- worker {p.pid} (exit {p.returncode}), last {len(lines)} lines of its log")
+            for line in lines:
+                print(f"    {line}", file=sys.stderr)
+        sys.stderr.flush()

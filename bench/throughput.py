@@ -1,0 +1,156 @@
+"""The engine: submit ``noop`` jobs, then time worker processes draining them.
+
+Steps/s is ``3 * jobs done`` over the span from the first claim to the last
+``job_done`` (both database times from ``engine_events``), so worker start-up
+is not counted. Claim-to-commit latency is, per step run, its ``claimed``
+event to its ``succeeded`` event (the latter is written in the checkpoint
+transaction, before its scheduling, relay and commit: the commit itself is
+not timestamped anywhere). ``slot_cycle_p50`` is one slot's claim to its next
+claim, everything included.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from bench import noop
+from bench.common import Workers, emit, fresh_database, log, settings_for
+from engine import db, submit
+from engine.outbox import relay
+from engine.registry import Registry
+from engine.transports.postgres import PostgresTransport
+
+STEPS_PER_JOB = 3
+
+ELAPSED = """
+SELECT extract(epoch FROM max(at) FILTER (WHERE kind = 'job_done')
+                        - min(at) FILTER (WHERE kind IN ('claimed', 'reclaimed')))::float8
+FROM engine_events
+"""
+
+LATENCY = """
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms),
+       count(*)
+FROM (SELECT extract(epoch FROM s.at - c.at)::float8 * 1000 AS ms
+      FROM engine_events AS c
+      JOIN engine_events AS s ON s.step_run_id = c.step_run_id AND s.kind = 'succeeded'
+      WHERE c.kind = 'claimed') AS per_step
+"""
+
+# one executor slot's full cycle: from one of its claims to its next one
+# (the step, the rest of the checkpoint transaction and its commit, the hand-off
+# back to the receiving thread, the next receive)
+SLOT_CYCLE = """
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)
+FROM (SELECT extract(epoch FROM lead(at) OVER (PARTITION BY worker ORDER BY id) - at)::float8
+             * 1000 AS ms
+      FROM engine_events WHERE kind = 'claimed') AS cycles
+WHERE ms IS NOT NULL
+"""
+
+PROGRESS = """
+SELECT count(*) FILTER (WHERE status = 'done'),
+       count(*) FILTER (WHERE status IN ('failed', 'cancelled'))
+FROM engine_jobs
+"""
+
+# what the database did per step, from its own statistics (read after the
+# workers exited, so every backend has flushed its counters)
+DB_STATS = """
+SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()
+"""
+TABLE_WRITES = """
+SELECT relname, n_tup_ins, n_tup_upd, n_tup_del
+FROM pg_stat_user_tables
+WHERE relname LIKE 'engine%%' AND relname <> 'engine_migrations' ORDER BY relname
+"""
+
+
+@dataclass(frozen=True)
+class Result:
+    steps_per_s: float | None
+    jobs_done: int
+
+
+def submit_jobs(info: str, jobs: int) -> None:
+    """Submit in one transaction on our connection, then relay the outbox ourselves."""
+    settings = settings_for(info)
+    flow = Registry([noop.flow]).get("noop")
+    transport = PostgresTransport(settings)
+    try:
+        started = time.monotonic()
+        with db.connect(settings) as conn:
+            with conn.transaction():
+                for i in range(jobs):
+                    submit(flow, {"i": i}, conn=conn, settings=settings, publisher=transport)
+            submitted = time.monotonic()
+            published = 0
+            while n := relay(conn, transport, limit=1000):
+                published += n
+        relayed = time.monotonic()
+    finally:
+        transport.close()
+    emit("submit", "jobs_per_s", jobs / (submitted - started), "jobs/s")
+    emit("submit", "relay_messages_per_s", published / (relayed - submitted), "messages/s")
+    log(
+        f"submitted {jobs} jobs in {submitted - started:.2f} s (one transaction), "
+        f"relayed {published} messages in {relayed - submitted:.2f} s"
+    )
+
+
+def run(jobs: int, procs: int, concurrency: int, timeout_s: float) -> Result:
+    bench = f"engine/procs={procs},concurrency={concurrency}"
+    info = fresh_database()
+    submit_jobs(info, jobs)
+    log(f"{bench}: draining {jobs} jobs ...")
+    done = ended = 0
+    with psycopg.connect(info, autocommit=True) as conn:
+        with Workers(info, count=procs, concurrency=concurrency, modules="bench.noop") as workers:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                done, ended = conn.execute(PROGRESS).fetchone() or (0, 0)
+                if done + ended >= jobs:
+                    break
+                if time.monotonic() > deadline:
+                    log(f"{bench}: timed out after {timeout_s:g} s with {done}/{jobs} jobs done")
+                    break
+                if crashed := workers.exited():
+                    log(f"{bench}: worker(s) {[p.pid for p in crashed]} exited early")
+                    workers.show_logs()
+                    break
+                time.sleep(0.2)
+        # workers are stopped here: their statistics are flushed
+        elapsed = conn.execute(ELAPSED).fetchone()[0]  # type: ignore[index]
+        p50, p99, measured = conn.execute(LATENCY).fetchone()  # type: ignore[misc]
+        cycle = conn.execute(SLOT_CYCLE).fetchone()[0]  # type: ignore[index]
+        commits, rollbacks = conn.execute(DB_STATS).fetchone()  # type: ignore[misc]
+        writes = conn.execute(TABLE_WRITES).fetchall()
+    if ended:
+        log(f"{bench}: {ended} jobs failed or were cancelled")
+    steps = STEPS_PER_JOB * done
+    rate = steps / elapsed if elapsed else None
+    emit(bench, "steps_per_s", rate, "steps/s")
+    emit(bench, "jobs_done", done, "jobs")
+    emit(bench, "claim_to_commit_p50", p50, "ms")
+    emit(bench, "claim_to_commit_p99", p99, "ms")
+    emit(bench, "slot_cycle_p50", cycle, "ms")
+    if steps:
+        emit(bench, "db_commits_per_step", commits / steps, "commits/step")
+    log(
+        f"{bench}: {steps} steps in {elapsed or 0:.2f} s = {rate or 0:.0f} steps/s; "
+        f"claim->succeeded p50 {p50 or 0:.1f} ms, p99 {p99 or 0:.1f} ms over {measured} step runs; "
+        f"one slot's claim to its next claim p50 {cycle or 0:.1f} ms"
+    )
+    if steps:
+        log(f"  per step: {commits / steps:.1f} commits, {rollbacks / steps:.2f} rollbacks")
+        for name, ins, upd, dele in writes:
+            per = [
+                f"{n / steps:5.2f} {what}"
+                for n, what in ((ins, "ins"), (upd, "upd"), (dele, "del"))
+            ]
+            log(f"  per step: {name:<18} " + " ".join(per))
+    return Result(rate, done)
