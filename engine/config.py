@@ -54,6 +54,10 @@ class Settings(BaseSettings):
             "(the engine's, then the flows' own tables)"
         ),
     )
+    reports_dir: Path = Field(
+        default=Path("reports/out"),
+        description="where run reports (and files beside them, e.g. rejected rows) are written",
+    )
     flow_modules: list[str] | None = Field(
         default=None,
         description="modules that export a `flow`; unset means every module of the flows package",

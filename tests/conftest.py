@@ -75,7 +75,8 @@ def pg_admin() -> str:
 
 @pytest.fixture(scope="session")
 def template_db(pg_admin: str) -> Iterator[str]:
-    name = f"engine_tpl_{_worker()}"
+    # the pid too: two pytest sessions on one server must not share a template
+    name = f"engine_tpl_{_worker()}_{os.getpid()}"
     info = create_database(pg_admin, name)
     with psycopg.connect(info, autocommit=True) as conn:
         migrations.apply(conn, Settings().migration_dirs)

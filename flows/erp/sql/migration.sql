@@ -1,0 +1,87 @@
+-- items_lock --
+-- New items take ids from max(id) + n: chunks loading items at once are serialised here.
+LOCK TABLE erp_items IN SHARE ROW EXCLUSIVE MODE;
+
+-- staged_items_create --
+-- Validated rows of one chunk, gone at commit.
+CREATE TEMP TABLE staged_items (
+    row_number integer, sku text, brand_code text, name text,
+    standard_cost numeric(14,4), price numeric(14,2)
+) ON COMMIT DROP;
+
+-- items_upsert_from_staged --
+-- Natural key sku: a rerun with the same values updates nothing (IS DISTINCT FROM guard).
+WITH resolved AS (
+    SELECT s.*, b.id AS brand_id,
+           (SELECT coalesce(max(id), 0) FROM erp_items)
+               + row_number() OVER (ORDER BY s.row_number) AS new_id
+    FROM staged_items AS s JOIN erp_brands AS b ON b.code = s.brand_code
+),
+upserted AS (
+    INSERT INTO erp_items AS i (id, brand_id, sku, name, standard_cost, price)
+    SELECT new_id, brand_id, sku, name, standard_cost, price FROM resolved
+    ON CONFLICT (sku) DO UPDATE
+        SET brand_id = EXCLUDED.brand_id, name = EXCLUDED.name,
+            standard_cost = EXCLUDED.standard_cost, price = EXCLUDED.price
+        WHERE (i.brand_id, i.name, i.standard_cost, i.price)
+              IS DISTINCT FROM (EXCLUDED.brand_id, EXCLUDED.name, EXCLUDED.standard_cost, EXCLUDED.price)
+    RETURNING (xmax = 0) AS inserted
+)
+SELECT count(*) FILTER (WHERE inserted)::int AS inserted,
+       count(*) FILTER (WHERE NOT inserted)::int AS updated
+FROM upserted;
+
+-- staged_items_unknown_brand --
+-- Rows naming a brand that does not exist are rejected, not guessed.
+SELECT row_number, brand_code FROM staged_items
+WHERE brand_code NOT IN (SELECT code FROM erp_brands) ORDER BY row_number;
+
+-- staged_openings_create --
+-- Validated opening-balance rows of one chunk, gone at commit.
+CREATE TEMP TABLE staged_openings (
+    row_number integer, store_code text, sku text, period text,
+    qty numeric(14,3), value numeric(16,2)
+) ON COMMIT DROP;
+
+-- staged_openings_unresolved --
+-- Rows whose store, item or period does not exist are rejected with the name that failed.
+SELECT o.row_number,
+       CASE WHEN s.id IS NULL THEN 'unknown store ' || o.store_code
+            WHEN i.id IS NULL THEN 'unknown item ' || o.sku
+            ELSE 'unknown period ' || o.period END AS reason
+FROM staged_openings AS o
+LEFT JOIN erp_stores AS s ON s.code = o.store_code
+LEFT JOIN erp_items AS i ON i.sku = o.sku
+LEFT JOIN erp_periods AS p ON p.period = o.period
+WHERE s.id IS NULL OR i.id IS NULL OR p.period IS NULL
+ORDER BY o.row_number;
+
+-- openings_upsert_from_staged --
+-- Natural key (store, item, period); a rerun with the same values updates nothing.
+WITH upserted AS (
+    INSERT INTO erp_opening_balances AS b (store_id, item_id, period, qty, value)
+    SELECT s.id, i.id, o.period, o.qty, o.value
+    FROM staged_openings AS o
+    JOIN erp_stores AS s ON s.code = o.store_code
+    JOIN erp_items AS i ON i.sku = o.sku
+    JOIN erp_periods AS p ON p.period = o.period
+    ON CONFLICT (store_id, item_id, period) DO UPDATE
+        SET qty = EXCLUDED.qty, value = EXCLUDED.value
+        WHERE (b.qty, b.value) IS DISTINCT FROM (EXCLUDED.qty, EXCLUDED.value)
+    RETURNING (xmax = 0) AS inserted
+)
+SELECT count(*) FILTER (WHERE inserted)::int AS inserted,
+       count(*) FILTER (WHERE NOT inserted)::int AS updated
+FROM upserted;
+
+-- rejects_insert --
+-- A rejected row is recorded once per source file (its checksum) and row number.
+INSERT INTO erp_migration_rejects (job_fingerprint, row_number, reason, raw)
+SELECT %(key)s, r.row_number, r.reason, r.raw
+FROM unnest(%(rows)s::int[], %(reasons)s::text[], %(raws)s::text[]) AS r (row_number, reason, raw)
+ON CONFLICT (job_fingerprint, row_number) DO NOTHING;
+
+-- rejects_select --
+-- Every rejected row of a source file, for the file written beside the report.
+SELECT row_number, reason, raw FROM erp_migration_rejects
+WHERE job_fingerprint = %(key)s ORDER BY row_number;
