@@ -1,0 +1,25 @@
+"""Settings of the ERP flows, read from ``ERP_*`` environment variables.
+
+They tune how the ERP jobs split their work, not what they compute: a posting
+job posts the same documents whatever its chunk size.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["ErpSettings"]
+
+
+class ErpSettings(BaseSettings):
+    """Every ERP setting; each is read from ``ERP_<NAME>`` (e.g. ``ERP_POSTING_CHUNK_SIZE``)."""
+
+    model_config = SettingsConfigDict(env_prefix="ERP_", extra="ignore")
+
+    posting_chunk_size: int = Field(
+        default=500,
+        ge=1,
+        le=100_000,
+        description="documents per posting step run (one transaction each)",
+    )

@@ -1,0 +1,230 @@
+"""Posting: turn a period's unposted accounting documents into journals.
+
+``engine submit posting --period 2026-11 [--wait]``
+
+Method:
+
+1. ``select_documents`` splits the period's unposted documents into chunks of
+   ``ERP_POSTING_CHUNK_SIZE`` (500) by id range (first id, last id, count);
+   the period must exist.
+2. ``post_chunk`` runs once per chunk, as one set-based statement in the step's
+   fenced transaction (``ctx.conn``), so a chunk's journals and status changes
+   commit together with its checkpoint, or not at all. Every unposted document
+   of the range is validated: its lines balance (total debit = total credit,
+   and more than zero), every account exists in ``erp_accounts``, no line is
+   both debit and credit, and its period is not closed. An invalid document is
+   marked ``rejected`` with every problem in its reason (``unbalanced: debit
+   120.00 != credit 100.00``, ``unknown account 9999 on line 2``, ``period
+   2026-10 is closed``); it never blocks the others. A valid one gets one
+   journal (source ``document``, source key ``document:<id>``), a copy of its
+   lines (store of the document) and status ``posted``.
+3. ``reconcile`` checks that this job's journals balance, that every document
+   journal of the period balances in the database, and that posted + rejected
+   equals the number selected; it fails the job loudly otherwise.
+
+Posting twice is impossible: the source key is unique (``ON CONFLICT DO
+NOTHING``), only documents whose journal the statement inserted are marked
+posted, and every update restates ``status = 'unposted'``. A retried chunk, a
+duplicate delivery or a second job for the period therefore posts nothing again.
+A document added to a chunk's id range after the selection is posted with the
+chunk and makes ``reconcile`` report the count mismatch.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from pydantic import BaseModel, Field
+
+from engine import Fail, Flow, StepContext, load_queries
+from flows.erp.books import Money
+from flows.erp.config import ErpSettings
+from flows.types import Period
+
+__all__ = [
+    "MAX_REJECTIONS",
+    "Chunk",
+    "ChunkResult",
+    "PostingParams",
+    "PostingSummary",
+    "Rejection",
+    "Selection",
+    "flow",
+    "post_documents",
+]
+
+_q = load_queries(str(Path(__file__).parent / "erp" / "sql" / "posting.sql"))
+
+MAX_REJECTIONS = 200
+"""Rejected documents listed per chunk result and in the summary (counts stay exact)."""
+
+
+class PostingParams(BaseModel):
+    """Parameters of a posting job."""
+
+    period: Period
+
+
+class Chunk(BaseModel):
+    """An id range of unposted documents of the period: one step run."""
+
+    first_id: int
+    last_id: int
+    count: int = Field(ge=1, description="unposted documents in the range when selected")
+
+
+class Selection(BaseModel):
+    """What the job will post: the period's unposted documents, in chunks."""
+
+    period: str
+    period_status: str
+    selected: int
+    chunks: list[Chunk]
+
+
+class Rejection(BaseModel):
+    """A document posting refused, and why."""
+
+    id: int
+    number: str
+    reason: str
+
+
+class ChunkResult(BaseModel):
+    """What posting one chunk did."""
+
+    first_id: int
+    last_id: int
+    posted: int
+    rejected: int
+    debit: Money
+    credit: Money
+    rejections: list[Rejection] = Field(description=f"at most {MAX_REJECTIONS}, by id")
+
+
+class PostingSummary(BaseModel):
+    """The job's result: counts, totals and the rejected documents."""
+
+    period: str
+    chunks: int
+    selected: int
+    posted: int
+    rejected: int
+    debit: Money
+    credit: Money
+    period_journals: int = Field(description="document journals of the period, all jobs")
+    period_debit: Money
+    period_credit: Money
+    rejections: list[Rejection] = Field(
+        description=f"the first {MAX_REJECTIONS} by id; `rejected` is the full count"
+    )
+
+
+flow = Flow(
+    "posting",
+    params=PostingParams,
+    description="Post a period's documents to journals in chunks; reject invalid ones.",
+)
+
+
+def post_documents(
+    conn: psycopg.Connection[Any], period: str, first_id: int, last_id: int
+) -> ChunkResult:
+    """Validate and post (or reject) the unposted documents of ``period`` in an id range.
+
+    One statement in the caller's transaction; calling it again for the same
+    range posts nothing more (see the module docstring).
+    """
+    row = conn.execute(
+        _q["document_post_or_reject_many_if_unposted"],
+        {
+            "period": period,
+            "first_id": first_id,
+            "last_id": last_id,
+            "max_rejections": MAX_REJECTIONS,
+        },
+    ).fetchone()
+    assert row is not None, "an aggregate query returns one row"
+    return ChunkResult(
+        first_id=first_id,
+        last_id=last_id,
+        posted=row["posted"],
+        rejected=row["rejected"],
+        debit=row["debit"],
+        credit=row["credit"],
+        rejections=[Rejection.model_validate(r) for r in row["rejections"]],
+    )
+
+
+@flow.step()
+def select_documents(params: PostingParams, ctx: StepContext) -> Selection:
+    """Split the period's unposted documents into id-range chunks; fail if no such period."""
+    period = ctx.conn.execute(_q["period_select"], {"period": params.period}).fetchone()
+    if period is None:
+        raise Fail(
+            f"period {params.period} does not exist in erp_periods; "
+            "create it (or seed the ERP) before posting its documents"
+        )
+    rows = ctx.conn.execute(
+        _q["document_select_unposted_chunks"],
+        {"period": params.period, "chunk_size": ErpSettings().posting_chunk_size},
+    ).fetchall()
+    chunks = [Chunk.model_validate(r) for r in rows]
+    return Selection(
+        period=params.period,
+        period_status=period["status"],
+        selected=sum(c.count for c in chunks),
+        chunks=chunks,
+    )
+
+
+@flow.step(map_over="select_documents.chunks")
+def post_chunk(chunk: Chunk, params: PostingParams, ctx: StepContext) -> ChunkResult:
+    """Post or reject one chunk's documents in the step's fenced transaction."""
+    return post_documents(ctx.conn, params.period, chunk.first_id, chunk.last_id)
+
+
+@flow.step(after=["post_chunk", "select_documents"])
+def reconcile(
+    results: list[ChunkResult], selection: Selection, params: PostingParams, ctx: StepContext
+) -> PostingSummary:
+    """Check the job's and the period's journals balance and every document was accounted for."""
+    posted = sum(r.posted for r in results)
+    rejected = sum(r.rejected for r in results)
+    debit = sum((r.debit for r in results), Decimal(0))
+    credit = sum((r.credit for r in results), Decimal(0))
+    books = ctx.conn.execute(
+        _q["journal_select_document_totals"], {"period": params.period}
+    ).fetchone()
+    assert books is not None, "an aggregate query returns one row"
+    problems: list[str] = []
+    if debit != credit:
+        problems.append(f"the journals posted do not balance: debit {debit} != credit {credit}")
+    if books["unbalanced"]:
+        problems.append(
+            f"{books['unbalanced']} document journal(s) of period {params.period} do not balance"
+        )
+    if posted + rejected != selection.selected:
+        problems.append(
+            f"posted {posted} + rejected {rejected} != selected {selection.selected} "
+            "(documents of the period changed while posting)"
+        )
+    if problems:
+        raise Fail(f"posting {params.period} does not reconcile: " + "; ".join(problems))
+    rejections = sorted((j for r in results for j in r.rejections), key=lambda j: j.id)
+    return PostingSummary(
+        period=params.period,
+        chunks=len(results),
+        selected=selection.selected,
+        posted=posted,
+        rejected=rejected,
+        debit=debit,
+        credit=credit,
+        period_journals=books["journals"],
+        period_debit=books["debit"],
+        period_credit=books["credit"],
+        rejections=rejections[:MAX_REJECTIONS],
+    )

@@ -1,0 +1,334 @@
+"""The posting flow on real PostgreSQL: end to end through a worker, and one chunk directly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from harness import fast_settings, thread_worker, wait_job_ended, wait_until
+
+from engine import Registry, connect, submit
+from engine.config import Settings
+from flows.posting import post_documents
+
+EVIL_MEMO = "'; DROP TABLE erp_documents; -- <script>alert(1)</script>"
+
+# id -> (number, kind, period, memo, lines as (account, debit, credit))
+DOCUMENTS: dict[int, tuple[str, str, str, str, list[tuple[str, str, str]]]] = {
+    1: (
+        "SI-1",
+        "sales_invoice",
+        "2026-11",
+        "",
+        [("1100", "120.00", "0"), ("4000", "0", "100.00"), ("2100", "0", "20.00")],
+    ),
+    2: (
+        "PI-2",
+        "purchase_invoice",
+        "2026-11",
+        "",
+        [("1300", "50.00", "0"), ("2000", "0", "50.00")],
+    ),
+    3: ("SI-3", "sales_invoice", "2026-11", "", [("1000", "120.00", "0"), ("4000", "0", "100.00")]),
+    4: ("SI-4", "sales_invoice", "2026-11", "", [("1000", "10.00", "0"), ("9999", "0", "10.00")]),
+    5: (
+        "SI-5",
+        "sales_invoice",
+        "2026-11",
+        EVIL_MEMO,
+        [("1000", "30.00", "0"), ("4000", "0", "30.00")],
+    ),
+    6: ("CN-6", "credit_note", "2026-11", "", [("4100", "15.00", "0"), ("1000", "0", "15.00")]),
+    7: ("ST-7", "stock_transfer", "2026-11", "", []),
+    8: ("SI-8", "sales_invoice", "2026-11", "", [("1000", "7.50", "0"), ("4000", "0", "7.50")]),
+    9: ("SI-9", "sales_invoice", "2026-10", "", [("1000", "10.00", "0"), ("4000", "0", "10.00")]),
+    10: ("SI-10", "sales_invoice", "2026-12", "", [("1000", "1.00", "0"), ("4000", "0", "1.00")]),
+}
+GOOD = {1, 2, 5, 6, 8}
+REJECTED = {
+    3: "unbalanced: debit 120.00 != credit 100.00",
+    4: "unknown account 9999 on line 2",
+    7: "no lines",
+    9: "period 2026-10 is closed",
+}
+
+
+def insert_erp(conn: psycopg.Connection[Any]) -> None:
+    """A tiny ERP: one brand, two stores, employees, an item, three periods, the documents."""
+    conn.execute("INSERT INTO erp_brands (id, code, name) VALUES (1, 'B1', 'Brand one')")
+    conn.execute(
+        "INSERT INTO erp_stores (id, code, brand_id, name, size) VALUES "
+        "(1, 'ST001', 1, 'Store one', 'small'), (2, 'ST002', 1, 'Store two', 'large')"
+    )
+    conn.execute(
+        "INSERT INTO erp_employees (id, store_id, name, role) VALUES "
+        "(1, 1, 'Ann', 'clerk'), (2, 2, 'Bob', 'manager')"
+    )
+    conn.execute(
+        "INSERT INTO erp_items (id, brand_id, sku, name, standard_cost, price) "
+        "VALUES (1, 1, 'SKU1', 'Shirt', 10, 25)"
+    )
+    conn.execute(
+        "INSERT INTO erp_periods (period, status, costed_at) VALUES "
+        "('2026-10', 'closed', now()), ('2026-11', 'open', NULL), ('2026-12', 'open', NULL)"
+    )
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO erp_documents "
+            "(id, number, kind, period, store_id, employee_id, issued_on, memo) "
+            "VALUES (%s, %s, %s, %s, %s, %s, '2026-11-15', %s)",
+            [
+                (i, number, kind, period, 1 + i % 2, 1 + i % 2, memo)
+                for i, (number, kind, period, memo, _) in DOCUMENTS.items()
+            ],
+        )
+        cur.executemany(
+            "INSERT INTO erp_document_lines (document_id, line_no, account_code, debit, credit) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            [
+                (i, n, account, Decimal(debit), Decimal(credit))
+                for i, (*_, lines) in DOCUMENTS.items()
+                for n, (account, debit, credit) in enumerate(lines, start=1)
+            ],
+        )
+
+
+def documents(conn: psycopg.Connection[Any]) -> dict[int, dict[str, Any]]:
+    rows = conn.execute("SELECT id, status, reject_reason FROM erp_documents").fetchall()
+    return {r["id"]: r for r in rows}
+
+
+def output(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> Any:
+    row = conn.execute(
+        "SELECT output FROM engine_step_runs WHERE job_id = %s AND step = %s", (job_id, step)
+    ).fetchone()
+    assert row is not None
+    return row["output"]
+
+
+def journal_count(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT count(*) AS n FROM erp_journals").fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry.load(["flows.posting"])
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return fast_settings(settings, concurrency=3)
+
+
+def run_posting(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], *periods: str
+) -> list[uuid.UUID]:
+    jobs = [
+        submit("posting", {"period": p}, settings=fast, registry=registry).job_id for p in periods
+    ]
+    with thread_worker(fast, registry):
+        for job_id in jobs:
+            assert wait_job_ended(conn, job_id) == "done"
+    return jobs
+
+
+def test_posting__posts_good_documents_once_and_rejects_bad_ones_with_reasons(
+    fast: Settings,
+    registry: Registry,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ERP_POSTING_CHUNK_SIZE", "2")
+    insert_erp(conn)
+    november, october = run_posting(fast, registry, conn, "2026-11", "2026-10")
+
+    selection = output(conn, november, "select_documents")
+    assert selection["selected"] == 8
+    assert [(c["first_id"], c["last_id"], c["count"]) for c in selection["chunks"]] == [
+        (1, 2, 2),
+        (3, 4, 2),
+        (5, 6, 2),
+        (7, 8, 2),
+    ]
+    summary = output(conn, november, "reconcile")
+    assert (summary["selected"], summary["posted"], summary["rejected"]) == (8, 5, 3)
+    assert summary["debit"] == summary["credit"] == "222.50"
+    assert {r["id"]: r["reason"] for r in summary["rejections"]} == {
+        i: REJECTED[i] for i in (3, 4, 7)
+    }
+    closed = output(conn, october, "reconcile")
+    assert (closed["selected"], closed["posted"], closed["rejected"]) == (1, 0, 1)
+
+    docs = documents(conn)
+    assert {i for i, d in docs.items() if d["status"] == "posted"} == GOOD
+    assert {i: d["reject_reason"] for i, d in docs.items() if d["status"] == "rejected"} == REJECTED
+    assert docs[10]["status"] == "unposted", "another period is left alone"
+
+    journals = conn.execute(
+        "SELECT j.source_key, j.store_id, j.memo, count(l.line_no) AS lines, "
+        "sum(l.debit) AS debit, sum(l.credit) AS credit, "
+        "bool_and(l.store_id = j.store_id) AS line_stores "
+        "FROM erp_journals j JOIN erp_journal_lines l ON l.journal_id = j.id "
+        "GROUP BY j.id"
+    ).fetchall()
+    assert sorted(j["source_key"] for j in journals) == sorted(f"document:{i}" for i in GOOD)
+    for j in journals:
+        assert j["debit"] == j["credit"] > 0, j
+        assert j["line_stores"], j
+        number = int(j["source_key"].split(":")[1])
+        assert j["lines"] == len(DOCUMENTS[number][4])
+        assert j["store_id"] == 1 + number % 2
+    assert {j["memo"] for j in journals if j["source_key"] == "document:5"} == {EVIL_MEMO}
+
+    total = conn.execute(
+        "SELECT sum(debit) AS debit, sum(credit) AS credit FROM erp_journal_lines"
+    ).fetchone()
+    assert total == {"debit": Decimal("222.50"), "credit": Decimal("222.50")}
+
+
+def test_posting__resubmitted_after_done_selects_nothing_and_changes_nothing(
+    fast: Settings,
+    registry: Registry,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ERP_POSTING_CHUNK_SIZE", "2")
+    insert_erp(conn)
+    (first,) = run_posting(fast, registry, conn, "2026-11")
+    before = (documents(conn), journal_count(conn))
+
+    (second,) = run_posting(fast, registry, conn, "2026-11")
+
+    assert second != first, "the first job was done, so this is a new job"
+    assert output(conn, second, "select_documents")["chunks"] == []
+    summary = output(conn, second, "reconcile")
+    assert (summary["selected"], summary["posted"], summary["rejected"]) == (0, 0, 0)
+    assert summary["period_journals"] == len(GOOD)
+    assert (documents(conn), journal_count(conn)) == before
+
+
+def test_posting__unknown_period_fails_the_job_naming_it(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    insert_erp(conn)
+    job = submit("posting", {"period": "2031-01"}, settings=fast, registry=registry)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id) == "failed"
+    row = conn.execute(
+        "SELECT status, error FROM engine_step_runs WHERE job_id = %s", (job.job_id,)
+    ).fetchone()
+    assert row is not None and row["status"] == "dead"
+    assert "period 2031-01 does not exist" in str(row["error"])
+
+
+def test_post_documents__twice_on_the_same_range_posts_nothing_more(
+    conn: psycopg.Connection[Any],
+) -> None:
+    insert_erp(conn)
+    first = post_documents(conn, "2026-11", 1, 8)
+    assert (first.posted, first.rejected, first.debit, first.credit) == (
+        5,
+        3,
+        Decimal("222.50"),
+        Decimal("222.50"),
+    )
+
+    again = post_documents(conn, "2026-11", 1, 8)
+    assert (again.posted, again.rejected, again.debit) == (0, 0, Decimal(0))
+    assert journal_count(conn) == len(GOOD)
+
+
+def test_post_documents__existing_journal_is_never_duplicated(
+    conn: psycopg.Connection[Any],
+) -> None:
+    insert_erp(conn)
+    post_documents(conn, "2026-11", 1, 2)
+    # as if a document's status were lost after its journal committed
+    conn.execute("UPDATE erp_documents SET status = 'unposted' WHERE id = 1")
+
+    result = post_documents(conn, "2026-11", 1, 2)
+
+    assert (result.posted, result.rejected) == (0, 0)
+    row = conn.execute(
+        "SELECT count(*) AS n FROM erp_journals WHERE source_key = 'document:1'"
+    ).fetchone()
+    assert row == {"n": 1}
+    assert documents(conn)[1]["status"] == "unposted", "only a journal inserted now marks it"
+
+
+@pytest.mark.acceptance
+def test_books_cli__trial_balance_json_after_posting(
+    fast: Settings,
+    registry: Registry,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ERP_POSTING_CHUNK_SIZE", "2")
+    insert_erp(conn)
+    run_posting(fast, registry, conn, "2026-11")
+    assert fast.database_url is not None
+    env = {**os.environ, "ENGINE_DATABASE_URL": fast.database_url.get_secret_value()}
+    env.pop("ENGINE_FLOW_MODULES", None)
+
+    result = subprocess.run(
+        [sys.executable, "-m", "engine", "books", "trial-balance", "--period", "2026-11", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    tb = json.loads(result.stdout)
+    assert set(tb) == {"period", "debit", "credit", "lines", "accounts"}
+    assert (tb["period"], tb["debit"], tb["credit"], tb["lines"]) == (
+        "2026-11",
+        "222.50",
+        "222.50",
+        11,
+    )
+    accounts = {a["code"]: a for a in tb["accounts"]}
+    assert accounts["1100"] == {
+        "code": "1100",
+        "name": "Accounts receivable",
+        "debit": "120.00",
+        "credit": "0.00",
+        "balance": "120.00",
+    }
+    assert accounts["4000"]["balance"] == "-137.50"
+    assert "9999" not in accounts
+
+
+def test_post_documents__two_transactions_on_one_range_post_once(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    insert_erp(conn)
+    with connect(settings) as first, connect(settings) as second:
+        posted_first = post_documents(first, "2026-11", 1, 8)  # holds its row locks, uncommitted
+        with ThreadPoolExecutor(1) as pool:
+            racing = pool.submit(post_documents, second, "2026-11", 1, 8)
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT 1 FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                ).fetchone(),
+                what="the second posting to wait on the first one's row locks",
+            )
+            first.commit()
+            posted_second = racing.result(timeout=30)
+        second.commit()
+
+    assert (posted_first.posted, posted_first.rejected) == (5, 3)
+    assert (posted_second.posted, posted_second.rejected) == (0, 0)
+    assert journal_count(conn) == len(GOOD)
