@@ -9,6 +9,7 @@ module exports; ``flows/`` imports nothing else from ``engine``.
 from engine.config import Settings
 from engine.context import StepContext
 from engine.db import connect
+from engine.demo import worker_processes
 from engine.errors import (
     BadInput,
     ConfigError,
@@ -25,9 +26,11 @@ from engine.errors import (
 from engine.flow import Flow, MapOver, Step, StepInput
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
+from engine.store.migrations import MigrationReport, migrate
 from engine.store.queries import Queries
 from engine.store.queries import load as load_queries
 from engine.submit import Submitted, submit
+from engine.waiting import wait_for_job
 
 __all__ = [
     "BadInput",
@@ -43,6 +46,7 @@ __all__ = [
     "MapOver",
     "MigrationChecksumMismatch",
     "MigrationError",
+    "MigrationReport",
     "Queries",
     "Registry",
     "Retry",
@@ -56,5 +60,8 @@ __all__ = [
     "UnknownFlow",
     "connect",
     "load_queries",
+    "migrate",
     "submit",
+    "wait_for_job",
+    "worker_processes",
 ]

@@ -25,7 +25,6 @@ from rich.table import Table
 
 from engine import admin, db
 from engine.config import Settings
-from engine.demo import worker_processes
 from engine.errors import BadInput, EngineError
 from engine.flow import Flow
 from engine.models import JobStatus
@@ -488,43 +487,3 @@ def dlq_replay(dead_letter_id: int) -> None:
 def dlq_purge() -> None:
     """Delete poison-message and replayed dead letters (open step dead letters stay)."""
     out.print(f"{admin.purge(_state().settings)} dead letter(s) deleted")
-
-
-@main.command()
-@click.option("--period", default="2026-11", show_default=True, help="period of the demo job")
-@handle_errors
-def demo(period: str) -> None:
-    """Migrate, start two workers, submit the example flow, wait for it and show it."""
-    state = _state()
-    out.print(f"database: {state.settings.masked_database_url()}", highlight=False)
-    with db.connect(state.settings, autocommit=True) as conn:
-        report = migrations.apply(conn, state.settings.migration_dirs)
-    out.print(f"migrations: {len(report.applied)} applied, {len(report.already)} already applied")
-    job = submit(
-        "example",
-        {"period": period, "chunks": 8},
-        settings=state.settings,
-        registry=state.registry,
-        submitted_by=_whoami(),
-    )
-    _report_submitted(job, False)
-    again = submit(
-        "example",
-        {"period": period, "chunks": 8},
-        settings=state.settings,
-        registry=state.registry,
-        submitted_by=_whoami(),
-    )
-    if not again.created:
-        out.print("submitted again while active: the same job came back (created: false)")
-    with worker_processes(state.settings, 2):
-        out.print("workers: 2 processes x 2 slots")
-        status = wait_for_job(state.settings, job.job_id)
-    view = job_view(sqlalchemy_engine(state.settings), job.job_id)
-    assert view is not None
-    _print_view(view)
-    total = next((s.output for s in view.steps if s.step == "total"), None)
-    out.print(f"result: {json.dumps(total, sort_keys=True)}", highlight=False, markup=False)
-    out.print(f"job {status}; see it again with: engine status {job.job_id}", highlight=False)
-    if status != JobStatus.DONE:
-        sys.exit(EXIT_JOB_FAILED)

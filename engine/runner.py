@@ -34,8 +34,9 @@ from engine.retry import Cancel, Fail, Retry, RetryPolicy
 from engine.schedule import schedule_ready
 from engine.store import jobs as job_store
 from engine.store import step_runs as store
+from engine.store.jobs import NewStepRun
 from engine.store.step_runs import Claimed, ClaimRefused
-from engine.transports.base import Received, Transport
+from engine.transports.base import Outgoing, Received, Transport
 
 log = logging.getLogger(__name__)
 
@@ -56,43 +57,43 @@ class Outcome:
 def claim(
     conn: psycopg.Connection[Any], message: StepMessage, worker: str, lease_s: float
 ) -> Claimed | ClaimRefused:
-    """Claim the step run of ``message`` in its own transaction (invariant 2).
+    """Claim the step run of ``message`` and commit (invariant 2).
 
-    Losing is normal: zero rows, or under REPEATABLE READ a serialization
-    failure (SQLSTATE 40001), are both "not claimed".
+    On an autocommit connection (the worker's) the claim, the job start and
+    the claim event are one statement, so one round trip; otherwise they run
+    in a transaction of their own. Losing is normal: zero rows, or under
+    REPEATABLE READ a serialization failure (SQLSTATE 40001), are both "not
+    claimed".
     """
     try:
+        if conn.autocommit:
+            return _claim(conn, message, worker, lease_s)
         with conn.transaction():
-            result = store.step_claim_if_available(
-                conn,
-                step_run_id=message.step_run_id,
-                job_id=message.job_id,
-                worker=worker,
-                lease_s=lease_s,
-            )
-            if isinstance(result, Claimed):
-                store.job_start_if_pending(conn, result.job_id)
-                job_store.event_insert(
-                    conn,
-                    EventKind.RECLAIMED if result.reclaimed_from else EventKind.CLAIMED,
-                    job_id=result.job_id,
-                    step_run_id=result.id,
-                    worker=worker,
-                    attempt=result.attempt,
-                    detail={"from": result.reclaimed_from} if result.reclaimed_from else {},
-                )
-            elif result.reason != "unknown":
-                job_store.event_insert(
-                    conn,
-                    EventKind.CLAIM_REFUSED,
-                    job_id=message.job_id,
-                    step_run_id=message.step_run_id,
-                    worker=worker,
-                    detail={"reason": result.reason},
-                )
-            return result
+            return _claim(conn, message, worker, lease_s)
     except psycopg.errors.SerializationFailure:
         return ClaimRefused("race")
+
+
+def _claim(
+    conn: psycopg.Connection[Any], message: StepMessage, worker: str, lease_s: float
+) -> Claimed | ClaimRefused:
+    result = store.step_claim_if_available(
+        conn,
+        step_run_id=message.step_run_id,
+        job_id=message.job_id,
+        worker=worker,
+        lease_s=lease_s,
+    )
+    if isinstance(result, ClaimRefused) and result.reason != "unknown":
+        job_store.event_insert(
+            conn,
+            EventKind.CLAIM_REFUSED,
+            job_id=message.job_id,
+            step_run_id=message.step_run_id,
+            worker=worker,
+            detail={"reason": result.reason},
+        )
+    return result
 
 
 def error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
@@ -278,33 +279,53 @@ class StepRunner:
         self, flow: Flow, claimed: Claimed, output: BaseModel, lease: Lease
     ) -> list[int]:
         conn = self.conn
-        job_status = store.job_lock(conn, claimed.job_id)
-        if not store.checkpoint_put_if_leased(
-            conn, claimed.id, claimed.token, output.model_dump(mode="json")
-        ):
-            raise _Fenced(f"checkpoint of step run {claimed.id} refused: lease token changed")
-        job_store.event_insert(
+        # a single-run step's stored checkpoint spares its successor a read
+        successor = any(claimed.step in s.after for s in flow.steps.values())
+        done = store.checkpoint_put_if_leased(
             conn,
-            EventKind.SUCCEEDED,
-            job_id=claimed.job_id,
             step_run_id=claimed.id,
+            job_id=claimed.job_id,
+            token=claimed.token,
+            output=output.model_dump(mode="json"),
             worker=self.worker,
-            attempt=claimed.attempt,
+            with_output=successor and claimed.fanout_key == "",
         )
+        if done is None:
+            raise _Fenced(f"checkpoint of step run {claimed.id} refused: lease token changed")
+        runs: list[NewStepRun] = []
+        job_complete = False
+        if done.job_status in (JobStatus.PENDING, JobStatus.RUNNING):
+            mine = done.counts.get(claimed.step)
+            known = (
+                {claimed.step: [(claimed.fanout_key, done.output)]}
+                if done.output is not None and mine is not None and mine.total == 1
+                else {}
+            )
+            scheduled = schedule_ready(
+                conn, flow, claimed.job_id, claimed.params, self.settings, done.counts, known
+            )
+            runs, job_complete = scheduled.runs, scheduled.job_complete
         outbox_ids: list[int] = []
-        if job_status in (JobStatus.PENDING, JobStatus.RUNNING):
-            scheduled = schedule_ready(conn, flow, claimed.job_id, claimed.params, self.settings)
-            outbox_ids = scheduled.outbox_ids
-            if scheduled.job_complete and store.job_finish_if_active(
-                conn, claimed.job_id, JobStatus.DONE
-            ):
-                job_store.event_insert(
-                    conn, EventKind.JOB_DONE, job_id=claimed.job_id, worker=self.worker
+        # the rest needs no answer: one round trip
+        with conn.pipeline():
+            if job_complete:
+                store.job_finish_if_active_logged(
+                    conn,
+                    claimed.job_id,
+                    JobStatus.DONE,
+                    event=EventKind.JOB_DONE,
+                    worker=self.worker,
                 )
-        if self.transport.transactional:
-            # message out and delivery gone in the same commit as the checkpoint
-            if outbox_ids:
-                relay(conn, self.transport, ids=outbox_ids)
+            if not self.transport.transactional:
+                outbox_ids = job_store.step_run_insert_many_with_outbox(conn, claimed.job_id, runs)
+                return outbox_ids
+            # messages out and the delivery gone in the same commit as the checkpoint;
+            # the outbox rows are written as published (the sweeper's "announced")
+            job_store.step_run_insert_many_announced(conn, claimed.job_id, runs)
+            self.transport.publish(
+                conn,
+                [Outgoing(StepMessage(job_id=claimed.job_id, step_run_id=r.id)) for r in runs],
+            )
             self.transport.delete([lease.receipt], conn)
         return outbox_ids
 

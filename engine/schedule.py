@@ -28,8 +28,11 @@ from engine.store import step_runs as store
 
 @dataclass(frozen=True)
 class Scheduled:
-    outbox_ids: list[int]
+    runs: list[job_store.NewStepRun]  # to insert in the checkpoint's transaction
     job_complete: bool
+
+
+Outputs = dict[str, list[tuple[str, Any]]]
 
 
 def max_attempts_for(step: Step, settings: Settings) -> int:
@@ -51,11 +54,16 @@ def schedule_ready(
     job_id: uuid.UUID,
     params_json: dict[str, Any],
     settings: Settings,
+    counts: dict[str, store.StepCounts],
+    known: Outputs | None = None,
 ) -> Scheduled:
-    """Create the step runs that became ready; call under :func:`store.job_lock`."""
-    counts = store.step_counts_by_job(conn, job_id)
+    """The step runs that became ready, given ``counts`` read under the job's row lock.
+
+    ``known`` holds checkpoints the caller already has (step -> every
+    (fan-out key, output) of that step); other upstream outputs are read.
+    """
     complete: dict[str, bool] = {}
-    outbox_ids: list[int] = []
+    runs: list[job_store.NewStepRun] = []
     for name in flow.topological_order():
         step = flow.steps[name]
         upstream_complete = all(complete[u] for u in step.after)
@@ -66,10 +74,10 @@ def schedule_ready(
         if not upstream_complete or not step.after:
             complete[name] = False
             continue
-        runs = _expand(conn, flow, step, job_id, params_json, settings)
-        outbox_ids += job_store.step_run_insert_many_with_outbox(conn, job_id, runs)
-        complete[name] = not runs
-    return Scheduled(outbox_ids, all(complete.values()))
+        new = _expand(conn, flow, step, job_id, params_json, settings, known or {})
+        runs += new
+        complete[name] = not new
+    return Scheduled(runs, all(complete.values()))
 
 
 def _expand(
@@ -79,8 +87,10 @@ def _expand(
     job_id: uuid.UUID,
     params_json: dict[str, Any],
     settings: Settings,
+    known: Outputs,
 ) -> list[job_store.NewStepRun]:
-    outputs = store.step_outputs_select(conn, job_id, step.after)
+    missing = [s for s in step.after if s not in known]
+    outputs = {**known, **store.step_outputs_select(conn, job_id, missing)} if missing else known
     shared: dict[str, Any] = {}
     for param, source in step.inputs.items():
         if source.kind == "params":

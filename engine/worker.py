@@ -85,12 +85,16 @@ class _Slot:
 
     def _runner(self) -> StepRunner:
         if self.runner is None or self.runner.conn.closed:
+            conn = connect_worker(self.worker.settings)
+            # a claim is one statement (one round trip); the step's own
+            # transaction is begun explicitly by the runner
+            conn.autocommit = True
             self.runner = StepRunner(
                 settings=self.worker.settings,
                 registry=self.worker.registry,
                 transport=self.worker.transport,
                 worker=self.name,
-                conn=connect_worker(self.worker.settings),
+                conn=conn,
                 heartbeat=self.heartbeat,
                 alert=self.worker.alert,
             )

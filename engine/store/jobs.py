@@ -81,6 +81,18 @@ def job_select_active_by_fingerprint(
     return None if row is None else _job(row)
 
 
+def _runs_params(job_id: uuid.UUID, runs: Sequence[NewStepRun]) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "ids": [r.id for r in runs],
+        "steps": [r.step for r in runs],
+        "fanout_keys": [r.fanout_key for r in runs],
+        "fingerprints": [r.fingerprint for r in runs],
+        "max_attempts": [r.max_attempts for r in runs],
+        "items": [None if r.item is None else Jsonb(r.item) for r in runs],
+    }
+
+
 @wrap_errors
 def step_run_insert_many_with_outbox(
     conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
@@ -89,19 +101,21 @@ def step_run_insert_many_with_outbox(
     if not runs:
         return []
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["step_run_insert_many_with_outbox"],
-            {
-                "job_id": job_id,
-                "ids": [r.id for r in runs],
-                "steps": [r.step for r in runs],
-                "fanout_keys": [r.fanout_key for r in runs],
-                "fingerprints": [r.fingerprint for r in runs],
-                "max_attempts": [r.max_attempts for r in runs],
-                "items": [None if r.item is None else Jsonb(r.item) for r in runs],
-            },
-        )
+        cur.execute(_q["step_run_insert_many_with_outbox"], _runs_params(job_id, runs))
         return [row["id"] for row in cur.fetchall()]
+
+
+@wrap_errors
+def step_run_insert_many_announced(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
+) -> None:
+    """Insert the step runs not inserted yet, their outbox rows already published.
+
+    For a transport that sends their messages in this same transaction; no
+    result is read, so it can be pipelined.
+    """
+    if runs:
+        conn.execute(_q["step_run_insert_many_announced"], _runs_params(job_id, runs))
 
 
 @wrap_errors

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from engine.config import Settings
 from engine.errors import MigrationChecksumMismatch, MigrationError
 from engine.store.queries import load
 
@@ -134,3 +135,11 @@ def _check_applied(migrations: list[Migration], applied: dict[int, Any]) -> None
                 f"(applied checksum {recorded[:12]}..., file now {migration.checksum[:12]}...); "
                 "restore the file and put the change in a new migration"
             )
+
+
+def migrate(settings: Settings) -> MigrationReport:
+    """Apply every configured folder's migrations (``ENGINE_MIGRATION_DIRS``)."""
+    from engine import db
+
+    with db.connect(settings, autocommit=True) as conn:
+        return apply(conn, settings.migration_dirs)

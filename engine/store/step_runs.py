@@ -57,6 +57,12 @@ class ClaimRefused:
     retry_in_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class StepCounts:
+    total: int
+    done: int
+
+
 def _first(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any] | None:
     return cur.fetchone()
 
@@ -115,11 +121,6 @@ def _refusal(row: dict[str, Any] | None) -> ClaimRefused:
 
 
 @wrap_errors
-def job_start_if_pending(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> bool:
-    return conn.execute(_q["job_start_if_pending"], {"job_id": job_id}).rowcount == 1
-
-
-@wrap_errors
 def lease_extend_if_owner(
     conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, lease_s: float
 ) -> datetime | None:
@@ -138,23 +139,56 @@ def lease_release_if_owner(
     return cur.rowcount == 1
 
 
-@wrap_errors
-def job_lock(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
-    """Lock the job row for this transaction; its status (``None``: no such job)."""
-    row = conn.execute(_q["job_lock"], {"job_id": job_id}).fetchone()
-    return None if row is None else str(_col(row, "status"))
+@dataclass(frozen=True)
+class Checkpointed:
+    """The checkpoint committed (with its transaction): what scheduling needs next.
+
+    ``counts`` is read by a statement that starts after the job row lock was
+    taken, so it sees every completion of this job committed before ours.
+    ``output`` is the checkpoint as stored (only when asked for).
+    """
+
+    job_status: str
+    counts: dict[str, StepCounts]
+    output: Any
 
 
 @wrap_errors
 def checkpoint_put_if_leased(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, output: Any
-) -> bool:
-    """Store the output and mark done; ``False``: the lease was lost (roll back)."""
-    cur = conn.execute(
-        _q["checkpoint_put_if_leased"],
-        {"id": step_run_id, "token": token, "output": Jsonb(output)},
-    )
-    return cur.rowcount == 1
+    conn: psycopg.Connection[Any],
+    *,
+    step_run_id: uuid.UUID,
+    job_id: uuid.UUID,
+    token: uuid.UUID,
+    output: Any,
+    worker: str,
+    with_output: bool = False,
+) -> Checkpointed | None:
+    """Lock the job, store the output and mark done; ``None``: the lease was lost (roll back).
+
+    Two statements in one round trip (pipeline): the guarded checkpoint, then
+    the step counts of the job, in a snapshot taken after the lock was granted.
+    """
+    params = {
+        "id": step_run_id,
+        "job_id": job_id,
+        "token": token,
+        "output": Jsonb(output),
+        "worker": worker,
+        "with_output": with_output,
+    }
+    with (
+        conn.pipeline(),
+        conn.cursor(row_factory=dict_row) as put,
+        conn.cursor(row_factory=dict_row) as counted,
+    ):
+        put.execute(_q["checkpoint_put_if_leased"], params)
+        counted.execute(_q["step_counts_by_job"], {"job_id": job_id})
+        row = _first(put)
+        counts = {r["step"]: StepCounts(r["total"], r["done"]) for r in counted.fetchall()}
+    if row is None or not row["checkpointed"]:
+        return None
+    return Checkpointed(str(row["job_status"]), counts, row["output"])
 
 
 @wrap_errors
@@ -198,12 +232,6 @@ def step_dead_if_expired_exhausted_many(conn: psycopg.Connection[Any]) -> list[E
         return [ExpiredExhausted(r["id"], r["job_id"], r["attempts"], r["step"]) for r in cur]
 
 
-@dataclass(frozen=True)
-class StepCounts:
-    total: int
-    done: int
-
-
 @wrap_errors
 def step_counts_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, StepCounts]:
     with conn.cursor(row_factory=dict_row) as cur:
@@ -234,6 +262,23 @@ def job_finish_if_active(
         _q["job_finish_if_active"], {"job_id": job_id, "status": status, "error": error}
     )
     return cur.rowcount == 1
+
+
+@wrap_errors
+def job_finish_if_active_logged(
+    conn: psycopg.Connection[Any],
+    job_id: uuid.UUID,
+    status: str,
+    *,
+    event: str,
+    worker: str,
+    error: str | None = None,
+) -> None:
+    """End an active job and log ``event`` for it; no result, so it can be pipelined."""
+    conn.execute(
+        _q["job_finish_if_active_logged"],
+        {"job_id": job_id, "status": status, "error": error, "event": event, "worker": worker},
+    )
 
 
 @wrap_errors

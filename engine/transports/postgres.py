@@ -16,8 +16,9 @@ becomes visible, so neither new messages nor delayed retries wait for a poll.
 
 The transport is shared by threads (receiver, heartbeats, executors). It holds
 three lazily opened autocommit connections, each used by one thread at a
-time: one for short statements, one for receiving, and one dedicated to
-``LISTEN``. A broken connection is dropped and reopened on next use.
+time: one for short statements, one for receiving (its commits do not wait
+for the WAL flush: a lost receive only makes the message visible again), and
+one dedicated to ``LISTEN``. A broken connection is dropped and reopened on next use.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ class PostgresTransport:
     def __init__(self, settings: Settings | None = None) -> None:
         self._settings = settings if settings is not None else Settings()
         self._short = _Connection(self._settings)
-        self._recv = _Connection(self._settings)
+        self._recv = _Connection(self._settings, setup=_q["queue_receiver_commit_async"])
         self._listen = _Connection(self._settings, setup=_q["queue_listen"])
         self._closed = False
 

@@ -62,3 +62,7 @@ LISTEN engine_queue;
 -- queue_notify --
 -- Wakes every waiting receiver (used on close to end this transport's own wait); a spurious wake-up only costs one empty receive.
 SELECT pg_notify('engine_queue', '');
+
+-- queue_receiver_commit_async --
+-- Only for the receiving connection (never claims, checkpoints or in-transaction deletes): a receive lost in a server crash only makes its message visible again, so its commit need not wait for the WAL flush.
+SET synchronous_commit = off;

@@ -4,4 +4,11 @@ from __future__ import annotations
 
 import click
 
+from flows.erp.books import books
+from flows.erp.demo import demo
+from flows.erp.seed import command as seed_command
+
 commands: list[click.Command] = []
+commands.append(books)
+commands.append(seed_command)
+commands.append(demo)

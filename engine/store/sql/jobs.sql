@@ -26,6 +26,20 @@ INSERT INTO engine_outbox (step_run_id)
 SELECT id FROM new_runs
 RETURNING id, step_run_id;
 
+-- step_run_insert_many_announced --
+-- For a transport that publishes in this same transaction: a step key exists once per job, and each new step run's outbox row is written already published, so the sweeper counts it as announced and no relay sends it again.
+WITH new_runs AS (
+    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item)
+    SELECT r.id, %(job_id)s, r.step, r.fanout_key, r.fingerprint, r.max_attempts, r.item
+    FROM unnest(%(ids)s::uuid[], %(steps)s::text[], %(fanout_keys)s::text[],
+                %(fingerprints)s::text[], %(max_attempts)s::int[], %(items)s::jsonb[])
+         AS r (id, step, fanout_key, fingerprint, max_attempts, item)
+    ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
+    RETURNING id
+)
+INSERT INTO engine_outbox (step_run_id, published_at)
+SELECT n.id, clock_timestamp() FROM new_runs AS n;
+
 -- event_insert --
 -- engine_events is append-only: the trigger refuses UPDATE, DELETE and TRUNCATE.
 INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)

@@ -1,25 +1,40 @@
 -- step_claim_if_available --
--- Invariant 2: pending and due, or running with an expired lease (database clock), of an active job, under the attempt cap, becomes running with a fresh token and attempts + 1; zero rows is a normal outcome.
-UPDATE engine_step_runs AS s
-SET status = 'running',
-    attempts = s.attempts + 1,
-    lease_owner = %(worker)s,
-    lease_token = gen_random_uuid(),
-    lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
-    started_at = coalesce(s.started_at, clock_timestamp()),
-    claimed_at = clock_timestamp()
-FROM engine_step_runs AS prev, engine_jobs AS j
-WHERE s.id = %(id)s
-  AND s.job_id = %(job_id)s
-  AND prev.id = s.id
-  AND j.id = s.job_id
-  AND j.status IN ('pending', 'running')
-  AND s.attempts < s.max_attempts
-  AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
-    OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
-RETURNING s.id, s.job_id, s.step, s.fanout_key, s.fingerprint, s.attempts, s.max_attempts,
-          s.lease_token, s.lease_expires_at, s.item, j.flow, j.params,
-          prev.status AS previous_status, prev.lease_owner AS previous_owner;
+-- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job, under the attempt cap) takes a fresh token and attempts + 1; the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
+WITH claimed AS (
+    UPDATE engine_step_runs AS s
+    SET status = 'running',
+        attempts = s.attempts + 1,
+        lease_owner = %(worker)s,
+        lease_token = gen_random_uuid(),
+        lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
+        started_at = coalesce(s.started_at, clock_timestamp()),
+        claimed_at = clock_timestamp()
+    FROM engine_step_runs AS prev, engine_jobs AS j
+    WHERE s.id = %(id)s
+      AND s.job_id = %(job_id)s
+      AND prev.id = s.id
+      AND j.id = s.job_id
+      AND j.status IN ('pending', 'running')
+      AND s.attempts < s.max_attempts
+      AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
+        OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
+    RETURNING s.id, s.job_id, s.step, s.fanout_key, s.fingerprint, s.attempts, s.max_attempts,
+              s.lease_token, s.lease_expires_at, s.item, j.flow, j.params,
+              prev.status AS previous_status, prev.lease_owner AS previous_owner
+), started AS (
+    UPDATE engine_jobs AS j
+    SET status = 'running', started_at = clock_timestamp()
+    FROM claimed AS c
+    WHERE j.id = c.job_id AND j.status = 'pending'
+), logged AS (
+    INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
+    SELECT CASE WHEN c.previous_status = 'running' THEN 'reclaimed' ELSE 'claimed' END,
+           c.job_id, c.id, %(worker)s, c.attempts,
+           CASE WHEN c.previous_status = 'running'
+                THEN jsonb_build_object('from', c.previous_owner) ELSE '{}'::jsonb END
+    FROM claimed AS c
+)
+SELECT * FROM claimed;
 
 -- step_select_claim_refusal --
 -- Read after a claim matched zero rows, only to decide what to do with the message; never used to write.
@@ -31,11 +46,6 @@ SELECT s.status, s.attempts, s.max_attempts, s.job_id,
 FROM engine_step_runs AS s
 JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE s.id = %(id)s AND s.job_id = %(job_id)s;
-
--- job_start_if_pending --
--- A job becomes running at its first claim; any other status is left alone.
-UPDATE engine_jobs SET status = 'running', started_at = clock_timestamp()
-WHERE id = %(job_id)s AND status = 'pending';
 
 -- lease_extend_if_owner --
 -- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost.
@@ -52,17 +62,25 @@ SET status = 'pending', available_at = clock_timestamp(),
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
 RETURNING id;
 
--- job_lock --
--- Completions of one job are serialised here, so two steps finishing together schedule their common successor once.
-SELECT status FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE;
-
 -- checkpoint_put_if_leased --
--- Invariant 5: the output commits only while our token is current; zero rows rolls back the whole step transaction.
-UPDATE engine_step_runs
-SET status = 'done', output = %(output)s, finished_at = clock_timestamp(),
-    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
-RETURNING id;
+-- Invariant 5: the output commits only while our token is current (zero rows rolls back the whole step transaction); the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint.
+WITH job AS (
+    SELECT id, status FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
+), done AS (
+    UPDATE engine_step_runs AS s
+    SET status = 'done', output = %(output)s, finished_at = clock_timestamp(),
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+    FROM job
+    WHERE s.id = %(id)s AND s.job_id = job.id
+      AND s.lease_token = %(token)s AND s.status = 'running'
+    RETURNING s.id, s.job_id, s.attempts, s.output
+), logged AS (
+    INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt)
+    SELECT 'succeeded', d.job_id, d.id, %(worker)s, d.attempts FROM done AS d
+)
+SELECT job.status AS job_status, done.id IS NOT NULL AS checkpointed,
+       CASE WHEN %(with_output)s THEN done.output END AS output
+FROM job LEFT JOIN done ON true;
 
 -- step_retry_if_leased --
 -- Only the lease holder schedules a retry, and only under the attempt cap.
@@ -114,6 +132,17 @@ UPDATE engine_jobs
 SET status = %(status)s, finished_at = clock_timestamp(), error = %(error)s
 WHERE id = %(job_id)s AND status IN ('pending', 'running')
 RETURNING id;
+
+-- job_finish_if_active_logged --
+-- A job ends once; its event is written only by the statement that ended it.
+WITH finished AS (
+    UPDATE engine_jobs
+    SET status = %(status)s, finished_at = clock_timestamp(), error = %(error)s
+    WHERE id = %(job_id)s AND status IN ('pending', 'running')
+    RETURNING id
+)
+INSERT INTO engine_events (kind, job_id, worker)
+SELECT %(event)s, f.id, %(worker)s FROM finished AS f;
 
 -- dead_letter_insert_step --
 -- A step run is dead-lettered once until replayed (partial unique index); zero rows: it already was, so no second alert.

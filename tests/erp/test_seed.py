@@ -1,0 +1,272 @@
+"""The ERP seed: deterministic rows, the planted faults, and ``engine seed``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+
+from engine import BadInput, Settings
+from flows.erp.seed import HOSTILE_MEMOS, SeedReport, seed
+
+TINY: dict[str, Any] = {
+    "stores": 5,
+    "brands": 2,
+    "employees": 12,
+    "items": 30,
+    "period": "2026-11",
+    "documents": 60,
+}
+
+# every seeded table, with the key that orders its rows
+TABLES = {
+    "erp_brands": "id",
+    "erp_stores": "id",
+    "erp_employees": "id",
+    "erp_items": "id",
+    "erp_periods": "period",
+    "erp_opening_balances": "store_id, item_id, period",
+    "erp_stock_moves": "id",
+    "erp_documents": "id",
+    "erp_document_lines": "document_id, line_no",
+}
+
+
+def fingerprints(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """md5 of each table's rows in key order: equal fingerprints, equal rows."""
+    return {
+        table: conn.execute(
+            f"SELECT md5(coalesce(string_agg(t::text, E'\\n' ORDER BY {key}), '')) AS h "
+            f"FROM {table} AS t"
+        ).fetchone()["h"]
+        for table, key in TABLES.items()
+    }
+
+
+@pytest.fixture
+def seeded(conn: psycopg.Connection[Any]) -> SeedReport:
+    return seed(conn, **TINY, seed=7)
+
+
+def test_seed__same_seed_gives_identical_rows_another_seed_differs(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    first = fingerprints(conn)
+    seed(conn, **TINY, seed=7, replace=True)
+    assert fingerprints(conn) == first  # replace restarts identities: ids match too
+
+    seed(conn, **TINY, seed=8, replace=True)
+    other = fingerprints(conn)
+    for table in ("erp_items", "erp_opening_balances", "erp_stock_moves", "erp_document_lines"):
+        assert other[table] != first[table], table
+
+
+def test_seed__document_count_leaves_the_moves_alone(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    before = fingerprints(conn)
+    seed(conn, **{**TINY, "documents": 90}, seed=7, replace=True)
+    after = fingerprints(conn)
+    assert after["erp_stock_moves"] == before["erp_stock_moves"]
+    assert after["erp_documents"] != before["erp_documents"]
+
+
+def test_seed__counts_match_the_options_and_the_report(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    counts = {t: conn.execute(f"SELECT count(*) AS n FROM {t}").fetchone()["n"] for t in TABLES}
+    assert counts == seeded.table_counts()
+    assert (counts["erp_brands"], counts["erp_stores"]) == (2, 5)
+    assert (counts["erp_employees"], counts["erp_items"], counts["erp_documents"]) == (12, 60, 60)
+    assert seeded.stock_moves == sum(seeded.stock_moves_by_kind.values()) > 0
+    per_kind = conn.execute("SELECT kind, count(*) AS n FROM erp_stock_moves GROUP BY kind")
+    assert {r["kind"]: r["n"] for r in per_kind} == seeded.stock_moves_by_kind
+    stores = conn.execute(
+        "SELECT s.id, s.brand_id, s.code, count(e.id) AS staff FROM erp_stores s "
+        "JOIN erp_employees e ON e.store_id = s.id GROUP BY s.id ORDER BY s.id"
+    ).fetchall()
+    assert [(s["brand_id"], s["code"]) for s in stores] == [
+        (1, "ST001"), (2, "ST002"), (1, "ST003"), (2, "ST004"), (1, "ST005")
+    ]  # fmt: skip
+    assert all(s["staff"] >= 1 for s in stores)
+    periods = conn.execute("SELECT period, status FROM erp_periods ORDER BY period").fetchall()
+    assert [(p["period"], p["status"]) for p in periods] == [
+        ("2026-10", "closed"),
+        ("2026-11", "open"),
+    ]
+
+
+def test_seed__items_have_brand_skus_and_prices_above_cost(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    items = conn.execute("SELECT * FROM erp_items ORDER BY id").fetchall()
+    assert items[0]["sku"] == "BR1-000001" and items[-1]["sku"] == "BR2-000030"
+    for item in items:
+        assert Decimal(1) <= item["standard_cost"] <= Decimal(200)
+        ratio = item["price"] / item["standard_cost"]
+        assert Decimal("1.29") <= ratio <= Decimal("2.51"), item
+
+
+def test_seed__every_transfer_out_has_its_transfer_in_at_a_store_of_the_same_brand(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    outs = seeded.stock_moves_by_kind["transfer_out"]
+    assert outs > 0 and seeded.stock_moves_by_kind["transfer_in"] == outs
+    matched = conn.execute(
+        """
+        SELECT count(*) AS n
+        FROM erp_stock_moves o
+        JOIN erp_stock_moves i ON i.id = o.id + 1
+        JOIN erp_stores so ON so.id = o.store_id
+        JOIN erp_stores si ON si.id = i.store_id
+        WHERE o.kind = 'transfer_out' AND i.kind = 'transfer_in'
+          AND i.store_id = o.counterpart_store_id AND i.counterpart_store_id = o.store_id
+          AND i.store_id <> o.store_id AND si.brand_id = so.brand_id
+          AND i.item_id = o.item_id AND i.moved_on = o.moved_on AND i.qty = -o.qty
+        """
+    ).fetchone()["n"]
+    assert matched == outs
+
+
+def test_seed__only_the_planted_items_end_in_negative_stock(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    negative = conn.execute(
+        """
+        SELECT count(*) AS n FROM (
+            SELECT store_id, item_id FROM (
+                SELECT store_id, item_id, qty FROM erp_opening_balances
+                UNION ALL SELECT store_id, item_id, qty FROM erp_stock_moves
+            ) AS x GROUP BY store_id, item_id HAVING sum(qty) < 0
+        ) AS neg
+        """
+    ).fetchone()["n"]
+    assert negative == seeded.negative_stock_items >= 1
+
+
+def test_seed__moves_fall_inside_the_period_with_more_sales_on_weekends(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    row = conn.execute(
+        """
+        SELECT min(moved_on) AS first, max(moved_on) AS last,
+               count(*) FILTER (WHERE kind = 'sale' AND extract(isodow FROM moved_on) >= 6)
+                   / 9.0 AS weekend,  -- November 2026 has 9 weekend days
+               count(*) FILTER (WHERE kind = 'sale' AND extract(isodow FROM moved_on) < 6)
+                   / 21.0 AS weekday
+        FROM erp_stock_moves WHERE period = '2026-11'
+        """
+    ).fetchone()
+    assert str(row["first"]) >= "2026-11-01" and str(row["last"]) <= "2026-11-30"
+    assert row["weekend"] > row["weekday"] * Decimal("1.3")
+
+
+def test_seed__bad_documents_have_their_fault_and_the_good_ones_balance(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    assert seeded.bad_documents == {"closed_period": 1, "unbalanced": 1, "unknown_account": 1}
+    docs = conn.execute(
+        """
+        SELECT d.id, d.number, p.status AS period_status,
+               sum(l.debit) = sum(l.credit) AS balanced,
+               bool_and(a.code IS NOT NULL) AS accounts_known,
+               count(l.line_no) AS lines
+        FROM erp_documents d
+        JOIN erp_periods p ON p.period = d.period
+        JOIN erp_document_lines l ON l.document_id = d.id
+        LEFT JOIN erp_accounts a ON a.code = l.account_code
+        GROUP BY d.id, p.status ORDER BY d.id
+        """
+    ).fetchall()
+    faults = {
+        "closed_period": [d for d in docs if d["period_status"] == "closed"],
+        "unbalanced": [d for d in docs if not d["balanced"]],
+        "unknown_account": [d for d in docs if not d["accounts_known"]],
+    }
+    assert {fault: len(found) for fault, found in faults.items()} == seeded.bad_documents
+    bad_ids = {d["id"] for found in faults.values() for d in found}
+    assert len(bad_ids) == 3  # one fault per bad document
+    assert all(2 <= d["lines"] <= 6 for d in docs)
+    assert all(d["number"][:2] in {"SI", "PI", "CN", "TR"} for d in docs)
+    unknown = conn.execute(
+        "SELECT account_code FROM erp_document_lines l "
+        "WHERE NOT EXISTS (SELECT 1 FROM erp_accounts a WHERE a.code = l.account_code)"
+    ).fetchall()
+    assert [r["account_code"] for r in unknown] == ["9999"]
+    issuers = conn.execute(
+        "SELECT count(*) AS n FROM erp_documents d JOIN erp_employees e ON e.id = d.employee_id "
+        "WHERE e.store_id <> d.store_id"
+    ).fetchone()["n"]
+    assert issuers == 0
+
+
+def test_seed__hostile_memos_are_stored_byte_exact(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    rows = conn.execute(
+        "SELECT memo, convert_to(memo, 'UTF8') AS raw FROM erp_documents WHERE memo = ANY(%s)",
+        (list(HOSTILE_MEMOS),),
+    ).fetchall()
+    assert sorted(r["memo"] for r in rows) == sorted(HOSTILE_MEMOS)
+    assert sorted(r["raw"] for r in rows) == sorted(m.encode() for m in HOSTILE_MEMOS)
+    assert conn.execute("SELECT count(*) AS n FROM erp_documents").fetchone()["n"] == 60
+
+
+def test_seed__refuses_existing_data_without_replace(
+    conn: psycopg.Connection[Any], seeded: SeedReport
+) -> None:
+    before = fingerprints(conn)
+    with pytest.raises(BadInput, match="already holds ERP data"):
+        seed(conn, **TINY, seed=8)
+    assert fingerprints(conn) == before
+
+
+def test_seed__rejects_a_bad_period_naming_it(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(BadInput, match=r"'2026-13'.*YYYY-MM"):
+        seed(conn, **{**TINY, "period": "2026-13"}, seed=1)
+
+
+def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    assert settings.database_url is not None
+    env = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "seed", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+TINY_ARGS = ("--stores", "3", "--brands", "2", "--employees", "6", "--items", "10")
+
+
+@pytest.mark.acceptance
+def test_cli_seed__prints_counts_then_refuses_a_second_run_unless_replace(
+    settings: Settings,
+) -> None:
+    first = engine(settings, *TINY_ARGS, "--period", "2026-11", "--documents", "20")
+    assert first.returncode == 0, first.stderr
+    assert "erp_stock_moves" in first.stdout and "erp_documents" in first.stdout
+    assert " 20\n" in first.stdout  # the documents count
+
+    again = engine(settings, *TINY_ARGS, "--period", "2026-11")
+    assert again.returncode == 2
+    assert "already holds ERP data" in again.stderr and "--replace" in again.stderr
+
+    replaced = engine(settings, *TINY_ARGS, "--period", "2026-11", "--replace", "--json")
+    assert replaced.returncode == 0, replaced.stderr
+    assert SeedReport.model_validate_json(replaced.stdout).documents == 60  # 20 per store
+
+
+@pytest.mark.acceptance
+def test_cli_seed__a_bad_period_exits_2_naming_it(settings: Settings) -> None:
+    result = engine(settings, *TINY_ARGS, "--period", "2026-13")
+    assert result.returncode == 2
+    assert "'2026-13'" in result.stderr and "YYYY-MM" in result.stderr
