@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, StepContext
 from flows.erp import inventory
-from flows.erp.inventory import Mover, StoreRef
+from flows.erp.inventory import Mover, StoreRef, StoreTotals
 from flows.types import Period
 
 
@@ -54,15 +54,8 @@ class CostingPlan(BaseModel):
     stores: list[StoreRef]
 
 
-class StoreCost(BaseModel):
+class StoreCost(StoreTotals):
     store: StoreRef
-    items: int
-    receipt_value: Decimal
-    transfer_in_value: Decimal
-    cogs_value: Decimal
-    transfer_out_value: Decimal
-    closing_value: Decimal
-    negative_items: int
     journal_id: int | None
     top_movers: list[Mover]
 
