@@ -1,4 +1,4 @@
-"""``python -m bench``: floor, engine throughput and latency, recovery, ratio.
+"""``python -m bench``: floor, engine throughput and latency, recovery, ratio; ERP month end.
 
 Sizes (environment):
 
@@ -7,8 +7,18 @@ Sizes (environment):
     BENCH_PROCS=1,2          worker process counts to try (floor and engine)
     BENCH_CONCURRENCY=1,2    slots per worker process to try
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,recovery
+    BENCH_ONLY=floor,engine,recovery,erp
     BENCH_VERBOSE=1          show the worker logs
+
+The ERP month end (``erp``, see ``bench/erp.py``): seed, costing and posting
+through two worker processes, the plain-SQL costing floor, worker memory.
+
+    BENCH_ERP_ITEMS=2000         items per brand (~1M stock moves at 50 stores)
+    BENCH_ERP_DOCUMENTS=100000   accounting documents to post
+    BENCH_ERP_STORES=50 BENCH_ERP_BRANDS=4 BENCH_ERP_EMPLOYEES=500 BENCH_ERP_PERIOD=2026-11
+    BENCH_ERP_HALF=1             also cost a month at half the items (memory: flat or not)
+    BENCH_ERP_WORKERS=2          worker processes (one slot each)
+    BENCH_ERP_TIMEOUT_S=900      bound on one job
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ import os
 import sys
 import time
 
-from bench import floor, recovery, throughput
+from bench import erp, floor, recovery, throughput
 from bench.common import (
     drop_database,
     emit,
@@ -37,7 +47,7 @@ def main() -> int:
     procs_list = env_ints("BENCH_PROCS", "1,2")
     concurrency_list = env_ints("BENCH_CONCURRENCY", "1,2")
     timeout_s = env_float("BENCH_TIMEOUT_S", 150)
-    only = set((os.environ.get("BENCH_ONLY") or "floor,engine,recovery").split(","))
+    only = set((os.environ.get("BENCH_ONLY") or "floor,engine,recovery,erp").split(","))
     started = time.monotonic()
     log(f"server: {masked(server_conninfo())}; scratch database engine_bench")
     log(f"jobs {jobs}, floor rows {floor_rows}, procs {procs_list}, concurrency {concurrency_list}")
@@ -67,9 +77,12 @@ def main() -> int:
                 )
         if "recovery" in only:
             recovery.run()
+        if "erp" in only:
+            erp.run_all()
     finally:
         try:
-            drop_database()
+            if only & {"floor", "engine", "recovery"}:  # erp drops its own (engine_bench_erp)
+                drop_database()
         except Exception as exc:
             log(f"could not drop the scratch database: {exc}")
     log(f"done in {time.monotonic() - started:.0f} s")

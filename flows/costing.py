@@ -25,9 +25,11 @@ Method, per store and item, for one period:
   are costed at the average, the closing quantity is negative and carries the
   remainder as its value; the summary counts such items.
 
-Each store's item costs and its COGS journal (Dr 5000 COGS, Cr 1300
-Inventory, keyed by the step run's fingerprint) are written in the step's
-fenced transaction, so they commit exactly once, together with its checkpoint.
+Each store's item costs, its COGS journal (Dr 5000 COGS, Cr 1300 Inventory,
+keyed by period and store) and its closing balances carried forward as the
+next period's opening balances are written in the step's fenced transaction,
+so they commit exactly once, together with its checkpoint. The last step only
+marks the period costed, once every store is.
 """
 
 from __future__ import annotations
@@ -63,7 +65,6 @@ class StoreCost(StoreTotals):
 class PeriodClosed(BaseModel):
     period: str
     marked_costed: bool
-    carried_forward: int
 
 
 class BrandTotal(BaseModel):
@@ -117,6 +118,7 @@ def check_period(params: CostingParams, ctx: StepContext) -> CostingPlan:
     stores = inventory.stores(ctx.conn, params.store)
     if params.store is not None and not stores:
         raise Fail(f"unknown store {params.store!r}")
+    inventory.ensure_period(ctx.conn, _shift(params.period, 1))
     return CostingPlan(
         period=params.period,
         next_period=_shift(params.period, 1),
@@ -131,7 +133,7 @@ def cost_store(store: StoreRef, params: CostingParams, ctx: StepContext) -> Stor
     if inventory.period_status(ctx.conn, params.period) == "closed":
         # closed while the job waited: never write to closed books
         raise Fail(f"period {params.period} was closed before store {store.code} was costed")
-    inventory.cost_store(ctx.conn, params.period, store.id)
+    inventory.cost_store(ctx.conn, params.period, store.id, _shift(params.period, 1))
     totals = inventory.store_totals(ctx.conn, params.period, store.id)
     journal = None
     if totals.cogs_value != 0:
@@ -154,11 +156,12 @@ def cost_store(store: StoreRef, params: CostingParams, ctx: StepContext) -> Stor
 def close_period(
     costs: list[StoreCost], plan: CostingPlan, params: CostingParams, ctx: StepContext
 ) -> PeriodClosed:
-    """Mark the period costed and carry closing balances forward (all stores only)."""
+    """Mark the period costed (all stores only; each store carried its balances forward)."""
     if params.store is not None or plan.already_costed:
-        return PeriodClosed(period=plan.period, marked_costed=False, carried_forward=0)
-    carried = inventory.close_period(ctx.conn, plan.period, plan.next_period)
-    return PeriodClosed(period=plan.period, marked_costed=True, carried_forward=carried)
+        return PeriodClosed(period=plan.period, marked_costed=False)
+    return PeriodClosed(
+        period=plan.period, marked_costed=inventory.mark_costed(ctx.conn, plan.period)
+    )
 
 
 @flow.step(after=["close_period", "cost_store", "check_period"])
@@ -180,7 +183,7 @@ def summarize(closed: PeriodClosed, costs: list[StoreCost], plan: CostingPlan) -
     ]
     note = "already costed: figures are those of the first run" if plan.already_costed else ""
     if closed.marked_costed:
-        note = f"period costed; {closed.carried_forward} balances carried to {plan.next_period}"
+        note = f"period costed; closing balances carried to {plan.next_period}"
     return CostingSummary(
         period=plan.period,
         stores=len(costs),

@@ -64,13 +64,25 @@ def stores(conn: psycopg.Connection[Any], store: str | None) -> list[StoreRef]:
         return [StoreRef(id=r["id"], code=r["code"], brand=r["brand"]) for r in cur]
 
 
-def cost_store(conn: psycopg.Connection[Any], period: str, store_id: int) -> bool:
-    """Write the store's item costs; ``False`` if they were already there (a rerun)."""
+def cost_store(
+    conn: psycopg.Connection[Any], period: str, store_id: int, next_period: str | None = None
+) -> bool:
+    """Write the store's item costs (and carry its closing balances to ``next_period``).
+
+    ``False`` if they were already there (a rerun), in which case nothing is written.
+    """
     params = {"period": period, "store_id": store_id}
     if _one(conn, "item_costs_exist_for_store", params)["costed"]:
         return False
     conn.execute(_q["item_costs_insert_for_store"], params)
+    if next_period is not None:
+        conn.execute(_q["opening_carry_forward_for_store"], {**params, "next": next_period})
     return True
+
+
+def ensure_period(conn: psycopg.Connection[Any], period: str) -> None:
+    """The period exists (open), to receive carried-forward balances."""
+    conn.execute(_q["period_insert_next"], {"next": period})
 
 
 def store_totals(conn: psycopg.Connection[Any], period: str, store_id: int) -> StoreTotals:
@@ -114,9 +126,6 @@ def post_cogs_journal(
         return int(row["id"])
 
 
-def close_period(conn: psycopg.Connection[Any], period: str, next_period: str) -> int:
-    """Mark the period costed and carry closing balances forward; rows carried."""
-    conn.execute(_q["period_mark_costed_if_open"], {"period": period})
-    conn.execute(_q["period_insert_next"], {"next": next_period})
-    cur = conn.execute(_q["opening_carry_forward"], {"period": period, "next": next_period})
-    return cur.rowcount
+def mark_costed(conn: psycopg.Connection[Any], period: str) -> bool:
+    """Mark the period costed (once; a closed period is never touched)."""
+    return conn.execute(_q["period_mark_costed_if_open"], {"period": period}).rowcount == 1

@@ -443,7 +443,8 @@ def _documents(
     bad_ones = rng.sample(range(count), min(count, max(3, round(count / 100))))
     faults = {i: _BAD_FAULTS[n % len(_BAD_FAULTS)] for n, i in enumerate(bad_ones)}
     good = [i for i in range(count) if i not in faults]
-    hostile = dict(zip(rng.sample(good, min(5, len(good))), HOSTILE_MEMOS[:5], strict=True))
+    few = min(5, len(good))  # a tiny seed may have fewer good documents than hostile memos
+    hostile = dict(zip(rng.sample(good, few), HOSTILE_MEMOS[:few], strict=True))
     numbers: Counter[tuple[str, int]] = Counter()
     docs: list[tuple[Any, ...]] = []
     lines: list[tuple[Any, ...]] = []

@@ -22,29 +22,26 @@ SELECT EXISTS (
 
 -- item_costs_insert_for_store --
 -- One set-based statement per store: periodic weighted average; closing value is the remainder, so value is conserved to the cent (CHECK on erp_item_costs).
-WITH opening_avg AS (
-    -- every store's opening average per item: what its transfers out are valued at
-    SELECT o.store_id, o.item_id, round(o.value / o.qty, 4) AS avg_cost
-    FROM erp_opening_balances AS o
-    WHERE o.period = %(period)s AND o.qty > 0
-),
-moves AS (
+WITH moves AS (
+    -- transfers are valued at the sender's opening average: a primary-key lookup
+    -- of that one balance (sender, item, period) per transfer move
     SELECT m.item_id,
            sum(m.qty) FILTER (WHERE m.kind = 'receipt') AS receipt_qty,
            sum(round(m.qty * m.unit_cost, 2)) FILTER (WHERE m.kind = 'receipt') AS receipt_value,
            sum(m.qty) FILTER (WHERE m.kind = 'transfer_in') AS transfer_in_qty,
-           sum(round(m.qty * coalesce(sa.avg_cost, i.standard_cost), 2))
+           sum(round(m.qty * coalesce(round(sb.value / sb.qty, 4), i.standard_cost), 2))
                FILTER (WHERE m.kind = 'transfer_in') AS transfer_in_value,
            -sum(m.qty) FILTER (WHERE m.kind IN ('sale', 'return', 'adjustment')) AS issue_qty,
            -sum(m.qty) FILTER (WHERE m.kind = 'transfer_out') AS transfer_out_qty,
-           sum(round(-m.qty * coalesce(oa.avg_cost, i.standard_cost), 2))
+           sum(round(-m.qty * coalesce(round(sb.value / sb.qty, 4), i.standard_cost), 2))
                FILTER (WHERE m.kind = 'transfer_out') AS transfer_out_value
     FROM erp_stock_moves AS m
     JOIN erp_items AS i ON i.id = m.item_id
-    LEFT JOIN opening_avg AS sa
-           ON m.kind = 'transfer_in' AND sa.store_id = m.counterpart_store_id AND sa.item_id = m.item_id
-    LEFT JOIN opening_avg AS oa
-           ON m.kind = 'transfer_out' AND oa.store_id = m.store_id AND oa.item_id = m.item_id
+    LEFT JOIN erp_opening_balances AS sb
+           ON m.kind IN ('transfer_in', 'transfer_out')
+          AND sb.store_id = CASE WHEN m.kind = 'transfer_in' THEN m.counterpart_store_id
+                                 ELSE m.store_id END
+          AND sb.item_id = m.item_id AND sb.period = m.period AND sb.qty > 0
     WHERE m.period = %(period)s AND m.store_id = %(store_id)s
     GROUP BY m.item_id
 ),
@@ -127,10 +124,11 @@ RETURNING period;
 -- The next period exists (open) to receive the carried-forward balances.
 INSERT INTO erp_periods (period) VALUES (%(next)s) ON CONFLICT (period) DO NOTHING;
 
--- opening_carry_forward --
--- Closing balances become the next period's opening balances, once.
+-- opening_carry_forward_for_store --
+-- A store's closing balances become its next period's opening balances, once, in the store's own costing transaction.
 INSERT INTO erp_opening_balances (store_id, item_id, period, qty, value)
 SELECT store_id, item_id, %(next)s, closing_qty, closing_value
 FROM erp_item_costs
-WHERE period = %(period)s AND (closing_qty <> 0 OR closing_value <> 0)
+WHERE period = %(period)s AND store_id = %(store_id)s
+  AND (closing_qty <> 0 OR closing_value <> 0)
 ON CONFLICT (store_id, item_id, period) DO NOTHING;
