@@ -21,6 +21,7 @@ demo: $(STAMP)
 	$(VENV)/bin/engine demo
 
 test: $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || echo "note: headless Chromium is missing, so the report browser test will fail; install it with: apt-get install -y chromium"
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)

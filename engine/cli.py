@@ -31,6 +31,7 @@ from engine.models import JobStatus
 from engine.orm import sqlalchemy_engine
 from engine.queries import JobView, job_view, recent_jobs
 from engine.registry import Registry
+from engine.reports.cli import report, reports
 from engine.store import migrations
 from engine.submit import Submitted, submit
 from engine.waiting import wait_for_job
@@ -487,3 +488,7 @@ def dlq_replay(dead_letter_id: int) -> None:
 def dlq_purge() -> None:
     """Delete poison-message and replayed dead letters (open step dead letters stay)."""
     out.print(f"{admin.purge(_state().settings)} dead letter(s) deleted")
+
+
+main.add_command(report)
+main.add_command(reports)

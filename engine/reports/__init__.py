@@ -1,0 +1,20 @@
+"""HTML run reports: what happened in a run, for an accountant and an engineer.
+
+A report is a *view* of rows, never a source of truth. :mod:`.context` reads a
+job, its step runs, events and dead letters through the SQLModel read models
+and builds a typed :class:`~engine.reports.context.RunReport`; :mod:`.svg`
+draws the step graph, the timeline and the duration charts as escaped SVG;
+:mod:`.render` fills the jinja2 templates of the top-level ``reports/`` folder
+(autoescape on, ``StrictUndefined``) into one self-contained HTML file per run
+plus an index, under ``Settings.reports_dir``. :mod:`.serve` serves that folder
+read-only; :mod:`.cli` adds ``engine report`` and ``engine reports``.
+
+The worker calls :func:`render_job_report` and :func:`render_index` after a job
+ends; both only read the database.
+"""
+
+from __future__ import annotations
+
+from engine.reports.render import render_all, render_index, render_job_report
+
+__all__ = ["render_all", "render_index", "render_job_report"]

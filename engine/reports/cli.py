@@ -1,0 +1,93 @@
+"""``engine report JOB_ID`` and ``engine reports build|serve``."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import click
+
+from engine.config import Settings
+from engine.errors import BadInput, EngineError
+from engine.reports.render import render_all, render_job_report
+from engine.reports.serve import make_server
+
+__all__ = ["report", "reports"]
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except Exception as exc:  # a bad ENGINE_* value
+        raise click.ClickException(f"bad setting: {exc}") from exc
+
+
+def _fail(exc: Exception, code: int) -> click.exceptions.Exit:
+    click.echo(f"error: {exc}", err=True)
+    return click.exceptions.Exit(code)
+
+
+@click.command()
+@click.argument("job_id")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="folder to write to [default: ENGINE_REPORTS_DIR]",
+)
+def report(job_id: str, out: Path | None) -> None:
+    """Render one job's HTML report and print its path."""
+    try:
+        parsed = uuid.UUID(job_id)
+    except ValueError:
+        raise _fail(BadInput(f"invalid job id {job_id!r}: expected a UUID"), 2) from None
+    try:
+        path = render_job_report(_settings(), parsed, out_dir=out)
+    except LookupError as exc:
+        raise _fail(exc, 2) from None
+    except EngineError as exc:
+        raise _fail(exc, 3) from None
+    click.echo(str(path))
+
+
+@click.group()
+def reports() -> None:
+    """HTML run reports: build them all, or serve them."""
+
+
+@reports.command("build")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="folder to write to [default: ENGINE_REPORTS_DIR]",
+)
+def build(out: Path | None) -> None:
+    """Render the index and every job's report; print the index's path."""
+    try:
+        paths = render_all(_settings(), out_dir=out)
+    except EngineError as exc:
+        raise _fail(exc, 3) from None
+    click.echo(f"{paths[0]} ({len(paths) - 1} run report(s))")
+
+
+@reports.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="folder to serve [default: ENGINE_REPORTS_DIR]",
+)
+def serve(host: str, port: int, out: Path | None) -> None:
+    """Serve the reports read-only; the index is re-rendered on each request."""
+    settings = _settings()
+    server = make_server(settings, host, port, out or settings.reports_dir)
+    click.echo(f"serving {out or settings.reports_dir} on http://{host}:{server.server_port}/")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -1,0 +1,469 @@
+"""The typed context of a run report and of the index, built from the database.
+
+Everything a template shows is computed here (templates hold no SQL and no
+logic beyond loops): the job header, the step graph's node states, one
+:class:`Attempt` per claim of a step run with its outcome (the timeline), the
+event log with lease renewals summarised, errors with tracebacks, dead letters
+and the flow's business summary (the checkpoint of its last step).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+import networkx as nx
+from pydantic import BaseModel
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+
+from engine.errors import EngineError
+from engine.flow import Flow
+from engine.models import DeadLetter, Event, EventKind, Job, StepRun, StepStatus
+from engine.registry import Registry
+
+__all__ = [
+    "Attempt",
+    "DeadLetterView",
+    "ErrorView",
+    "EventView",
+    "GraphNode",
+    "IndexReport",
+    "IndexRow",
+    "RenewalSummary",
+    "RunReport",
+    "StepRunView",
+    "build_index",
+    "build_run_report",
+]
+
+# events that end an attempt, and the outcome each one gives it
+_ENDINGS: dict[EventKind, str] = {
+    EventKind.SUCCEEDED: "succeeded",
+    EventKind.RETRIED: "retried",
+    EventKind.DEAD_LETTERED: "dead_lettered",
+    EventKind.FENCED: "fenced",
+    EventKind.RELEASED: "released",
+    EventKind.CANCELLED: "cancelled",
+}
+_STARTS = (EventKind.CLAIMED, EventKind.RECLAIMED)
+# worst first: the colour of a graph node with several runs
+_NODE_ORDER = ("dead", "running", "pending", "cancelled", "done")
+
+
+class GraphNode(BaseModel):
+    """One step of the flow with the aggregate state of its step runs."""
+
+    name: str
+    status: str  # a StepStatus value, or "not_reached" when it has no step run
+    mapped: bool
+    runs: int
+    done: int
+    after: list[str]
+    column: int
+    row: int
+
+
+class ErrorView(BaseModel):
+    """The last error recorded for a step run (or a dead letter)."""
+
+    where: str
+    attempt: int | None
+    type: str
+    message: str
+    traceback: str
+
+
+class StepRunView(BaseModel):
+    """One step run row, as a person reads it."""
+
+    id: str
+    label: str
+    step: str
+    fanout_key: str
+    status: str
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None
+
+
+class Attempt(BaseModel):
+    """One claim of a step run until what ended it: one bar of the timeline."""
+
+    step_run_id: str
+    label: str
+    attempt: int | None
+    worker: str
+    start: datetime
+    end: datetime | None  # None: still running, or its worker vanished
+    outcome: str  # an _ENDINGS value, "running" or "lost" (no end event)
+    reclaimed_from: str | None
+    lease_lost_at: list[datetime]
+
+
+class EventView(BaseModel):
+    """One line of the event log (renewals are summarised instead)."""
+
+    at: datetime
+    kind: str
+    label: str
+    worker: str
+    attempt: int | None
+    detail: str
+
+
+class RenewalSummary(BaseModel):
+    """Lease renewals of one attempt, as one line."""
+
+    label: str
+    worker: str
+    attempt: int | None
+    count: int
+    first: datetime
+    last: datetime
+
+
+class DeadLetterView(BaseModel):
+    """A dead letter of this job."""
+
+    id: int
+    source: str
+    label: str
+    reason: str
+    created_at: datetime
+    replayed_at: datetime | None
+
+
+class RunReport(BaseModel):
+    """Everything a run report shows; built by :func:`build_run_report`."""
+
+    generated_at: datetime
+    job_id: str
+    flow: str
+    flow_version: int
+    flow_known: bool
+    flow_description: str
+    params: list[tuple[str, str]]  # name, JSON value
+    status: str
+    fingerprint: str
+    submitted_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None
+    error: str | None
+    nodes: list[GraphNode]
+    steps: list[StepRunView]
+    attempts: list[Attempt]
+    lanes: list[str]
+    counts: dict[str, int]  # event kind -> how many
+    events: list[EventView]
+    renewals: list[RenewalSummary]
+    errors: list[ErrorView]
+    dead_letters: list[DeadLetterView]
+    summary_step: str | None
+    summary: dict[str, Any] | None
+
+
+class IndexRow(BaseModel):
+    """One job in the index."""
+
+    job_id: str
+    flow: str
+    status: str
+    period: str
+    params: str
+    submitted_by: str | None
+    created_at: datetime
+    duration_s: float | None
+    href: str
+
+
+class IndexReport(BaseModel):
+    """The index of all runs, newest first."""
+
+    generated_at: datetime
+    rows: list[IndexRow]
+    flows: list[str]
+    statuses: list[str]
+    periods: list[str]
+
+
+def run_href(job_id: str | uuid.UUID) -> str:
+    """Where a job's report lives, relative to the reports folder."""
+    return f"runs/{job_id}.html"
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return max((end - start).total_seconds(), 0.0)
+
+
+def _label(run: StepRun | None) -> str:
+    if run is None:
+        return "(job)"
+    return f"{run.step}[{run.fanout_key}]" if run.fanout_key else run.step
+
+
+def _detail(detail: dict[str, Any]) -> str:
+    if not detail:
+        return ""
+    return "; ".join(
+        f"{k}: {v if isinstance(v, str) else json.dumps(v, default=str)}"
+        for k, v in sorted(detail.items())
+    )
+
+
+def _find_flow(registry: Registry | None, name: str) -> Flow | None:
+    if registry is None or name not in registry.names():
+        return None
+    try:
+        return registry.get(name)
+    except EngineError:
+        return None
+
+
+def _nodes(flow: Flow, runs: list[StepRun]) -> list[GraphNode]:
+    """Steps laid out in columns by topological generation, coloured by their runs."""
+    by_step: dict[str, list[StepRun]] = {}
+    for run in runs:
+        by_step.setdefault(run.step, []).append(run)
+    order = {name: i for i, name in enumerate(flow.steps)}
+    nodes: list[GraphNode] = []
+    for column, generation in enumerate(nx.topological_generations(flow.graph)):
+        for row, name in enumerate(sorted(generation, key=order.__getitem__)):
+            step_runs = by_step.get(name, [])
+            statuses = {str(r.status) for r in step_runs}
+            status = next((s for s in _NODE_ORDER if s in statuses), "not_reached")
+            nodes.append(
+                GraphNode(
+                    name=name,
+                    status=status,
+                    mapped=flow.steps[name].is_mapped,
+                    runs=len(step_runs),
+                    done=sum(1 for r in step_runs if r.status == StepStatus.DONE),
+                    after=list(flow.steps[name].after),
+                    column=column,
+                    row=row,
+                )
+            )
+    return nodes
+
+
+def _attempts(events: list[Event], runs: dict[uuid.UUID, StepRun]) -> list[Attempt]:
+    """Pair every claim with the event that ended it (same step run, next in order)."""
+    open_: dict[uuid.UUID, Attempt] = {}
+    done: list[Attempt] = []
+    for e in events:
+        if e.step_run_id is None:
+            continue
+        kind = EventKind(e.kind)
+        current = open_.get(e.step_run_id)
+        if kind in _STARTS:
+            if current is not None:  # its worker vanished; the lease expired
+                current.outcome = "lost"
+                current.end = e.at
+                done.append(current)
+            open_[e.step_run_id] = Attempt(
+                step_run_id=str(e.step_run_id),
+                label=_label(runs.get(e.step_run_id)),
+                attempt=e.attempt,
+                worker=e.worker or "?",
+                start=e.at,
+                end=None,
+                outcome="running",
+                reclaimed_from=(str(e.detail.get("from")) if kind == EventKind.RECLAIMED else None),
+                lease_lost_at=[],
+            )
+        elif kind == EventKind.LEASE_LOST and current is not None:
+            current.lease_lost_at.append(e.at)
+        elif kind in _ENDINGS and current is not None:
+            current.outcome = _ENDINGS[kind]
+            current.end = e.at
+            done.append(open_.pop(e.step_run_id))
+    for attempt in open_.values():
+        run = runs.get(uuid.UUID(attempt.step_run_id))
+        if run is not None and run.status != StepStatus.RUNNING:
+            attempt.outcome = "lost"
+        done.append(attempt)
+    return sorted(done, key=lambda a: a.start)
+
+
+def _error(where: str, error: dict[str, Any] | None) -> ErrorView | None:
+    if not error:
+        return None
+    attempt = error.get("attempt")
+    return ErrorView(
+        where=where,
+        attempt=attempt if isinstance(attempt, int) else None,
+        type=str(error.get("type", "")),
+        message=str(error.get("message", "")),
+        traceback=str(error.get("traceback", "")),
+    )
+
+
+def _summary(flow: Flow | None, runs: list[StepRun]) -> tuple[str | None, dict[str, Any] | None]:
+    """The checkpoint of the flow's last step (the business summary), if it has one."""
+    if flow is not None:
+        last = flow.topological_order()[-1]
+        outputs = [r for r in runs if r.step == last and r.output is not None]
+        if len(outputs) == 1:
+            return last, outputs[0].output
+        return last, None
+    finished = [r for r in runs if not r.fanout_key and r.output is not None and r.finished_at]
+    if not finished:
+        return None, None
+    last_run = max(finished, key=lambda r: r.finished_at or r.created_at)
+    return last_run.step, last_run.output
+
+
+def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | None) -> RunReport:
+    """Read one job and everything about it; :class:`LookupError` if there is no such job.
+
+    A job whose flow is not in ``registry`` still gets a report, without the graph.
+    """
+    with Session(engine) as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            raise LookupError(f"no job with id {job_id}")
+        runs = list(
+            session.exec(
+                select(StepRun)
+                .where(StepRun.job_id == job_id)
+                .order_by(col(StepRun.created_at), col(StepRun.step), col(StepRun.fanout_key))
+            ).all()
+        )
+        events = list(
+            session.exec(select(Event).where(Event.job_id == job_id).order_by(col(Event.id))).all()
+        )
+        dead = list(
+            session.exec(
+                select(DeadLetter).where(DeadLetter.job_id == job_id).order_by(col(DeadLetter.id))
+            ).all()
+        )
+    by_id = {r.id: r for r in runs}
+    flow = _find_flow(registry, job.flow)
+
+    log: list[EventView] = []
+    renewals: dict[tuple[uuid.UUID | None, int | None], RenewalSummary] = {}
+    for e in events:
+        run = by_id.get(e.step_run_id) if e.step_run_id else None
+        if e.kind == EventKind.RENEWED:
+            key = (e.step_run_id, e.attempt)
+            if key in renewals:
+                renewals[key].count += 1
+                renewals[key].last = e.at
+            else:
+                renewals[key] = RenewalSummary(
+                    label=_label(run),
+                    worker=e.worker or "",
+                    attempt=e.attempt,
+                    count=1,
+                    first=e.at,
+                    last=e.at,
+                )
+            continue
+        log.append(
+            EventView(
+                at=e.at,
+                kind=str(e.kind),
+                label=_label(run),
+                worker=e.worker or "",
+                attempt=e.attempt,
+                detail=_detail(e.detail),
+            )
+        )
+    attempts = _attempts(events, by_id)
+    lanes = list(dict.fromkeys(a.worker for a in attempts))
+    errors = [view for r in runs if (view := _error(_label(r), r.error)) is not None]
+    summary_step, summary = _summary(flow, runs)
+    end = job.finished_at
+    return RunReport(
+        generated_at=datetime.now(UTC),
+        job_id=str(job.id),
+        flow=job.flow,
+        flow_version=job.flow_version,
+        flow_known=flow is not None,
+        flow_description=flow.description if flow is not None else "",
+        params=[(k, json.dumps(v, default=str)) for k, v in sorted(job.params.items())],
+        status=str(job.status),
+        fingerprint=job.fingerprint,
+        submitted_by=job.submitted_by,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        duration_s=_seconds(job.started_at or job.created_at, end),
+        error=job.error,
+        nodes=_nodes(flow, runs) if flow is not None else [],
+        steps=[
+            StepRunView(
+                id=str(r.id),
+                label=_label(r),
+                step=r.step,
+                fanout_key=r.fanout_key,
+                status=str(r.status),
+                attempts=r.attempts,
+                max_attempts=r.max_attempts,
+                lease_owner=r.lease_owner,
+                started_at=r.started_at,
+                finished_at=r.finished_at,
+                duration_s=_seconds(r.started_at, r.finished_at),
+            )
+            for r in runs
+        ],
+        attempts=attempts,
+        lanes=lanes,
+        counts=dict(Counter(str(e.kind) for e in events)),
+        events=log,
+        renewals=list(renewals.values()),
+        errors=errors,
+        dead_letters=[
+            DeadLetterView(
+                id=d.id,
+                source=str(d.source),
+                label=_label(by_id.get(d.step_run_id) if d.step_run_id else None),
+                reason=d.reason,
+                created_at=d.created_at,
+                replayed_at=d.replayed_at,
+            )
+            for d in dead
+        ],
+        summary_step=summary_step,
+        summary=summary,
+    )
+
+
+def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
+    """Every job (newest first, at most ``limit``) with its duration."""
+    with Session(engine) as session:
+        jobs = list(
+            session.exec(select(Job).order_by(col(Job.created_at).desc()).limit(limit)).all()
+        )
+    rows = [
+        IndexRow(
+            job_id=str(j.id),
+            flow=j.flow,
+            status=str(j.status),
+            period=str(j.params.get("period", "")),
+            params=json.dumps(j.params, sort_keys=True, default=str),
+            submitted_by=j.submitted_by,
+            created_at=j.created_at,
+            duration_s=_seconds(j.started_at or j.created_at, j.finished_at),
+            href=run_href(j.id),
+        )
+        for j in jobs
+    ]
+    return IndexReport(
+        generated_at=datetime.now(UTC),
+        rows=rows,
+        flows=sorted({r.flow for r in rows}),
+        statuses=sorted({r.status for r in rows}),
+        periods=sorted({r.period for r in rows if r.period}, reverse=True),
+    )
