@@ -5,6 +5,11 @@ runs they announce (invariant 8). Those rows are invisible until that
 transaction commits, so a relay can only ever publish committed work; a
 rollback leaves nothing to publish. A crash after handing rows on but before
 marking them published makes a duplicate message, which the claim absorbs.
+
+A transactional transport (the PostgreSQL queue table) needs no relay on the
+hot path: the checkpoint that makes step runs ready writes their messages in
+its own transaction and their outbox rows already marked published, which
+the sweeper still reads as "announced".
 """
 
 from __future__ import annotations

@@ -13,10 +13,13 @@ from __future__ import annotations
 import logging
 import traceback
 import uuid
+from collections.abc import Callable
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from engine import db
@@ -66,34 +69,26 @@ def claim(
     claimed".
     """
     try:
-        if conn.autocommit:
-            return _claim(conn, message, worker, lease_s)
-        with conn.transaction():
-            return _claim(conn, message, worker, lease_s)
+        with nullcontext() if conn.autocommit else conn.transaction():
+            result = store.step_claim_if_available(
+                conn,
+                step_run_id=message.step_run_id,
+                job_id=message.job_id,
+                worker=worker,
+                lease_s=lease_s,
+            )
+            if isinstance(result, ClaimRefused) and result.reason != "unknown":
+                job_store.event_insert(
+                    conn,
+                    EventKind.CLAIM_REFUSED,
+                    job_id=message.job_id,
+                    step_run_id=message.step_run_id,
+                    worker=worker,
+                    detail={"reason": result.reason},
+                )
+            return result
     except psycopg.errors.SerializationFailure:
         return ClaimRefused("race")
-
-
-def _claim(
-    conn: psycopg.Connection[Any], message: StepMessage, worker: str, lease_s: float
-) -> Claimed | ClaimRefused:
-    result = store.step_claim_if_available(
-        conn,
-        step_run_id=message.step_run_id,
-        job_id=message.job_id,
-        worker=worker,
-        lease_s=lease_s,
-    )
-    if isinstance(result, ClaimRefused) and result.reason != "unknown":
-        job_store.event_insert(
-            conn,
-            EventKind.CLAIM_REFUSED,
-            job_id=message.job_id,
-            step_run_id=message.step_run_id,
-            worker=worker,
-            detail={"reason": result.reason},
-        )
-    return result
 
 
 def error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
@@ -209,7 +204,9 @@ class StepRunner:
         conn = self.conn
         outbox_ids: list[int] = []
         try:
-            with conn.transaction():
+            # closed by the checkpoint, whose COMMIT travels with its last statements
+            with ExitStack() as transaction:
+                transaction.enter_context(conn.transaction())
                 ctx = StepContext(
                     conn=conn,
                     job_id=claimed.job_id,
@@ -230,7 +227,7 @@ class StepRunner:
                     )
                 ctx.check()
                 lease.finishing = True
-                outbox_ids = self._checkpoint(flow, claimed, output, lease)
+                outbox_ids = self._checkpoint(flow, claimed, output, lease, transaction.close)
         except (_Fenced, LeaseLost) as exc:
             return self._fenced(claimed, str(exc) or "checkpoint refused: lease token changed")
         except JobCancelled as exc:
@@ -276,8 +273,14 @@ class StepRunner:
         return kwargs
 
     def _checkpoint(
-        self, flow: Flow, claimed: Claimed, output: BaseModel, lease: Lease
+        self,
+        flow: Flow,
+        claimed: Claimed,
+        output: BaseModel,
+        lease: Lease,
+        commit: Callable[[], None],
     ) -> list[int]:
+        """Checkpoint, schedule, publish and ``commit``; the outbox ids left to relay."""
         conn = self.conn
         # a single-run step's stored checkpoint spares its successor a read
         successor = any(claimed.step in s.after for s in flow.steps.values())
@@ -305,29 +308,39 @@ class StepRunner:
                 conn, flow, claimed.job_id, claimed.params, self.settings, done.counts, known
             )
             runs, job_complete = scheduled.runs, scheduled.job_complete
-        outbox_ids: list[int] = []
-        # the rest needs no answer: one round trip
-        with conn.pipeline():
+        if not self.transport.transactional:
             if job_complete:
-                store.job_finish_if_active_logged(
+                self._finish_job(claimed)
+            outbox_ids = job_store.step_run_insert_many_with_outbox(conn, claimed.job_id, runs)
+            commit()
+            return outbox_ids
+        # The rest needs no answer, so it travels with the COMMIT: messages out and
+        # the delivery gone in the same commit as the checkpoint; the outbox rows
+        # are written as published (the sweeper's "announced").
+        committing = False
+        try:
+            with conn.pipeline():
+                if job_complete:
+                    self._finish_job(claimed)
+                job_store.step_run_insert_many_announced(conn, claimed.job_id, runs)
+                self.transport.publish(
                     conn,
-                    claimed.job_id,
-                    JobStatus.DONE,
-                    event=EventKind.JOB_DONE,
-                    worker=self.worker,
+                    [Outgoing(StepMessage(job_id=claimed.job_id, step_run_id=r.id)) for r in runs],
                 )
-            if not self.transport.transactional:
-                outbox_ids = job_store.step_run_insert_many_with_outbox(conn, claimed.job_id, runs)
-                return outbox_ids
-            # messages out and the delivery gone in the same commit as the checkpoint;
-            # the outbox rows are written as published (the sweeper's "announced")
-            job_store.step_run_insert_many_announced(conn, claimed.job_id, runs)
-            self.transport.publish(
-                conn,
-                [Outgoing(StepMessage(job_id=claimed.job_id, step_run_id=r.id)) for r in runs],
-            )
-            self.transport.delete([lease.receipt], conn)
-        return outbox_ids
+                self.transport.delete([lease.receipt], conn)
+                committing = True
+                commit()
+        except BaseException:
+            if committing and conn.info.transaction_status == TransactionStatus.INERROR:
+                # a statement failed and the server skipped the COMMIT behind it
+                conn.rollback()
+            raise
+        return []
+
+    def _finish_job(self, claimed: Claimed) -> None:
+        store.job_finish_if_active_logged(
+            self.conn, claimed.job_id, JobStatus.DONE, event=EventKind.JOB_DONE, worker=self.worker
+        )
 
     def _publish_after_commit(self, outbox_ids: list[int]) -> None:
         if not outbox_ids:
@@ -442,12 +455,14 @@ class StepRunner:
                         attempt=claimed.attempt,
                         detail={"reason": reason},
                     )
-                    if store.job_finish_if_active(
-                        conn, claimed.job_id, JobStatus.FAILED, f"step {step.name}: {reason}"
-                    ):
-                        job_store.event_insert(
-                            conn, EventKind.JOB_FAILED, job_id=claimed.job_id, worker=self.worker
-                        )
+                    store.job_finish_if_active_logged(
+                        conn,
+                        claimed.job_id,
+                        JobStatus.FAILED,
+                        event=EventKind.JOB_FAILED,
+                        worker=self.worker,
+                        error=f"step {step.name}: {reason}",
+                    )
                 kind = "dead"
             if not raise_fenced and self.transport.transactional:
                 if outbox_ids:

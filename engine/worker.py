@@ -1,7 +1,9 @@
 """The worker: receive deliveries, run step runs on N executor slots, sweep.
 
 The main thread receives in batches (no more than there are idle slots) and
-runs the sweeper every ``sweep_interval_s``. Each executor slot is a thread
+runs the sweeper every ``sweep_interval_s``; a slot that finishes a step first
+tries to receive its next message itself, without waiting, and hands itself
+back to the main thread only when none is visible. Each executor slot is a thread
 with its own connection and its own heartbeat. On SIGTERM or SIGINT
 (invariant 12) the worker stops receiving, gives back deliveries it had not
 started, lets running steps finish within ``shutdown_grace_s``, then releases
@@ -102,10 +104,12 @@ class _Slot:
 
     def _loop(self) -> None:
         inbox = self.worker.inbox
+        received: Received | None = None
         while True:
-            received = inbox.get()
             if received is None:
-                return
+                received = inbox.get()
+                if received is None:
+                    return
             self.busy = True
             try:
                 outcome = self._runner().handle(received)
@@ -118,7 +122,30 @@ class _Slot:
                     self.runner.conn.close()
             finally:
                 self.busy = False
+            received = self._receive_next()
+            if received is None:
                 self.worker.slot_freed()
+
+    def _receive_next(self) -> Received | None:
+        """One visible message for this slot, without waiting; ``None``: none, or stopping.
+
+        Keeps a busy worker's slot from idling while the main thread wakes up
+        and receives for it; only the main thread waits for messages.
+        """
+        worker = self.worker
+        if worker.stop_event.is_set():
+            return None
+        try:
+            batch = worker.transport.receive(1, worker.settings.visibility_s, 0.0)
+        except Exception:
+            log.warning(
+                "slot %s: receive failed; the main thread receives", self.name, exc_info=True
+            )
+            return None
+        if batch and worker.stop_event.is_set():
+            worker.transport.release([r.receipt for r in batch])
+            return None
+        return batch[0] if batch else None
 
 
 class Worker:

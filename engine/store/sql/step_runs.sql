@@ -22,10 +22,9 @@ WITH claimed AS (
               s.lease_token, s.lease_expires_at, s.item, j.flow, j.params,
               prev.status AS previous_status, prev.lease_owner AS previous_owner
 ), started AS (
-    UPDATE engine_jobs AS j
+    UPDATE engine_jobs
     SET status = 'running', started_at = clock_timestamp()
-    FROM claimed AS c
-    WHERE j.id = c.job_id AND j.status = 'pending'
+    WHERE id = (SELECT c.job_id FROM claimed AS c) AND status = 'pending'
 ), logged AS (
     INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
     SELECT CASE WHEN c.previous_status = 'running' THEN 'reclaimed' ELSE 'claimed' END,
