@@ -124,6 +124,7 @@ class Workers:
         env = {**os.environ, **self.extra_env}
         env["ENGINE_DATABASE_URL"] = self.info
         env["ENGINE_FLOW_MODULES"] = self.modules
+        env["ENGINE_REPORT_ON_END"] = "false"  # measure the runtime, not the renderer
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         command = [sys.executable, "-m", "engine", "worker", "--concurrency", str(self.concurrency)]
         try:

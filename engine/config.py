@@ -58,6 +58,9 @@ class Settings(BaseSettings):
         default=Path("reports/out"),
         description="where run reports (and files beside them, e.g. rejected rows) are written",
     )
+    report_on_end: bool = Field(
+        default=True, description="render a job's HTML report (and the index) when it ends"
+    )
     flow_modules: list[str] | None = Field(
         default=None,
         description="modules that export a `flow`; unset means every module of the flows package",

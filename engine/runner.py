@@ -122,6 +122,7 @@ class StepRunner:
         self.heartbeat = heartbeat
         self.alert = alert
         self.current: Lease | None = None
+        self.ended_job: uuid.UUID | None = None  # set when this delivery ended its job
         self._default_policy = RetryPolicy(
             max_attempts=settings.max_attempts,
             base_delay_s=settings.retry_base_delay_s,
@@ -150,12 +151,26 @@ class StepRunner:
             return Outcome("refused", f"flow or step not registered: {exc}", result.id)
         lease = Lease(result, received.receipt)
         self.current = lease
+        self.ended_job = None
         self.heartbeat.watch(lease)
         try:
-            return self._execute(flow, step, lease)
+            outcome = self._execute(flow, step, lease)
         finally:
             self.heartbeat.unwatch()
             self.current = None
+        if self.ended_job is not None and self.settings.report_on_end:
+            self._render_report(self.ended_job)
+        return outcome
+
+    def _render_report(self, job_id: uuid.UUID) -> None:
+        # the books are committed; a report that fails to render is logged, never retried
+        from engine.reports import render_index, render_job_report
+
+        try:
+            render_job_report(self.settings, job_id, registry=self.registry)
+            render_index(self.settings)
+        except Exception:
+            log.warning("could not render the report of job %s", job_id, exc_info=True)
 
     def _malformed(self, received: Received, reason: str) -> Outcome:
         body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
@@ -341,6 +356,7 @@ class StepRunner:
         store.job_finish_if_active_logged(
             self.conn, claimed.job_id, JobStatus.DONE, event=EventKind.JOB_DONE, worker=self.worker
         )
+        self.ended_job = claimed.job_id
 
     def _publish_after_commit(self, outbox_ids: list[int]) -> None:
         if not outbox_ids:
@@ -397,6 +413,7 @@ class StepRunner:
                     worker=self.worker,
                     detail={"reason": reason, "by": "step"},
                 )
+                self.ended_job = claimed.job_id
         self.transport.delete([lease.receipt])
         return Outcome("cancelled", reason, claimed.id)
 
@@ -463,6 +480,7 @@ class StepRunner:
                         worker=self.worker,
                         error=f"step {step.name}: {reason}",
                     )
+                    self.ended_job = claimed.job_id
                 kind = "dead"
             if not raise_fenced and self.transport.transactional:
                 if outbox_ids:

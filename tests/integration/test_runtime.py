@@ -548,3 +548,15 @@ def test_visibility_shorter_than_the_step__the_copy_backs_off_then_is_deleted(
             what="the leftover copy to be deleted",
         )
     assert steps(conn, job.job_id)["b"]["attempts"] == 1
+
+
+def test_report__rendered_when_the_job_ends(
+    fast: Settings, conn: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    settings = fast.model_copy(update={"report_on_end": True, "reports_dir": tmp_path})
+    job = submit("chain", {"n": 5}, settings=settings, registry=flows_registry())
+    with thread_worker(settings):
+        assert wait_job_ended(conn, job.job_id) == "done"
+        page = wait_until(lambda: (p := tmp_path / "runs" / f"{job.job_id}.html").exists() and p)
+    assert "chain" in page.read_text(encoding="utf-8")
+    assert (tmp_path / "index.html").exists()

@@ -36,6 +36,7 @@ FAST = {
     "retry_base_delay_s": 0.0,
     "shutdown_grace_s": 5.0,
     "flow_modules": ["testflows"],
+    "report_on_end": False,  # tests that want reports turn them on, with a tmp folder
 }
 
 
