@@ -25,6 +25,7 @@ from engine.errors import (
 )
 from engine.flow import Flow, MapOver, Step, StepInput
 from engine.registry import Registry
+from engine.reports import render_index, render_job_report
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
 from engine.store.migrations import MigrationReport, migrate
 from engine.store.queries import Queries
@@ -61,6 +62,8 @@ __all__ = [
     "connect",
     "load_queries",
     "migrate",
+    "render_index",
+    "render_job_report",
     "submit",
     "wait_for_job",
     "worker_processes",

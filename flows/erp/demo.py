@@ -23,6 +23,8 @@ from engine import (
     Settings,
     connect,
     migrate,
+    render_index,
+    render_job_report,
     submit,
     wait_for_job,
     worker_processes,
@@ -86,7 +88,11 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     except EngineError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ENVIRONMENT)
+    # the workers render each report as its job ends; render again here so the
+    # paths printed exist whatever ENGINE_REPORT_ON_END says
     for name, job in jobs.items():
-        click.echo(f"see {name}: engine status {job.job_id}")
+        page = render_job_report(settings, job.job_id, registry=registry)
+        click.echo(f"{name} report: {page.resolve()}  (or: engine status {job.job_id})")
+    click.echo(f"all runs: {render_index(settings).resolve()}  (browse: engine reports serve)")
     if any(status != "done" for status in statuses.values()):
         sys.exit(EXIT_JOB_FAILED)
