@@ -10,6 +10,8 @@ do not change.
 
 from __future__ import annotations
 
+import getpass
+import socket
 import sys
 import time
 from typing import Any
@@ -74,7 +76,13 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
         with worker_processes(settings, workers):
             click.echo(f"workers: {workers} processes x 2 slots")
             jobs = {
-                name: submit(name, {"period": period}, settings=settings, registry=registry)
+                name: submit(
+                    name,
+                    {"period": period},
+                    settings=settings,
+                    registry=registry,
+                    submitted_by=f"{getpass.getuser()}@{socket.gethostname()} (engine demo)",
+                )
                 for name in ("costing", "posting")
             }
             statuses = {}
