@@ -7,7 +7,7 @@ Sizes (environment):
     BENCH_PROCS=1,2          worker process counts to try (floor and engine)
     BENCH_CONCURRENCY=1,2    slots per worker process to try
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,recovery,erp
+    BENCH_ONLY=floor,engine,recovery,erp,sqs
     BENCH_VERBOSE=1          show the worker logs
 
 The ERP month end (``erp``, see ``bench/erp.py``): seed, costing and posting
@@ -27,7 +27,7 @@ import os
 import sys
 import time
 
-from bench import erp, floor, recovery, throughput
+from bench import erp, floor, recovery, sqs, throughput
 from bench.common import (
     drop_database,
     emit,
@@ -47,7 +47,7 @@ def main() -> int:
     procs_list = env_ints("BENCH_PROCS", "1,2")
     concurrency_list = env_ints("BENCH_CONCURRENCY", "1,2")
     timeout_s = env_float("BENCH_TIMEOUT_S", 150)
-    only = set((os.environ.get("BENCH_ONLY") or "floor,engine,recovery,erp").split(","))
+    only = set((os.environ.get("BENCH_ONLY") or "floor,engine,recovery,erp,sqs").split(","))
     started = time.monotonic()
     log(f"server: {masked(server_conninfo())}; scratch database engine_bench")
     log(f"jobs {jobs}, floor rows {floor_rows}, procs {procs_list}, concurrency {concurrency_list}")
@@ -79,6 +79,8 @@ def main() -> int:
             recovery.run()
         if "erp" in only:
             erp.run_all()
+        if "sqs" in only:  # moto's server on 127.0.0.1; sizes: BENCH_SQS_* (bench/sqs.py)
+            sqs.run()
     finally:
         try:
             if only & {"floor", "engine", "recovery"}:  # erp drops its own (engine_bench_erp)

@@ -30,8 +30,10 @@ from engine.flow import Flow
 from engine.models import JobStatus
 from engine.orm import sqlalchemy_engine
 from engine.queries import JobView, job_view, recent_jobs
+from engine.queues_cli import queues
 from engine.registry import Registry
 from engine.reports.cli import report, reports
+from engine.simulate import simulate
 from engine.store import migrations
 from engine.submit import Submitted, submit
 from engine.waiting import wait_for_job
@@ -492,3 +494,5 @@ def dlq_purge() -> None:
 
 main.add_command(report)
 main.add_command(reports)
+main.add_command(simulate)
+main.add_command(queues)

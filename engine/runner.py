@@ -39,6 +39,7 @@ from engine.store import jobs as job_store
 from engine.store import step_runs as store
 from engine.store.jobs import NewStepRun
 from engine.store.step_runs import Claimed, ClaimRefused
+from engine.sweeper import record_dead_message
 from engine.transports.base import Outgoing, Received, Transport
 
 log = logging.getLogger(__name__)
@@ -173,15 +174,7 @@ class StepRunner:
             log.warning("could not render the report of job %s", job_id, exc_info=True)
 
     def _malformed(self, received: Received, reason: str) -> Outcome:
-        body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
-        with self.conn.transaction():
-            store.dead_letter_insert_message(self.conn, body, reason)
-            job_store.event_insert(
-                self.conn,
-                EventKind.MESSAGE_DROPPED,
-                worker=self.worker,
-                detail={"reason": reason, "message_id": received.message_id},
-            )
+        record_dead_message(self.conn, self.worker, received, reason)
         self.transport.dead_letter(received, reason)
         log.warning("malformed message %s dead-lettered: %s", received.message_id, reason)
         self.alert(Alert(reason=f"malformed message {received.message_id}: {reason}"))
@@ -208,8 +201,14 @@ class StepRunner:
         elif refused.reason == "not_due" and refused.retry_in_s > 0:
             # come back when the backoff ends rather than after a full visibility timeout
             self.transport.extend([received.receipt], min(refused.retry_in_s + 0.5, 43_000))
-        # held / race / exhausted: leave the copy; it returns after its visibility
-        # timeout and serves as a backup should the holder die
+        elif refused.reason == "held":
+            # Leave the copy as a backup should the holder die, but hidden for long:
+            # each return counts as a receive, and on SQS too many receives move it
+            # to the dead-letter queue while the step is still running. Liveness
+            # does not rest on it: the sweeper re-announces an expired lease.
+            hide = max(refused.retry_in_s, self.settings.republish_after_s) * 2
+            self.transport.extend([received.receipt], min(hide, 43_000))
+        # race / exhausted: leave the copy; it returns after its visibility timeout
         return Outcome("refused", refused.reason, message.step_run_id)
 
     # -- the step ----------------------------------------------------------------------

@@ -26,7 +26,7 @@ from engine.models import EventKind, JobStatus
 from engine.outbox import relay
 from engine.store import jobs as job_store
 from engine.store import step_runs as store
-from engine.transports.base import Transport
+from engine.transports.base import Received, Transport
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,21 @@ class SweepReport:
     dead: int = 0
     announced: int = 0
     published: int = 0
+
+
+def record_dead_message(
+    conn: psycopg.Connection[Any], worker: str, received: Received, reason: str
+) -> None:
+    """Keep a message that can never be handled, with its reason (one transaction)."""
+    with conn.transaction():
+        body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
+        store.dead_letter_insert_message(conn, body, reason)
+        job_store.event_insert(
+            conn,
+            EventKind.MESSAGE_DROPPED,
+            worker=worker,
+            detail={"reason": reason, "message_id": received.message_id},
+        )
 
 
 class Sweeper:
@@ -83,6 +98,7 @@ class Sweeper:
                 )
         for alert in alerts:
             self.alert(alert)
+        self._drain_transport_dead_letters(conn)
         published = 0
         for _ in range(_RELAY_ROUNDS):
             n = relay(conn, self.transport, limit=_RELAY_BATCH)
@@ -97,3 +113,15 @@ class Sweeper:
                 published,
             )
         return SweepReport(len(dead), len(announced), published)
+
+    def _drain_transport_dead_letters(self, conn: psycopg.Connection[Any]) -> None:
+        """Record what the queue itself dead-lettered (SQS redrive), once each, with an alert."""
+        drain = getattr(self.transport, "drain_dead_letters", None)
+        if not callable(drain):
+            return
+
+        def record(received: Received, reason: str) -> None:
+            record_dead_message(conn, self.worker, received, reason)
+            self.alert(Alert(reason=f"message {received.message_id}: {reason}"))
+
+        drain(record)

@@ -195,7 +195,13 @@ class Worker:
 
     def run(self) -> int:
         """Run until :attr:`stop_event` is set; returns the process exit code (0)."""
-        check_startup(self.settings)
+        # the queue's own visibility timeout counts, not only the configured one
+        read_visibility = getattr(self.transport, "queue_visibility_s", None)
+        queue_visibility = read_visibility() if callable(read_visibility) else None
+        check_startup(
+            self.settings,
+            None if queue_visibility is None else min(self.settings.visibility_s, queue_visibility),
+        )
         self._slots = [_Slot(self, i) for i in range(self.settings.concurrency)]
         for slot in self._slots:
             slot.thread.start()

@@ -3,8 +3,8 @@
 The database is the source of truth (invariant 1); a transport only delivers
 ids, at least once (see :mod:`engine.transports.base` for the contract).
 ``postgres`` keeps its queue in a table of the engine's database (the
-embedded default); ``sqs`` is the production path. Only these modules talk to
-a queue.
+embedded default); ``sqs`` is the production path (an SQS standard queue,
+configured by ``ENGINE_SQS_*``). Only these modules talk to a queue.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ def transport_for(settings: Settings) -> Transport:
         from engine.transports.postgres import PostgresTransport
 
         return PostgresTransport(settings)
+    if settings.transport == "sqs":
+        from engine.transports.sqs import SqsSettings, SqsTransport
+
+        return SqsTransport(SqsSettings())
     from engine.errors import ConfigError
 
-    raise ConfigError(
-        f"ENGINE_TRANSPORT={settings.transport!r} is not available yet; valid: postgres"
-    )
+    raise ConfigError(f"ENGINE_TRANSPORT={settings.transport!r} is not known; valid: postgres, sqs")

@@ -1,0 +1,636 @@
+"""The SQS transport: a standard queue (boto3) with the engine's at-least-once contract.
+
+Workers on several machines share one queue; the database claim decides who
+runs a step run, so nothing here needs to be exact. Messages carry ids only
+(:class:`~engine.messages.StepMessage`); the engine checks what it sends
+itself (UTF-8 byte size, XML-legal characters, delays of at most 900 s),
+because emulators do not.
+
+- Receiving long-polls (``WaitTimeSeconds`` up to 20, repeated until the
+  caller's wait is over) for up to 10 messages at once.
+- Sending, deleting and visibility changes use the batch calls, in chunks of
+  10 entries, and every batch response is checked entry by entry: a batch
+  call can succeed with some entries failed.
+- Extending visibility never asks for more than SQS's 12 hours counted from
+  the receive; a receipt that SQS refuses (received again, deleted, past the
+  12 hours) is reported as not extended: "this copy is lost", not an error.
+- API errors (throttling, 5xx, connection resets) are retried by botocore's
+  ``standard`` retry mode with bounded, jittered backoff. An error that
+  outlives those retries is raised by ``publish``, ``send_raw`` and
+  ``receive`` (the outbox keeps the rows; the worker receives again), and
+  logged and swallowed by ``delete``, ``release`` and ``extend``: a delete
+  that failed only causes a redelivery, which the claim absorbs.
+- The dead-letter queue is fed by SQS itself (redrive after
+  ``maxReceiveCount`` receives); :meth:`SqsTransport.receive_dead_letters`
+  and :meth:`SqsTransport.delete_dead_letters` let the worker record those
+  messages in ``engine_dead_letters``.
+
+Settings come from ``ENGINE_SQS_*`` (:class:`SqsSettings`); boto3 reads
+credentials and ``AWS_ENDPOINT_URL`` (emulators) itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engine.errors import BadInput, ConfigError, EngineError
+from engine.messages import MAX_BODY_BYTES
+from engine.transports.base import Outgoing, Received
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 10  # entries per SQS batch call, and messages per receive
+MAX_WAIT_S = 20  # longest WaitTimeSeconds of one receive
+MAX_DELAY_S = 900  # longest DelaySeconds
+MAX_VISIBILITY_S = 43_200  # 12 hours, counted from the receive
+# Asked-for visibility stays this far inside the 12 hours: our clock started
+# after SQS's (the receive's round trip), and a refused extension is a lost copy.
+_VISIBILITY_MARGIN_S = 30.0
+_RECEIVE_COUNT = "ApproximateReceiveCount"
+# Entry failures that mean "this receipt is not current": received again,
+# deleted, or past the 12 hours. A lost copy, never an error.
+_STALE_CODES = frozenset(
+    {
+        "ReceiptHandleIsInvalid",
+        "InvalidReceiptHandle",
+        "MessageNotInflight",
+        "AWS.SimpleQueueService.MessageNotInflight",
+        "InvalidParameterValue",
+    }
+)
+_MISSING_QUEUE_CODES = frozenset(
+    {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue", "NonExistentQueue"}
+)
+_SEND_ENTRY_ATTEMPTS = 3  # partial batch failures are not retried by botocore
+# characters outside XML 1.0's Char production, which SQS refuses
+_NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_SQS_HOST = re.compile(r"^sqs[.-](?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+
+
+class SqsError(EngineError):
+    """An SQS call failed after botocore's retries (the original is ``__cause__``)."""
+
+
+class SqsSettings(BaseSettings):
+    """Settings of the SQS transport; each is read from ``ENGINE_SQS_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="ENGINE_SQS_", extra="ignore")
+
+    queue_url: str | None = Field(
+        default=None, description="URL of the step queue (`engine queues create` prints it)"
+    )
+    dlq_url: str | None = Field(
+        default=None,
+        description="URL of its dead-letter queue; unset: read from the queue's redrive policy",
+    )
+    queue_name: str = Field(
+        default="engine-steps",
+        pattern=r"^[A-Za-z0-9_-]{1,76}$",
+        description="name `engine queues create` gives the queue (its DLQ: <name>-dlq)",
+    )
+    region: str | None = Field(
+        default=None,
+        description="AWS region; unset: the queue URL's region, else us-east-1",
+    )
+    max_receive_count: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description="receives after which SQS moves a message to the dead-letter queue",
+    )
+    api_max_attempts: int = Field(
+        default=5,
+        ge=1,
+        le=20,
+        description="attempts per SQS call (botocore standard retries: throttling, 5xx, resets)",
+    )
+    connect_timeout_s: float = Field(default=5.0, gt=0, description="SQS connect timeout")
+    read_timeout_s: float = Field(
+        default=30.0,
+        gt=MAX_WAIT_S,
+        description="SQS read timeout; longer than a 20 s long poll",
+    )
+    max_pool_connections: int = Field(
+        default=50,
+        ge=1,
+        description="HTTP connections per client (receiver, slots and heartbeats share it)",
+    )
+
+    def resolved_region(self) -> str:
+        """The configured region, else the queue URL's, else ``us-east-1``."""
+        if self.region:
+            return self.region
+        for url in (self.queue_url, self.dlq_url):
+            if url and (match := _SQS_HOST.match(urlparse(url).hostname or "")):
+                return match["region"]
+        return "us-east-1"
+
+
+def sqs_client(sqs: SqsSettings) -> Any:
+    """A boto3 SQS client with bounded retries and timeouts (thread-safe)."""
+    config = Config(
+        region_name=sqs.resolved_region(),
+        retries={"total_max_attempts": sqs.api_max_attempts, "mode": "standard"},
+        connect_timeout=sqs.connect_timeout_s,
+        read_timeout=sqs.read_timeout_s,
+        max_pool_connections=sqs.max_pool_connections,
+    )
+    # a session per client: boto3's default session is not thread-safe
+    return boto3.session.Session().client("sqs", config=config)
+
+
+def _error_code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+@contextmanager
+def _api(operation: str) -> Iterator[None]:
+    """Turn a botocore error (after its retries) into :class:`SqsError`."""
+    try:
+        yield
+    except (ClientError, BotoCoreError) as exc:
+        raise SqsError(f"SQS {operation} failed: {exc}") from exc
+
+
+def check_body(body: str) -> None:
+    """Refuse (``BadInput``) a body SQS would refuse or that is not ours: empty,
+    not XML-legal, or over :data:`~engine.messages.MAX_BODY_BYTES` UTF-8 bytes."""
+    if not body:
+        raise BadInput("empty message body: SQS needs at least one character")
+    if bad := _NOT_XML_CHAR.search(body):
+        raise BadInput(
+            f"message body has character {bad[0]!r} at offset {bad.start()}: SQS accepts only "
+            "XML characters (tab, newline, carriage return, U+0020 and above, no surrogates)"
+        )
+    size = len(body.encode("utf-8"))
+    if size > MAX_BODY_BYTES:
+        raise BadInput(f"message body of {size} bytes: at most {MAX_BODY_BYTES} bytes")
+
+
+def _chunks(items: Sequence[Any], size: int = MAX_BATCH) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _unique(receipts: Sequence[str]) -> list[str]:
+    # a batch with the same receipt twice is refused by SQS as a whole
+    return list(dict.fromkeys(receipts))
+
+
+class _ReceiveTimes:
+    """When each receipt handed out by this transport was received (monotonic clock).
+
+    Bounds extensions to 12 hours from the receive. Receipts left in the
+    queue (a refused claim leaves its copy) are forgotten after 12 hours.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at: OrderedDict[str, float] = OrderedDict()
+
+    def add(self, receipts: Sequence[str], at: float) -> None:
+        with self._lock:
+            for receipt in receipts:
+                self._at[receipt] = at
+            while self._at:
+                oldest, when = next(iter(self._at.items()))
+                if at - when <= MAX_VISIBILITY_S:
+                    break
+                del self._at[oldest]
+
+    def forget(self, receipts: Sequence[str]) -> None:
+        with self._lock:
+            for receipt in receipts:
+                self._at.pop(receipt, None)
+
+    def left_s(self, receipt: str, now: float) -> float:
+        """Seconds of visibility SQS still allows this receipt (12 h if unknown)."""
+        with self._lock:
+            at = self._at.get(receipt)
+        if at is None:
+            return MAX_VISIBILITY_S - _VISIBILITY_MARGIN_S
+        return MAX_VISIBILITY_S - _VISIBILITY_MARGIN_S - (now - at)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._at)
+
+
+def _whole_seconds(seconds: float, upper: int) -> int:
+    """SQS takes whole seconds: round up (never hide or delay less than asked), clamp."""
+    return max(0, min(upper, math.ceil(seconds)))
+
+
+def _received(message: dict[str, Any]) -> Received:
+    attributes = message.get("Attributes") or {}
+    return Received(
+        message_id=str(message["MessageId"]),
+        body=str(message.get("Body", "")),
+        receipt=str(message["ReceiptHandle"]),
+        receive_count=int(attributes.get(_RECEIVE_COUNT, 1)),
+    )
+
+
+@dataclass(frozen=True)
+class Queues:
+    """The step queue and its dead-letter queue, as ``engine queues create`` made them."""
+
+    name: str
+    url: str
+    dlq_name: str
+    dlq_url: str
+    max_receive_count: int
+    visibility_s: int
+
+
+class SqsTransport:
+    """Step messages on an SQS standard queue; see the module docstring."""
+
+    name = "sqs"
+    transactional = False
+    max_delay_s = float(MAX_DELAY_S)
+
+    def __init__(self, sqs: SqsSettings | None = None, *, client: Any | None = None) -> None:
+        self.settings = sqs if sqs is not None else SqsSettings()
+        if not self.settings.queue_url:
+            raise ConfigError(
+                "ENGINE_SQS_QUEUE_URL is not set: the SQS transport needs the step queue's URL "
+                "(`engine queues create` creates the queues and prints it)"
+            )
+        self.queue_url: str = self.settings.queue_url
+        self.client: Any = client if client is not None else sqs_client(self.settings)
+        self._dlq_url: str | None = self.settings.dlq_url
+        self._times = _ReceiveTimes()
+        self._closed = False
+        self._calls_lock = threading.Lock()
+        self._calls: Counter[str] = Counter()
+        self.client.meta.events.register("request-created.sqs", self._count_call)
+
+    # -- observability -----------------------------------------------------------------
+
+    def _count_call(self, operation_name: str = "", **_: Any) -> None:
+        # request-created fires once per HTTP request, retries included: what SQS bills
+        with self._calls_lock:
+            self._calls[operation_name] += 1
+
+    def api_calls(self) -> dict[str, int]:
+        """HTTP requests made to SQS so far, per operation (retries included)."""
+        with self._calls_lock:
+            return dict(self._calls)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SqsError("the sqs transport is closed")
+
+    # -- sending -----------------------------------------------------------------------
+
+    def publish(self, conn: Any, messages: Sequence[Outgoing]) -> None:
+        """Send ``messages`` at once (``conn`` is ignored: SQS is not transactional).
+
+        Everything is checked before anything is sent (delays, body sizes).
+        Raises :class:`SqsError` if some entry could not be sent; entries sent
+        before that stay sent, and a retry of the whole batch only duplicates them.
+        """
+        if not messages:
+            return
+        entries: list[tuple[str, int]] = []
+        for m in messages:
+            if not 0 <= m.delay_s <= self.max_delay_s:
+                raise BadInput(
+                    f"delay of {m.delay_s} s for step run {m.message.step_run_id}: "
+                    f"must be between 0 and {self.max_delay_s:g} s "
+                    "(longer waits stay in the outbox)"
+                )
+            body = m.message.encode()
+            check_body(body)
+            entries.append((body, _whole_seconds(m.delay_s, MAX_DELAY_S)))
+        self._check_open()
+        for chunk in _chunks(entries):
+            self._send_batch(chunk)
+
+    def send_raw(self, body: str) -> None:
+        """Send ``body`` as is, visible at once (replays of dead letters, tests)."""
+        check_body(body)
+        self._check_open()
+        self._send_batch([(body, 0)])
+
+    def _send_batch(self, chunk: Sequence[tuple[str, int]]) -> None:
+        pending = {
+            str(i): {"Id": str(i), "MessageBody": body, "DelaySeconds": delay}
+            for i, (body, delay) in enumerate(chunk)
+        }
+        for attempt in range(1, _SEND_ENTRY_ATTEMPTS + 1):
+            with _api("SendMessageBatch"):
+                response = self.client.send_message_batch(
+                    QueueUrl=self.queue_url, Entries=list(pending.values())
+                )
+            sent = {e["Id"] for e in response.get("Successful", [])}
+            failed = {e["Id"]: e for e in response.get("Failed", [])}
+            pending = {i: e for i, e in pending.items() if i not in sent}
+            if not pending:
+                return
+            blamed = [f for f in failed.values() if f.get("SenderFault")]
+            if blamed or attempt == _SEND_ENTRY_ATTEMPTS:
+                worst = (blamed or list(failed.values()) or [{}])[0]
+                raise SqsError(
+                    f"SQS SendMessageBatch: {len(pending)} of {len(chunk)} message(s) not sent "
+                    f"({worst.get('Code', 'no result')}: {worst.get('Message', '')})"
+                )
+            # server-side entry failures are transient: send only those again
+            time.sleep(0.05 * 2**attempt)
+
+    # -- receiving ---------------------------------------------------------------------
+
+    def receive(self, max_messages: int, visibility_s: float, wait_s: float) -> list[Received]:
+        """Up to ``max_messages`` (at most 10) messages, each hidden for ``visibility_s``.
+
+        Long-polls in rounds of at most 20 s until a message arrives or
+        ``wait_s`` is over; a positive wait under one second polls for one
+        second (SQS counts whole seconds; zero would be a busy loop). Returns
+        ``[]`` once the transport is closed (a round in flight runs out first).
+        """
+        if max_messages < 1:
+            raise BadInput(f"max_messages must be at least 1, got {max_messages}")
+        visibility = _whole_seconds(visibility_s, MAX_VISIBILITY_S)
+        deadline = time.monotonic() + max(0.0, wait_s)
+        while not self._closed:
+            remaining = deadline - time.monotonic()
+            wait = 0 if wait_s <= 0 else _whole_seconds(max(remaining, 1.0), MAX_WAIT_S)
+            with _api("ReceiveMessage"):
+                response = self.client.receive_message(
+                    QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=min(max_messages, MAX_BATCH),
+                    VisibilityTimeout=visibility,
+                    WaitTimeSeconds=wait,
+                    MessageSystemAttributeNames=[_RECEIVE_COUNT],
+                )
+            received = [_received(m) for m in response.get("Messages", [])]
+            self._times.add([r.receipt for r in received], time.monotonic())
+            if received and self._closed:
+                # closed while polling: hand them back to the other receivers at once
+                self._change_visibility([(r.receipt, 0) for r in received], "release")
+                return []
+            if received or time.monotonic() >= deadline:
+                return received
+        return []
+
+    # -- visibility and deletes --------------------------------------------------------
+
+    def extend(self, receipts: Sequence[str], visibility_s: float) -> set[str]:
+        """Hide these deliveries for ``visibility_s`` more (from now); those extended.
+
+        A receipt SQS refuses, or one whose 12 hours would be exceeded, is
+        left out of the result (the copy is lost). API errors that outlive
+        botocore's retries are logged; their receipts are left out too.
+        """
+        self._check_open()
+        now = time.monotonic()
+        entries: list[tuple[str, int]] = []
+        for receipt in _unique(receipts):
+            allowed = self._times.left_s(receipt, now)
+            if allowed < 1:
+                # asking for 0 s would release the copy rather than keep it
+                log.info("receipt at SQS's 12-hour visibility limit: this copy is lost")
+                continue
+            entries.append((receipt, _whole_seconds(min(visibility_s, allowed), MAX_VISIBILITY_S)))
+        return self._change_visibility(entries, "extend")
+
+    def release(self, receipts: Sequence[str]) -> None:
+        """Make these deliveries visible at once (errors are logged, not raised)."""
+        self._check_open()
+        unique = _unique(receipts)
+        self._change_visibility([(r, 0) for r in unique], "release")
+        self._times.forget(unique)
+
+    def _change_visibility(self, entries: Sequence[tuple[str, int]], what: str) -> set[str]:
+        changed: set[str] = set()
+        for chunk in _chunks(entries):
+            by_id = {str(i): receipt for i, (receipt, _) in enumerate(chunk)}
+            try:
+                with _api("ChangeMessageVisibilityBatch"):
+                    response = self.client.change_message_visibility_batch(
+                        QueueUrl=self.queue_url,
+                        Entries=[
+                            {"Id": str(i), "ReceiptHandle": receipt, "VisibilityTimeout": seconds}
+                            for i, (receipt, seconds) in enumerate(chunk)
+                        ],
+                    )
+            except SqsError as exc:
+                log.warning("%s of %d message(s) failed: %s", what, len(chunk), exc)
+                continue
+            changed.update(by_id[e["Id"]] for e in response.get("Successful", []))
+            self._log_failed(what, response.get("Failed", []))
+        return changed
+
+    def delete(self, receipts: Sequence[str], conn: Any = None) -> None:
+        """Delete these deliveries in batches of 10 (``conn`` is ignored).
+
+        Stale receipts delete nothing and raise nothing; any other failure is
+        logged and swallowed: the message comes back and the claim absorbs it.
+        """
+        self._check_open()
+        unique = _unique(receipts)
+        self._delete(self.queue_url, unique)
+        self._times.forget(unique)
+
+    def _delete(self, queue_url: str, receipts: Sequence[str]) -> None:
+        for chunk in _chunks(receipts):
+            try:
+                with _api("DeleteMessageBatch"):
+                    response = self.client.delete_message_batch(
+                        QueueUrl=queue_url,
+                        Entries=[{"Id": str(i), "ReceiptHandle": r} for i, r in enumerate(chunk)],
+                    )
+            except SqsError as exc:
+                log.warning(
+                    "delete of %d message(s) failed (they will be redelivered): %s",
+                    len(chunk),
+                    exc,
+                )
+                continue
+            self._log_failed("delete", response.get("Failed", []))
+
+    @staticmethod
+    def _log_failed(what: str, failed: Sequence[dict[str, Any]]) -> None:
+        for entry in failed:
+            code = entry.get("Code", "")
+            level = logging.DEBUG if code in _STALE_CODES else logging.WARNING
+            log.log(level, "%s refused for one message: %s %s", what, code, entry.get("Message"))
+
+    def dead_letter(self, received: Received, reason: str) -> None:
+        """Remove a delivery that can never be handled from the queue.
+
+        The runner has already recorded it and ``reason`` in
+        ``engine_dead_letters``; sending it to the SQS dead-letter queue as
+        well would have the DLQ drain record it (and alert) a second time.
+        """
+        self.delete([received.receipt])
+
+    # -- queue facts and the dead-letter queue ------------------------------------------
+
+    def queue_visibility_s(self) -> float:
+        """The queue's own ``VisibilityTimeout`` attribute, read from SQS (seconds)."""
+        return float(self._attributes(self.queue_url, ["VisibilityTimeout"])["VisibilityTimeout"])
+
+    def dead_letter_queue_url(self) -> str | None:
+        """``ENGINE_SQS_DLQ_URL``, else the target of the queue's redrive policy."""
+        if self._dlq_url is None:
+            policy = self._attributes(self.queue_url, ["RedrivePolicy"]).get("RedrivePolicy")
+            if not policy:
+                return None
+            arn = str(json.loads(policy)["deadLetterTargetArn"])
+            account, name = arn.split(":")[4], arn.split(":")[5]
+            with _api("GetQueueUrl"):
+                response = self.client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)
+            self._dlq_url = str(response["QueueUrl"])
+        return self._dlq_url
+
+    def receive_dead_letters(
+        self, max_messages: int = MAX_BATCH, visibility_s: float = 60.0
+    ) -> list[Received]:
+        """Messages SQS moved to the dead-letter queue, hidden for ``visibility_s``.
+
+        Record them, then :meth:`delete_dead_letters`; a crash in between
+        shows them again after ``visibility_s`` (recorded twice, never lost).
+        """
+        self._check_open()
+        dlq = self.dead_letter_queue_url()
+        if dlq is None:
+            return []
+        with _api("ReceiveMessage"):
+            response = self.client.receive_message(
+                QueueUrl=dlq,
+                MaxNumberOfMessages=max(1, min(max_messages, MAX_BATCH)),
+                VisibilityTimeout=_whole_seconds(visibility_s, MAX_VISIBILITY_S),
+                WaitTimeSeconds=0,
+                MessageSystemAttributeNames=[_RECEIVE_COUNT],
+            )
+        return [_received(m) for m in response.get("Messages", [])]
+
+    def delete_dead_letters(self, receipts: Sequence[str]) -> None:
+        """Delete recorded messages from the dead-letter queue (errors are logged)."""
+        self._check_open()
+        dlq = self.dead_letter_queue_url()
+        if dlq is not None:
+            self._delete(dlq, _unique(receipts))
+
+    def drain_dead_letters(self, record: Callable[[Received, str], None], limit: int = 100) -> int:
+        """Hand up to ``limit`` dead-letter-queue messages to ``record``, then delete them.
+
+        ``record(received, reason)`` must commit before it returns (the
+        sweeper inserts the dead letter and raises its alert). A message is
+        deleted only after it was recorded; if ``record`` raises, the
+        messages recorded so far are deleted, the rest come back after 60 s,
+        and the error propagates. Returns how many were recorded.
+        """
+        drained = 0
+        while drained < limit:
+            batch = self.receive_dead_letters(min(MAX_BATCH, limit - drained))
+            if not batch:
+                break
+            recorded: list[str] = []
+            try:
+                for received in batch:
+                    record(received, self.dead_letter_reason(received))
+                    recorded.append(received.receipt)
+            finally:
+                self.delete_dead_letters(recorded)
+                drained += len(recorded)
+        return drained
+
+    def dead_letter_reason(self, received: Received) -> str:
+        """The reason recorded for a message SQS moved to the dead-letter queue."""
+        return (
+            f"SQS moved message {received.message_id} to the dead-letter queue: received more "
+            f"than maxReceiveCount ({self.settings.max_receive_count}) times without being "
+            f"deleted (ApproximateReceiveCount {received.receive_count})"
+        )
+
+    def _attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
+        self._check_open()
+        try:
+            response = self.client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)
+        except ClientError as exc:
+            if _error_code(exc) in _MISSING_QUEUE_CODES:
+                raise ConfigError(
+                    f"SQS queue {queue_url} does not exist; create it with `engine queues create`"
+                    " and set ENGINE_SQS_QUEUE_URL"
+                ) from exc
+            raise SqsError(f"SQS GetQueueAttributes failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise SqsError(f"SQS GetQueueAttributes failed: {exc}") from exc
+        return dict(response.get("Attributes", {}))
+
+    def close(self) -> None:
+        """Stop: a receive in flight returns ``[]`` once its poll ends; other calls raise."""
+        self._closed = True
+        self.client.close()
+
+
+def create_queues(
+    sqs: SqsSettings, *, visibility_s: float, name: str | None = None, client: Any | None = None
+) -> Queues:
+    """Create the step queue and its dead-letter queue with a redrive policy; idempotent.
+
+    Existing queues keep their URLs and get the configured attributes again
+    (a changed ``max_receive_count`` or visibility is applied).
+    """
+    name = name or sqs.queue_name
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,76}", name):
+        raise BadInput(
+            f"queue name {name!r}: use 1 to 76 letters, digits, '-' or '_' "
+            "(the dead-letter queue adds '-dlq')"
+        )
+    client = client if client is not None else sqs_client(sqs)
+    visibility = _whole_seconds(visibility_s, MAX_VISIBILITY_S)
+    dlq_name = f"{name}-dlq"
+    # 14 days, SQS's longest retention: time for someone to look at a poison message
+    dlq_url = _ensure_queue(client, dlq_name, {"MessageRetentionPeriod": "1209600"})
+    dlq_arn = _queue_arn(client, dlq_url)
+    redrive = json.dumps(
+        {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(sqs.max_receive_count)}
+    )
+    url = _ensure_queue(
+        client, name, {"VisibilityTimeout": str(visibility), "RedrivePolicy": redrive}
+    )
+    return Queues(name, url, dlq_name, dlq_url, sqs.max_receive_count, visibility)
+
+
+def _ensure_queue(client: Any, name: str, attributes: dict[str, str]) -> str:
+    try:
+        with _api("GetQueueUrl"):
+            url = str(client.get_queue_url(QueueName=name)["QueueUrl"])
+    except SqsError as exc:
+        if _error_code(exc.__cause__ or exc) not in _MISSING_QUEUE_CODES:
+            raise
+        # two creators racing: CreateQueue with the same attributes returns the same URL
+        with _api("CreateQueue"):
+            return str(client.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"])
+    with _api("SetQueueAttributes"):
+        client.set_queue_attributes(QueueUrl=url, Attributes=attributes)
+    return url
+
+
+def _queue_arn(client: Any, url: str) -> str:
+    with _api("GetQueueAttributes"):
+        response = client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    return str(response["Attributes"]["QueueArn"])

@@ -1,0 +1,286 @@
+"""The worker on the SQS transport (moto in-process, real PostgreSQL, workers in threads)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import psycopg
+import pytest
+from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
+from sqs_support import REGION, documented_receipts, moto_in_process, moto_messages, queue_name
+
+from engine import admin, submit
+from engine.alerts import Alert
+from engine.config import Settings
+from engine.errors import ConfigError
+from engine.heartbeat import Heartbeat, Lease
+from engine.messages import StepMessage
+from engine.models import EventKind
+from engine.store import jobs as job_store
+from engine.store import step_runs as store
+from engine.transports.base import Received
+from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
+from engine.worker import check_startup
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    documented_receipts(monkeypatch)
+    with moto_in_process(monkeypatch):
+        yield boto3.client("sqs", region_name=REGION)
+
+
+@pytest.fixture
+def queues(client: Any) -> Queues:
+    return create_queues(
+        SqsSettings(max_receive_count=100), visibility_s=60, name=queue_name("w"), client=client
+    )
+
+
+@pytest.fixture
+def transports(queues: Queues) -> Iterator[list[SqsTransport]]:
+    """Each worker (and the test) gets its own client of the same queue."""
+    made: list[SqsTransport] = []
+    yield made
+    for t in made:
+        t.close()
+
+
+def new(transports: list[SqsTransport], queues: Queues) -> SqsTransport:
+    transport = SqsTransport(SqsSettings(queue_url=queues.url, max_receive_count=100))
+    transports.append(transport)
+    return transport
+
+
+def effects(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[tuple[str, int]]:
+    rows = conn.execute(
+        "SELECT step, attempt FROM test_effects WHERE job_id = %s ORDER BY step", (job_id,)
+    ).fetchall()
+    return [(r["step"], r["attempt"]) for r in rows]
+
+
+def submit_chain(
+    settings: Settings, conn: psycopg.Connection[Any], publisher: SqsTransport, **params: Any
+) -> tuple[uuid.UUID, StepMessage]:
+    job = submit("chain", params, settings=settings, registry=flows_registry(), publisher=publisher)
+    row = conn.execute(
+        "SELECT id FROM engine_step_runs WHERE job_id = %s AND step = 'a'", (job.job_id,)
+    ).fetchone()
+    assert row is not None
+    return job.job_id, StepMessage(job_id=job.job_id, step_run_id=row["id"])
+
+
+def test_worker__chain_jobs_finish_over_sqs_with_every_first_message_sent_twice(
+    settings: Settings, conn: psycopg.Connection[Any], queues: Queues, transports: Any
+) -> None:
+    fast = fast_settings(settings, concurrency=2)
+    publisher = new(transports, queues)
+    jobs = []
+    for n in range(6):
+        job_id, first = submit_chain(fast, conn, publisher, n=n)
+        publisher.send_raw(first.encode())  # a duplicate of every first message
+        jobs.append(job_id)
+
+    with thread_worker(fast, transport=new(transports, queues)):
+        for job_id in jobs:
+            assert wait_job_ended(conn, job_id) == "done"
+
+    for job_id in jobs:
+        assert effects(conn, job_id) == [("a", 1), ("b", 1), ("c", 1)]
+
+
+def test_worker__visibility_shorter_than_the_step_without_heartbeat_the_second_receiver_backs_off(
+    settings: Settings,
+    conn: psycopg.Connection[Any],
+    queues: Queues,
+    transports: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # no heartbeat: nothing extends the visibility (or the lease, long enough here)
+    monkeypatch.setattr(Heartbeat, "beat", lambda self, lease: True)
+    fast = fast_settings(settings, visibility_s=1.0, heartbeat_s=0.5)
+    hold = tmp_path / "hold"
+    job_id, _ = submit_chain(fast, conn, new(transports, queues), hold_file=str(hold))
+
+    with (
+        thread_worker(fast, transport=new(transports, queues), worker_id="first"),
+        thread_worker(fast, transport=new(transports, queues), worker_id="second"),
+    ):
+        wait_until(lambda: Path(f"{hold}.started").exists(), what="step b to start")
+        # b's message came back after 1 s and was received again: its holder's lease won
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'"
+                " AND detail->>'reason' = 'held'",
+                (job_id,),
+            ).fetchone(),
+            what="a second receiver to back off",
+        )
+        Path(f"{hold}.release").touch()
+        assert wait_job_ended(conn, job_id) == "done"
+        # the refused copy was hidden for long (each return counts as a receive);
+        # move time past that instead of waiting
+        for m in moto_messages(queues.name):
+            m.visible_at = 0.0
+        # the holder's receipt was stale by then; the leftover copy is deleted once seen
+        wait_until(lambda: moto_messages(queues.name) == [], what="the leftover copy to go")
+
+    assert effects(conn, job_id) == [("a", 1), ("b", 1), ("c", 1)]
+    finished = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'"
+        " AND detail->>'reason' = 'finished'",
+        (job_id,),
+    ).fetchone()
+    assert finished is not None and finished["n"] >= 1
+
+
+MALFORMED = [
+    "not json",
+    '{"v": 2, "job_id": "00000000-0000-0000-0000-000000000000"}',
+    '{"v": 1, "job_id": 1e999999, "step_run_id": 123456789012345678901234567890}',
+    "a\x00b",
+    "",
+    "x" * 5000,
+]
+
+
+def test_worker__malformed_bodies_are_dead_lettered_with_their_reason_and_alert_once(
+    settings: Settings,
+    conn: psycopg.Connection[Any],
+    queues: Queues,
+    transports: Any,
+    client: Any,
+) -> None:
+    # sent around the engine's own checks, as a foreign producer (or moto) would allow
+    for body in MALFORMED:
+        client.send_message(QueueUrl=queues.url, MessageBody=body)
+    alerts: list[Alert] = []
+    fast = fast_settings(settings)
+
+    with thread_worker(fast, transport=new(transports, queues), alerts=alerts):
+        wait_until(
+            lambda: len(admin.dead_letters(fast)) == len(MALFORMED), what="every dead letter"
+        )
+        job_id, _ = submit_chain(fast, conn, new(transports, queues))
+        assert wait_job_ended(conn, job_id) == "done"  # the worker kept going
+
+    letters = admin.dead_letters(fast)
+    assert {r["source"] for r in letters} == {"message"}
+    reasons = " | ".join(r["reason"] for r in letters)
+    for expected in ("not a step message envelope", "NUL byte", "empty message body", "bytes"):
+        assert expected in reasons
+    assert len(alerts) == len(MALFORMED)
+    assert moto_messages(queues.name) == []
+
+
+def record_as_the_sweeper_would(conn: psycopg.Connection[Any], alerts: list[Alert]) -> Any:
+    """The sweeper-side wiring proposed for the SQS dead-letter queue (not yet in the worker)."""
+
+    def record(received: Received, reason: str) -> None:
+        body = received.body.replace("\x00", "\\x00")[:8192]
+        with conn.transaction():
+            store.dead_letter_insert_message(conn, body, reason)
+            job_store.event_insert(
+                conn,
+                EventKind.MESSAGE_DROPPED,
+                worker="sweeper",
+                detail={"reason": reason, "message_id": received.message_id},
+            )
+        alerts.append(Alert(reason=f"message {received.message_id}: {reason}"))
+
+    return record
+
+
+def test_dlq__a_message_sqs_redrove_ends_in_dlq_list_and_replays(
+    settings: Settings, conn: psycopg.Connection[Any], client: Any, transports: Any
+) -> None:
+    made = create_queues(
+        SqsSettings(max_receive_count=2), visibility_s=60, name=queue_name("r"), client=client
+    )
+    transport = SqsTransport(SqsSettings(queue_url=made.url, max_receive_count=2))
+    transports.append(transport)
+    body = StepMessage(job_id=uuid.uuid4(), step_run_id=uuid.uuid4()).encode()
+    transport.send_raw(body)
+    while transport.receive(10, 0, 0):  # received twice, never deleted
+        pass
+    alerts: list[Alert] = []
+
+    assert transport.drain_dead_letters(record_as_the_sweeper_would(conn, alerts)) == 1
+    assert transport.drain_dead_letters(record_as_the_sweeper_would(conn, alerts)) == 0
+
+    [letter] = admin.dead_letters(settings)
+    assert letter["source"] == "message"
+    assert "maxReceiveCount (2)" in letter["reason"]
+    assert len(alerts) == 1
+    admin.replay(settings, letter["id"], transport=transport)
+    assert [r.body for r in transport.receive(10, 30, 0)] == [body]
+
+
+def test_startup__the_queues_own_visibility_timeout_is_checked(
+    settings: Settings, client: Any
+) -> None:
+    made = create_queues(SqsSettings(), visibility_s=10, name=queue_name("s"), client=client)
+    transport = SqsTransport(SqsSettings(queue_url=made.url))
+    configured = settings.model_copy(update={"heartbeat_s": 15.0, "visibility_s": 120.0})
+
+    check_startup(configured)  # the configured visibility alone passes
+    with pytest.raises(ConfigError, match="visibility timeout 10 s"):
+        check_startup(configured, queue_visibility_s=transport.queue_visibility_s())
+    transport.close()
+
+
+def test_close__ends_a_waiting_receive_after_its_poll_and_hands_back_what_it_got(
+    queues: Queues, transports: Any
+) -> None:
+    receiver = new(transports, queues)
+    sender = new(transports, queues)
+    polling = threading.Event()
+    receiver.client.meta.events.register(
+        "before-send.sqs.ReceiveMessage", lambda **_: polling.set()
+    )
+    result: list[list[Received]] = []
+    thread = threading.Thread(target=lambda: result.append(receiver.receive(1, 30, 600)))
+    thread.start()
+    assert polling.wait(30)
+
+    receiver.close()
+    sender.send_raw("arrives while closing")
+    thread.join(30)
+
+    assert result == [[]]
+    # handed back at once, not after its 30 s visibility
+    assert [r.body for r in sender.receive(1, 30, 0)] == ["arrives while closing"]
+
+
+def test_heartbeat__a_lost_copy_is_not_extended_again(
+    settings: Settings, queues: Queues, transports: Any, conn: psycopg.Connection[Any]
+) -> None:
+    """A stale receipt is "lost this copy" for the heartbeat, not an error."""
+    transport = new(transports, queues)
+    fast = fast_settings(settings)
+    job_id, _ = submit_chain(fast, conn, transport)
+    [got] = transport.receive(1, 30, 1)
+    claimed = store.step_claim_if_available(
+        conn,
+        step_run_id=StepMessage.decode(got.body).step_run_id,
+        job_id=job_id,
+        worker="t",
+        lease_s=30,
+    )
+    assert isinstance(claimed, store.Claimed)
+    lease = Lease(claimed, got.receipt)
+    heartbeat = Heartbeat(fast, transport, "t")
+    try:
+        transport.release([got.receipt])
+        transport.receive(1, 30, 1)  # received again elsewhere: our receipt is stale
+
+        assert heartbeat.beat(lease) is True  # the lease is renewed all the same
+        assert lease.copy_lost
+    finally:
+        heartbeat.close()
