@@ -31,7 +31,9 @@ def registry() -> Registry:
 
 
 @pytest.fixture
-def fast(settings: Settings, tmp_path: Path) -> Settings:
+def fast(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    # the flow reads ENGINE_REPORTS_DIR as a worker process would
+    monkeypatch.setenv("ENGINE_REPORTS_DIR", str(tmp_path / "reports"))
     return fast_settings(
         settings, flow_modules=["flows.migration"], reports_dir=tmp_path / "reports"
     )
