@@ -11,8 +11,6 @@ escaping), so the SVG can be marked safe for the autoescaped template.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -26,7 +24,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from engine.models import Event, EventKind, Job, StepRun
-from engine.reports.render import environment
+from engine.reports.render import environment, write_atomically
 from engine.simulate_flow import STEPS
 
 __all__ = ["Fault", "Oracle", "SimRecord", "render_replay"]
@@ -522,19 +520,7 @@ def render_replay_html(
 def render_replay(engine: Engine, record: SimRecord, out_dir: Path) -> Path:
     """Render ``<out_dir>/simulate-<seed>.html`` from the scratch database; its path."""
     html = render_replay_html(record, *_load(engine))
-    path = out_dir / f"simulate-{record.seed}.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a temporary name and a rename: a browser never sees half a page
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomically(out_dir / f"simulate-{record.seed}.html", html)
 
 
 def oracle_lines(oracles: Sequence[Oracle]) -> list[str]:

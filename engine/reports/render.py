@@ -128,7 +128,8 @@ def render_index_html(index: IndexReport, env: Environment | None = None) -> str
     return env.get_template("index.html.j2").render(ix=index, chart=durations_svg(index.rows))
 
 
-def _write(path: Path, text: str) -> Path:
+def write_atomically(path: Path, text: str) -> Path:
+    """Write ``text`` under a temporary name, then rename: a reader never sees half a page."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -168,7 +169,9 @@ def render_job_report(
         report = build_run_report(engine, job, registry or _registry(settings))
     finally:
         engine.dispose()
-    return _write((out_dir or settings.reports_dir) / run_href(job), render_run_html(report))
+    return write_atomically(
+        (out_dir or settings.reports_dir) / run_href(job), render_run_html(report)
+    )
 
 
 def render_index(settings: Settings, *, out_dir: Path | None = None) -> Path:
@@ -178,7 +181,9 @@ def render_index(settings: Settings, *, out_dir: Path | None = None) -> Path:
         index = build_index(engine)
     finally:
         engine.dispose()
-    return _write((out_dir or settings.reports_dir) / "index.html", render_index_html(index))
+    return write_atomically(
+        (out_dir or settings.reports_dir) / "index.html", render_index_html(index)
+    )
 
 
 def render_all(settings: Settings, *, out_dir: Path | None = None) -> list[Path]:
@@ -189,10 +194,10 @@ def render_all(settings: Settings, *, out_dir: Path | None = None) -> list[Path]
     target = out_dir or settings.reports_dir
     try:
         index = build_index(engine)
-        paths = [_write(target / "index.html", render_index_html(index, env))]
+        paths = [write_atomically(target / "index.html", render_index_html(index, env))]
         for row in index.rows:
             report = build_run_report(engine, uuid.UUID(row.job_id), registry)
-            paths.append(_write(target / row.href, render_run_html(report, env)))
+            paths.append(write_atomically(target / row.href, render_run_html(report, env)))
     finally:
         engine.dispose()
     return paths
