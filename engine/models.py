@@ -14,8 +14,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, Integer, Text
+from sqlalchemy import BigInteger, Column, DateTime, Dialect, Integer, Text
 from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
 
@@ -65,6 +66,23 @@ class DeadLetterSource(enum.StrEnum):
     MESSAGE = "message"
 
 
+class EnumText(TypeDecorator[str]):
+    """A text column holding one of an enum's values (the CHECK lists them): read as the enum."""
+
+    impl = Text
+    cache_ok = True
+
+    def __init__(self, enum_type: type[enum.StrEnum]) -> None:
+        super().__init__()
+        self.enum_type = enum_type
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else str(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        return None if value is None else self.enum_type(value)
+
+
 def _ts(nullable: bool) -> Any:
     return Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=nullable))
 
@@ -87,7 +105,7 @@ class Job(SQLModel, table=True):
     flow_version: int = Field(sa_column=Column(Integer, nullable=False))
     params: dict[str, Any] = _json(False)
     fingerprint: str = _text(False)
-    status: JobStatus = Field(sa_column=Column(Text, nullable=False))
+    status: JobStatus = Field(sa_column=Column(EnumText(JobStatus), nullable=False))
     submitted_by: str | None = _text(True)
     error: str | None = _text(True)
     created_at: datetime = _ts(False)
@@ -105,7 +123,7 @@ class StepRun(SQLModel, table=True):
     step: str = _text(False)
     fanout_key: str = _text(False)
     fingerprint: str = _text(False)
-    status: StepStatus = Field(sa_column=Column(Text, nullable=False))
+    status: StepStatus = Field(sa_column=Column(EnumText(StepStatus), nullable=False))
     attempts: int = Field(sa_column=Column(Integer, nullable=False))
     max_attempts: int = Field(sa_column=Column(Integer, nullable=False))
     available_at: datetime = _ts(False)
@@ -142,7 +160,7 @@ class Event(SQLModel, table=True):
 
     id: int = Field(sa_column=Column(BigInteger, primary_key=True))
     at: datetime = _ts(False)
-    kind: EventKind = Field(sa_column=Column(Text, nullable=False))
+    kind: EventKind = Field(sa_column=Column(EnumText(EventKind), nullable=False))
     job_id: uuid.UUID | None = Field(
         default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
     )
@@ -160,7 +178,7 @@ class DeadLetter(SQLModel, table=True):
     __tablename__ = "engine_dead_letters"
 
     id: int = Field(sa_column=Column(BigInteger, primary_key=True))
-    source: DeadLetterSource = Field(sa_column=Column(Text, nullable=False))
+    source: DeadLetterSource = Field(sa_column=Column(EnumText(DeadLetterSource), nullable=False))
     job_id: uuid.UUID | None = Field(
         default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
     )
