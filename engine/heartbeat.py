@@ -117,24 +117,20 @@ class Heartbeat:
         if expires is None:
             if still_ours:
                 lease.stop.set(f"lease on step run {claimed.id} lost (attempt {claimed.attempt})")
-                job_store.event_insert(
+                job_store.step_event_insert(
                     self._conn,
                     EventKind.LEASE_LOST,
-                    job_id=claimed.job_id,
-                    step_run_id=claimed.id,
+                    claimed,
                     worker=self._worker,
-                    attempt=claimed.attempt,
                     detail={"during": "renewal"},
                 )
             return False
         lease.renewals += 1
-        job_store.event_insert(
+        job_store.step_event_insert(
             self._conn,
             EventKind.RENEWED,
-            job_id=claimed.job_id,
-            step_run_id=claimed.id,
+            claimed,
             worker=self._worker,
-            attempt=claimed.attempt,
             detail={"expires_at": expires.isoformat(), "n": lease.renewals},
         )
         if not lease.copy_lost:

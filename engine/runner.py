@@ -371,13 +371,11 @@ class StepRunner:
         reason = f"connection lost before commit: {str(exc).strip()[:300]}"
         try:
             with db.connect(self.settings, autocommit=True) as conn:
-                job_store.event_insert(
+                job_store.step_event_insert(
                     conn,
                     EventKind.FENCED,
-                    job_id=claimed.job_id,
-                    step_run_id=claimed.id,
+                    claimed,
                     worker=self.worker,
-                    attempt=claimed.attempt,
                     detail={"reason": reason},
                 )
         except Exception:
@@ -387,13 +385,11 @@ class StepRunner:
 
     def _fenced(self, claimed: Claimed, reason: str) -> Outcome:
         with self.conn.transaction():
-            job_store.event_insert(
+            job_store.step_event_insert(
                 self.conn,
                 EventKind.FENCED,
-                job_id=claimed.job_id,
-                step_run_id=claimed.id,
+                claimed,
                 worker=self.worker,
-                attempt=claimed.attempt,
                 detail={"reason": reason},
             )
         log.warning("step run %s fenced: %s", claimed.id, reason)
@@ -437,13 +433,11 @@ class StepRunner:
                 else:
                     raise_fenced = False
                     outbox_ids = [store.outbox_insert_delayed(conn, claimed.id, due)]
-                    job_store.event_insert(
+                    job_store.step_event_insert(
                         conn,
                         EventKind.RETRIED,
-                        job_id=claimed.job_id,
-                        step_run_id=claimed.id,
+                        claimed,
                         worker=self.worker,
-                        attempt=claimed.attempt,
                         detail={"delay_s": round(delay, 3), "error": error["message"][:500]},
                     )
                 kind = "retried"
@@ -462,13 +456,11 @@ class StepRunner:
                         error=error,
                     ):
                         alert = Alert(reason, claimed.job_id, claimed.id, claimed.flow, step.name)
-                    job_store.event_insert(
+                    job_store.step_event_insert(
                         conn,
                         EventKind.DEAD_LETTERED,
-                        job_id=claimed.job_id,
-                        step_run_id=claimed.id,
+                        claimed,
                         worker=self.worker,
-                        attempt=claimed.attempt,
                         detail={"reason": reason},
                     )
                     store.job_finish_if_active_logged(

@@ -282,13 +282,11 @@ class Worker:
                 claimed = lease.claimed
                 lease.stop.set("worker shutting down")
                 if store.lease_release_if_owner(conn, claimed.id, claimed.token):
-                    job_store.event_insert(
+                    job_store.step_event_insert(
                         conn,
                         EventKind.RELEASED,
-                        job_id=claimed.job_id,
-                        step_run_id=claimed.id,
+                        claimed,
                         worker=slot.name,
-                        attempt=claimed.attempt,
                         detail={"reason": "shutdown grace period over"},
                     )
                     self.transport.release([lease.receipt])

@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from engine.models import EventKind, JobStatus
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
+from engine.store.step_runs import Claimed
 
 _q = load("jobs")
 
@@ -139,4 +140,24 @@ def event_insert(
             "attempt": attempt,
             "detail": Jsonb(detail or {}),
         },
+    )
+
+
+def step_event_insert(
+    conn: psycopg.Connection[Any],
+    kind: EventKind,
+    claimed: Claimed,
+    *,
+    worker: str,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """An event about one attempt of a claimed step run (job, step run, attempt filled in)."""
+    event_insert(
+        conn,
+        kind,
+        job_id=claimed.job_id,
+        step_run_id=claimed.id,
+        worker=worker,
+        attempt=claimed.attempt,
+        detail=detail,
     )
