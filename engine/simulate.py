@@ -452,12 +452,6 @@ def run_simulation(options: SimOptions, settings: Settings) -> tuple[SimRecord, 
             _drop(base, name)
 
 
-def _rate(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    if not 0.0 <= value <= 1.0:
-        raise click.BadParameter(f"{value:g} is not a probability; give a number from 0 to 1")
-    return value
-
-
 @click.command("simulate")
 @click.option(
     "--workers",
@@ -479,20 +473,18 @@ def _rate(ctx: click.Context, param: click.Parameter, value: float) -> float:
 )
 @click.option(
     "--kill-rate",
-    type=float,
+    type=click.FloatRange(0.0, 1.0),
     default=0.3,
     show_default=True,
-    callback=_rate,
     envvar="ENGINE_SIM_KILL_RATE",
     show_envvar=True,
     help="share of step runs whose first attempt's worker is SIGKILLed mid-step",
 )
 @click.option(
     "--dup-rate",
-    type=float,
+    type=click.FloatRange(0.0, 1.0),
     default=0.5,
     show_default=True,
-    callback=_rate,
     envvar="ENGINE_SIM_DUP_RATE",
     show_envvar=True,
     help="share of step runs announced again, and of jobs submitted again",
