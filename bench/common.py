@@ -120,12 +120,17 @@ class Workers:
         self._logdir = tempfile.TemporaryDirectory(prefix="bench-workers-")
         self.logs: list[Path] = []
 
-    def __enter__(self) -> Workers:
+    def env(self) -> dict[str, str]:
+        """The workers' environment."""
         env = {**os.environ, **self.extra_env}
         env["ENGINE_DATABASE_URL"] = self.info
         env["ENGINE_FLOW_MODULES"] = self.modules
         env["ENGINE_REPORT_ON_END"] = "false"  # measure the runtime, not the renderer
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        return env
+
+    def __enter__(self) -> Workers:
+        env = self.env()
         command = [sys.executable, "-m", "engine", "worker", "--concurrency", str(self.concurrency)]
         try:
             for i in range(self.count):

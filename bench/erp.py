@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -215,26 +213,12 @@ class FlowWorkers(Workers):
     def __init__(self, info: str, *, count: int) -> None:
         super().__init__(info, count=count, concurrency=1, modules="")
 
-    def __enter__(self) -> FlowWorkers:
-        env = {**os.environ, **self.extra_env}
-        env["ENGINE_DATABASE_URL"] = self.info
+    def env(self) -> dict[str, str]:
+        # the default flow modules (flows.*), and reports rendered as in production
+        env = super().env()
         env.pop("ENGINE_FLOW_MODULES", None)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-        command = [sys.executable, "-m", "engine", "worker", "--concurrency", "1"]
-        try:
-            for i in range(self.count):
-                path = Path(self._logdir.name) / f"worker-{i}.log"
-                self.logs.append(path)
-                with path.open("wb") as out:
-                    self.procs.append(
-                        subprocess.Popen(
-                            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-                        )
-                    )
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        env.pop("ENGINE_REPORT_ON_END", None)
+        return env
 
     def wait_started(self, timeout_s: float = 60.0) -> bool:
         """Until every worker has logged ``worker ... started``; False on timeout or exit."""
