@@ -11,10 +11,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from click.testing import CliRunner
-from sqs_support import REGION, documented_receipts, moto_in_process, moto_messages, queue_name
+from sqs_support import REGION, moto_messages, queue_name
 
 from engine.cli import main
 from engine.config import Settings
@@ -24,13 +23,6 @@ from engine.transports import sqs as sqs_module
 from engine.transports import transport_for
 from engine.transports.base import Outgoing, Received
 from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
-
-
-@pytest.fixture
-def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    documented_receipts(monkeypatch)
-    with moto_in_process(monkeypatch):
-        yield boto3.client("sqs", region_name=REGION)
 
 
 @pytest.fixture

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import psycopg
 import pytest
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
-from sqs_support import REGION, documented_receipts, moto_in_process, moto_messages, queue_name
+from sqs_support import moto_messages, queue_name
 
 from engine import admin, submit
 from engine.alerts import Alert
@@ -26,13 +25,6 @@ from engine.store import step_runs as store
 from engine.transports.base import Received
 from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
 from engine.worker import check_startup
-
-
-@pytest.fixture
-def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    documented_receipts(monkeypatch)
-    with moto_in_process(monkeypatch):
-        yield boto3.client("sqs", region_name=REGION)
 
 
 @pytest.fixture
