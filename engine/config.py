@@ -79,6 +79,13 @@ class Settings(BaseSettings):
         default=None, description="name of this worker in leases and events; default host:pid"
     )
     concurrency: int = Field(default=1, ge=1, le=64, description="step runs at once per worker")
+    eager_successors: bool = Field(
+        default=True,
+        description=(
+            "a slot that finishes a step claims one of the step runs it made ready in the same "
+            "commit and runs it next, without a queue round trip; the others are published"
+        ),
+    )
     lease_s: float = Field(default=60.0, gt=0, description="lease duration of a claimed step run")
     heartbeat_s: float = Field(
         default=15.0, gt=0, description="lease renewal interval; must be < lease and visibility"

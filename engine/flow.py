@@ -171,6 +171,7 @@ class Flow:
         self._description = description
         self._declared: dict[str, _Declared] = {}
         self._steps: Mapping[str, Step] | None = None
+        self._order: tuple[str, ...] = ()  # topological, computed with _steps
         self._graph: nx.DiGraph[str] | None = None
         self._frozen = False
 
@@ -342,6 +343,9 @@ class Flow:
             graph.nodes[step.name]["step"] = step
         self._steps = MappingProxyType(steps)
         self._graph = nx.freeze(graph)
+        # asked by every checkpoint's scheduling: computed once per definition
+        position = {name: i for i, name in enumerate(steps)}
+        self._order = tuple(nx.lexicographical_topological_sort(graph, key=position.__getitem__))
         return self
 
     def freeze(self) -> Flow:
@@ -485,8 +489,8 @@ class Flow:
 
     def topological_order(self) -> tuple[str, ...]:
         """Step names, dependencies first; ties broken by declaration order."""
-        order = {name: i for i, name in enumerate(self.steps)}
-        return tuple(nx.lexicographical_topological_sort(self.graph, key=order.__getitem__))
+        self.validate()
+        return self._order
 
     # -- parameters and description --------------------------------------------------
 

@@ -6,6 +6,13 @@ outbox rows) and any rows the step wrote through ``ctx.conn`` commit together,
 guarded by the lease token; a zero-row guard rolls all of it back
 (invariant 5). With the PostgreSQL transport the delivery is deleted and the
 next messages are sent in that same transaction.
+
+Eager successors (``ENGINE_EAGER_SUCCESSORS``, on by default): of the step
+runs a checkpoint makes ready, the slot claims one itself with the ordinary
+conditional claim, queued in the checkpoint's own commit, and runs it next
+with the checkpoint it already holds. That run has no message at all: its
+lease keeps it, and should the slot die the lease lapses and the sweeper
+announces it (invariant 9). The others are published as usual.
 """
 
 from __future__ import annotations
@@ -34,11 +41,11 @@ from engine.models import EventKind, JobStatus
 from engine.outbox import relay
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
-from engine.schedule import schedule_ready
+from engine.schedule import Outputs, schedule_ready
 from engine.store import jobs as job_store
 from engine.store import step_runs as store
 from engine.store.jobs import NewStepRun
-from engine.store.step_runs import Claimed, ClaimRefused
+from engine.store.step_runs import Claimed, ClaimRefused, QueuedClaim
 from engine.sweeper import record_dead_message
 from engine.transports.base import Outgoing, Received, Transport
 
@@ -56,6 +63,14 @@ class Outcome:
     kind: str  # done | retried | dead | fenced | cancelled | refused | dropped | malformed
     detail: str = ""
     step_run_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """An eager successor this slot claimed in its last checkpoint's commit."""
+
+    claimed: Claimed
+    known: Outputs  # checkpoints in hand, which spare the successor a read
 
 
 def claim(
@@ -114,6 +129,7 @@ class StepRunner:
         conn: psycopg.Connection[Any],
         heartbeat: Heartbeat,
         alert: AlertSink,
+        may_continue: Callable[[], bool] = lambda: True,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -123,6 +139,10 @@ class StepRunner:
         self.heartbeat = heartbeat
         self.alert = alert
         self.current: Lease | None = None
+        # asked before claiming an eager successor (the worker says no once stopping)
+        self.may_continue = may_continue
+        # set by a checkpoint that claimed an eager successor: run it with run_continuation()
+        self.continuation: Continuation | None = None
         self.ended_job: uuid.UUID | None = None  # set when this delivery ended its job
         self._default_policy = RetryPolicy(
             max_attempts=settings.max_attempts,
@@ -140,28 +160,64 @@ class StepRunner:
         result = claim(self.conn, message, self.worker, self.settings.lease_s)
         if isinstance(result, ClaimRefused):
             return self._refused(received, message, result)
+        return self._run(result, received.receipt, {})
+
+    def run_continuation(self) -> Outcome | None:
+        """Run the eager successor the last step claimed; ``None`` if there is none."""
+        continuation, self.continuation = self.continuation, None
+        if continuation is None:
+            return None
+        return self._run(continuation.claimed, None, continuation.known)
+
+    def _run(self, claimed: Claimed, receipt: str | None, known: Outputs) -> Outcome:
+        self.continuation = None
         try:
-            flow = self.registry.get(result.flow)
-            step = flow.steps[result.step]
+            flow = self.registry.get(claimed.flow)
+            step = flow.steps[claimed.step]
         except (UnknownFlow, KeyError) as exc:
             # a worker deployed without this flow must not hold it: give it back
-            log.error("cannot run %s/%s here: %s", result.flow, result.step, exc)
-            store.lease_release_if_owner(self.conn, result.id, result.token)
-            self.conn.commit()
-            self.transport.release([received.receipt])
-            return Outcome("refused", f"flow or step not registered: {exc}", result.id)
-        lease = Lease(result, received.receipt)
+            log.error("cannot run %s/%s here: %s", claimed.flow, claimed.step, exc)
+            self.give_back(claimed, receipt)
+            return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
+        lease = Lease(claimed, receipt)
         self.current = lease
         self.ended_job = None
         self.heartbeat.watch(lease)
         try:
-            outcome = self._execute(flow, step, lease)
+            outcome = self._execute(flow, step, lease, known)
         finally:
             self.heartbeat.unwatch()
             self.current = None
         if self.ended_job is not None and self.settings.report_on_end:
             self._render_report(self.ended_job)
         return outcome
+
+    def give_back(
+        self,
+        claimed: Claimed,
+        receipt: str | None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> bool:
+        """Release the lease at once and make the step run visible to other workers.
+
+        A delivery is released; an eager successor, which has none, is
+        announced with a new message. ``False``: the lease was lost already.
+        """
+        conn = conn if conn is not None else self.conn
+        with conn.transaction():
+            if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
+                return False
+        if receipt is not None:
+            self.transport.release([receipt])
+        else:
+            message = StepMessage(job_id=claimed.job_id, step_run_id=claimed.id)
+            self.transport.publish(None, [Outgoing(message)])
+        return True
+
+    def _delete_delivery(self, lease: Lease, conn: psycopg.Connection[Any] | None = None) -> None:
+        # an eager successor came with no message: nothing to delete
+        if lease.receipt is not None:
+            self.transport.delete([lease.receipt], conn)
 
     def _render_report(self, job_id: uuid.UUID) -> None:
         # the books are committed; a report that fails to render is logged, never retried
@@ -213,7 +269,7 @@ class StepRunner:
 
     # -- the step ----------------------------------------------------------------------
 
-    def _execute(self, flow: Flow, step: Step, lease: Lease) -> Outcome:
+    def _execute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Outcome:
         claimed = lease.claimed
         conn = self.conn
         outbox_ids: list[int] = []
@@ -233,7 +289,7 @@ class StepRunner:
                     worker=self.worker,
                     stop=lease.stop,
                 )
-                output = step.fn(**self._inputs(flow, step, claimed, ctx))
+                output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
                 if not isinstance(output, step.output):
                     raise Fail(
                         f"step {step.name!r} returned {type(output).__name__}, "
@@ -245,7 +301,7 @@ class StepRunner:
         except (_Fenced, LeaseLost) as exc:
             return self._fenced(claimed, str(exc) or "checkpoint refused: lease token changed")
         except JobCancelled as exc:
-            self.transport.delete([lease.receipt])
+            self._delete_delivery(lease)
             return Outcome("cancelled", str(exc), claimed.id)
         except Cancel as exc:
             return self._cancel_job(lease, exc.reason)
@@ -257,16 +313,18 @@ class StepRunner:
             return self._failed(step, lease, exc)
         if not self.transport.transactional:
             self._publish_after_commit(outbox_ids)
-            self.transport.delete([lease.receipt])
+            self._delete_delivery(lease)
         return Outcome("done", step_run_id=claimed.id)
 
-    def _inputs(self, flow: Flow, step: Step, claimed: Claimed, ctx: StepContext) -> dict[str, Any]:
-        sources = [s.step for s in step.inputs.values() if s.kind in ("upstream", "gather")]
-        outputs = (
-            store.step_outputs_select(self.conn, claimed.job_id, [s for s in sources if s])
-            if sources
-            else {}
-        )
+    def _inputs(
+        self, flow: Flow, step: Step, claimed: Claimed, ctx: StepContext, known: Outputs
+    ) -> dict[str, Any]:
+        sources = {s.step for s in step.inputs.values() if s.kind in ("upstream", "gather")}
+        missing = sorted(s for s in sources if s and s not in known)
+        outputs = {
+            **known,
+            **(store.step_outputs_select(self.conn, claimed.job_id, missing) if missing else {}),
+        }
         kwargs: dict[str, Any] = {}
         try:
             for param, source in step.inputs.items():
@@ -311,22 +369,26 @@ class StepRunner:
             raise _Fenced(f"checkpoint of step run {claimed.id} refused: lease token changed")
         runs: list[NewStepRun] = []
         job_complete = False
+        known: Outputs = {}
         if done.job_status in (JobStatus.PENDING, JobStatus.RUNNING):
             mine = done.counts.get(claimed.step)
-            known = (
-                {claimed.step: [(claimed.fanout_key, done.output)]}
-                if done.output is not None and mine is not None and mine.total == 1
-                else {}
-            )
+            if done.output is not None and mine is not None and mine.total == 1:
+                known = {claimed.step: [(claimed.fanout_key, done.output)]}
             scheduled = schedule_ready(
                 conn, flow, claimed.job_id, claimed.params, self.settings, done.counts, known
             )
             runs, job_complete = scheduled.runs, scheduled.job_complete
+        eager = runs[0] if runs and self.settings.eager_successors and self.may_continue() else None
+        published = runs[1:] if eager is not None else runs
+        queued: QueuedClaim | None = None
         if not self.transport.transactional:
             if job_complete:
                 self._finish_job(claimed)
-            outbox_ids = job_store.step_run_insert_many_with_outbox(conn, claimed.job_id, runs)
+            if eager is not None:
+                queued = self._claim_eager(claimed, eager)
+            outbox_ids = job_store.step_run_insert_many_with_outbox(conn, claimed.job_id, published)
             commit()
+            self._continue_with(queued, known)
             return outbox_ids
         # The rest needs no answer, so it travels with the COMMIT: messages out and
         # the delivery gone in the same commit as the checkpoint; the outbox rows
@@ -336,12 +398,17 @@ class StepRunner:
             with conn.pipeline():
                 if job_complete:
                     self._finish_job(claimed)
-                job_store.step_run_insert_many_announced(conn, claimed.job_id, runs)
+                if eager is not None:
+                    queued = self._claim_eager(claimed, eager)
+                job_store.step_run_insert_many_announced(conn, claimed.job_id, published)
                 self.transport.publish(
                     conn,
-                    [Outgoing(StepMessage(job_id=claimed.job_id, step_run_id=r.id)) for r in runs],
+                    [
+                        Outgoing(StepMessage(job_id=claimed.job_id, step_run_id=r.id))
+                        for r in published
+                    ],
                 )
-                self.transport.delete([lease.receipt], conn)
+                self._delete_delivery(lease, conn)
                 committing = True
                 commit()
         except BaseException:
@@ -349,7 +416,32 @@ class StepRunner:
                 # a statement failed and the server skipped the COMMIT behind it
                 conn.rollback()
             raise
+        self._continue_with(queued, known)
         return []
+
+    def _claim_eager(self, claimed: Claimed, run: NewStepRun) -> QueuedClaim:
+        """Create ``run`` already leased to this slot, in the checkpoint's transaction."""
+        return store.step_run_insert_claimed(
+            self.conn,
+            run,
+            job_id=claimed.job_id,
+            flow=claimed.flow,
+            params=claimed.params,
+            worker=self.worker,
+            lease_s=self.settings.lease_s,
+        )
+
+    def _continue_with(self, queued: QueuedClaim | None, known: Outputs) -> None:
+        # read after the commit: the claim is real only once it has committed
+        if queued is None:
+            return
+        eager = queued.result()
+        if eager is None:
+            # its step key existed: scheduling under the job lock makes that
+            # impossible, and were it to happen that run is someone else's
+            log.warning("eager successor existed already; not running it here")
+            return
+        self.continuation = Continuation(eager, known)
 
     def _finish_job(self, claimed: Claimed) -> None:
         store.job_finish_if_active_logged(
@@ -409,7 +501,7 @@ class StepRunner:
                     detail={"reason": reason, "by": "step"},
                 )
                 self.ended_job = claimed.job_id
-        self.transport.delete([lease.receipt])
+        self._delete_delivery(lease)
         return Outcome("cancelled", reason, claimed.id)
 
     def _failed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
@@ -476,12 +568,12 @@ class StepRunner:
             if not raise_fenced and self.transport.transactional:
                 if outbox_ids:
                     relay(conn, self.transport, ids=outbox_ids)
-                self.transport.delete([lease.receipt], conn)
+                self._delete_delivery(lease, conn)
         if raise_fenced:
             return self._fenced(claimed, f"lease lost before recording failure: {exc}")
         if not self.transport.transactional:
             self._publish_after_commit(outbox_ids)
-            self.transport.delete([lease.receipt])
+            self._delete_delivery(lease)
         if alert is not None:
             self.alert(alert)
         log.log(

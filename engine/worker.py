@@ -34,7 +34,6 @@ from engine.models import EventKind
 from engine.registry import Registry
 from engine.runner import Outcome, StepRunner
 from engine.store import jobs as job_store
-from engine.store import step_runs as store
 from engine.sweeper import Sweeper
 from engine.transports import transport_for
 from engine.transports.base import Received, Transport
@@ -99,6 +98,7 @@ class _Slot:
                 conn=conn,
                 heartbeat=self.heartbeat,
                 alert=self.worker.alert,
+                may_continue=lambda: not self.worker.stop_event.is_set(),
             )
         return self.runner
 
@@ -112,8 +112,12 @@ class _Slot:
                     return
             self.busy = True
             try:
-                outcome = self._runner().handle(received)
-                self.worker.outcome(outcome)
+                runner = self._runner()
+                outcome: Outcome | None = runner.handle(received)
+                while outcome is not None:
+                    self.worker.outcome(outcome)
+                    # an eager successor, claimed in the commit of the step before
+                    outcome = runner.run_continuation()
             except Exception:
                 # a broken connection or an unexpected driver error: the
                 # delivery comes back after its visibility timeout; start afresh
@@ -276,12 +280,13 @@ class Worker:
         """Give back the leases of steps that did not finish within the grace period."""
         with db.connect(self.settings, autocommit=True) as conn:
             for slot in stuck:
-                lease = slot.runner.current if slot.runner is not None else None
-                if lease is None:
+                runner = slot.runner
+                lease = runner.current if runner is not None else None
+                if runner is None or lease is None:
                     continue
                 claimed = lease.claimed
                 lease.stop.set("worker shutting down")
-                if store.lease_release_if_owner(conn, claimed.id, claimed.token):
+                if runner.give_back(claimed, lease.receipt, conn):
                     job_store.step_event_insert(
                         conn,
                         EventKind.RELEASED,
@@ -289,5 +294,4 @@ class Worker:
                         worker=slot.name,
                         detail={"reason": "shutdown grace period over"},
                     )
-                    self.transport.release([lease.receipt])
                     log.warning("released step run %s at shutdown", claimed.id)

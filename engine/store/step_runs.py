@@ -11,13 +11,16 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
+
+if TYPE_CHECKING:
+    from engine.store.jobs import NewStepRun
 from engine.store.queries import load
 
 _q = load("step_runs")
@@ -84,24 +87,81 @@ def step_claim_if_available(
         )
         row = _first(cur)
         if row is not None:
-            reclaimed = row["previous_owner"] if row["previous_status"] == "running" else None
-            return Claimed(
-                id=row["id"],
-                job_id=row["job_id"],
-                flow=row["flow"],
-                params=row["params"],
-                step=row["step"],
-                fanout_key=row["fanout_key"],
-                fingerprint=row["fingerprint"],
-                attempt=row["attempts"],
-                max_attempts=row["max_attempts"],
-                token=row["lease_token"],
-                lease_expires_at=row["lease_expires_at"],
-                item=row["item"],
-                reclaimed_from=reclaimed,
-            )
+            return _claimed(row)
         cur.execute(_q["step_select_claim_refusal"], {"id": step_run_id, "job_id": job_id})
         return _refusal(_first(cur))
+
+
+def _claimed(row: dict[str, Any]) -> Claimed:
+    reclaimed = row["previous_owner"] if row["previous_status"] == "running" else None
+    return Claimed(
+        id=row["id"],
+        job_id=row["job_id"],
+        flow=row["flow"],
+        params=row["params"],
+        step=row["step"],
+        fanout_key=row["fanout_key"],
+        fingerprint=row["fingerprint"],
+        attempt=row["attempts"],
+        max_attempts=row["max_attempts"],
+        token=row["lease_token"],
+        lease_expires_at=row["lease_expires_at"],
+        item=row["item"],
+        reclaimed_from=reclaimed,
+    )
+
+
+class QueuedClaim:
+    """An eager successor's claim sent inside a pipeline, read once it has synced."""
+
+    def __init__(self, cur: psycopg.Cursor[dict[str, Any]], flow: str, params: dict[str, Any]):
+        self._cur = cur
+        self._job = {"flow": flow, "params": params}
+
+    @wrap_errors
+    def result(self) -> Claimed | None:
+        """The claim, or ``None``: the step run existed already (not ours)."""
+        try:
+            row = self._cur.fetchone()
+        finally:
+            self._cur.close()
+        if row is None:
+            return None
+        return _claimed({**row, **self._job, "previous_status": "pending", "previous_owner": None})
+
+
+@wrap_errors
+def step_run_insert_claimed(
+    conn: psycopg.Connection[Any],
+    run: NewStepRun,
+    *,
+    job_id: uuid.UUID,
+    flow: str,
+    params: dict[str, Any],
+    worker: str,
+    lease_s: float,
+) -> QueuedClaim:
+    """Insert ``run`` already leased to ``worker``, in the caller's transaction (pipelined).
+
+    For a step run the caller's checkpoint has just made ready: it is created
+    and claimed together, and commits with that checkpoint or not at all.
+    """
+    cur = conn.cursor(row_factory=dict_row)
+    cur.execute(
+        _q["step_run_insert_claimed"],
+        {
+            "id": run.id,
+            "job_id": job_id,
+            "step": run.step,
+            "fanout_key": run.fanout_key,
+            "fingerprint": run.fingerprint,
+            "max_attempts": run.max_attempts,
+            "item": None if run.item is None else Jsonb(run.item),
+            "worker": worker,
+            "lease_s": lease_s,
+        },
+    )
+    return QueuedClaim(cur, flow, params)
 
 
 def _refusal(row: dict[str, Any] | None) -> ClaimRefused:

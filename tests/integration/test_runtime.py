@@ -529,7 +529,10 @@ def test_visibility_shorter_than_the_step__the_copy_backs_off_then_is_deleted(
 ) -> None:
     hold = tmp_path / "hold"
     job = submit("chain", {"hold_file": str(hold)}, settings=fast, registry=flows_registry())
-    settings = fast.model_copy(update={"concurrency": 2, "heartbeat_s": 25.0})
+    # step b must come as a delivery (an eager successor has no message to copy)
+    settings = fast.model_copy(
+        update={"concurrency": 2, "heartbeat_s": 25.0, "eager_successors": False}
+    )
     with thread_worker(settings) as worker:
         wait_until(lambda: (tmp_path / "hold.started").exists())
         # the delivery's visibility runs out while the step still runs (no heartbeat yet)

@@ -96,7 +96,8 @@ def test_worker__visibility_shorter_than_the_step_without_heartbeat_the_second_r
 ) -> None:
     # no heartbeat: nothing extends the visibility (or the lease, long enough here)
     monkeypatch.setattr(Heartbeat, "beat", lambda self, lease: True)
-    fast = fast_settings(settings, visibility_s=1.0, heartbeat_s=0.5)
+    # step b must come as a delivery (an eager successor has no message to copy)
+    fast = fast_settings(settings, visibility_s=1.0, heartbeat_s=0.5, eager_successors=False)
     hold = tmp_path / "hold"
     job_id, _ = submit_chain(fast, conn, new(transports, queues), hold_file=str(hold))
 

@@ -35,6 +35,26 @@ WITH claimed AS (
 )
 SELECT * FROM claimed;
 
+-- step_run_insert_claimed --
+-- An eager successor: created already leased (attempts 1, a fresh token) to the worker whose checkpoint made it ready, in that checkpoint's transaction and under the job's row lock, so no other worker can have seen it pending; the insert is conditional on the step key, and zero rows (it exists already) means "not ours". The claimed event is written only for the row it returns. No outbox row: should the worker die, the lease lapses and the sweeper announces it (invariant 9).
+WITH claimed AS (
+    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item,
+                                  status, attempts, lease_owner, lease_token, lease_expires_at,
+                                  started_at, claimed_at)
+    VALUES (%(id)s, %(job_id)s, %(step)s, %(fanout_key)s, %(fingerprint)s, %(max_attempts)s,
+            %(item)s, 'running', 1, %(worker)s, gen_random_uuid(),
+            clock_timestamp() + make_interval(secs => %(lease_s)s),
+            clock_timestamp(), clock_timestamp())
+    ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
+    RETURNING id, job_id, step, fanout_key, fingerprint, attempts, max_attempts,
+              lease_token, lease_expires_at, item
+), logged AS (
+    INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
+    SELECT 'claimed', c.job_id, c.id, %(worker)s, c.attempts, '{"eager": true}'::jsonb
+    FROM claimed AS c
+)
+SELECT * FROM claimed;
+
 -- step_select_claim_refusal --
 -- Read after a claim matched zero rows, only to decide what to do with the message; never used to write.
 SELECT s.status, s.attempts, s.max_attempts, s.job_id,
