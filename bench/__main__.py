@@ -6,6 +6,11 @@ Sizes (environment):
     BENCH_FLOOR_ROWS=3*JOBS  rows of the floor table
     BENCH_PROCS=1,2          worker process counts to try (floor and engine)
     BENCH_CONCURRENCY=1,2    slots per worker process to try
+    BENCH_ROUNDS=3           floor and engine runs alternate this many times; medians
+                             and the ratio of medians are reported (the disk's fsync
+                             latency swings the floor by 2x from one minute to the next)
+    BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
+                             ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
     BENCH_ONLY=floor,engine,recovery,erp,sqs
     BENCH_VERBOSE=1          show the worker logs
@@ -24,6 +29,7 @@ through two worker processes, the plain-SQL costing floor, worker memory.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 
@@ -41,12 +47,34 @@ from bench.common import (
 )
 
 
+def report_medians(
+    floor_rates: dict[int, list[float]], engine_rates: dict[tuple[int, int, bool], list[float]]
+) -> None:
+    """Medians over the rounds, and each engine set-up's median over its floor's median."""
+    for procs, rates in floor_rates.items():
+        if rates:
+            emit(f"floor/procs={procs}", "rows_per_s_median", statistics.median(rates), "rows/s")
+    for (procs, concurrency, eager), rates in engine_rates.items():
+        name = throughput.bench_name(procs, concurrency, eager)
+        emit(name, "steps_per_s_median", statistics.median(rates), "steps/s")
+        base = floor_rates.get(procs)
+        if base:
+            ratio = statistics.median(rates) / statistics.median(base)
+            emit("ratio", f"engine_over_floor/{name.removeprefix('engine/')}", ratio, "x")
+            log(
+                f"{name}: median {statistics.median(rates):.0f} steps/s over {len(rates)} runs, "
+                f"floor median {statistics.median(base):.0f} rows/s: {ratio:.2f}x"
+            )
+
+
 def main() -> int:
     jobs = env_int("BENCH_JOBS", 2000)
     floor_rows = env_int("BENCH_FLOOR_ROWS", 3 * jobs)
     procs_list = env_ints("BENCH_PROCS", "1,2")
     concurrency_list = env_ints("BENCH_CONCURRENCY", "1,2")
     timeout_s = env_float("BENCH_TIMEOUT_S", 150)
+    rounds = max(1, env_int("BENCH_ROUNDS", 3))
+    queue_hop = env_int("BENCH_QUEUE_HOP", 1) > 0
     only = set((os.environ.get("BENCH_ONLY") or "floor,engine,recovery,erp,sqs").split(","))
     started = time.monotonic()
     log(f"server: {masked(server_conninfo())}; scratch database engine_bench")
@@ -54,27 +82,28 @@ def main() -> int:
     emit("config", "jobs", jobs, "jobs")
     emit("config", "cpus", os.cpu_count() or 0, "cpus")
 
-    floor_rates: dict[int, float | None] = {}
-    engine_rates: dict[tuple[int, int], float | None] = {}
+    floor_rates: dict[int, list[float]] = {p: [] for p in procs_list}
+    engine_rates: dict[tuple[int, int, bool], list[float]] = {}
+    setups = [(p, c, True) for p in procs_list for c in concurrency_list]
+    if queue_hop:
+        setups.append((max(procs_list), max(concurrency_list), False))
     try:
-        if "floor" in only:
-            info = fresh_database(migrate=False)
-            for procs in procs_list:
-                floor_rates[procs] = floor.run(info, floor_rows, procs, timeout_s)
-        if "engine" in only:
-            for procs in procs_list:
-                for concurrency in concurrency_list:
-                    result = throughput.run(jobs, procs, concurrency, timeout_s)
-                    engine_rates[procs, concurrency] = result.steps_per_s
-        for (procs, concurrency), rate in engine_rates.items():
-            base = floor_rates.get(procs)
-            if rate and base:
-                emit(
-                    "ratio",
-                    f"engine_over_floor/procs={procs},concurrency={concurrency}",
-                    rate / base,
-                    "x",
-                )
+        for n in range(1, rounds + 1):
+            if only & {"floor", "engine"}:
+                log(f"round {n} of {rounds}")
+            if "floor" in only:
+                info = fresh_database(migrate=False)
+                for procs in procs_list:
+                    if (rate := floor.run(info, floor_rows, procs, timeout_s)) is not None:
+                        floor_rates[procs].append(rate)
+            if "engine" in only:
+                for procs, concurrency, eager in setups:
+                    result = throughput.run(jobs, procs, concurrency, timeout_s, eager=eager)
+                    if result.steps_per_s is not None:
+                        engine_rates.setdefault((procs, concurrency, eager), []).append(
+                            result.steps_per_s
+                        )
+        report_medians(floor_rates, engine_rates)
         if "recovery" in only:
             recovery.run()
         if "erp" in only:

@@ -102,14 +102,24 @@ def submit_jobs(info: str, jobs: int) -> None:
     )
 
 
-def run(jobs: int, procs: int, concurrency: int, timeout_s: float) -> Result:
-    bench = f"engine/procs={procs},concurrency={concurrency}"
+def bench_name(procs: int, concurrency: int, eager: bool) -> str:
+    return f"engine/procs={procs},concurrency={concurrency}" + ("" if eager else ",eager=false")
+
+
+def run(jobs: int, procs: int, concurrency: int, timeout_s: float, *, eager: bool = True) -> Result:
+    bench = bench_name(procs, concurrency, eager)
     info = fresh_database()
     submit_jobs(info, jobs)
     log(f"{bench}: draining {jobs} jobs ...")
     done = ended = 0
     with psycopg.connect(info, autocommit=True) as conn:
-        with Workers(info, count=procs, concurrency=concurrency, modules="bench.noop") as workers:
+        with Workers(
+            info,
+            count=procs,
+            concurrency=concurrency,
+            modules="bench.noop",
+            env={"ENGINE_EAGER_SUCCESSORS": "true" if eager else "false"},
+        ) as workers:
             deadline = time.monotonic() + timeout_s
             while True:
                 done, ended = conn.execute(PROGRESS).fetchone() or (0, 0)

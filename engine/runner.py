@@ -273,10 +273,19 @@ class StepRunner:
         claimed = lease.claimed
         conn = self.conn
         outbox_ids: list[int] = []
+        # A step that takes no StepContext cannot write through the engine's
+        # transaction, so its BEGIN need not cost a round trip of its own: it
+        # travels with the checkpoint's first statements.
+        sees_conn = any(s.kind == "context" for s in step.inputs.values())
         try:
             # closed by the checkpoint, whose COMMIT travels with its last statements
             with ExitStack() as transaction:
-                transaction.enter_context(conn.transaction())
+
+                def begin() -> None:
+                    transaction.enter_context(conn.transaction())
+
+                if sees_conn:
+                    begin()
                 ctx = StepContext(
                     conn=conn,
                     job_id=claimed.job_id,
@@ -297,7 +306,9 @@ class StepRunner:
                     )
                 ctx.check()
                 lease.finishing = True
-                outbox_ids = self._checkpoint(flow, claimed, output, lease, transaction.close)
+                outbox_ids = self._checkpoint(
+                    flow, claimed, output, lease, None if sees_conn else begin, transaction.close
+                )
         except (_Fenced, LeaseLost) as exc:
             return self._fenced(claimed, str(exc) or "checkpoint refused: lease token changed")
         except JobCancelled as exc:
@@ -350,9 +361,13 @@ class StepRunner:
         claimed: Claimed,
         output: BaseModel,
         lease: Lease,
+        begin: Callable[[], None] | None,
         commit: Callable[[], None],
     ) -> list[int]:
-        """Checkpoint, schedule, publish and ``commit``; the outbox ids left to relay."""
+        """``begin`` (unless begun), checkpoint, schedule, publish and ``commit``.
+
+        Returns the outbox ids left to relay.
+        """
         conn = self.conn
         # a single-run step's stored checkpoint spares its successor a read
         successor = any(claimed.step in s.after for s in flow.steps.values())
@@ -364,6 +379,7 @@ class StepRunner:
             output=output.model_dump(mode="json"),
             worker=self.worker,
             with_output=successor and claimed.fanout_key == "",
+            begin=begin,
         )
         if done is None:
             raise _Fenced(f"checkpoint of step run {claimed.id} refused: lease token changed")

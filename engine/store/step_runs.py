@@ -8,7 +8,7 @@ write means "lease lost").
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -223,11 +223,13 @@ def checkpoint_put_if_leased(
     output: Any,
     worker: str,
     with_output: bool = False,
+    begin: Callable[[], None] | None = None,
 ) -> Checkpointed | None:
     """Lock the job, store the output and mark done; ``None``: the lease was lost (roll back).
 
     Two statements in one round trip (pipeline): the guarded checkpoint, then
     the step counts of the job, in a snapshot taken after the lock was granted.
+    ``begin``, when given, opens the caller's transaction in that same round trip.
     """
     params = {
         "id": step_run_id,
@@ -242,6 +244,8 @@ def checkpoint_put_if_leased(
         conn.cursor(row_factory=dict_row) as put,
         conn.cursor(row_factory=dict_row) as counted,
     ):
+        if begin is not None:
+            begin()
         put.execute(_q["checkpoint_put_if_leased"], params)
         counted.execute(_q["step_counts_by_job"], {"job_id": job_id})
         row = _first(put)

@@ -7,6 +7,7 @@ sweeper, exactly like a reclaimed delivery.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import testflows
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
 
 from engine import submit
@@ -138,6 +140,38 @@ def test_eager__a_fenced_checkpoint_takes_its_eager_successor_with_it(
         "SELECT step FROM test_effects WHERE job_id = %s ORDER BY step", (job.job_id,)
     ).fetchall()
     assert [r["step"] for r in effects] == ["a"]
+
+
+def test_eager__a_step_without_context_fenced_at_its_checkpoint_commits_nothing(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # plan takes no StepContext: its transaction begins with its checkpoint
+    held = threading.Barrier(2)
+    testflows.HOOKS["plan"] = held
+    try:
+        job = submit("fan", {"n": 3}, settings=fast, registry=flows_registry())
+        with thread_worker(fast) as worker:
+            held.wait(timeout=30)
+            conn.execute(
+                "UPDATE engine_step_runs SET lease_token = gen_random_uuid(), "
+                "lease_owner = 'thief' WHERE job_id = %s AND step = 'plan'",
+                (job.job_id,),
+            )
+            held.wait(timeout=30)
+            wait_until(lambda: worker.outcomes.get("fenced"), what="plan's checkpoint refused")
+            idle = conn.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%%'"
+            ).fetchone()
+            assert idle == {"n": 0}, "the refused checkpoint's transaction was rolled back"
+    finally:
+        testflows.HOOKS.pop("plan")
+    plan = step_run(conn, job.job_id, "plan")
+    assert (plan["status"], plan["lease_owner"], plan["output"]) == ("running", "thief", None)
+    runs = conn.execute(
+        "SELECT count(*) AS n FROM engine_step_runs WHERE job_id = %s", (job.job_id,)
+    ).fetchone()
+    assert runs == {"n": 1}, "no part was created, nor claimed"
 
 
 def test_eager__a_successor_whose_slot_died_is_announced_by_the_sweeper(

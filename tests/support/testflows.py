@@ -173,6 +173,11 @@ fan = Flow("fan", params=Params, description="fan-out over n parts, then gather"
 
 @fan.step()
 def plan(params: Params) -> Plan:
+    # takes no StepContext; tests hold it between two barrier waits
+    hold = HOOKS.get("plan")
+    if isinstance(hold, threading.Barrier):
+        hold.wait(timeout=30)  # started
+        hold.wait(timeout=30)  # let go
     return Plan(parts=[Part(index=i) for i in range(params.n)])
 
 
