@@ -86,6 +86,38 @@ def test_worker__chain_jobs_finish_over_sqs_with_every_first_message_sent_twice(
         assert effects(conn, job_id) == [("a", 1), ("b", 1), ("c", 1)]
 
 
+def test_worker__a_delete_failing_after_the_commit_loses_nothing(
+    settings: Settings,
+    conn: psycopg.Connection[Any],
+    queues: Queues,
+    transports: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fast = fast_settings(settings)
+    job_id, _ = submit_chain(fast, conn, new(transports, queues))
+    worker_transport = new(transports, queues)
+    failed: list[str] = []
+    delete = SqsTransport.delete
+
+    def delete_fails_once(self: SqsTransport, receipts: Any, conn: Any = None) -> None:
+        if self is worker_transport and not failed:
+            failed.extend(receipts)
+            raise ConnectionError("connection reset by peer (injected)")
+        delete(self, receipts, conn)
+
+    monkeypatch.setattr(SqsTransport, "delete", delete_fails_once)
+    with thread_worker(fast, transport=worker_transport) as worker:
+        # a's checkpoint (with b claimed eagerly) committed, then its delete failed:
+        # the slot carries on with b and c, and a's copy is refused as finished later
+        assert wait_job_ended(conn, job_id) == "done"
+        for m in moto_messages(queues.name):
+            m.visible_at = 0.0  # time moves past a's visibility instead of waiting
+        wait_until(lambda: moto_messages(queues.name) == [], what="a's leftover copy to go")
+        assert worker.outcomes.get("refused") == 1
+    assert failed
+    assert effects(conn, job_id) == [("a", 1), ("b", 1), ("c", 1)]
+
+
 def test_worker__visibility_shorter_than_the_step_without_heartbeat_the_second_receiver_backs_off(
     settings: Settings,
     conn: psycopg.Connection[Any],
