@@ -8,10 +8,11 @@ guarded by the lease token; a zero-row guard rolls all of it back
 next messages are sent in that same transaction.
 
 Eager successors (``ENGINE_EAGER_SUCCESSORS``, on by default): of the step
-runs a checkpoint makes ready, the slot claims one itself with the ordinary
-conditional claim, queued in the checkpoint's own commit, and runs it next
-with the checkpoint it already holds. That run has no message at all: its
-lease keeps it, and should the slot die the lease lapses and the sweeper
+runs a checkpoint makes ready, the slot creates one already leased to itself
+(a conditional insert, in the checkpoint's own transaction and under the
+job's row lock, so no other worker can have seen it pending) and runs it
+next with the checkpoint it already holds. That run has no message at all:
+its lease keeps it, and should the slot die the lease lapses and the sweeper
 announces it (invariant 9). The others are published as usual.
 """
 
