@@ -16,6 +16,7 @@ import pytest
 from harness import (
     fast_settings,
     flows_registry,
+    run_of,
     start_worker_process,
     stop_process,
     thread_worker,
@@ -36,14 +37,6 @@ def effects(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[tuple[str,
         (job_id,),
     ).fetchall()
     return [(r["step"], r["attempt"], r["worker"]) for r in rows]
-
-
-def run_of(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> dict[str, Any]:
-    row = conn.execute(
-        "SELECT * FROM engine_step_runs WHERE job_id = %s AND step = %s", (job_id, step)
-    ).fetchone()
-    assert row is not None
-    return dict(row)
 
 
 def expire_running_leases(conn: psycopg.Connection[Any]) -> None:

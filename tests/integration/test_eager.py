@@ -16,7 +16,14 @@ from typing import Any
 import psycopg
 import pytest
 import testflows
-from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
+from harness import (
+    fast_settings,
+    flows_registry,
+    run_of,
+    thread_worker,
+    wait_job_ended,
+    wait_until,
+)
 
 from engine import submit
 from engine.alerts import log_alert
@@ -57,14 +64,6 @@ def queued(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute("SELECT count(*) AS n FROM engine_queue").fetchone()
     assert row is not None
     return int(row["n"])
-
-
-def step_run(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> dict[str, Any]:
-    row = conn.execute(
-        "SELECT * FROM engine_step_runs WHERE job_id = %s AND step = %s", (job_id, step)
-    ).fetchone()
-    assert row is not None
-    return dict(row)
 
 
 @contextmanager
@@ -176,7 +175,7 @@ def test_eager__a_step_without_context_fenced_at_its_checkpoint_commits_nothing(
             )
     finally:
         testflows.HOOKS.pop("plan")
-    plan = step_run(conn, job.job_id, "plan")
+    plan = run_of(conn, job.job_id, "plan")
     assert (plan["status"], plan["lease_owner"], plan["output"]) == ("running", "thief", None)
     runs = conn.execute(
         "SELECT count(*) AS n FROM engine_step_runs WHERE job_id = %s", (job.job_id,)
@@ -202,7 +201,7 @@ def test_eager__a_successor_whose_slot_died_is_announced_by_the_sweeper(
     monkeypatch.setattr(StepRunner, "run_continuation", die_once)
     with thread_worker(fast):
         wait_until(lambda: dropped, what="b to be claimed eagerly")
-        b = step_run(conn, job.job_id, "b")
+        b = run_of(conn, job.job_id, "b")
         assert (b["status"], b["attempts"]) == ("running", 1)
         assert queued(conn) == 0 and announced(conn, job.job_id) == ["a"], "b has no message"
         # time moves past the dead slot's lease: the sweeper announces b
@@ -212,7 +211,7 @@ def test_eager__a_successor_whose_slot_died_is_announced_by_the_sweeper(
             (b["id"],),
         )
         assert wait_job_ended(conn, job.job_id) == "done"
-    assert step_run(conn, job.job_id, "b")["attempts"] == 2
+    assert run_of(conn, job.job_id, "b")["attempts"] == 2
     reclaimed = conn.execute(
         "SELECT count(*) AS n FROM engine_events WHERE step_run_id = %s AND kind = 'reclaimed'",
         (b["id"],),
@@ -232,7 +231,7 @@ def test_eager__a_stopping_worker_publishes_every_successor(
         (delivery,) = runner.transport.receive(1, 60, 0)
         assert runner.handle(delivery).kind == "done"
         assert runner.continuation is None
-    b = step_run(conn, job.job_id, "b")
+    b = run_of(conn, job.job_id, "b")
     assert (b["status"], b["attempts"]) == ("pending", 0)
     assert queued(conn) == 1, "b's message is out for any worker"
 
@@ -253,5 +252,5 @@ def test_eager__a_fan_out_keeps_one_item_and_publishes_the_others(
         assert runner.continuation is None, "gather waits for the other items"
     with thread_worker(fast):
         assert wait_job_ended(conn, job.job_id) == "done"
-    gather = step_run(conn, job.job_id, "gather")
+    gather = run_of(conn, job.job_id, "gather")
     assert gather["output"] == {"total": sum(i * i for i in range(5)), "count": 5}

@@ -66,6 +66,15 @@ def job_status(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
     return str(row["status"])
 
 
+def run_of(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> dict[str, Any]:
+    """The step run of a single-run ``step`` of the job, as a row."""
+    row = conn.execute(
+        "SELECT * FROM engine_step_runs WHERE job_id = %s AND step = %s", (job_id, step)
+    ).fetchone()
+    assert row is not None, f"no step run {step!r} in job {job_id}"
+    return dict(row)
+
+
 def wait_job_ended(conn: psycopg.Connection[Any], job_id: uuid.UUID, timeout: float = 30) -> str:
     return str(
         wait_until(
