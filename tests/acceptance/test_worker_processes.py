@@ -174,6 +174,11 @@ def test_sigterm__a_step_finishing_within_the_grace_period_commits(
         stop_process(worker)
     b = run_of(conn, job.job_id, "b")
     assert (b["status"], b["attempts"]) == ("done", 1)
+    # a stopping worker claims nothing new, not even an eager successor
+    c = run_of(conn, job.job_id, "c")
+    assert (c["status"], c["attempts"]) == ("pending", 0)
+    queued = conn.execute("SELECT count(*) AS n FROM engine_queue").fetchone()
+    assert queued == {"n": 1}, "c's message waits for another worker"
 
 
 def test_sigterm__during_a_long_poll_exits_0(settings: Settings) -> None:
