@@ -120,7 +120,8 @@ class _Slot:
                     outcome = runner.run_continuation()
             except Exception:
                 # a broken connection or an unexpected driver error: the
-                # delivery comes back after its visibility timeout; start afresh
+                # delivery comes back after its visibility timeout, an eager
+                # successor once its lease lapses (the sweeper); start afresh
                 log.exception("slot %s failed handling message %s", self.name, received.message_id)
                 if self.runner is not None:
                     self.runner.conn.close()

@@ -18,10 +18,10 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
-
-if TYPE_CHECKING:
-    from engine.store.jobs import NewStepRun
 from engine.store.queries import load
+
+if TYPE_CHECKING:  # engine.store.jobs imports this module
+    from engine.store.jobs import NewStepRun
 
 _q = load("step_runs")
 
