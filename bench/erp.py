@@ -16,7 +16,8 @@ One run per size, each in a fresh scratch database (``engine_bench_erp``):
 4. **Floor** (full size only): the SQL of the ``item_costs_insert_for_store``
    block of ``flows/erp/sql/costing.sql`` (read with ``engine.load_queries``),
    retargeted at ``floor_item_costs`` (``LIKE erp_item_costs INCLUDING ALL``,
-   so no foreign keys), run on one connection in one transaction:
+   so no foreign keys), run on one connection in one transaction with JIT
+   off, as the costing step runs it:
    ``per_store_loop`` executes it once per store; ``one_statement`` is the same
    text with the store filter removed and the store added to every grouping and
    join key (derived from the block by exact replacements; skipped with a
@@ -429,6 +430,8 @@ def run_floor(
         conn.execute(f"TRUNCATE {FLOOR_TABLE}")
         started = time.perf_counter()
         with conn.transaction():
+            # as the costing step does (see the block's comment)
+            conn.execute(load_queries(str(COSTING_SQL))["jit_off_for_transaction"])
             if name == "per_store_loop":
                 for store in stores:
                     conn.execute(text, {"period": period, "store_id": store})

@@ -74,6 +74,7 @@ def cost_store(
     params = {"period": period, "store_id": store_id}
     if _one(conn, "item_costs_exist_for_store", params)["costed"]:
         return False
+    conn.execute(_q["jit_off_for_transaction"])
     conn.execute(_q["item_costs_insert_for_store"], params)
     if next_period is not None:
         conn.execute(_q["opening_carry_forward_for_store"], {**params, "next": next_period})

@@ -156,6 +156,20 @@ def test_costing__a_store_step_that_dies_halfway_leaves_nothing_and_is_retried(
     assert dup == []
 
 
+@pytest.mark.usefixtures("small_erp")
+def test_costing__jit_is_off_for_a_store_costing_transaction_only(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # JIT compiled the store statement for ~1 s at real size (a 0.3 s query)
+    default = conn.execute("SELECT reset_val FROM pg_settings WHERE name = 'jit'").fetchone()
+    with conn.transaction():
+        assert inventory.cost_store(conn, PERIOD, 1)
+        inside = conn.execute("SHOW jit").fetchone()
+    after = conn.execute("SHOW jit").fetchone()
+    assert inside == {"jit": "off"}
+    assert default is not None and after == {"jit": default["reset_val"]}
+
+
 def test_costing__a_closed_period_fails_without_touching_the_ledger(
     fast: Settings, conn: psycopg.Connection[Any], registry: Registry, small_erp: None
 ) -> None:
