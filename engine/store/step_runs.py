@@ -112,7 +112,11 @@ def _claimed(row: dict[str, Any]) -> Claimed:
 
 
 class QueuedClaim:
-    """An eager successor's claim sent inside a pipeline, read once it has synced."""
+    """An eager successor's claim, sent in the checkpoint's transaction and read after its commit.
+
+    With the PostgreSQL transport it travels in the commit's pipeline, so its
+    row can only be read once that pipeline has synced.
+    """
 
     def __init__(self, cur: psycopg.Cursor[dict[str, Any]], flow: str, params: dict[str, Any]):
         self._cur = cur
@@ -141,7 +145,7 @@ def step_run_insert_claimed(
     worker: str,
     lease_s: float,
 ) -> QueuedClaim:
-    """Insert ``run`` already leased to ``worker``, in the caller's transaction (pipelined).
+    """Insert ``run`` already leased to ``worker``, in the caller's transaction (pipelinable).
 
     For a step run the caller's checkpoint has just made ready: it is created
     and claimed together, and commits with that checkpoint or not at all.
