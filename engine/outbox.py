@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import psycopg
 
+from engine import faults
 from engine.messages import StepMessage
 from engine.store import outbox as store
 from engine.transports.base import Outgoing
@@ -66,4 +67,5 @@ def relay(
                 for r in rows
             ],
         )
+        faults.hit("after_publish")
         return store.outbox_mark_published_many(conn, [r.id for r in rows])

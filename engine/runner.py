@@ -30,7 +30,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from engine import db
+from engine import db, faults
 from engine.alerts import Alert, AlertSink
 from engine.config import Settings
 from engine.context import StepContext
@@ -161,6 +161,7 @@ class StepRunner:
         result = claim(self.conn, message, self.worker, self.settings.lease_s)
         if isinstance(result, ClaimRefused):
             return self._refused(received, message, result)
+        faults.hit("after_claim")
         return self._run(result, received.receipt, {})
 
     def run_continuation(self) -> Outcome | None:
@@ -409,13 +410,16 @@ class StepRunner:
             if eager is not None:
                 queued = self._claim_eager(claimed, eager)
             outbox_ids = job_store.step_run_insert_many_with_outbox(conn, claimed.job_id, published)
+            faults.hit("before_commit")
             commit()
+            faults.hit("after_commit")
             self._continue_with(queued, known)
             return outbox_ids
         # The rest needs no answer, so it travels with the COMMIT: messages out and
         # the delivery gone in the same commit as the checkpoint; the outbox rows
         # are written as published (the sweeper's "announced").
         committing = False
+        faults.hit("before_commit")
         try:
             with conn.pipeline():
                 if job_complete:
@@ -438,6 +442,7 @@ class StepRunner:
                 # a statement failed and the server skipped the COMMIT behind it
                 conn.rollback()
             raise
+        faults.hit("after_commit")
         self._continue_with(queued, known)
         return []
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from pydantic import BaseModel
 
-from engine import db
+from engine import db, faults
 from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters
 from engine.fingerprint import job_fingerprint
@@ -93,6 +93,7 @@ def submit(
         with db.connect(settings) as own:
             with own.transaction():
                 result = _submit_in(own, flow, model, settings, submitted_by)
+            faults.hit("after_submit_commit")
             if result.outbox_ids:
                 relay(own, publisher, ids=result.outbox_ids)
         return result
