@@ -58,23 +58,23 @@ def retry_job(
     """
     transport = transport or transport_for(settings)
     with db.connect(settings) as conn:
-        try:
-            with conn.transaction():
-                reopened = step_store.job_reopen_if_ended(conn, job_id, settings.max_attempts)
-                if reopened is None:
-                    status = _status_or_missing(conn, job_id)
-                    raise BadInput(
-                        f"job {job_id} is {status}; only failed or cancelled jobs can be retried"
-                    )
-                outbox_ids = step_store.outbox_insert_many(conn, reopened)
-                job_store.event_insert(
-                    conn, EventKind.REPLAYED, job_id=job_id, detail={"step_runs": len(reopened)}
+        with conn.transaction():
+            reopened = step_store.job_reopen_if_ended(conn, job_id, settings.max_attempts)
+            if isinstance(reopened, step_store.FingerprintTaken):
+                active = reopened.active_job_id
+                raise BadInput(
+                    f"job {job_id} cannot be retried: job {active} with the same flow and "
+                    f"parameters is active; wait for it, or cancel it with `engine cancel {active}`"
                 )
-        except psycopg.errors.UniqueViolation:
-            raise BadInput(
-                f"job {job_id} cannot be retried: another job with the same flow and "
-                "parameters is active"
-            ) from None
+            if reopened is None:
+                status = _status_or_missing(conn, job_id)
+                raise BadInput(
+                    f"job {job_id} is {status}; only failed or cancelled jobs can be retried"
+                )
+            outbox_ids = step_store.outbox_insert_many(conn, reopened)
+            job_store.event_insert(
+                conn, EventKind.REPLAYED, job_id=job_id, detail={"step_runs": len(reopened)}
+            )
         relay(conn, transport, ids=outbox_ids)
     return Reopened(job_id, len(reopened))
 

@@ -102,6 +102,20 @@ class Settings(BaseSettings):
         gt=0,
         description="a claimable step run not announced for this long is announced again",
     )
+    refusal_delay_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=900,
+        description=(
+            "a step run whose flow or flow version this worker does not run (a rolling "
+            "deploy) is not claimed; its message comes back after this long"
+        ),
+    )
+    outage_backoff_max_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="longest wait between two probes while PostgreSQL is unreachable",
+    )
     shutdown_grace_s: float = Field(
         default=20.0, ge=0, description="on SIGTERM, how long running steps may finish"
     )

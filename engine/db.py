@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from engine.config import Settings, mask_url
-from engine.errors import ConfigError, StoreError
+from engine.errors import ConfigError, DatabaseUnavailable
 
 _embedded_lock = threading.Lock()
 _embedded_conninfo: dict[Path, str] = {}
@@ -94,7 +94,7 @@ def connect(
             **kwargs,
         )
     except psycopg.OperationalError as exc:
-        raise StoreError(
+        raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {settings.masked_database_url()}: "
             f"{mask_url(str(exc)).strip()}"
         ) from None

@@ -11,7 +11,9 @@
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
     ├── StoreError                   a database driver error, wrapped once in
-    │                                ``engine.store`` (the original is ``__cause__``)
+    │   │                            ``engine.store`` (the original is ``__cause__``)
+    │   └── DatabaseUnavailable      PostgreSQL cannot be reached (the CLI exits 3;
+    │                                a worker waits it out)
     └── StepInterrupted              a running step must stop (``ctx.check()``)
         ├── LeaseLost                another worker may own the step run now
         └── JobCancelled             the job was cancelled
@@ -87,6 +89,10 @@ class StoreError(EngineError):
 
     The driver's exception is kept as ``__cause__``.
     """
+
+
+class DatabaseUnavailable(StoreError):
+    """PostgreSQL cannot be reached: refused, not accepting connections, or gone."""
 
 
 class StepInterrupted(EngineError):

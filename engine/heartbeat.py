@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from engine import db
 from engine.config import Settings
 from engine.context import StopSignal
 from engine.models import EventKind
+from engine.outage import is_outage
 from engine.store import jobs as job_store
 from engine.store import step_runs as store
 from engine.store.step_runs import Claimed
@@ -51,8 +53,15 @@ class Lease:
 class Heartbeat:
     """Renews the lease of one executor slot; :meth:`watch` it while a step runs."""
 
-    def __init__(self, settings: Settings, transport: Transport, worker: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        transport: Transport,
+        worker: str,
+        on_outage: Callable[[BaseException, str], None] | None = None,
+    ) -> None:
         self._settings = settings
+        self._on_outage = on_outage
         self._transport = transport
         self._worker = worker
         self._lock = threading.Lock()
@@ -102,8 +111,14 @@ class Heartbeat:
                 continue
             try:
                 self.beat(lease)
-            except Exception:
-                log.warning("heartbeat failed; retrying next interval", exc_info=True)
+            except Exception as exc:
+                if is_outage(exc):
+                    # logged once for the whole worker, not once per interval
+                    if self._on_outage is not None:
+                        self._on_outage(exc, f"heartbeat {self._worker}")
+                    log.debug("heartbeat: database unreachable", exc_info=True)
+                else:
+                    log.warning("heartbeat failed; retrying next interval", exc_info=True)
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
@@ -120,6 +135,20 @@ class Heartbeat:
             still_ours = self._lease is lease and not lease.finishing
         if expires is None:
             if still_ours:
+                state = store.step_select_status(self._conn, claimed.id)
+                if state is not None and state.cancelled:
+                    # invariant 16's other side: a cancel reaches the step as a cancel
+                    lease.stop.set(
+                        f"step run {claimed.id} cancelled (job {state.job_status})", cancelled=True
+                    )
+                    job_store.step_event_insert(
+                        self._conn,
+                        EventKind.CANCELLED,
+                        claimed,
+                        worker=self._worker,
+                        detail={"during": "renewal", "by": "job"},
+                    )
+                    return False
                 lease.stop.set(f"lease on step run {claimed.id} lost (attempt {claimed.attempt})")
                 job_store.step_event_insert(
                     self._conn,

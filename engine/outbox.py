@@ -14,15 +14,21 @@ the sweeper still reads as "announced".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import psycopg
 
-from engine import faults
+from engine import db, faults
+from engine.config import Settings
 from engine.messages import StepMessage
+from engine.outage import is_outage
 from engine.store import outbox as store
 from engine.transports.base import Outgoing
+
+log = logging.getLogger(__name__)
 
 
 class Publisher(Protocol):
@@ -69,3 +75,63 @@ def relay(
         )
         faults.hit("after_publish")
         return store.outbox_mark_published_many(conn, [r.id for r in rows])
+
+
+class RelayListener:
+    """Relays the outbox as soon as a caller's commit announces rows (invariant 8).
+
+    ``submit`` on a caller's connection cannot publish after a commit it does
+    not see; it sends ``NOTIFY engine_outbox`` in that transaction instead,
+    which PostgreSQL delivers only if and when it commits. Each worker of an
+    external transport (SQS) listens on its own connection and relays at
+    once; the relay's ``SKIP LOCKED`` hands each row to one of them. The
+    sweeper's relay stays the backstop for a notification nobody heard.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        publisher: Publisher,
+        *,
+        on_outage: Callable[[BaseException, str], None] | None = None,
+        outage_over: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._settings = settings
+        self._publisher = publisher
+        self._on_outage = on_outage
+        self._outage_over = outage_over
+        self._stop = threading.Event()
+        self.relayed = 0
+        self._thread = threading.Thread(target=self._run, name="outbox-relay", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with db.connect(self._settings, autocommit=True) as conn:
+                    store.outbox_listen(conn)
+                    # rows committed before we listened are the sweeper's
+                    while not self._stop.is_set():
+                        if store.outbox_wait_notified(conn, timeout_s=1.0):
+                            self._relay_all(conn)
+            except Exception as exc:
+                if is_outage(exc) and self._on_outage is not None:
+                    self._on_outage(exc, "outbox relay")
+                else:
+                    log.warning("outbox relay listener failed; reconnecting", exc_info=True)
+                # wait for the worker to see the database back, then listen again
+                while not self._stop.wait(1.0) and not self._outage_over():
+                    pass
+
+    def _relay_all(self, conn: psycopg.Connection[Any]) -> None:
+        while True:
+            n = relay(conn, self._publisher, limit=500)
+            self.relayed += n
+            if n < 500:
+                return

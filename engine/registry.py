@@ -95,6 +95,10 @@ class Registry:
         """The registered flows, sorted by name."""
         return [self._flows[name] for name in self.names()]
 
+    def runnable(self) -> list[str]:
+        """``name:version`` of every registered flow: what this worker may claim."""
+        return [f"{f.name}:{f.version}" for f in self.flows()]
+
     def origin(self, name: str) -> str:
         """The module the flow ``name`` was loaded from."""
         self.get(name)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +34,12 @@ from engine import db, faults
 from engine.alerts import Alert, AlertSink
 from engine.config import Settings
 from engine.context import StepContext
-from engine.errors import DefinitionError, JobCancelled, LeaseLost, UnknownFlow
+from engine.errors import DefinitionError, JobCancelled, LeaseLost, StoreError, UnknownFlow
 from engine.flow import Flow, Step
 from engine.heartbeat import Heartbeat, Lease
 from engine.messages import MalformedMessage, StepMessage
 from engine.models import EventKind, JobStatus
+from engine.outage import is_outage
 from engine.outbox import relay
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
@@ -72,18 +73,26 @@ class Continuation:
 
     claimed: Claimed
     known: Outputs  # checkpoints in hand, which spare the successor a read
+    # the lease is checked (and renewed) before the successor starts when work
+    # outside the commit (an external transport's publish and delete) came between
+    check_lease: bool = False
 
 
 def claim(
-    conn: psycopg.Connection[Any], message: StepMessage, worker: str, lease_s: float
+    conn: psycopg.Connection[Any],
+    message: StepMessage,
+    worker: str,
+    lease_s: float,
+    runnable: Sequence[str],
 ) -> Claimed | ClaimRefused:
     """Claim the step run of ``message`` and commit (invariant 2).
 
     On an autocommit connection (the worker's) the claim, the job start and
     the claim event are one statement, so one round trip; otherwise they run
-    in a transaction of their own. Losing is normal: zero rows, or under
-    REPEATABLE READ a serialization failure (SQLSTATE 40001), are both "not
-    claimed".
+    in a transaction of their own. Only jobs of a ``flow:version`` in
+    ``runnable`` are claimed (a refusal costs no attempt). Losing is normal:
+    zero rows, a serialization failure (SQLSTATE 40001), a deadlock or a lock
+    wait past ``lock_timeout`` are all "not claimed".
     """
     try:
         with nullcontext() if conn.autocommit else conn.transaction():
@@ -93,6 +102,7 @@ def claim(
                 job_id=message.job_id,
                 worker=worker,
                 lease_s=lease_s,
+                runnable=runnable,
             )
             if isinstance(result, ClaimRefused) and result.reason != "unknown":
                 job_store.event_insert(
@@ -104,8 +114,12 @@ def claim(
                     detail={"reason": result.reason},
                 )
             return result
-    except psycopg.errors.SerializationFailure:
+    except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
         return ClaimRefused("race")
+    except StoreError as exc:
+        if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+            return ClaimRefused("race")
+        raise
 
 
 def error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
@@ -131,6 +145,7 @@ class StepRunner:
         heartbeat: Heartbeat,
         alert: AlertSink,
         may_continue: Callable[[], bool] = lambda: True,
+        on_outage: Callable[[BaseException, str], None] | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -142,9 +157,12 @@ class StepRunner:
         self.current: Lease | None = None
         # asked before claiming an eager successor (the worker says no once stopping)
         self.may_continue = may_continue
+        # told when the database went away under a step (the worker pauses receiving)
+        self.on_outage = on_outage
         # set by a checkpoint that claimed an eager successor: run it with run_continuation()
         self.continuation: Continuation | None = None
         self.ended_job: uuid.UUID | None = None  # set when this delivery ended its job
+        self.runnable = registry.runnable()
         self._default_policy = RetryPolicy(
             max_attempts=settings.max_attempts,
             base_delay_s=settings.retry_base_delay_s,
@@ -158,7 +176,7 @@ class StepRunner:
             message = StepMessage.decode(received.body)
         except MalformedMessage as exc:
             return self._malformed(received, str(exc))
-        result = claim(self.conn, message, self.worker, self.settings.lease_s)
+        result = claim(self.conn, message, self.worker, self.settings.lease_s, self.runnable)
         if isinstance(result, ClaimRefused):
             return self._refused(received, message, result)
         faults.hit("after_claim")
@@ -169,7 +187,17 @@ class StepRunner:
         continuation, self.continuation = self.continuation, None
         if continuation is None:
             return None
-        return self._run(continuation.claimed, None, continuation.known)
+        claimed = continuation.claimed
+        if continuation.check_lease:
+            # An external transport's publish and delete came between the
+            # commit that claimed it and now, and may have outlasted its lease
+            # (invariant 9): renew it, or leave it to whoever reclaimed it.
+            expires = store.lease_extend_if_owner(
+                self.conn, claimed.id, claimed.token, self.settings.lease_s
+            )
+            if expires is None:
+                return self._fenced(claimed, "eager successor's lease lapsed before it started")
+        return self._run(claimed, None, continuation.known)
 
     def _run(self, claimed: Claimed, receipt: str | None, known: Outputs) -> Outcome:
         self.continuation = None
@@ -207,6 +235,7 @@ class StepRunner:
         """
         conn = conn if conn is not None else self.conn
         with conn.transaction():
+            # the attempt comes back with the lease: giving back is not the step's fault
             if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
                 return False
         if receipt is not None:
@@ -256,6 +285,15 @@ class StepRunner:
             return Outcome("dropped", "unknown step run", message.step_run_id)
         if refused.reason == "finished":
             self.transport.delete([received.receipt])
+        elif refused.reason == "not_runnable":
+            # A worker of another deploy (rolling update) can run it. A fresh
+            # copy, delayed, replaces this one: returning the same copy would
+            # count receives, and SQS would move it to its dead-letter queue.
+            self.transport.publish(None, [Outgoing(message, self.settings.refusal_delay_s)])
+            self.transport.delete([received.receipt])
+        elif refused.reason == "race":
+            # a lock wait or a deadlock lost to another transaction: soon again
+            self.transport.extend([received.receipt], 1.0)
         elif refused.reason == "not_due" and refused.retry_in_s > 0:
             # come back when the backoff ends rather than after a full visibility timeout
             self.transport.extend([received.receipt], min(refused.retry_in_s + 0.5, 43_000))
@@ -266,7 +304,7 @@ class StepRunner:
             # does not rest on it: the sweeper re-announces an expired lease.
             hide = max(refused.retry_in_s, self.settings.republish_after_s) * 2
             self.transport.extend([received.receipt], min(hide, 43_000))
-        # race / exhausted: leave the copy; it returns after its visibility timeout
+        # exhausted: leave the copy; the sweeper dead-letters the step run
         return Outcome("refused", refused.reason, message.step_run_id)
 
     # -- the step ----------------------------------------------------------------------
@@ -312,8 +350,10 @@ class StepRunner:
                     flow, claimed, output, lease, None if sees_conn else begin, transaction.close
                 )
         except (_Fenced, LeaseLost) as exc:
-            return self._fenced(claimed, str(exc) or "checkpoint refused: lease token changed")
+            reason = str(exc) or "checkpoint refused: lease token changed"
+            return self._fenced(claimed, reason, lease)
         except JobCancelled as exc:
+            # the heartbeat found the step run cancelled (and recorded it)
             self._delete_delivery(lease)
             return Outcome("cancelled", str(exc), claimed.id)
         except Cancel as exc:
@@ -413,7 +453,8 @@ class StepRunner:
             faults.hit("before_commit")
             commit()
             faults.hit("after_commit")
-            self._continue_with(queued, known)
+            # the publish and delete that follow are outside the commit
+            self._continue_with(queued, known, check_lease=True)
             return outbox_ids
         # The rest needs no answer, so it travels with the COMMIT: messages out and
         # the delivery gone in the same commit as the checkpoint; the outbox rows
@@ -458,7 +499,9 @@ class StepRunner:
             lease_s=self.settings.lease_s,
         )
 
-    def _continue_with(self, queued: QueuedClaim | None, known: Outputs) -> None:
+    def _continue_with(
+        self, queued: QueuedClaim | None, known: Outputs, *, check_lease: bool = False
+    ) -> None:
         # read after the commit: the claim is real only once it has committed
         if queued is None:
             return
@@ -468,7 +511,7 @@ class StepRunner:
             # impossible, and were it to happen that run is someone else's
             log.warning("eager successor existed already; not running it here")
             return
-        self.continuation = Continuation(eager, known)
+        self.continuation = Continuation(eager, known, check_lease)
 
     def _finish_job(self, claimed: Claimed) -> None:
         store.job_finish_if_active_logged(
@@ -488,6 +531,8 @@ class StepRunner:
     def _disconnected(self, claimed: Claimed, exc: Exception) -> Outcome:
         self.conn.close()
         reason = f"connection lost before commit: {str(exc).strip()[:300]}"
+        if self.on_outage is not None and is_outage(exc):
+            self.on_outage(exc, f"slot {self.worker}")
         try:
             with db.connect(self.settings, autocommit=True) as conn:
                 job_store.step_event_insert(
@@ -502,7 +547,11 @@ class StepRunner:
         log.warning("step run %s not committed: %s", claimed.id, reason)
         return Outcome("fenced", reason, claimed.id)
 
-    def _fenced(self, claimed: Claimed, reason: str) -> Outcome:
+    def _fenced(self, claimed: Claimed, reason: str, lease: Lease | None = None) -> Outcome:
+        state = store.step_select_status(self.conn, claimed.id)
+        if state is not None and state.cancelled:
+            # not a lost lease: the job was cancelled (or failed) under it
+            return self._stopped_cancelled(claimed, lease, "step run cancelled with its job")
         with self.conn.transaction():
             job_store.step_event_insert(
                 self.conn,
@@ -515,10 +564,29 @@ class StepRunner:
         # the message is not ours to delete any more: the new owner's copy
         return Outcome("fenced", reason, claimed.id)
 
+    def _stopped_cancelled(self, claimed: Claimed, lease: Lease | None, reason: str) -> Outcome:
+        """The step stopped because its step run was cancelled: record it as such (once)."""
+        recorded = lease is not None and lease.stop.cancelled  # by the heartbeat
+        with self.conn.transaction():
+            if not recorded:
+                job_store.step_event_insert(
+                    self.conn,
+                    EventKind.CANCELLED,
+                    claimed,
+                    worker=self.worker,
+                    detail={"reason": reason, "by": "job"},
+                )
+        if lease is not None:
+            self._delete_delivery(lease)
+        log.info("step run %s stopped: %s", claimed.id, reason)
+        return Outcome("cancelled", reason, claimed.id)
+
     def _cancel_job(self, lease: Lease, reason: str) -> Outcome:
         claimed = lease.claimed
         with self.conn.transaction():
-            if store.job_cancel_if_active(self.conn, claimed.job_id, reason):
+            # fenced like a checkpoint: a stale attempt cancels nothing (invariant 16)
+            cancelled = store.job_cancel_if_leased(self.conn, claimed, reason)
+            if cancelled:
                 job_store.event_insert(
                     self.conn,
                     EventKind.CANCELLED,
@@ -528,6 +596,8 @@ class StepRunner:
                     detail={"reason": reason, "by": "step"},
                 )
                 self.ended_job = claimed.job_id
+        if not cancelled:
+            return self._fenced(claimed, f"lease lost before cancelling the job: {reason}", lease)
         self._delete_delivery(lease)
         return Outcome("cancelled", reason, claimed.id)
 
@@ -546,7 +616,7 @@ class StepRunner:
                     if isinstance(exc, Retry) and exc.delay_s is not None
                     else policy.delay_s(claimed.attempt)
                 )
-                due = store.step_retry_if_leased(conn, claimed.id, claimed.token, delay, error)
+                due = store.step_retry_if_leased(conn, claimed, delay, error)
                 if due is None:
                     raise_fenced = True
                 else:
@@ -561,7 +631,7 @@ class StepRunner:
                     )
                 kind = "retried"
             else:
-                raise_fenced = not store.step_dead_if_leased(conn, claimed.id, claimed.token, error)
+                raise_fenced = not store.step_dead_if_leased(conn, claimed, error)
                 if not raise_fenced:
                     reason = (
                         f"{error['type']}: {error['message'][:500]}"
@@ -590,6 +660,9 @@ class StepRunner:
                         worker=self.worker,
                         error=f"step {step.name}: {reason}",
                     )
+                    # a failed job leaves nothing running: siblings are cancelled
+                    # (their heartbeats and checkpoints then read "cancelled")
+                    store.step_cancel_by_job(conn, claimed.job_id)
                     self.ended_job = claimed.job_id
                 kind = "dead"
             if not raise_fenced and self.transport.transactional:
@@ -597,7 +670,7 @@ class StepRunner:
                     relay(conn, self.transport, ids=outbox_ids)
                 self._delete_delivery(lease, conn)
         if raise_fenced:
-            return self._fenced(claimed, f"lease lost before recording failure: {exc}")
+            return self._fenced(claimed, f"lease lost before recording failure: {exc}", lease)
         if not self.transport.transactional:
             self._publish_after_commit(outbox_ids)
             self._delete_delivery(lease)

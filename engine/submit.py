@@ -24,12 +24,15 @@ from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters
 from engine.fingerprint import job_fingerprint
 from engine.flow import Flow
+from engine.messages import StepMessage
 from engine.models import EventKind, JobStatus
 from engine.outbox import Publisher, relay
 from engine.registry import Registry
 from engine.schedule import root_runs
 from engine.store import jobs as store
+from engine.store import outbox as outbox_store
 from engine.transports import transport_for
+from engine.transports.base import Outgoing
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection as SAConnection
@@ -80,8 +83,11 @@ def submit(
     Without ``conn`` the engine opens its own transaction, commits it and
     publishes at once. With a psycopg connection, a SQLAlchemy ``Connection``
     or ``Session``, the rows join its open transaction (one is begun if
-    needed) and the caller commits. A ``Session`` publishes right after its
-    commit; otherwise the workers' outbox relay publishes within a sweep.
+    needed) and the caller commits; on an autocommit psycopg connection the
+    submit is one transaction of its own. The first messages leave at the
+    caller's commit: in that same commit with the PostgreSQL transport, by a
+    ``NOTIFY`` that wakes the workers' relay otherwise (a ``Session`` also
+    publishes from its after-commit hook).
     """
     settings = settings or Settings()
     if isinstance(flow, str):
@@ -91,16 +97,32 @@ def submit(
 
     if conn is None:
         with db.connect(settings) as own:
-            with own.transaction():
-                result = _submit_in(own, flow, model, settings, submitted_by)
-            faults.hit("after_submit_commit")
-            if result.outbox_ids:
-                relay(own, publisher, ids=result.outbox_ids)
-        return result
+            return _submit_own(own, flow, model, settings, publisher, submitted_by)
 
-    result = _submit_in(_driver_connection(conn), flow, model, settings, submitted_by)
+    raw = _driver_connection(conn)
+    if raw.autocommit:
+        # each statement would commit alone: a job without its step runs could exist
+        return _submit_own(raw, flow, model, settings, publisher, submitted_by)
+    result = _submit_in(raw, flow, model, settings, submitted_by, publisher, notify=True)
     if result.outbox_ids:
         _publish_after_commit(conn, settings, publisher, result.outbox_ids)
+    return result
+
+
+def _submit_own(
+    conn: psycopg.Connection[Any],
+    flow: Flow,
+    model: BaseModel,
+    settings: Settings,
+    publisher: Publisher,
+    submitted_by: str | None,
+) -> Submitted:
+    """Submit in a transaction of our own on ``conn``, then publish."""
+    with conn.transaction():
+        result = _submit_in(conn, flow, model, settings, submitted_by, publisher, notify=False)
+    faults.hit("after_submit_commit")
+    if result.outbox_ids:
+        relay(conn, publisher, ids=result.outbox_ids)
     return result
 
 
@@ -121,7 +143,17 @@ def _submit_in(
     params: BaseModel,
     settings: Settings,
     submitted_by: str | None,
+    publisher: Publisher,
+    *,
+    notify: bool,
 ) -> Submitted:
+    """Write the job, its first step runs and their announcements in ``conn``'s transaction.
+
+    A transport whose queue is in this database gets its messages in this same
+    transaction, so they exist exactly when it commits. Otherwise outbox rows
+    are written, and with ``notify`` a ``NOTIFY`` wakes the workers' relays
+    the moment the caller commits (nothing is sent on rollback).
+    """
     params_json = params.model_dump(mode="json")
     fingerprint = job_fingerprint(flow.name, flow.version, params)
     for _ in range(_MAX_ROUNDS):
@@ -137,7 +169,16 @@ def _submit_in(
         )
         if row is not None:
             runs = root_runs(flow, job_id, params_json, settings)
-            outbox_ids = store.step_run_insert_many_with_outbox(conn, job_id, runs)
+            outbox_ids: list[int] = []
+            if getattr(publisher, "transactional", False):
+                store.step_run_insert_many_announced(conn, job_id, runs)
+                publisher.publish(
+                    conn, [Outgoing(StepMessage(job_id=job_id, step_run_id=r.id)) for r in runs]
+                )
+            else:
+                outbox_ids = store.step_run_insert_many_with_outbox(conn, job_id, runs)
+                if notify and outbox_ids:
+                    outbox_store.outbox_notify(conn)
             store.event_insert(
                 conn,
                 EventKind.SUBMITTED,

@@ -5,7 +5,9 @@ once (an advisory lock lets one of them do the republishing per round, and
 the relay hands each outbox row on once via SKIP LOCKED). Each round:
 
 1. step runs whose worker died during their last allowed attempt are dead:
-   dead-lettered, their job failed, an alert raised;
+   dead-lettered, their job failed (its other step runs cancelled), an alert
+   raised; step runs still active under a job that ended are cancelled, so
+   nothing rests in a state no worker will ever leave (invariant 13);
 2. claimable step runs (due, or running with an expired lease) that were not
    announced since they became claimable get a new outbox row;
 3. the outbox is relayed: rows never published (a crash between commit and
@@ -39,6 +41,7 @@ class SweepReport:
     dead: int = 0
     announced: int = 0
     published: int = 0
+    cancelled: int = 0  # step runs left active under ended jobs
 
 
 def record_dead_message(
@@ -69,6 +72,7 @@ class Sweeper:
         alerts: list[Alert] = []
         announced: list[int] = []
         dead = []
+        orphans = 0
         with conn.transaction():
             if store.sweep_lock_try(conn):
                 dead = store.step_dead_if_expired_exhausted_many(conn)
@@ -93,6 +97,18 @@ class Sweeper:
                         job_store.event_insert(
                             conn, EventKind.JOB_FAILED, job_id=d.job_id, worker=self.worker
                         )
+                        store.step_cancel_by_job(conn, d.job_id)
+                for c in store.step_cancel_if_job_ended_many(conn):
+                    orphans += 1
+                    job_store.event_insert(
+                        conn,
+                        EventKind.CANCELLED,
+                        job_id=c.job_id,
+                        step_run_id=c.id,
+                        worker=self.worker,
+                        attempt=c.attempts,
+                        detail={"reason": "its job had ended", "by": "sweeper"},
+                    )
                 announced = store.outbox_insert_for_claimable(
                     conn, republish_after_s=self.settings.republish_after_s, limit=1000
                 )
@@ -105,14 +121,15 @@ class Sweeper:
             published += n
             if n < _RELAY_BATCH:
                 break
-        if dead or announced:
+        if dead or announced or orphans:
             log.info(
-                "sweep: %d dead, %d re-announced, %d published",
+                "sweep: %d dead, %d re-announced, %d published, %d left under ended jobs cancelled",
                 len(dead),
                 len(announced),
                 published,
+                orphans,
             )
-        return SweepReport(len(dead), len(announced), published)
+        return SweepReport(len(dead), len(announced), published, orphans)
 
     def _drain_transport_dead_letters(self, conn: psycopg.Connection[Any]) -> None:
         """Record what the queue itself dead-lettered (SQS redrive), once each, with an alert."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import random
 import signal
 import socket
 import threading
@@ -31,6 +32,8 @@ from engine.config import Settings
 from engine.errors import ConfigError
 from engine.heartbeat import Heartbeat
 from engine.models import EventKind
+from engine.outage import Outage, is_outage
+from engine.outbox import RelayListener
 from engine.registry import Registry
 from engine.runner import Outcome, StepRunner
 from engine.store import jobs as job_store
@@ -79,7 +82,9 @@ class _Slot:
     def __init__(self, worker: Worker, index: int) -> None:
         self.worker = worker
         self.name = f"{worker.worker_id}/{index}"
-        self.heartbeat = Heartbeat(worker.settings, worker.transport, self.name)
+        self.heartbeat = Heartbeat(
+            worker.settings, worker.transport, self.name, on_outage=worker.outage.failed
+        )
         self.runner: StepRunner | None = None
         self.busy = False
         self.thread = threading.Thread(target=self._loop, name=f"slot-{index}", daemon=True)
@@ -99,6 +104,7 @@ class _Slot:
                 heartbeat=self.heartbeat,
                 alert=self.worker.alert,
                 may_continue=lambda: not self.worker.stop_event.is_set(),
+                on_outage=self.worker.outage.failed,
             )
         return self.runner
 
@@ -118,11 +124,17 @@ class _Slot:
                     self.worker.outcome(outcome)
                     # an eager successor, claimed in the commit of the step before
                     outcome = runner.run_continuation()
-            except Exception:
+            except Exception as exc:
                 # a broken connection or an unexpected driver error: the
                 # delivery comes back after its visibility timeout, an eager
                 # successor once its lease lapses (the sweeper); start afresh
-                log.exception("slot %s failed handling message %s", self.name, received.message_id)
+                if is_outage(exc):
+                    self.worker.outage.failed(exc, f"slot {self.name}")
+                    self._give_back_unclaimed(received)
+                else:
+                    log.exception(
+                        "slot %s failed handling message %s", self.name, received.message_id
+                    )
                 if self.runner is not None:
                     self.runner.conn.close()
             finally:
@@ -131,6 +143,15 @@ class _Slot:
             if received is None:
                 self.worker.slot_freed()
 
+    def _give_back_unclaimed(self, received: Received) -> None:
+        # Nobody receives during an outage, so the copy can be visible at once
+        # and is claimed as soon as the database is back (with the PostgreSQL
+        # transport this fails too, and the copy returns after its visibility).
+        try:
+            self.worker.transport.release([received.receipt])
+        except Exception:
+            log.debug("could not release %s during the outage", received.message_id)
+
     def _receive_next(self) -> Received | None:
         """One visible message for this slot, without waiting; ``None``: none, or stopping.
 
@@ -138,7 +159,7 @@ class _Slot:
         and receives for it; only the main thread waits for messages.
         """
         worker = self.worker
-        if worker.stop_event.is_set():
+        if worker.stop_event.is_set() or worker.outage.down.is_set():
             return None
         try:
             batch = worker.transport.receive(1, worker.settings.visibility_s, 0.0)
@@ -173,6 +194,8 @@ class Worker:
         self.inbox: queue.Queue[Received | None] = queue.Queue()
         self.stop_event = threading.Event()
         self.outcomes: dict[str, int] = {}
+        # shared by every loop: set while PostgreSQL is unreachable (no receiving then)
+        self.outage = Outage(settings.outage_backoff_max_s)
         self._free = threading.Condition()
         self._idle = settings.concurrency
         self._slots: list[_Slot] = []
@@ -199,36 +222,96 @@ class Worker:
         signal.signal(signal.SIGINT, stop)
 
     def run(self) -> int:
-        """Run until :attr:`stop_event` is set; returns the process exit code (0)."""
-        # the queue's own visibility timeout counts, not only the configured one
-        read_visibility = getattr(self.transport, "queue_visibility_s", None)
-        queue_visibility = read_visibility() if callable(read_visibility) else None
-        check_startup(
-            self.settings,
-            None if queue_visibility is None else min(self.settings.visibility_s, queue_visibility),
-        )
+        """Run until :attr:`stop_event` is set; returns the process exit code (0).
+
+        Configuration errors refuse to start (invariant 6); an unreachable
+        database or queue does not: start-up waits for them (invariant 15).
+        """
+        check_startup(self.settings, self._queue_visibility())
+        if not self._wait_for_database("start-up"):
+            return 0
         self._slots = [_Slot(self, i) for i in range(self.settings.concurrency)]
         for slot in self._slots:
             slot.thread.start()
-        sweeper = Sweeper(self.settings, self.transport, self.worker_id, self.alert)
-        sweep_conn = connect_worker(self.settings)
-        sweep_conn.autocommit = True
-        next_sweep = 0.0
+        listener: RelayListener | None = None
+        if not self.transport.transactional:
+            listener = RelayListener(
+                self.settings,
+                self.transport,
+                on_outage=self.outage.failed,
+                outage_over=lambda: not self.outage.down.is_set(),
+            )
+            listener.start()
         log.info("worker %s started with %d slots", self.worker_id, len(self._slots))
         try:
+            self._main_loop()
+        finally:
+            if listener is not None:
+                listener.close()
+            self._shutdown()
+        return 0
+
+    def _queue_visibility(self) -> float | None:
+        """The visibility the worker can count on: the configured one, or the queue's if shorter."""
+        read_visibility = getattr(self.transport, "queue_visibility_s", None)
+        if not callable(read_visibility):
+            return None
+        backoff = _Backoff(self.settings.outage_backoff_max_s)
+        while True:
+            try:
+                return min(self.settings.visibility_s, float(read_visibility()))
+            except Exception as exc:
+                if self.stop_event.is_set():
+                    return None
+                backoff.failed("reading the queue's visibility timeout", exc)
+                self.stop_event.wait(backoff.next_s())
+
+    def _probe(self) -> None:  # one round trip: can a new connection run a statement?
+        with db.connect(self.settings, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+
+    def _wait_for_database(self, where: str) -> bool:
+        """``True`` once PostgreSQL answers; ``False`` if the worker was stopped first."""
+        if not self.outage.down.is_set():
+            try:
+                self._probe()
+                return True
+            except Exception as exc:
+                self.outage.failed(exc, where)
+        return self.outage.wait(self._probe, self.stop_event)
+
+    def _main_loop(self) -> None:
+        sweeper = Sweeper(self.settings, self.transport, self.worker_id, self.alert)
+        sweep_conn: psycopg.Connection[Any] | None = None
+        receive_backoff = _Backoff(self.settings.outage_backoff_max_s)
+        next_sweep = 0.0
+        try:
             while not self.stop_event.is_set():
+                if self.outage.down.is_set():
+                    # receive nothing while claims cannot be made: on SQS each
+                    # receive would count towards the redrive to the DLQ
+                    if not self._wait_for_database("outage"):
+                        return
+                    next_sweep = 0.0  # leases ran out meanwhile: sweep at once
+                    continue
                 now = time.monotonic()
                 if now >= next_sweep:
+                    next_sweep = now + self.settings.sweep_interval_s
                     try:
+                        if sweep_conn is None or sweep_conn.closed:
+                            sweep_conn = connect_worker(self.settings)
+                            sweep_conn.autocommit = True
                         sweeper.sweep(sweep_conn)
-                    except Exception:
+                    except Exception as exc:
+                        if sweep_conn is not None:
+                            sweep_conn.close()
+                        sweep_conn = None
+                        if is_outage(exc):
+                            self.outage.failed(exc, "sweeper")
+                            continue
                         log.exception(
                             "sweep failed; next round in %s s", self.settings.sweep_interval_s
                         )
-                        sweep_conn.close()
-                        sweep_conn = connect_worker(self.settings)
-                        sweep_conn.autocommit = True
-                    next_sweep = now + self.settings.sweep_interval_s
                 with self._free:
                     if self._idle == 0:
                         self._free.wait(timeout=min(1.0, self.settings.sweep_interval_s))
@@ -237,18 +320,21 @@ class Worker:
                 wait = max(0.0, min(self.settings.poll_wait_s, next_sweep - time.monotonic()))
                 try:
                     batch = self.transport.receive(room, self.settings.visibility_s, wait)
-                except Exception:
-                    log.exception("receive failed; retrying")
-                    self.stop_event.wait(1.0)
+                except Exception as exc:
+                    if is_outage(exc):
+                        self.outage.failed(exc, "receive")
+                        continue
+                    receive_backoff.failed("receive", exc)
+                    self.stop_event.wait(receive_backoff.next_s())
                     continue
+                receive_backoff.succeeded()
                 with self._free:
                     self._idle -= len(batch)
                 for received in batch:
                     self.inbox.put(received)
         finally:
-            self._shutdown()
-            sweep_conn.close()
-        return 0
+            if sweep_conn is not None:
+                sweep_conn.close()
 
     def _shutdown(self) -> None:
         # deliveries received but not started go back at once
@@ -262,7 +348,10 @@ class Worker:
                 pending.append(item.receipt)
                 self.slot_freed()
         if pending:
-            self.transport.release(pending)
+            try:
+                self.transport.release(pending)
+            except Exception:
+                log.warning("could not release %d unstarted deliveries", len(pending))
         for _ in self._slots:
             self.inbox.put(None)
         deadline = time.monotonic() + self.settings.shutdown_grace_s
@@ -270,7 +359,11 @@ class Worker:
             slot.thread.join(timeout=max(0.0, deadline - time.monotonic()))
         stuck = [s for s in self._slots if s.thread.is_alive()]
         if stuck:
-            self._release(stuck)
+            try:
+                self._release(stuck)
+            except Exception:
+                # the database is gone: those leases lapse and the sweeper announces them
+                log.warning("could not release %d step run(s) at shutdown", len(stuck))
         for slot in self._slots:
             slot.heartbeat.close()
             if slot.runner is not None and not slot.thread.is_alive():
@@ -296,3 +389,26 @@ class Worker:
                         detail={"reason": "shutdown grace period over"},
                     )
                     log.warning("released step run %s at shutdown", claimed.id)
+
+
+class _Backoff:
+    """Capped exponential backoff with jitter for a loop whose calls fail; logs once per run."""
+
+    def __init__(self, max_s: float, initial_s: float = 0.5) -> None:
+        self._max_s = max_s
+        self._initial_s = initial_s
+        self._failures = 0
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        if self._failures == 0:
+            log.error("%s failed (%s); retrying with backoff", what, str(exc).strip()[:300])
+        self._failures += 1
+
+    def succeeded(self) -> None:
+        if self._failures:
+            log.warning("working again after %d failed attempt(s)", self._failures)
+        self._failures = 0
+
+    def next_s(self) -> float:
+        raw = min(self._max_s, self._initial_s * 2 ** max(0, self._failures - 1))
+        return float(raw / 2 + random.uniform(0, raw / 2))

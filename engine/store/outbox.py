@@ -49,3 +49,21 @@ def outbox_mark_published_many(conn: psycopg.Connection[Any], ids: Sequence[int]
     with conn.cursor() as cur:
         cur.execute(_q["outbox_mark_published_many"], {"ids": list(ids)})
         return cur.rowcount
+
+
+@wrap_errors
+def outbox_notify(conn: psycopg.Connection[Any]) -> None:
+    """Wake the listening relays when the caller's transaction commits."""
+    conn.execute(_q["outbox_notify"])
+
+
+@wrap_errors
+def outbox_listen(conn: psycopg.Connection[Any]) -> None:
+    """Listen on an autocommit connection for :func:`outbox_notify`."""
+    conn.execute(_q["outbox_listen"])
+
+
+@wrap_errors
+def outbox_wait_notified(conn: psycopg.Connection[Any], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for a notification on a listening connection."""
+    return any(True for _ in conn.notifies(timeout=timeout_s, stop_after=1))

@@ -52,8 +52,11 @@ class ClaimRefused:
     - ``unknown``: no such step run (of that job): drop the message;
     - ``finished``: done, dead or cancelled, or its job ended: delete the message;
     - ``held``: another worker holds a live lease: leave the message to come back;
+    - ``not_runnable``: its flow, or that flow's version, is not loaded in this
+      worker (a rolling deploy): leave it for a worker that has it, at no attempt;
     - ``not_due``: a retry whose backoff has not ended: leave it;
-    - ``exhausted``: the last attempt's holder died; the sweeper dead-letters it.
+    - ``exhausted``: the last attempt's holder died; the sweeper dead-letters it;
+    - ``race``: a lock wait timed out, a deadlock or serialisation failure: try later.
     """
 
     reason: str
@@ -78,18 +81,29 @@ def step_claim_if_available(
     job_id: uuid.UUID,
     worker: str,
     lease_s: float,
+    runnable: Sequence[str],
 ) -> Claimed | ClaimRefused:
-    """Claim in the current transaction (the caller commits); see ``ClaimRefused``."""
+    """Claim in the current transaction (the caller commits); see ``ClaimRefused``.
+
+    ``runnable`` lists the ``flow:version`` pairs this worker can run; a step
+    run of any other is not claimed, so refusing it costs no attempt.
+    """
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             _q["step_claim_if_available"],
-            {"id": step_run_id, "job_id": job_id, "worker": worker, "lease_s": lease_s},
+            {
+                "id": step_run_id,
+                "job_id": job_id,
+                "worker": worker,
+                "lease_s": lease_s,
+                "runnable": list(runnable),
+            },
         )
         row = _first(cur)
         if row is not None:
             return _claimed(row)
         cur.execute(_q["step_select_claim_refusal"], {"id": step_run_id, "job_id": job_id})
-        return _refusal(_first(cur))
+        return _refusal(_first(cur), runnable)
 
 
 def _claimed(row: dict[str, Any]) -> Claimed:
@@ -168,7 +182,7 @@ def step_run_insert_claimed(
     return QueuedClaim(cur, flow, params)
 
 
-def _refusal(row: dict[str, Any] | None) -> ClaimRefused:
+def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefused:
     if row is None:
         return ClaimRefused("unknown")
     if row["job_status"] not in ("pending", "running") or row["status"] in (
@@ -179,6 +193,8 @@ def _refusal(row: dict[str, Any] | None) -> ClaimRefused:
         return ClaimRefused("finished")
     if row["lease_live"]:
         return ClaimRefused("held", retry_in_s=row["lease_left_s"])
+    if f"{row['flow']}:{row['flow_version']}" not in runnable:
+        return ClaimRefused("not_runnable")
     if row["attempts"] >= row["max_attempts"]:
         return ClaimRefused("exhausted")
     return ClaimRefused("not_due", retry_in_s=row["due_in_s"])
@@ -199,8 +215,30 @@ def lease_extend_if_owner(
 def lease_release_if_owner(
     conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID
 ) -> bool:
+    """Give the step run back with the attempt it took; ``False``: the lease was lost already."""
     cur = conn.execute(_q["lease_release_if_owner"], {"id": step_run_id, "token": token})
     return cur.rowcount == 1
+
+
+@dataclass(frozen=True)
+class StepState:
+    """Why a fenced write matched nothing: the step run's and its job's status now."""
+
+    status: str
+    job_status: str
+
+    @property
+    def cancelled(self) -> bool:
+        """The step run was cancelled (with its job, or as a sibling of a failed one)."""
+        return self.status == "cancelled"
+
+
+@wrap_errors
+def step_select_status(conn: psycopg.Connection[Any], step_run_id: uuid.UUID) -> StepState | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_select_status"], {"id": step_run_id})
+        row = cur.fetchone()
+    return None if row is None else StepState(str(row["status"]), str(row["job_status"]))
 
 
 @dataclass(frozen=True)
@@ -262,25 +300,32 @@ def checkpoint_put_if_leased(
 @wrap_errors
 def step_retry_if_leased(
     conn: psycopg.Connection[Any],
-    step_run_id: uuid.UUID,
-    token: uuid.UUID,
+    claimed: Claimed,
     delay_s: float,
     error: dict[str, Any],
 ) -> datetime | None:
     """Back to pending after ``delay_s``; the time it becomes due, or ``None`` (lease lost)."""
     row = conn.execute(
         _q["step_retry_if_leased"],
-        {"id": step_run_id, "token": token, "delay_s": delay_s, "error": Jsonb(error)},
+        {
+            "id": claimed.id,
+            "job_id": claimed.job_id,
+            "token": claimed.token,
+            "delay_s": delay_s,
+            "error": Jsonb(error),
+        },
     ).fetchone()
     return None if row is None else _col(row, "available_at")
 
 
 @wrap_errors
 def step_dead_if_leased(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, error: dict[str, Any]
+    conn: psycopg.Connection[Any], claimed: Claimed, error: dict[str, Any]
 ) -> bool:
+    """Dead-letter the step run while our lease is current; ``False``: the lease was lost."""
     cur = conn.execute(
-        _q["step_dead_if_leased"], {"id": step_run_id, "token": token, "error": Jsonb(error)}
+        _q["step_dead_if_leased"],
+        {"id": claimed.id, "job_id": claimed.job_id, "token": claimed.token, "error": Jsonb(error)},
     )
     return cur.rowcount == 1
 
@@ -298,6 +343,23 @@ def step_dead_if_expired_exhausted_many(conn: psycopg.Connection[Any]) -> list[E
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_dead_if_expired_exhausted_many"])
         return [ExpiredExhausted(r["id"], r["job_id"], r["attempts"], r["step"]) for r in cur]
+
+
+@dataclass(frozen=True)
+class CancelledRun:
+    id: uuid.UUID
+    job_id: uuid.UUID
+    attempts: int
+
+
+@wrap_errors
+def step_cancel_if_job_ended_many(
+    conn: psycopg.Connection[Any], limit: int = 100
+) -> list[CancelledRun]:
+    """Finish as cancelled the step runs left active under ended jobs (up to ``limit`` jobs)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_cancel_if_job_ended_many"], {"limit": limit})
+        return [CancelledRun(r["id"], r["job_id"], r["attempts"]) for r in cur]
 
 
 @wrap_errors
@@ -418,6 +480,7 @@ def sweep_lock_try(conn: psycopg.Connection[Any]) -> bool:
 
 @wrap_errors
 def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str) -> bool:
+    """Cancel an active job and its step runs (job row first, then the step runs)."""
     if conn.execute(_q["job_cancel_if_active"], {"job_id": job_id, "reason": reason}).rowcount:
         conn.execute(_q["step_cancel_by_job"], {"job_id": job_id})
         return True
@@ -425,11 +488,50 @@ def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reaso
 
 
 @wrap_errors
+def job_cancel_if_leased(conn: psycopg.Connection[Any], claimed: Claimed, reason: str) -> bool:
+    """A step's own ``Cancel``: only while its lease is current (invariant 16)."""
+    cur = conn.execute(
+        _q["job_cancel_if_leased"],
+        {"job_id": claimed.job_id, "id": claimed.id, "token": claimed.token, "reason": reason},
+    )
+    if cur.rowcount:
+        conn.execute(_q["step_cancel_by_job"], {"job_id": claimed.job_id})
+        return True
+    return False
+
+
+@wrap_errors
+def step_cancel_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> int:
+    """Cancel the job's pending and running step runs (its row lock held): how many."""
+    return conn.execute(_q["step_cancel_by_job"], {"job_id": job_id}).rowcount
+
+
+@dataclass(frozen=True)
+class FingerprintTaken:
+    """A reopen refused: another job with the same fingerprint is active."""
+
+    active_job_id: uuid.UUID | None
+
+
+@wrap_errors
 def job_reopen_if_ended(
     conn: psycopg.Connection[Any], job_id: uuid.UUID, extra_attempts: int
-) -> list[uuid.UUID] | None:
-    """Reopen a failed or cancelled job; the step runs put back to pending, or ``None``."""
-    if not conn.execute(_q["job_reopen_if_ended"], {"job_id": job_id}).rowcount:
+) -> list[uuid.UUID] | FingerprintTaken | None:
+    """Reopen a failed or cancelled job: the step runs put back to pending.
+
+    ``None``: the job is not failed or cancelled. :class:`FingerprintTaken`:
+    another job with its fingerprint is active (the unique index said so, in
+    a savepoint, so the caller's transaction stays usable).
+    """
+    try:
+        with conn.transaction():
+            reopened = conn.execute(_q["job_reopen_if_ended"], {"job_id": job_id}).fetchone()
+    except psycopg.errors.UniqueViolation:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(_q["job_select_active_with_fingerprint_of"], {"job_id": job_id})
+            row = cur.fetchone()
+        return FingerprintTaken(None if row is None else row["id"])
+    if reopened is None:
         return None
     rows = conn.execute(
         _q["step_reopen_by_job"], {"job_id": job_id, "extra_attempts": extra_attempts}

@@ -10,7 +10,14 @@ from typing import Any
 import psycopg
 import pytest
 import testflows
-from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
+from harness import (
+    ExternalQueue,
+    fast_settings,
+    flows_registry,
+    thread_worker,
+    wait_job_ended,
+    wait_until,
+)
 
 from engine import db, submit
 from engine.config import Settings
@@ -20,6 +27,8 @@ from engine.runner import claim
 from engine.store.step_runs import Claimed, ClaimRefused
 from engine.transports.postgres import PostgresTransport
 from engine.worker import Worker, check_startup
+
+RUNNABLE = flows_registry().runnable()  # every test flow, at its version
 
 
 @pytest.fixture
@@ -128,7 +137,7 @@ def test_claim__racing_claimers_behind_a_barrier_one_winner(
             c.execute(f"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {isolation}")
             c.commit()
             barrier.wait()
-            return claim(c, message, f"w{i}", 30)
+            return claim(c, message, f"w{i}", 30, RUNNABLE)
 
     with ThreadPoolExecutor(n) as pool:
         results = list(pool.map(one, range(n)))
@@ -148,9 +157,9 @@ def test_claim__expired_lease_is_reclaimed_with_attempt_2(
     job = submit("chain", {}, settings=fast, registry=flows_registry())
     message = StepMessage(job_id=job.job_id, step_run_id=step_run_id(conn, job.job_id, "a"))
     with db.connect(fast) as c:
-        first = claim(c, message, "w1", 30)
+        first = claim(c, message, "w1", 30, RUNNABLE)
         assert isinstance(first, Claimed)
-        refused = claim(c, message, "w2", 30)
+        refused = claim(c, message, "w2", 30, RUNNABLE)
         assert isinstance(refused, ClaimRefused) and refused.reason == "held"
         # boundary on both sides: a lease expiring in a second is still live ...
         conn.execute(
@@ -158,14 +167,14 @@ def test_claim__expired_lease_is_reclaimed_with_attempt_2(
             "WHERE id = %s",
             (message.step_run_id,),
         )
-        assert isinstance(claim(c, message, "w2", 30), ClaimRefused)
+        assert isinstance(claim(c, message, "w2", 30, RUNNABLE), ClaimRefused)
         # ... one that expired a second ago is not
         conn.execute(
             "UPDATE engine_step_runs SET lease_expires_at = clock_timestamp() - interval '1 s' "
             "WHERE id = %s",
             (message.step_run_id,),
         )
-        second = claim(c, message, "w2", 30)
+        second = claim(c, message, "w2", 30, RUNNABLE)
     assert isinstance(second, Claimed)
     assert (second.attempt, second.reclaimed_from) == (2, "w1")
     assert second.token != first.token
@@ -178,8 +187,10 @@ def test_claim__foreign_or_unknown_ids_are_dropped(
     job = submit("chain", {}, settings=fast, registry=flows_registry())
     real = step_run_id(conn, job.job_id, "a")
     with db.connect(fast) as c:
-        foreign = claim(c, StepMessage(job_id=uuid.uuid4(), step_run_id=real), "w", 30)
-        unknown = claim(c, StepMessage(job_id=job.job_id, step_run_id=uuid.uuid4()), "w", 30)
+        foreign = claim(c, StepMessage(job_id=uuid.uuid4(), step_run_id=real), "w", 30, RUNNABLE)
+        unknown = claim(
+            c, StepMessage(job_id=job.job_id, step_run_id=uuid.uuid4()), "w", 30, RUNNABLE
+        )
     assert foreign == ClaimRefused("unknown")
     assert unknown == ClaimRefused("unknown")
 
@@ -401,7 +412,14 @@ def test_outbox__committed_but_never_published_is_relayed_by_the_sweeper(
     fast: Settings, conn: psycopg.Connection[Any]
 ) -> None:
     with db.connect(fast) as c:
-        job = submit("chain", {"n": 3}, conn=c, settings=fast, registry=flows_registry())
+        job = submit(
+            "chain",
+            {"n": 3},
+            conn=c,
+            settings=fast,
+            registry=flows_registry(),
+            publisher=ExternalQueue(),
+        )
         c.commit()
     # the process that committed "crashed" before publishing: nothing in the queue
     assert conn.execute("SELECT count(*) AS n FROM engine_queue").fetchone() == {"n": 0}
@@ -440,7 +458,7 @@ def test_sweeper__expired_lease_of_a_dead_worker_is_reclaimed_once(
     a = step_run_id(conn, job.job_id, "a")
     with db.connect(fast) as c:
         assert isinstance(
-            claim(c, StepMessage(job_id=job.job_id, step_run_id=a), "dead", 30), Claimed
+            claim(c, StepMessage(job_id=job.job_id, step_run_id=a), "dead", 30, RUNNABLE), Claimed
         )
     conn.execute("DELETE FROM engine_queue")  # the dead worker's message is gone too
     conn.execute(
@@ -465,7 +483,7 @@ def test_sweeper__worker_died_on_the_last_attempt_is_dead_lettered(
     conn.execute("UPDATE engine_step_runs SET max_attempts = 1 WHERE id = %s", (a,))
     with db.connect(fast) as c:
         assert isinstance(
-            claim(c, StepMessage(job_id=job.job_id, step_run_id=a), "dead", 30), Claimed
+            claim(c, StepMessage(job_id=job.job_id, step_run_id=a), "dead", 30, RUNNABLE), Claimed
         )
     conn.execute(
         "UPDATE engine_step_runs SET lease_expires_at = clock_timestamp() - interval '1 s' "

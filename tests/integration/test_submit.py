@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from harness import ExternalQueue
 from sqlalchemy import text
 from sqlmodel import Session
 
@@ -118,8 +119,8 @@ def test_submit__64_concurrent_submits_create_one_job(
         "jobs": 1,
         "step_runs": roots,
         "outbox": roots,
-        "unpublished": roots,  # a psycopg connection has no commit hook: the relay publishes
-        "messages": 0,
+        "unpublished": 0,  # the PostgreSQL transport's messages commit with the caller
+        "messages": roots,
     }
 
 
@@ -142,7 +143,14 @@ def test_submit__inside_a_committed_transaction_is_published_by_the_relay(
     settings: Settings, registry: Registry, conn: psycopg.Connection[Any]
 ) -> None:
     with db.connect(settings) as c:
-        result = submit("example", PARAMS, conn=c, settings=settings, registry=registry)
+        result = submit(
+            "example",
+            PARAMS,
+            conn=c,
+            settings=settings,
+            registry=registry,
+            publisher=ExternalQueue(),
+        )
         # not visible to anyone, so not publishable, before the commit
         assert relay(conn, PostgresTransport()) == 0
         c.commit()
@@ -213,6 +221,7 @@ def test_relay__concurrent_relays_publish_each_row_once(
                     conn=c,
                     settings=settings,
                     registry=registry,
+                    publisher=ExternalQueue(),
                 )
         c.commit()
     barrier = threading.Barrier(4, timeout=30)

@@ -38,6 +38,8 @@ CHROMIUM_MISSING = (
     "install it with: sudo apt-get install -y chromium   (Debian/Ubuntu; CI does this in .ci/run)"
 )
 
+RUNNABLE = flows_registry().runnable()  # every test flow, at its version
+
 
 # -- helpers -----------------------------------------------------------------------------
 
@@ -191,7 +193,7 @@ def test_report__a_reclaimed_step_is_marked_with_the_worker_it_came_from(
     assert a is not None
     with db.connect(fast) as c:
         message = StepMessage(job_id=job.job_id, step_run_id=a["id"])
-        assert isinstance(claim(c, message, "vanished-worker", 30), Claimed)
+        assert isinstance(claim(c, message, "vanished-worker", 30, RUNNABLE), Claimed)
     conn.execute(
         "UPDATE engine_step_runs SET lease_expires_at = clock_timestamp() - interval '1 s' "
         "WHERE id = %s",

@@ -298,6 +298,7 @@ def test_heartbeat__a_lost_copy_is_not_extended_again(
         job_id=job_id,
         worker="t",
         lease_s=30,
+        runnable=["chain:1"],
     )
     assert isinstance(claimed, store.Claimed)
     lease = Lease(claimed, got.receipt)

@@ -145,3 +145,19 @@ def stop_process(proc: subprocess.Popen[str]) -> None:
 
 def settings_with_url(info: str, **overrides: Any) -> Settings:
     return Settings(database_url=SecretStr(info), **{**FAST, **overrides})
+
+
+class ExternalQueue:
+    """A publisher standing for an external queue (as SQS): submits leave outbox rows.
+
+    A submit on a caller's connection then writes outbox rows for a relay to
+    publish after the commit, which the PostgreSQL transport (publishing in
+    the caller's transaction) never needs. Publishing through it is a crash
+    of the submitting process before its publish.
+    """
+
+    transactional = False
+    max_delay_s = 900.0
+
+    def publish(self, conn: Any, messages: Any) -> None:
+        raise AssertionError("the submitting process crashed before publishing")

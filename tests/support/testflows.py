@@ -8,7 +8,9 @@ job parameters, so worker processes need no shared memory:
 - ``hold_file``: on attempt 1 the step touches ``<hold_file>.started`` and then
   waits until ``<hold_file>.release`` exists (checking ``ctx``), which lets a
   test kill, stop or signal a worker mid-step;
-- ``fail_times``: the step raises on its first ``fail_times`` attempts.
+- ``fail_times``: the step raises on its first ``fail_times`` attempts;
+- ``hold_then``: ``cancel`` or ``fail``: once released, the held step raises
+  ``Cancel`` or ``Fail`` instead of returning (a decision taken late).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from engine import Flow, RetryPolicy, StepContext
+from engine import Cancel, Fail, Flow, RetryPolicy, StepContext
 
 EFFECTS_DDL = """
 CREATE TABLE IF NOT EXISTS test_effects (
@@ -42,6 +44,7 @@ class Params(BaseModel):
     hold_step: str = "b"
     fail_times: int = 0
     fail_step: str = "b"
+    hold_then: str = ""
 
 
 class Out(BaseModel):
@@ -62,6 +65,10 @@ def effect(ctx: StepContext, params: Params, step: str) -> Out:
         while not release.exists():
             ctx.check()
             time.sleep(0.02)
+        if params.hold_then == "cancel":
+            raise Cancel(f"{step} decided to cancel the job")
+        if params.hold_then == "fail":
+            raise Fail(f"{step} decided to fail for good")
     if step == params.fail_step and ctx.attempt <= params.fail_times:
         raise ValueError(f"planned failure {ctx.attempt} of {params.fail_times} in {step}")
     return Out(step=step, n=params.n)

@@ -17,3 +17,11 @@ UPDATE engine_outbox
 SET published_at = clock_timestamp()
 WHERE id = ANY (%(ids)s::bigint[]) AND published_at IS NULL
 RETURNING id;
+
+-- outbox_notify --
+-- Sent in a caller's transaction that wrote outbox rows: PostgreSQL delivers it only on commit, so a relay wakes for committed rows only (invariant 8).
+SELECT pg_notify('engine_outbox', '');
+
+-- outbox_listen --
+-- A relay's own connection listens for committed outbox rows.
+LISTEN engine_outbox;

@@ -1,6 +1,13 @@
 -- step_claim_if_available --
--- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job, under the attempt cap) takes a fresh token and attempts + 1; the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
-WITH claimed AS (
+-- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap) takes a fresh token and attempts + 1; the job row is locked first (the one lock order: job, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
+WITH job AS (
+    SELECT j.id, j.flow, j.params
+    FROM engine_jobs AS j
+    WHERE j.id = %(job_id)s
+      AND j.status IN ('pending', 'running')
+      AND (j.flow || ':' || j.flow_version) = ANY (%(runnable)s::text[])
+    FOR NO KEY UPDATE
+), claimed AS (
     UPDATE engine_step_runs AS s
     SET status = 'running',
         attempts = s.attempts + 1,
@@ -9,12 +16,10 @@ WITH claimed AS (
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
         started_at = coalesce(s.started_at, clock_timestamp()),
         claimed_at = clock_timestamp()
-    FROM engine_step_runs AS prev, engine_jobs AS j
+    FROM engine_step_runs AS prev, job AS j
     WHERE s.id = %(id)s
-      AND s.job_id = %(job_id)s
+      AND s.job_id = j.id
       AND prev.id = s.id
-      AND j.id = s.job_id
-      AND j.status IN ('pending', 'running')
       AND s.attempts < s.max_attempts
       AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
         OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
@@ -57,7 +62,7 @@ SELECT * FROM claimed;
 
 -- step_select_claim_refusal --
 -- Read after a claim matched zero rows, only to decide what to do with the message; never used to write.
-SELECT s.status, s.attempts, s.max_attempts, s.job_id,
+SELECT s.status, s.attempts, s.max_attempts, s.job_id, j.flow, j.flow_version,
        s.status = 'running' AND s.lease_expires_at > clock_timestamp() AS lease_live,
        greatest(0, extract(epoch FROM s.available_at - clock_timestamp()))::float8 AS due_in_s,
        greatest(0, extract(epoch FROM s.lease_expires_at - clock_timestamp()))::float8 AS lease_left_s,
@@ -74,12 +79,19 @@ WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
 RETURNING lease_expires_at;
 
 -- lease_release_if_owner --
--- Shutdown: the holder gives the step run back at once (no backoff); a lost lease releases nothing.
+-- Invariants 13 and 14: the holder gives the step run back at once (shutdown, a step it cannot run) with the attempt it had taken, so a release never leaves a row at its cap; a lost lease releases nothing.
 UPDATE engine_step_runs
-SET status = 'pending', available_at = clock_timestamp(),
+SET status = 'pending', available_at = clock_timestamp(), attempts = attempts - 1,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
 RETURNING id;
+
+-- step_select_status --
+-- Read after a fenced write matched zero rows, only to say why (cancelled, or owned by another attempt); never used to write.
+SELECT s.status, j.status AS job_status
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id
+WHERE s.id = %(id)s;
 
 -- checkpoint_put_if_leased --
 -- Invariant 5: the output commits only while our token is current (zero rows rolls back the whole step transaction); the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint.
@@ -102,35 +114,77 @@ SELECT job.status AS job_status, done.id IS NOT NULL AS checkpointed,
 FROM job LEFT JOIN done ON true;
 
 -- step_retry_if_leased --
--- Only the lease holder schedules a retry, and only under the attempt cap.
-UPDATE engine_step_runs
+-- Invariant 16: only the lease holder schedules a retry, and only under the attempt cap; the job row is locked first (one lock order).
+WITH job AS (
+    SELECT id FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
+)
+UPDATE engine_step_runs AS s
 SET status = 'pending',
     available_at = clock_timestamp() + make_interval(secs => %(delay_s)s),
     error = %(error)s,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
-  AND attempts < max_attempts
-RETURNING available_at;
+FROM job
+WHERE s.id = %(id)s AND s.job_id = job.id AND s.lease_token = %(token)s AND s.status = 'running'
+  AND s.attempts < s.max_attempts
+RETURNING s.available_at;
 
 -- step_dead_if_leased --
--- Only the lease holder dead-letters its step run (attempts exhausted or a permanent failure).
-UPDATE engine_step_runs
+-- Invariant 16: only the lease holder dead-letters its step run (attempts exhausted or a permanent failure); the job row is locked first (one lock order).
+WITH job AS (
+    SELECT id FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
+)
+UPDATE engine_step_runs AS s
 SET status = 'dead', error = %(error)s, finished_at = clock_timestamp(),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
-RETURNING id, job_id, attempts;
+FROM job
+WHERE s.id = %(id)s AND s.job_id = job.id AND s.lease_token = %(token)s AND s.status = 'running'
+RETURNING s.id, s.job_id, s.attempts;
 
 -- step_dead_if_expired_exhausted_many --
--- A worker died during the last allowed attempt: its lease expired and no claim may follow, so the step run is dead.
-UPDATE engine_step_runs
+-- A worker died during the last allowed attempt: its lease expired and no claim may follow, so the step run is dead; the jobs are locked first, in id order (one lock order).
+WITH jobs AS (
+    SELECT j.id
+    FROM engine_jobs AS j
+    WHERE j.id IN (
+        SELECT s.job_id FROM engine_step_runs AS s
+        WHERE s.status = 'running' AND s.lease_expires_at <= clock_timestamp()
+          AND s.attempts >= s.max_attempts)
+    ORDER BY j.id
+    FOR UPDATE
+)
+UPDATE engine_step_runs AS s
 SET status = 'dead', finished_at = clock_timestamp(),
-    error = coalesce(error, '{}'::jsonb) || jsonb_build_object(
+    error = coalesce(s.error, '{}'::jsonb) || jsonb_build_object(
         'type', 'LeaseExpired',
         'message', 'the worker holding the last allowed attempt stopped renewing its lease',
-        'worker', lease_owner),
+        'worker', s.lease_owner),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-WHERE status = 'running' AND lease_expires_at <= clock_timestamp() AND attempts >= max_attempts
-RETURNING id, job_id, attempts, step;
+FROM jobs
+WHERE s.job_id = jobs.id
+  AND s.status = 'running' AND s.lease_expires_at <= clock_timestamp()
+  AND s.attempts >= s.max_attempts
+RETURNING s.id, s.job_id, s.attempts, s.step;
+
+-- step_cancel_if_job_ended_many --
+-- Invariant 13: a step run left pending or running under a job that ended (a dead worker's lease, an older engine) is finished as cancelled; the jobs are locked first, in id order, and re-checked as ended under the lock (a concurrent retry reopens them).
+WITH ended AS (
+    SELECT j.id
+    FROM engine_jobs AS j
+    WHERE j.id IN (
+        SELECT job_id FROM engine_step_runs WHERE status = 'running'
+        UNION
+        SELECT job_id FROM engine_step_runs WHERE status = 'pending')
+      AND j.status IN ('done', 'failed', 'cancelled')
+    ORDER BY j.id
+    LIMIT %(limit)s
+    FOR UPDATE
+)
+UPDATE engine_step_runs AS s
+SET status = 'cancelled', finished_at = clock_timestamp(),
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+FROM ended
+WHERE s.job_id = ended.id AND s.status IN ('pending', 'running')
+RETURNING s.id, s.job_id, s.attempts;
 
 -- step_counts_by_job --
 -- Scheduling reads the state of every step of the job under the job lock.
@@ -189,8 +243,27 @@ SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
 WHERE id = %(job_id)s AND status IN ('pending', 'running')
 RETURNING id;
 
+-- job_cancel_if_leased --
+-- Invariant 16: a step's Cancel ends its job only while that step's lease token is current; the job row is locked first, then the step run; step_cancel_by_job follows in the same transaction.
+WITH job AS (
+    SELECT id FROM engine_jobs
+    WHERE id = %(job_id)s AND status IN ('pending', 'running')
+    FOR UPDATE
+), mine AS (
+    SELECT s.id
+    FROM engine_step_runs AS s
+    JOIN job ON s.job_id = job.id
+    WHERE s.id = %(id)s AND s.lease_token = %(token)s AND s.status = 'running'
+    FOR UPDATE OF s
+)
+UPDATE engine_jobs AS j
+SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
+FROM mine
+WHERE j.id = %(job_id)s
+RETURNING j.id;
+
 -- step_cancel_by_job --
--- Clearing the tokens fences every running step of the job: their commits are refused.
+-- Clearing the tokens fences every running step of the job (ended, under its row lock): their commits are refused, and their heartbeats read "cancelled".
 UPDATE engine_step_runs
 SET status = 'cancelled', finished_at = clock_timestamp(),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
@@ -198,11 +271,18 @@ WHERE job_id = %(job_id)s AND status IN ('pending', 'running')
 RETURNING id;
 
 -- job_reopen_if_ended --
--- Retry of a failed or cancelled job; the partial unique index refuses it if another job with its fingerprint is active.
+-- Retry of a failed or cancelled job; the partial unique index refuses it if another job with its fingerprint is active (the caller runs it in a savepoint and names that job).
 UPDATE engine_jobs
 SET status = 'running', finished_at = NULL, error = NULL
 WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
 RETURNING id, fingerprint;
+
+-- job_select_active_with_fingerprint_of --
+-- Names the active job that made a reopen fail on the unique index (at most one row, by that index).
+SELECT a.id
+FROM engine_jobs AS j
+JOIN engine_jobs AS a ON a.fingerprint = j.fingerprint AND a.status IN ('pending', 'running')
+WHERE j.id = %(job_id)s;
 
 -- step_reopen_by_job --
 -- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, with a fresh attempt budget; done ones are never rerun.
