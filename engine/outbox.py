@@ -102,6 +102,7 @@ class RelayListener:
         self._outage_over = outage_over
         self._stop = threading.Event()
         self.relayed = 0
+        self.listening = False  # tests: set once LISTEN is in place
         self._thread = threading.Thread(target=self._run, name="outbox-relay", daemon=True)
 
     def start(self) -> None:
@@ -116,11 +117,13 @@ class RelayListener:
             try:
                 with db.connect(self._settings, autocommit=True) as conn:
                     store.outbox_listen(conn)
+                    self.listening = True
                     # rows committed before we listened are the sweeper's
                     while not self._stop.is_set():
                         if store.outbox_wait_notified(conn, timeout_s=1.0):
                             self._relay_all(conn)
             except Exception as exc:
+                self.listening = False
                 if is_outage(exc) and self._on_outage is not None:
                     self._on_outage(exc, "outbox relay")
                 else:

@@ -434,3 +434,114 @@ def test_outage__a_worker_started_during_it_waits_then_works(
                 assert wait_job_ended(after, job.job_id) == "done"
     finally:
         set_connections(pg_admin, dbinfo, allowed=True)
+
+
+# -- 8. the relay wakes at the caller's commit (external queues) -----------------------
+
+
+class Recorder:
+    """An external queue (as SQS) that keeps what it is sent."""
+
+    transactional = False
+    max_delay_s = 900.0
+
+    def __init__(self) -> None:
+        self.sent: list[StepMessage] = []
+
+    def publish(self, conn: Any, messages: Sequence[Any]) -> None:
+        self.sent.extend(m.message for m in messages)
+
+
+@pytest.mark.parametrize("kind", ["psycopg", "sqlalchemy"])
+def test_relay_listener__publishes_at_the_callers_commit_without_a_sweep(
+    fast: Settings, kind: str
+) -> None:
+    from engine.orm import sqlalchemy_engine
+    from engine.outbox import RelayListener
+
+    queue = Recorder()
+    listener = RelayListener(fast, queue)
+    listener.start()
+    try:
+        wait_until(lambda: listener.listening, what="the relay to listen")
+        if kind == "psycopg":
+            with db.connect(fast) as caller:
+                job = submit(
+                    "chain",
+                    {},
+                    conn=caller,
+                    settings=fast,
+                    registry=flows_registry(),
+                    publisher=queue,
+                )
+                assert queue.sent == []
+                caller.commit()
+        else:
+            with sqlalchemy_engine(fast).connect() as caller:
+                job = submit(
+                    "chain",
+                    {},
+                    conn=caller,
+                    settings=fast,
+                    registry=flows_registry(),
+                    publisher=queue,
+                )
+                caller.commit()
+        # no worker and no sweeper run: only the commit's NOTIFY can have woken it
+        wait_until(lambda: queue.sent, what="the first message to be published")
+    finally:
+        listener.close()
+    assert [m.job_id for m in queue.sent] == [job.job_id]
+
+
+# -- 9. an eager successor never starts on a lapsed lease ------------------------------
+
+
+class AfterCommitTransport(PostgresTransport):
+    """The PostgreSQL queue acting like SQS: publish and delete happen after the commit.
+
+    The first delete waits on :attr:`gate`, as a slow or retried SQS call would.
+    """
+
+    transactional = False  # type: ignore[assignment]
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.gate = threading.Event()
+        self.blocked = threading.Event()
+
+    def publish(self, conn: Any, messages: Sequence[Any]) -> None:
+        super().publish(None, messages)
+
+    def delete(self, receipts: Sequence[str], conn: Any = None) -> None:
+        if not self.blocked.is_set():
+            self.blocked.set()
+            assert self.gate.wait(30)
+        super().delete(receipts, None)
+
+
+def test_eager__a_successor_whose_lease_lapsed_during_the_delete_does_not_start(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    transport = AfterCommitTransport(fast)
+    job = submit("chain", {}, settings=fast, registry=flows_registry())
+    with thread_worker(fast, transport=transport) as worker:
+        wait_until(transport.blocked.is_set, what="a's delivery delete to start")
+        # a committed and claimed b for this slot; while the delete hangs, b's
+        # lease runs out and another worker reclaims it
+        conn.execute(
+            "UPDATE engine_step_runs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+            "WHERE job_id = %s AND step = 'b'",
+            (job.job_id,),
+        )
+        with db.connect(fast, autocommit=True) as c:
+            stolen = claim(c, message_for(conn, job.job_id, "b"), "other", 30, ALL)
+        assert isinstance(stolen, Claimed) and stolen.attempt == 2
+        transport.gate.set()
+        wait_until(lambda: worker.outcomes.get("fenced"), what="the slot to drop b")
+    b = run_of(conn, job.job_id, "b")
+    assert (b["status"], b["lease_owner"]) == ("running", "other")
+    ran = conn.execute(
+        "SELECT count(*) AS n FROM test_effects WHERE job_id = %s AND step = 'b'", (job.job_id,)
+    ).fetchone()
+    assert ran == {"n": 0}, "the slot never started b"
