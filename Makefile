@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # xdist workers: the machine has 2 cores; tests are mostly waiting on PostgreSQL
 TEST_WORKERS ?= 4
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench venv clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,8 +21,19 @@ demo: $(STAMP)
 	$(VENV)/bin/engine demo
 
 test: $(STAMP)
-	@command -v chromium >/dev/null 2>&1 || echo "note: headless Chromium is missing, so the report browser test will fail; install it with: apt-get install -y chromium"
+	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The report browser test needs headless Chromium, a Debian package: installed
+# here when we are root, otherwise the exact command to run is printed.
+chromium:
+	@if [ "$$(id -u)" -eq 0 ]; then \
+		echo "installing headless Chromium for the report browser test (apt-get install chromium)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+		echo "headless Chromium is missing; install it with: sudo apt-get install -y chromium" >&2; \
+		exit 1; \
+	fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
