@@ -163,13 +163,17 @@ class _Slot:
             return None
         try:
             batch = worker.transport.receive(1, worker.settings.visibility_s, 0.0)
-        except Exception:
-            log.warning(
-                "slot %s: receive failed; the main thread receives", self.name, exc_info=True
-            )
-            return None
-        if batch and worker.stop_event.is_set():
-            worker.transport.release([r.receipt for r in batch])
+            if batch and worker.stop_event.is_set():
+                worker.transport.release([r.receipt for r in batch])
+                return None
+        except Exception as exc:
+            # never out of the slot's thread: the main thread receives instead
+            if is_outage(exc):
+                worker.outage.failed(exc, f"slot {self.name}")
+            else:
+                log.warning(
+                    "slot %s: receive failed; the main thread receives", self.name, exc_info=True
+                )
             return None
         return batch[0] if batch else None
 
