@@ -1,4 +1,5 @@
-"""``python -m bench``: floor, engine throughput and latency, recovery, ratio; ERP month end.
+"""``python -m bench``: floor, engine throughput and latency, recovery, ratio; ERP month end;
+commit-to-claim latency per connection kind.
 
 Sizes (environment):
 
@@ -12,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,recovery,erp,sqs
+    BENCH_ONLY=floor,engine,recovery,erp,sqs,latency
     BENCH_VERBOSE=1          show the worker logs
 
 The ERP month end (``erp``, see ``bench/erp.py``): seed, costing and posting
@@ -24,6 +25,13 @@ through two worker processes, the plain-SQL costing floor, worker memory.
     BENCH_ERP_HALF=1             also cost a month at half the items (memory: flat or not)
     BENCH_ERP_WORKERS=2          worker processes (one slot each)
     BENCH_ERP_TIMEOUT_S=900      bound on one job
+
+Commit-to-claim latency (``latency``, see ``bench/latency.py``): from the caller's
+COMMIT of a submit to the claim of its first step run, per connection kind (psycopg,
+psycopg autocommit, SQLAlchemy Connection and Session, none), on each transport.
+
+    BENCH_LATENCY_N=20                      submits per (transport, connection kind)
+    BENCH_LATENCY_TRANSPORTS=postgres,sqs
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import statistics
 import sys
 import time
 
-from bench import erp, floor, recovery, sqs, throughput
+from bench import erp, floor, latency, recovery, sqs, throughput
 from bench.common import (
     drop_database,
     emit,
@@ -75,7 +83,7 @@ def main() -> int:
     timeout_s = env_float("BENCH_TIMEOUT_S", 150)
     rounds = max(1, env_int("BENCH_ROUNDS", 3))
     queue_hop = env_int("BENCH_QUEUE_HOP", 1) > 0
-    only = set((os.environ.get("BENCH_ONLY") or "floor,engine,recovery,erp,sqs").split(","))
+    only = set((os.environ.get("BENCH_ONLY") or "floor,engine,recovery,erp,sqs,latency").split(","))
     started = time.monotonic()
     log(f"server: {masked(server_conninfo())}; scratch database engine_bench")
     log(f"jobs {jobs}, floor rows {floor_rows}, procs {procs_list}, concurrency {concurrency_list}")
@@ -110,6 +118,8 @@ def main() -> int:
             erp.run_all()
         if "sqs" in only:  # moto's server on 127.0.0.1; sizes: BENCH_SQS_* (bench/sqs.py)
             sqs.run()
+        if "latency" in only:  # one worker at a time; sizes: BENCH_LATENCY_* (bench/latency.py)
+            latency.run()
     finally:
         try:
             if only & {"floor", "engine", "recovery"}:  # erp drops its own (engine_bench_erp)
