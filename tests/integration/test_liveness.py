@@ -531,10 +531,12 @@ class AfterCommitTransport(PostgresTransport):
 
 
 def test_eager__a_successor_whose_lease_lapsed_during_the_delete_does_not_start(
-    fast: Settings, conn: psycopg.Connection[Any]
+    fast: Settings, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     transport = AfterCommitTransport(fast)
-    job = submit("chain", {}, settings=fast, registry=flows_registry())
+    hold = tmp_path / "hold"
+    hold.with_suffix(".release").touch()  # b marks that it started, and goes on at once
+    job = submit("chain", {"hold_file": str(hold)}, settings=fast, registry=flows_registry())
     with thread_worker(fast, transport=transport) as worker:
         wait_until(transport.blocked.is_set, what="a's delivery delete to start")
         # a committed and claimed b for this slot; while the delete hangs, b's
@@ -554,4 +556,5 @@ def test_eager__a_successor_whose_lease_lapsed_during_the_delete_does_not_start(
     ran = conn.execute(
         "SELECT count(*) AS n FROM test_effects WHERE job_id = %s AND step = 'b'", (job.job_id,)
     ).fetchone()
-    assert ran == {"n": 0}, "the slot never started b"
+    assert ran == {"n": 0}
+    assert not hold.with_suffix(".started").exists(), "the slot never started b"
