@@ -542,8 +542,14 @@ class StepRunner:
                     worker=self.worker,
                     detail={"reason": reason},
                 )
-        except Exception:
-            log.warning("could not record the lost connection of %s", claimed.id, exc_info=True)
+        except Exception as record_exc:
+            # during an outage the worker has logged it once already
+            log.log(
+                logging.DEBUG if is_outage(record_exc) else logging.WARNING,
+                "could not record the lost connection of %s",
+                claimed.id,
+                exc_info=True,
+            )
         log.warning("step run %s not committed: %s", claimed.id, reason)
         return Outcome("fenced", reason, claimed.id)
 
