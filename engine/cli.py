@@ -405,15 +405,24 @@ def _runs(
 )
 @handle_errors
 def worker(concurrency: int | None, transport: str | None) -> None:
-    """Run step runs until SIGTERM/SIGINT (then finish or release them; exit 0)."""
+    """Run step runs until SIGTERM/SIGINT (then finish or release them; exit 0).
+
+    Every connection of the worker takes ENGINE_WORKER_ROLE (no DDL, no UPDATE or
+    DELETE of posted journal lines); admin commands keep the login's role.
+    """
     state = _state()
-    updates = {k: v for k, v in {"concurrency": concurrency, "transport": transport}.items() if v}
+    updates: dict[str, Any] = {
+        k: v for k, v in {"concurrency": concurrency, "transport": transport}.items() if v
+    }
+    if state.settings.worker_role:
+        updates["session_role"] = state.settings.worker_role
     settings = state.settings.model_copy(update=updates)
     w = Worker(settings, state.registry)
     w.install_signal_handlers()
+    role = f"role {settings.session_role}" if settings.session_role else "the login's role"
     err.print(
         f"worker {w.worker_id}: {settings.concurrency} slot(s), transport {settings.transport}, "
-        f"{settings.masked_database_url()}",
+        f"{role}, {settings.masked_database_url()}",
         highlight=False,
     )
     sys.exit(w.run())

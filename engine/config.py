@@ -22,6 +22,8 @@ _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):(?P
 # key=value conninfo form
 _CONNINFO_PASSWORD = re.compile(r"(?P<key>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S+)")
 _QUERY_PASSWORD = re.compile(r"(?P<key>[?&]password=)(?P<pw>[^&\s]*)")
+# a role name that needs no quoting in libpq options (-c role=NAME), or empty
+_ROLE_NAME = r"^([A-Za-z_][A-Za-z0-9_]{0,62})?$"
 
 
 def mask_url(text: str) -> str:
@@ -77,6 +79,23 @@ class Settings(BaseSettings):
     )
     worker_id: str | None = Field(
         default=None, description="name of this worker in leases and events; default host:pid"
+    )
+    worker_role: str = Field(
+        default="engine_worker",
+        pattern=_ROLE_NAME,
+        description=(
+            "role `engine worker` takes on every connection (libpq -c role=); migration 0006 "
+            "creates engine_worker with only the privileges a worker needs; empty: the login's "
+            "own role (a worker whose URL logs in as that role needs nothing more)"
+        ),
+    )
+    session_role: str = Field(
+        default="",
+        pattern=_ROLE_NAME,
+        description=(
+            "role this process takes on every connection it opens; `engine worker` sets it "
+            "to worker_role, admin commands (migrate, seed, cancel) leave it empty"
+        ),
     )
     concurrency: int = Field(default=1, ge=1, le=64, description="step runs at once per worker")
     eager_successors: bool = Field(

@@ -3,6 +3,11 @@
 ``ENGINE_DATABASE_URL`` wins. Without it, an embedded PostgreSQL (``pgserver``)
 is started in ``ENGINE_PGDATA`` on first use and left running, so every later
 process (CLI, workers, tests) reuses the same server.
+
+A process whose settings name a ``session_role`` (``engine worker`` sets it
+from ``ENGINE_WORKER_ROLE``) takes that role on every connection it opens,
+through libpq's ``options=-c role=...``: its statements then run with the
+role's privileges, not the login's.
 """
 
 from __future__ import annotations
@@ -28,7 +33,24 @@ _embedded_conninfo: dict[Path, str] = {}
 
 
 def conninfo(settings: Settings) -> str:
-    """The libpq connection string for ``settings`` (may contain a secret)."""
+    """The libpq connection string for ``settings`` (may contain a secret).
+
+    It carries ``-c role=<session_role>`` when ``settings`` names one, so every
+    connection made from it (psycopg, SQLAlchemy) runs under that role.
+    """
+    info = _server_conninfo(settings)
+    if settings.session_role:
+        info = _with_options(info, f"-c role={settings.session_role}")
+    return info
+
+
+def _with_options(info: str, options: str) -> str:
+    # after the URL's own options, never instead of them
+    current = conninfo_to_dict(info).get("options")
+    return make_conninfo(info, options=f"{current} {options}" if current else options)
+
+
+def _server_conninfo(settings: Settings) -> str:
     if settings.database_url is not None:
         url = settings.database_url.get_secret_value()
         try:
@@ -83,8 +105,14 @@ def _create_database_if_missing(admin_conninfo: str, name: str) -> None:
 def connect(
     settings: Settings, *, autocommit: bool = False, **kwargs: Any
 ) -> psycopg.Connection[Any]:
-    """Open a new connection (rows as dicts). Errors name the masked URL."""
+    """Open a new connection (rows as dicts). Errors name the masked URL.
+
+    ``options`` (e.g. ``-c statement_timeout=...``) are added to those of the
+    URL and of the session role, never replacing them.
+    """
     info = conninfo(settings)
+    if extra := kwargs.pop("options", None):
+        info = _with_options(info, str(extra))
     try:
         return psycopg.connect(
             info,
@@ -94,10 +122,27 @@ def connect(
             **kwargs,
         )
     except psycopg.OperationalError as exc:
+        role = settings.session_role
+        if role and (reason := _role_refusal(str(exc), role)):
+            # not an outage: waiting will not create the role or grant it
+            raise ConfigError(
+                f"PostgreSQL at {settings.masked_database_url()} refused role {role!r} "
+                f"({reason}): run `engine migrate` (migration 0006 creates "
+                "engine_worker), make the login a member of the role, or set "
+                "ENGINE_WORKER_ROLE= (empty) to keep the login's own role"
+            ) from None
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {settings.masked_database_url()}: "
             f"{mask_url(str(exc)).strip()}"
         ) from None
+
+
+def _role_refusal(message: str, role: str) -> str | None:
+    """The server's reason when it refused to let the session take ``role``."""
+    for reason in (f'role "{role}" does not exist', f'permission denied to set role "{role}"'):
+        if reason in message:
+            return reason
+    return None
 
 
 @contextlib.contextmanager
