@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from engine import admin, db
-from engine.config import Settings
+from engine.config import SecretsFilter, Settings
 from engine.errors import BadInput, EngineError
 from engine.flow import Flow
 from engine.models import JobStatus
@@ -417,6 +417,9 @@ def worker(concurrency: int | None, transport: str | None) -> None:
     if state.settings.worker_role:
         updates["session_role"] = state.settings.worker_role
     settings = state.settings.model_copy(update=updates)
+    secrets = SecretsFilter(settings.database_url)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(secrets)
     w = Worker(settings, state.registry)
     w.install_signal_handlers()
     role = f"role {settings.session_role}" if settings.session_role else "the login's role"

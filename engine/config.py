@@ -8,9 +8,13 @@ PostgreSQL in ``ENGINE_PGDATA`` (see :mod:`engine.db`).
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,6 +35,59 @@ def mask_url(text: str) -> str:
     text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}:***@" if m["pw"] else m[0], text)
     text = _CONNINFO_PASSWORD.sub(lambda m: f"{m['key']}***", text)
     return _QUERY_PASSWORD.sub(lambda m: f"{m['key']}***", text)
+
+
+# botocore logs every request's headers at DEBUG: the access key id
+# (Credential=AKIA.../date/region/...) and, with temporary credentials (an ECS
+# task role), the whole session token
+_AWS_CREDENTIAL = re.compile(r"(?P<key>Credential=)(?P<pw>[A-Z0-9]{16,128})")
+_AWS_TOKEN = re.compile(
+    r"(?P<key>X-Amz-Security-Token['\"]?\s*[:=]\s*b?['\"]?)(?P<pw>[^'\"\s,}&]+)", re.IGNORECASE
+)
+_AWS_ENV_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """:func:`mask_url`, AWS credentials in logged requests, and each of ``secrets``."""
+    text = mask_url(text)
+    text = _AWS_CREDENTIAL.sub(lambda m: f"{m['key']}***", text)
+    text = _AWS_TOKEN.sub(lambda m: f"{m['key']}***", text)
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+class SecretsFilter(logging.Filter):
+    """Masks secrets in every record a handler writes, its traceback included.
+
+    Installed on handlers (a logger's own filters miss records propagated from
+    other loggers, such as botocore's). The secrets are the database password
+    of ``database_url`` and the AWS keys of the environment, besides the
+    patterns of :func:`mask_secrets`.
+    """
+
+    def __init__(self, database_url: SecretStr | None = None) -> None:
+        super().__init__()
+        found = [os.environ.get(name, "") for name in _AWS_ENV_SECRETS]
+        if database_url is not None:
+            url = database_url.get_secret_value()
+            for pattern in (_URL_PASSWORD, _CONNINFO_PASSWORD, _QUERY_PASSWORD):
+                for m in pattern.finditer(url):
+                    found += [m["pw"].strip("'"), unquote(m["pw"].strip("'"))]
+        # longest first, so a secret containing another is masked whole; short
+        # values would mask ordinary words (and are no secret worth the name)
+        self._secrets = sorted({v for v in found if len(v) >= 4}, key=len, reverse=True)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_secrets(message, self._secrets)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = mask_secrets(record.exc_text, self._secrets)
+        return True
 
 
 class Settings(BaseSettings):
