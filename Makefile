@@ -43,5 +43,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
+# real workers on both transports under seeded faults; one JSON line per scenario
+# (size with CHAOS_ROUNDS, CHAOS_SEED, CHAOS_SCENARIOS, CHAOS_TRANSPORTS, CHAOS_FAULTS)
+chaos: $(STAMP)
+	PYTHONPATH=$(CURDIR):$(CURDIR)/tests/support $(PY) -m tests.chaos
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -22,15 +22,26 @@ The points, in the order a step run meets them:
 ``after_submit_commit`` a submit committed; its outbox rows are not published yet
 ``after_publish``       outbox rows published; not yet marked published
 ======================  ===========================================================
+
+SQS API errors are injected below botocore (``before-send`` hooks, so its
+retries see what they would see from SQS) in every client made by
+:func:`engine.transports.sqs.sqs_client` of a process started with
+``ENGINE_FAULT_SQS_ERRORS=<probability>``: each HTTP request is answered, with
+that probability, by a throttling error, a 500, a 503 or a connection reset.
+With ``ENGINE_FAULT_SQS_ERRORS_WHILE=<path>`` only while that file exists, so
+a harness can open and close error windows in running workers.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 POINTS = frozenset(
     {"after_claim", "before_commit", "after_commit", "after_submit_commit", "after_publish"}
@@ -91,3 +102,59 @@ def hit(point: str) -> None:
         raise FaultInjected(f"fault injected at {point}")
     else:
         time.sleep(float(os.environ.get("ENGINE_FAULT_PAUSE_S", "3")))
+
+
+# (HTTP status, SQS error code); status 0 is a connection reset
+SQS_ERRORS = (
+    (400, "ThrottlingException"),
+    (500, "InternalError"),
+    (503, "ServiceUnavailable"),
+    (0, ""),
+)
+
+
+class _Body:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._body
+
+
+def _sqs_error(status: int, code: str) -> Any:
+    from botocore.awsrequest import AWSResponse
+
+    body = json.dumps({"__type": f"com.amazonaws.sqs#{code}", "message": "injected fault"})
+    headers = {
+        "Content-Type": "application/x-amz-json-1.0",
+        "x-amzn-query-error": f"{code};{'Sender' if status < 500 else 'Receiver'}",
+    }
+    return AWSResponse("http://fault.invalid/", status, headers, _Body(body.encode()))
+
+
+def sqs_errors(client: Any) -> Any:
+    """Hook SQS API errors into ``client`` if ``ENGINE_FAULT_SQS_ERRORS`` asks for them.
+
+    Returns ``client``; a no-op (no hook at all) unless the variable is set.
+    """
+    rate = float(os.environ.get("ENGINE_FAULT_SQS_ERRORS") or 0)
+    if rate <= 0:
+        return client
+    gate = os.environ.get("ENGINE_FAULT_SQS_ERRORS_WHILE")
+    rng = random.Random(int(os.environ.get("ENGINE_FAULT_SEED", "0")) ^ os.getpid() ^ id(client))
+
+    def before_send(request: Any, **_: Any) -> Any:
+        if gate is not None and not os.path.exists(gate):
+            return None
+        with _lock:
+            if rng.random() >= rate:
+                return None
+            status, code = rng.choice(SQS_ERRORS)
+        if status == 0:
+            from botocore.exceptions import ConnectionClosedError
+
+            raise ConnectionClosedError(endpoint_url=request.url)
+        return _sqs_error(status, code)
+
+    client.meta.events.register("before-send.sqs", before_send)
+    return client

@@ -50,6 +50,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from engine import faults
 from engine.errors import BadInput, ConfigError, EngineError
 from engine.messages import MAX_BODY_BYTES
 from engine.transports.base import Outgoing, Received
@@ -153,7 +154,7 @@ def sqs_client(sqs: SqsSettings) -> Any:
         max_pool_connections=sqs.max_pool_connections,
     )
     # a session per client: boto3's default session is not thread-safe
-    return boto3.session.Session().client("sqs", config=config)
+    return faults.sqs_errors(boto3.session.Session().client("sqs", config=config))
 
 
 def _error_code(exc: BaseException) -> str:

@@ -1,0 +1,224 @@
+-- clock --
+-- Faults are stamped by the database clock (the admin connection: same server), the clock of the rows they are compared with.
+SELECT clock_timestamp() AS at;
+
+-- running_select --
+-- Step runs under a live lease: their owners are mid-step, the workers a fault may hit.
+SELECT s.id, s.job_id, s.step, s.attempts, s.max_attempts, s.lease_owner, j.flow, j.params
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id
+WHERE s.status = 'running' AND s.lease_expires_at > clock_timestamp()
+ORDER BY s.id;
+
+-- running_select_all --
+-- Every running step run, live lease or not: what an outage or a dead worker takes away.
+SELECT id, attempts, lease_owner
+FROM engine_step_runs
+WHERE status = 'running'
+ORDER BY id;
+
+-- step_runs_select --
+-- The state of some step runs, read to decide when a fault is over and how long recovery took.
+SELECT id, job_id, step, status, attempts, max_attempts, lease_owner, finished_at
+FROM engine_step_runs
+WHERE id = ANY (%(ids)s::uuid[]);
+
+-- step_runs_select_some --
+-- Step runs to send duplicate messages for: any status, a seeded sample.
+SELECT s.id, s.job_id, s.status
+FROM engine_step_runs AS s
+ORDER BY s.id;
+
+-- job_select_by_n --
+-- Chaos jobs by their job number: a rolled-back submit must leave none.
+SELECT id, status
+FROM engine_jobs
+WHERE flow = 'chaos' AND (params->>'n')::int = ANY (%(ns)s::int[]);
+
+-- jobs_active_select --
+-- Active chaos jobs: submitting their parameters again must return them.
+SELECT id, params
+FROM engine_jobs
+WHERE flow = 'chaos' AND status IN ('pending', 'running')
+ORDER BY created_at, id;
+
+-- job_status_by_id --
+-- One job's status (ERP jobs are chained: costing of the next period needs this one done).
+SELECT status FROM engine_jobs WHERE id = %(id)s;
+
+-- progress --
+-- Read-only progress: after the faults stop, no change in these for the whole bound means whatever is active is stranded.
+SELECT count(*) AS jobs,
+       count(*) FILTER (WHERE status IN ('pending', 'running')) AS active,
+       count(*) FILTER (WHERE status = 'done') AS done,
+       (SELECT count(*) FROM engine_step_runs) AS steps,
+       (SELECT count(*) FROM engine_step_runs WHERE status IN ('done', 'dead', 'cancelled'))
+         AS steps_ended,
+       (SELECT coalesce(sum(attempts), 0) FROM engine_step_runs) AS attempts
+FROM engine_jobs;
+
+-- sessions_terminate_by_app --
+-- pg_terminate_backend of one worker's sessions (every process sets PGAPPNAME=chaos:<name>).
+SELECT count(pg_terminate_backend(pid)) AS terminated
+FROM pg_stat_activity
+WHERE datname = %(db)s AND application_name = %(app)s;
+
+-- sessions_terminate_all --
+-- The outage: every session of the database, workers and harness alike.
+SELECT count(pg_terminate_backend(pid)) AS terminated
+FROM pg_stat_activity
+WHERE datname = %(db)s AND pid <> pg_backend_pid();
+
+-- sessions_count_by_app --
+-- A worker is up once it holds a session (start-up connects before it receives).
+SELECT count(*) AS sessions
+FROM pg_stat_activity
+WHERE datname = %(db)s AND application_name = %(app)s;
+
+-- oracle_jobs --
+-- Oracles 7 and 8: every job, to compare with what was committed, rolled back or ambiguous.
+SELECT id, flow, status, params, error, created_at, finished_at
+FROM engine_jobs
+ORDER BY created_at, id;
+
+-- oracle_chaos_effects --
+-- Oracles 1 and 4: one effect per finished step run of the chaos flow, written by the attempt that checkpointed it; extra rows are double effects.
+SELECT count(*) FILTER (WHERE s.status = 'done') AS done,
+       coalesce(sum(greatest(e.n - 1, 0)), 0) AS double_effects,
+       count(*) FILTER (WHERE s.status = 'done' AND e.n = 0) AS missing,
+       coalesce(sum(e.unfenced), 0) AS unfenced,
+       (SELECT count(*) FROM chaos_effects AS x
+         WHERE NOT EXISTS (SELECT 1 FROM engine_step_runs AS r
+                           WHERE r.job_id = x.job_id AND r.step = x.step
+                             AND r.fanout_key = x.fanout_key)) AS orphans
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id AND j.flow = 'chaos'
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n,
+           count(*) FILTER (
+               WHERE x.attempt <> s.attempts OR s.status <> 'done'
+                  OR NOT EXISTS (SELECT 1 FROM engine_events AS v
+                                 WHERE v.kind = 'succeeded' AND v.step_run_id = s.id
+                                   AND v.worker = x.worker AND v.attempt = x.attempt)
+           ) AS unfenced
+    FROM chaos_effects AS x
+    WHERE x.job_id = s.job_id AND x.step = s.step AND x.fanout_key = s.fanout_key
+) AS e;
+
+-- oracle_erp_effects --
+-- Oracle 1 for the books: a posted document has exactly one journal with a copy of its lines, a COGS journal has one balanced pair, every journal balances.
+SELECT
+    (SELECT count(*) FROM erp_documents AS d
+      WHERE d.status = 'posted'
+        AND NOT EXISTS (SELECT 1 FROM erp_journals AS j
+                        WHERE j.source_key = 'document:' || d.id)) AS posted_without_journal,
+    (SELECT count(*) FROM erp_journals AS j
+      WHERE j.source = 'document'
+        AND NOT EXISTS (SELECT 1 FROM erp_documents AS d
+                        WHERE j.source_key = 'document:' || d.id AND d.status = 'posted'))
+      AS journal_without_posted,
+    (SELECT count(*) FROM erp_journals AS j
+      WHERE (SELECT count(*) FROM erp_journal_lines AS l WHERE l.journal_id = j.id)
+            <> CASE WHEN j.source = 'costing' THEN 2
+                    ELSE (SELECT count(*) FROM erp_document_lines AS dl
+                          WHERE j.source_key = 'document:' || dl.document_id) END)
+      AS journal_lines_off,
+    (SELECT count(*) FROM (SELECT journal_id FROM erp_journal_lines
+                           GROUP BY journal_id HAVING sum(debit) <> sum(credit)) AS u)
+      AS unbalanced;
+
+-- oracle_refused_by_key --
+-- Oracle 1: an attempt turned away by a unique key is a second effect that only the key stopped.
+SELECT count(*) AS refused
+FROM engine_events
+WHERE kind IN ('retried', 'dead_lettered') AND detail::text LIKE '%%duplicate key%%';
+
+-- oracle_stranded_steps --
+-- Oracles 5 and 13: once workers are quiet, nothing runs under an expired lease, nothing rests pending at its cap, and an ended job has no step run left active.
+SELECT count(*) FILTER (WHERE s.status = 'running' AND s.lease_expires_at <= clock_timestamp())
+         AS expired_running,
+       count(*) FILTER (WHERE s.status = 'pending' AND s.attempts >= s.max_attempts)
+         AS pending_at_cap,
+       count(*) FILTER (WHERE s.status IN ('pending', 'running')
+                          AND j.status NOT IN ('pending', 'running')) AS left_in_ended_jobs
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id;
+
+-- oracle_attempts --
+-- Oracle 6: attempts go up by exactly one per claim (claimed and reclaimed events) and never pass the cap.
+SELECT count(*) FILTER (WHERE s.attempts > s.max_attempts) AS over_cap,
+       count(*) FILTER (WHERE s.attempts <> c.claims) AS miscounted,
+       coalesce(max(s.attempts), 0) AS max_used
+FROM engine_step_runs AS s
+CROSS JOIN LATERAL (
+    SELECT count(*) AS claims FROM engine_events AS v
+    WHERE v.step_run_id = s.id AND v.kind IN ('claimed', 'reclaimed')
+) AS c;
+
+-- oracle_events --
+-- What happened, counted from the append-only history (reclaims, fenced commits, releases, dead letters).
+SELECT count(*) FILTER (WHERE kind = 'reclaimed') AS reclaims,
+       count(*) FILTER (WHERE kind = 'fenced') AS fenced,
+       count(*) FILTER (WHERE kind = 'released') AS released,
+       count(*) FILTER (WHERE kind = 'claim_refused') AS claim_refused,
+       count(*) FILTER (WHERE kind = 'dead_lettered') AS dead_lettered,
+       count(*) FILTER (WHERE kind = 'message_dropped'
+                          AND detail->>'reason' = 'unknown step run') AS unknown_messages
+FROM engine_events;
+
+-- oracle_refusal_attempts --
+-- Invariant 14: a worker that lacks a flow uses no attempt of that flow's step runs (no claim event of its own).
+SELECT count(*) AS claims
+FROM engine_events AS v
+JOIN engine_jobs AS j ON j.id = v.job_id
+JOIN unnest(%(workers)s::text[], %(flows)s::text[]) AS r (worker, flow)
+  ON split_part(v.worker, '/', 1) = r.worker AND j.flow = r.flow
+WHERE v.kind IN ('claimed', 'reclaimed');
+
+-- oracle_dead_messages --
+-- Messages the transport dead-lettered (SQS redrive by receive count, poison): none is expected, nothing malformed is sent.
+SELECT count(*) AS dead_messages
+FROM engine_dead_letters
+WHERE source = 'message';
+
+-- oracle_overlap --
+-- Oracle 9: no two jobs with one fingerprint were ever active at the same time.
+SELECT count(*) AS overlapping
+FROM engine_jobs AS a
+JOIN engine_jobs AS b ON b.fingerprint = a.fingerprint AND b.id > a.id
+WHERE tstzrange(a.created_at, coalesce(a.finished_at, 'infinity'))
+   && tstzrange(b.created_at, coalesce(b.finished_at, 'infinity'));
+
+-- books_item_costs --
+-- Oracle 3: item costs, to the cent, compared with the clean run.
+SELECT period, store_id, item_id, opening_qty, opening_value, receipt_qty, receipt_value,
+       transfer_in_qty, transfer_in_value, average_cost, issue_qty, cogs_value,
+       transfer_out_qty, transfer_out_value, closing_qty, closing_value
+FROM erp_item_costs
+ORDER BY period, store_id, item_id;
+
+-- books_opening_balances --
+-- Oracle 3: on-hand carried forward, compared with the clean run.
+SELECT store_id, item_id, period, qty, value
+FROM erp_opening_balances
+ORDER BY period, store_id, item_id;
+
+-- books_documents --
+-- Oracle 3: what posting did to each document, compared with the clean run.
+SELECT id, status, reject_reason
+FROM erp_documents
+ORDER BY id;
+
+-- books_journal_lines --
+-- Oracle 3: every journal line by its journal's source key (ids differ between runs), compared with the clean run.
+SELECT j.source, j.source_key, j.period, j.store_id, l.line_no, l.account_code,
+       l.store_id AS line_store_id, l.debit, l.credit
+FROM erp_journals AS j
+JOIN erp_journal_lines AS l ON l.journal_id = j.id
+ORDER BY j.source_key, l.line_no;
+
+-- books_periods --
+-- Oracle 3: period statuses (costed once), compared with the clean run.
+SELECT period, status
+FROM erp_periods
+ORDER BY period;

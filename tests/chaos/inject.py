@@ -1,0 +1,345 @@
+"""The faults of a chaos round, one method per kind (see :data:`.config.FAULT_KINDS`).
+
+A fault that hits a worker mid-step first waits (polling, with a deadline)
+for a step run under a live lease whose owner is a full worker, preferring
+an ERP step when one is running, and leaves head-room under the attempt cap
+so that the schedule alone never exhausts a step run. The step runs the
+victim held at that moment are the fault's ``affected`` step runs: recovery
+is measured on them (:mod:`.oracles`).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+import uuid
+from typing import Any
+
+from engine import connect, submit
+from engine.messages import StepMessage
+
+from .config import FLOW_MODULES
+from .procs import Proc, run_submit
+from .run import Fault, Run, say
+
+_TARGET_WAIT_S = 8.0
+_WORKER_POINTS = ("after_claim", "before_commit", "after_commit", "after_publish")
+_SUBMIT_POINTS = ("after_submit_commit", "after_publish")
+_MODULE_OF = {
+    "costing": "flows.costing",
+    "posting": "flows.posting",
+    "chaos": "tests.chaos.chaosflow",
+}
+
+
+class Injector:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        assert run.fleet is not None
+        self.fleet = run.fleet
+
+    def inject(self, kind: str, round_no: int, rng: random.Random) -> Fault:
+        fault: Fault = getattr(self, f"_{kind}")(Fault(kind, round_no), rng)
+        self.run.faults.append(fault)
+        return fault
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _held_by(self, proc: Proc) -> list[tuple[uuid.UUID, int]]:
+        prefix = f"{proc.name}/"
+        return [
+            (r["id"], r["attempts"])
+            for r in self.run.q("running_select_all")
+            if (r["lease_owner"] or "").startswith(prefix)
+        ]
+
+    def _target(self, rng: random.Random) -> tuple[Proc | None, str]:
+        """A full worker mid-step (an ERP step if one runs), or any full worker after a wait."""
+        run = self.run
+        pick, prefer_erp = rng.random(), rng.random() < 0.6
+
+        def candidates() -> list[dict[str, Any]]:
+            rows = []
+            for row in run.q("running_select"):
+                owner = self.fleet.owner(row["lease_owner"])
+                if owner is None or owner.role != "full" or not owner.alive or owner.stopped:
+                    continue
+                if row["attempts"] > row["max_attempts"] - 2:
+                    continue  # head-room: the schedule alone never exhausts a step run
+                rows.append(row)
+            return rows
+
+        rows = run.wait_for(candidates, _TARGET_WAIT_S)
+        if not rows:
+            full = self.fleet.full()
+            return (full[int(pick * len(full))] if full else None), "no step running"
+        erp = [r for r in rows if r["flow"] != "chaos"]
+        pool = erp if erp and prefer_erp else rows
+        chosen = pool[int(pick * len(pool))]
+        proc = self.fleet.owner(chosen["lease_owner"])
+        return proc, f"{chosen['flow']}/{chosen['step']} attempt {chosen['attempts']}"
+
+    def _hit(self, fault: Fault, proc: Proc, what: str) -> None:
+        fault.victim = proc.name
+        fault.affected = self._held_by(proc)
+        fault.detail = f"{proc.name} during {what}"
+        fault.start = fault.origin = self.run.clock()
+
+    def _replace(self, proc: Proc) -> None:
+        if proc.role == "full":
+            self.run.spawn_full()
+
+    def _exit_or_hang(self, proc: Proc, timeout_s: float) -> None:
+        if not self.fleet.wait_exit(proc, timeout_s):
+            self.fleet.hangs.append(proc.name)
+            self.run.notes.append(f"{proc.name} still running {timeout_s:g} s after SIGTERM")
+            self.fleet.kill_now(proc)
+
+    # -- worker faults -----------------------------------------------------------------
+
+    def _kill(self, fault: Fault, rng: random.Random) -> Fault:
+        proc, what = self._target(rng)
+        if proc is None:
+            fault.applied = False
+            return fault
+        self._hit(fault, proc, what)
+        self.fleet.signal(proc, signal.SIGKILL)
+        self.fleet.wait_exit(proc, 10)
+        self.run.tally.kills += 1
+        self._replace(proc)
+        return fault
+
+    def _pause(self, fault: Fault, rng: random.Random) -> Fault:
+        """SIGSTOP past the lease: until another worker took over what it held, then SIGCONT."""
+        proc, what = self._target(rng)
+        if proc is None:
+            fault.applied = False
+            return fault
+        self._hit(fault, proc, what)
+        self.fleet.signal(proc, signal.SIGSTOP)
+        self.run.tally.pauses += 1
+        held = dict(fault.affected)
+        started = time.monotonic()
+
+        def taken_over() -> bool:
+            if time.monotonic() - started < self.run.cfg.lease_s * 1.25:
+                return False  # past the lease in any case
+            rows = self.run.q("step_runs_select", ids=list(held))
+            return all(r["status"] != "running" or r["attempts"] > held[r["id"]] for r in rows)
+
+        if not self.run.wait_for(taken_over, self.run.bound_s):
+            self.run.notes.append(f"pause of {proc.name}: not taken over within the bound")
+        fault.detail += f", stopped {time.monotonic() - started:.1f} s"
+        self.fleet.signal(proc, signal.SIGCONT)
+        return fault
+
+    def _term(self, fault: Fault, rng: random.Random) -> Fault:
+        proc, what = self._target(rng)
+        if proc is None:
+            fault.applied = False
+            return fault
+        self._hit(fault, proc, what)
+        self.fleet.signal(proc, signal.SIGTERM)
+        self.run.tally.terms += 1
+        self._exit_or_hang(proc, self.run.cfg.shutdown_grace_s + self.run.cfg.margin_s + 5)
+        self._replace(proc)
+        return fault
+
+    def _terminate(self, fault: Fault, rng: random.Random) -> Fault:
+        proc, what = self._target(rng)
+        if proc is None:
+            fault.applied = False
+            return fault
+        self._hit(fault, proc, what)
+        ended = self.run.admin_q(
+            "sessions_terminate_by_app", db=self.run.db, app=f"chaos:{proc.name}"
+        )
+        fault.detail += f", {ended[0]['terminated']} session(s) terminated"
+        self.run.tally.terminations += 1
+        return fault
+
+    def _outage(self, fault: Fault, rng: random.Random) -> Fault:
+        run = self.run
+        seconds = rng.uniform(run.cfg.outage_min_s, run.cfg.outage_max_s)
+        fault.affected = [(r["id"], r["attempts"]) for r in run.q("running_select_all")]
+        run.drop_conn()
+        fault.start = run.clock()
+        run.allow_connections(False)
+        ended = run.admin_q("sessions_terminate_all", db=run.db)[0]["terminated"]
+        time.sleep(seconds)  # the outage itself: its length is the schedule's
+        run.allow_connections(True)
+        fault.origin = run.clock()
+        fault.detail = f"{seconds:.1f} s, {ended} session(s) terminated"
+        run.tally.outages += 1
+        run.tally.outage_s += seconds
+        run.renew_publisher()
+        return fault
+
+    def _duplicate(self, fault: Fault, rng: random.Random) -> Fault:
+        run = self.run
+        rows = run.q("step_runs_select_some")
+        chosen = rng.sample(rows, min(len(rows), rng.randint(2, 6)))
+        sent = 0
+        for row in chosen:
+            body = StepMessage(job_id=row["job_id"], step_run_id=row["id"]).encode()
+            for _ in range(rng.randint(1, 3)):
+                run.publisher.send_raw(body)
+                sent += 1
+        run.tally.duplicates += sent
+        again = ""
+        active = run.q("jobs_active_select")
+        if active:
+            params = active[int(rng.random() * len(active))]["params"]
+            job = submit(
+                "chaos",
+                params,
+                settings=run.settings,
+                registry=run.registry,
+                publisher=run.publisher,
+                submitted_by="chaos (duplicate)",
+            )
+            run.tally.duplicate_submits += 1
+            if job.created:  # the first had just ended: a new job, which must finish too
+                run.jobs.committed.add(job.job_id)
+            outcome = "a new job" if job.created else "the active one"
+            again = f"; job {params['n']} submitted again: {outcome}"
+        fault.detail = f"{sent} extra message(s) for {len(chosen)} step run(s){again}"
+        return fault
+
+    def _sqs_errors(self, fault: Fault, rng: random.Random) -> Fault:
+        run = self.run
+        seconds = rng.uniform(2.0, 4.0)
+        fault.start = run.clock()
+        run.sqs_gate.touch()
+        time.sleep(seconds)  # the window itself: its length is the schedule's
+        run.sqs_gate.unlink()
+        fault.detail = f"{seconds:.1f} s of SQS errors at rate {run.cfg.sqs_error_rate:g}"
+        run.tally.sqs_error_windows += 1
+        return fault
+
+    def _rollback(self, fault: Fault, rng: random.Random) -> Fault:
+        """Submit inside a psycopg transaction that then rolls back: no job, no message."""
+        run = self.run
+        ns = [run.jobs.new_n() for _ in range(rng.randint(1, 3))]
+        run.jobs.rolled_back_ns.update(ns)
+        with connect(run.settings) as conn:
+            for n in ns:
+                submit(
+                    "chaos",
+                    run.chaos_params(n),
+                    conn=conn,
+                    settings=run.settings,
+                    registry=run.registry,
+                    publisher=run.publisher,
+                    submitted_by="chaos (rolled back)",
+                )
+            conn.rollback()
+        run.tally.rollbacks += len(ns)
+        seen = run.q("job_select_by_n", ns=ns)
+        fault.detail = f"jobs {ns} rolled back; {len(seen)} visible afterwards"
+        return fault
+
+    def _deploy(self, fault: Fault, rng: random.Random) -> Fault:
+        """A worker lacking one flow (the old task of a rolling deploy) beside full ones."""
+        run = self.run
+        active = {r["flow"] for r in run.q("running_select")} | {"chaos"}
+        lacking = rng.choice(sorted(active & set(_MODULE_OF)))
+        window = rng.uniform(2.0, 4.0)
+        modules = ",".join(m for m in FLOW_MODULES if m != _MODULE_OF[lacking])
+        proc = self.fleet.spawn(f"reduced:{lacking}", ENGINE_FLOW_MODULES=modules)
+        run.reduced.append((proc.name, lacking))
+        run.wait_up(proc)
+        fault.victim = proc.name
+        fault.start = run.clock()
+        run.submit_chaos()  # work it cannot run arrives while it is up
+        run.wait_for(lambda: not proc.alive, window)  # the deploy's length is the schedule's
+        self.fleet.signal(proc, signal.SIGTERM)
+        self._exit_or_hang(proc, run.cfg.shutdown_grace_s + run.cfg.margin_s + 5)
+        fault.detail = f"{proc.name} without flow {lacking} for {window:.1f} s"
+        run.tally.deploys += 1
+        return fault
+
+    def _point_kill(self, fault: Fault, rng: random.Random) -> Fault:
+        """A worker that SIGKILLs itself the first time it passes a named fault point."""
+        run = self.run
+        point = rng.choice(_WORKER_POINTS)
+        proc = self.fleet.spawn(f"point:{point}", ENGINE_FAULTS=f"{point}=kill")
+        proc.signalled = f"fault point {point}"  # its death is planned, not an exit
+        fault.victim = proc.name
+        run.wait_up(proc)
+        for _ in range(2):  # work arriving while it is up, so that it reaches the point
+            run.submit_chaos()
+        if not self.fleet.wait_exit(proc, run.bound_s + 10):
+            fault.applied = False
+            fault.detail = f"{proc.name}: {point} not reached"
+            self.fleet.signal(proc, signal.SIGTERM)
+            self._exit_or_hang(proc, run.cfg.shutdown_grace_s + run.cfg.margin_s + 5)
+            return fault
+        fault.start = fault.origin = run.clock()
+        fault.affected = self._held_by(proc)
+        fault.detail = f"{proc.name} killed itself at {point} (exit {proc.popen.returncode})"
+        run.tally.kills += 1
+        run.tally.point_kills += 1
+        return fault
+
+    def _submit_kill(self, fault: Fault, rng: random.Random) -> Fault:
+        """``engine submit`` killed after its commit: before publishing, or before marking."""
+        run = self.run
+        point = rng.choice(_SUBMIT_POINTS)
+        n = run.jobs.new_n()
+        args = ["chaos", "--json"]
+        for key, value in run.chaos_params(n).items():
+            args += [f"--{key.replace('_', '-')}", str(value)]
+        env = {**run.child_env(), "ENGINE_FAULTS": f"{point}=kill"}
+        code, output = run_submit(env, args, run.logdir, f"submit-{n}")
+        if code in (0, -signal.SIGKILL):
+            run.jobs.committed_ns.add(n)  # both points come after the commit
+        else:
+            run.jobs.ambiguous_ns.add(n)
+            run.notes.append(f"engine submit of job {n} exited {code}: {output[-300:]}")
+        if code == -signal.SIGKILL:
+            run.tally.kills += 1
+            run.tally.submit_kills += 1
+        fault.start = run.clock()
+        fault.detail = f"engine submit of job {n} with {point}=kill: exit {code}"
+        fault.applied = code == -signal.SIGKILL
+        return fault
+
+    def _term_last(self, fault: Fault, rng: random.Random) -> Fault:
+        """SIGTERM during the last attempt allowed, a step longer than the grace period."""
+        run = self.run
+        cap = run.cfg.max_attempts
+        last_ms = int((run.cfg.shutdown_grace_s + 3) * 1000)
+        n = run.submit_chaos(fail_first=cap - 1, last_ms=last_ms)
+        run.jobs.may_fail.add(n)
+
+        def at_last_attempt() -> Any:
+            for row in run.q("running_select"):
+                owner = self.fleet.owner(row["lease_owner"])
+                if (
+                    row["flow"] == "chaos"
+                    and row["params"].get("n") == n
+                    and row["attempts"] == cap
+                    and owner is not None
+                    and owner.role == "full"
+                    and owner.alive
+                    and not owner.stopped
+                ):
+                    return owner
+            return None
+
+        budget = cap * (run.cfg.retry_max_delay_s + run.bound_s)
+        proc = run.wait_for(at_last_attempt, budget)
+        if proc is None:
+            fault.applied = False
+            fault.detail = f"job {n} never reached attempt {cap} on a full worker"
+            return fault
+        self._hit(fault, proc, f"job {n} begin, attempt {cap} of {cap}")
+        self.fleet.signal(proc, signal.SIGTERM)
+        run.tally.terms += 1
+        run.tally.term_lasts += 1
+        self._exit_or_hang(proc, run.cfg.shutdown_grace_s + run.cfg.margin_s + 5)
+        self._replace(proc)
+        say(f"  term_last: {fault.detail}")
+        return fault

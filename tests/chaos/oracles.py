@@ -1,0 +1,173 @@
+"""The oracles of ../shared/RELIABILITY.md, checked by SQL once the faults stopped.
+
+``lost``: a committed job that is missing, or ended failed or cancelled
+(nothing in the schedule fails or cancels a job, except the ``term_last``
+job, which may end failed), or a finished chaos step run without its effect.
+``stranded``: a job still active when the drain gave up (no progress for the
+whole bound, see :func:`.scenario.drain`), or a step run left pending or
+running in an ended job. ``phantoms``: a job or effect nobody committed (a
+rolled-back submit), or a message for a step run that does not exist.
+
+Recovery: for each fault and each step run it took away, the time from the
+fault's origin to that step run's end, cut at the start of a later fault that
+took the same step run away (that one's sample goes on from there).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+from .run import Run
+
+
+def _one(run: Run, name: str, **params: Any) -> dict[str, Any]:
+    return run.q(name, **params)[0]
+
+
+def recovery(run: Run) -> tuple[list[float], int]:
+    """The recovery samples (seconds) and how many affected step runs never ended."""
+    faults = [f for f in run.faults if f.applied and f.origin is not None and f.affected]
+    ids = sorted({s for f in faults for s, _ in f.affected})
+    if not ids:
+        return [], 0
+    state = {r["id"]: r for r in run.q("step_runs_select", ids=ids)}
+    hits: dict[uuid.UUID, list[Any]] = {}
+    for f in faults:
+        for s, _ in f.affected:
+            hits.setdefault(s, []).append(f.start)
+    samples: list[float] = []
+    unrecovered = 0
+    for f in faults:
+        assert f.origin is not None and f.start is not None
+        for s, _ in f.affected:
+            row = state.get(s)
+            finished = row["finished_at"] if row else None
+            later = [t for t in hits[s] if t is not None and t > f.start]
+            cut = min(later) if later else None
+            if finished is None and cut is None:
+                unrecovered += 1
+                continue
+            end = min(t for t in (finished, cut) if t is not None)
+            if finished is not None and finished <= f.origin and (cut is None or finished <= cut):
+                continue  # it had ended before the fault took hold: nothing to recover
+            samples.append(max(0.0, (end - f.origin).total_seconds()))
+    return samples, unrecovered
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 3)
+
+
+def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
+    """Every oracle's figures (while the workers are still up, so "quiet" means idle)."""
+    jobs = run.q("oracle_jobs")
+    by_id = {j["id"]: j for j in jobs}
+    chaos_n = {j["params"].get("n"): j for j in jobs if j["flow"] == "chaos"}
+    expected_ids = set(run.jobs.committed)
+    expected_ids |= {chaos_n[n]["id"] for n in run.jobs.committed_ns if n in chaos_n}
+    may_fail = {chaos_n[n]["id"] for n in run.jobs.may_fail if n in chaos_n}
+    allowed_ids = expected_ids | {chaos_n[n]["id"] for n in run.jobs.ambiguous_ns if n in chaos_n}
+
+    missing: list[object] = [i for i in expected_ids if i not in by_id]
+    missing += [n for n in run.jobs.committed_ns if n not in chaos_n]
+    active = [j for j in jobs if j["status"] in ("pending", "running")]
+    ended_badly = [
+        j
+        for j in jobs
+        if j["id"] in allowed_ids
+        and j["status"] in ("failed", "cancelled")
+        and j["id"] not in may_fail
+    ]
+    phantom_jobs = [j for j in jobs if j["id"] not in allowed_ids]
+    phantom_jobs += [chaos_n[n] for n in run.jobs.rolled_back_ns if n in chaos_n]
+
+    effects = _one(run, "oracle_chaos_effects")
+    erp = _one(run, "oracle_erp_effects")
+    steps = _one(run, "oracle_stranded_steps")
+    attempts = _one(run, "oracle_attempts")
+    events = _one(run, "oracle_events")
+    refusal = 0
+    if run.reduced:
+        workers, flows = zip(*run.reduced, strict=True)
+        refusal = _one(run, "oracle_refusal_attempts", workers=list(workers), flows=list(flows))[
+            "claims"
+        ]
+    samples, unrecovered = recovery(run)
+    return {
+        "jobs": len(jobs),
+        "done": sum(1 for j in jobs if j["status"] == "done"),
+        "lost": len(missing) + len(ended_badly) + effects["missing"],
+        "stranded": len(active) + steps["left_in_ended_jobs"],
+        "stranded_steps": {
+            "expired_running": steps["expired_running"],
+            "pending_at_cap": steps["pending_at_cap"],
+            "left_in_ended_jobs": steps["left_in_ended_jobs"],
+        },
+        "phantoms": len(phantom_jobs) + effects["orphans"] + events["unknown_messages"],
+        "double_effects": int(effects["double_effects"])
+        + erp["journal_lines_off"]
+        + erp["journal_without_posted"],
+        "unfenced": int(effects["unfenced"]),
+        "refused_by_key": _one(run, "oracle_refused_by_key")["refused"],
+        "unbalanced_journals": erp["unbalanced"],
+        "attempts_over_cap": attempts["over_cap"],
+        "attempts_miscounted": attempts["miscounted"],
+        "max_attempts_used": attempts["max_used"],
+        "refusal_attempts": refusal,
+        "dead_messages": _one(run, "oracle_dead_messages")["dead_messages"],
+        "overlapping_jobs": _one(run, "oracle_overlap")["overlapping"],
+        "reclaims": events["reclaims"],
+        "fenced": events["fenced"],
+        "released": events["released"],
+        "dead_lettered": events["dead_lettered"],
+        "recovery_samples": len(samples),
+        "recovery_p95_s": percentile(samples, 0.95),
+        "recovery_max_s": percentile(samples, 1.0),
+        "recovery_over_bound": sum(1 for s in samples if s > run.bound_s),
+        "recovery_unrecovered": unrecovered,
+        "examples": {
+            "lost": [f"{j['flow']} {j['params']} {j['status']}: {j['error']}" for j in ended_badly][
+                :3
+            ]
+            + [str(m) for m in missing][:3],
+            "stranded": [f"{j['flow']} {j['params']} {j['status']}" for j in active][:3],
+            "phantoms": [f"{j['flow']} {j['params']}" for j in phantom_jobs][:3],
+        },
+    }
+
+
+# figures that must be zero, and the oracle each one belongs to
+MUST_BE_ZERO = {
+    "lost": "nothing lost",
+    "stranded": "nothing stranded",
+    "phantoms": "nothing unexpected (rolled-back submits leave no job, effect or message)",
+    "double_effects": "no double effect",
+    "unfenced": "fencing",
+    "refused_by_key": "no double effect (none refused by a unique key)",
+    "unbalanced_journals": "balanced books",
+    "attempts_over_cap": "attempts within the cap",
+    "attempts_miscounted": "attempts go up by one per claim",
+    "refusal_attempts": "a refusal costs no attempt",
+    "dead_messages": "no message burned into a dead-letter queue",
+    "overlapping_jobs": "one active job per fingerprint",
+    "recovery_over_bound": "recovery within the bound",
+    "recovery_unrecovered": "every step run a fault took away ends",
+    "worker_exits": "workers outlive their dependencies' faults",
+    "worker_hangs": "SIGTERM: exit within the grace period",
+}
+
+
+def failures(figures: dict[str, Any]) -> list[str]:
+    failed = [f"{key} ({why})" for key, why in MUST_BE_ZERO.items() if figures.get(key)]
+    stuck = figures.get("stranded_steps", {})
+    for key in ("expired_running", "pending_at_cap"):
+        if stuck.get(key):
+            failed.append(f"{key} (nothing stranded)")
+    if not figures.get("books_equal", False):
+        failed.append("books_equal (same books as the clean run, to the cent)")
+    return failed

@@ -1,0 +1,307 @@
+"""One chaos scenario (a transport and a seed), end to end, as one JSON-ready dict.
+
+1. Scratch databases on the configured server: ``chaos_<seed>_<transport>_...``
+   migrated and seeded with a small ERP (``engine seed``), and a copy of it
+   for the clean run. SQS: moto's server on 127.0.0.1 and a queue with its
+   dead-letter queue.
+2. ``CHAOS_WORKERS`` full workers (``costing``, ``posting`` and the chaos flow).
+3. ``CHAOS_ROUNDS`` rounds. Each submits ``CHAOS_JOBS_PER_ROUND`` chaos jobs
+   (and ERP jobs on its turn: posting and costing of the period, reruns of
+   both, costing of the next period once the first is done), then injects
+   one fault. The kinds come round in seeded permutations of the enabled
+   ones, so every ``len(kinds)`` rounds use each kind once; the victims, the
+   fault points, the lengths of outages and windows are drawn from the seed.
+   The timing of the processes is not replayable, only the schedule.
+4. The faults stop; the run waits until every job ended, or until nothing
+   progressed for a whole recovery bound (whatever is active then is stranded).
+5. The oracles are checked by SQL (:mod:`.oracles`); the workers get SIGTERM.
+6. The clean run: the same ERP jobs on the copy, one worker, no faults; the
+   books must be equal to the cent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from engine import Registry, Settings, connect, submit
+from engine.transports.postgres import PostgresTransport
+from engine.worker import Worker
+
+from . import books, oracles
+from .config import NEXT_PERIOD, PERIOD, ChaosConfig
+from .inject import Injector
+from .run import Run, say
+
+_ERP_FLOWS = ("flows.costing", "flows.posting")
+
+
+def schedule(cfg: ChaosConfig, transport: str, seed: int) -> list[str]:
+    """The kind of each round: seeded permutations of the enabled kinds, end to end."""
+    kinds = list(cfg.kinds(transport))
+    rng = random.Random(f"schedule:{seed}")
+    order: list[str] = []
+    while kinds and len(order) < cfg.rounds:
+        batch = kinds[:]
+        rng.shuffle(batch)
+        order.extend(batch)
+    return order[: cfg.rounds]
+
+
+def _erp_round(run: Run, round_no: int) -> None:
+    """ERP jobs on their turn: the period's posting and costing, reruns, the next period."""
+    period = {"period": PERIOD}
+    if round_no == 0:
+        run.submit_erp("posting", period)
+        run.submit_erp("costing", period)
+    elif round_no % 4 == 2:
+        run.submit_erp("posting" if round_no % 8 == 2 else "costing", period)
+    next_costing = ("costing", str(sorted({"period": NEXT_PERIOD}.items())))
+    if round_no >= 2 and next_costing not in run.jobs.erp_ids and run.erp_done("costing", period):
+        run.submit_erp("costing", {"period": NEXT_PERIOD})
+
+
+def _progress(run: Run) -> tuple[int, ...]:
+    row = run.q("progress")[0]
+    return (
+        row["jobs"],
+        row["active"],
+        row["done"],
+        row["steps"],
+        row["steps_ended"],
+        row["attempts"],
+    )
+
+
+def drain(run: Run) -> dict[str, Any]:
+    """Wait for every job to end; give up after a whole bound without progress (stranded)."""
+    started = last_change = time.monotonic()
+    last = _progress(run)
+    while True:
+        run.reap()
+        now = time.monotonic()
+        current = _progress(run)
+        if current != last:
+            last, last_change = current, now
+        if current[1] == 0:
+            return {"drain_s": round(now - started, 3), "gave_up": False}
+        if now - last_change > run.bound_s or now - started > run.cfg.drain_s:
+            return {"drain_s": round(now - started, 3), "gave_up": True}
+        time.sleep(0.1)
+
+
+def clean_books(run: Run) -> dict[str, Any]:
+    """The same ERP jobs, one after another, on the copy of the seeded data, with no faults."""
+    settings = Settings(
+        database_url=SecretStr(run.clean_info),
+        flow_modules=list(_ERP_FLOWS),
+        report_on_end=False,
+        poll_wait_s=0.2,
+        sweep_interval_s=0.5,
+    )
+    registry = Registry.load(list(_ERP_FLOWS))
+    os.environ["ERP_POSTING_CHUNK_SIZE"] = str(run.cfg.chunk_size)
+    transport = PostgresTransport(settings)
+    worker = Worker(settings, registry, transport=transport, worker_id="clean")
+    thread = threading.Thread(target=worker.run, name="clean-worker", daemon=True)
+    thread.start()
+    try:
+        for flow, params in run.jobs.erp:
+            job = submit(flow, params, settings=settings, registry=registry, publisher=transport)
+            with connect(settings, autocommit=True) as conn:
+                deadline = time.monotonic() + 120
+                while True:
+                    row = conn.execute(
+                        "SELECT status FROM engine_jobs WHERE id = %s", (job.job_id,)
+                    ).fetchone()
+                    if row and row["status"] in ("done", "failed", "cancelled"):
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"clean run: {flow} {params} did not end")
+                    time.sleep(0.05)
+                if row["status"] != "done":
+                    raise RuntimeError(f"clean run: {flow} {params} ended {row['status']}")
+    finally:
+        worker.stop_event.set()
+        thread.join(timeout=30)
+        transport.close()
+    with connect(settings, autocommit=True) as conn:
+        return books.snapshot(conn, [PERIOD, NEXT_PERIOD])
+
+
+def _sqs(run: Run, stack: ExitStack) -> None:
+    from .sqs import moto_queue
+
+    endpoint, queues, env = stack.enter_context(moto_queue(run.seed, run.cfg.visibility_s))
+    run.queue_url, run.dlq_url = queues.url, queues.dlq_url
+    run.sqs_env = {
+        **env,
+        "ENGINE_SQS_QUEUE_URL": queues.url,
+        "ENGINE_SQS_DLQ_URL": queues.dlq_url,
+    }
+    if "sqs_errors" in run.cfg.faults:
+        run.sqs_env["ENGINE_FAULT_SQS_ERRORS"] = str(run.cfg.sqs_error_rate)
+        run.sqs_env["ENGINE_FAULT_SQS_ERRORS_WHILE"] = str(run.sqs_gate)
+    say(f"moto SQS on {endpoint}, queue {queues.name}")
+
+
+def _publisher(run: Run) -> Any:
+    if run.transport == "postgres":
+        return PostgresTransport(run.settings)
+    from engine.transports.sqs import SqsSettings, SqsTransport
+
+    return SqsTransport(SqsSettings(queue_url=run.queue_url, dlq_url=run.dlq_url))
+
+
+def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dict[str, Any]:
+    kinds = schedule(cfg, transport, seed)
+    t0 = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix=f"chaos-{transport}-{seed}-") as tmp,
+        ExitStack() as stack,
+    ):
+        run = Run(cfg, transport, seed, admin, Path(tmp))
+        figures: dict[str, Any] = {}
+        error = ""
+        try:
+            run.setup_databases()
+            if transport == "sqs":
+                _sqs(run, stack)
+            run.publisher = _publisher(run)
+            say(
+                f"{transport} seed {seed}: {len(kinds)} rounds, "
+                f"bound {run.bound_s:g} s, db {run.db}"
+            )
+            run.start_fleet()
+            injector = Injector(run)
+            for round_no, kind in enumerate(kinds):
+                rng = random.Random(f"round:{seed}:{round_no}")
+                run.reap()
+                _erp_round(run, round_no)
+                for _ in range(cfg.jobs_per_round):
+                    run.submit_chaos()
+                fault = injector.inject(kind, round_no, rng)
+                mark = "" if fault.applied else " (not applied)"
+                say(
+                    f"{transport} seed {seed} round {round_no + 1}/{len(kinds)}: "
+                    f"{kind}{mark} {fault.detail}"
+                )
+            figures.update(drain(run))
+            figures.update(oracles.check(run, figures))
+            assert run.fleet is not None
+            run.fleet.stop_all(cfg.shutdown_grace_s + cfg.margin_s + 5)
+            figures["dead_messages"] += _dlq_count(run)
+            with connect(run.settings, autocommit=True) as conn:
+                chaos_books = books.snapshot(conn, [PERIOD, NEXT_PERIOD])
+            diff = books.differences(chaos_books, clean_books(run))
+            figures["books_equal"] = not diff
+            figures["books_diff"] = diff
+        except Exception as exc:  # the harness itself failed: say so, never pass
+            error = f"{type(exc).__name__}: {exc}"
+            say(f"harness error: {error}")
+        finally:
+            if run.fleet is not None:
+                figures.setdefault("worker_hangs", len(run.fleet.hangs))
+                failed_logs = run.fleet.tail() if (error or cfg.verbose) else ""
+                run.fleet.cleanup()
+            else:
+                failed_logs = ""
+            figures["worker_hangs"] = len(run.fleet.hangs) if run.fleet else 0
+            if run.publisher is not None:
+                with contextlib.suppress(Exception):  # closing after a failure
+                    run.publisher.close()
+            if not cfg.keep_db:
+                run.drop_databases()
+            else:
+                say(f"kept databases {run.db} and {run.clean_db}")
+        figures["elapsed_s"] = round(time.monotonic() - t0, 1)
+        line = _line(run, kinds, figures, error)
+        if line["result"] != "pass":
+            tails = run.fleet.tail() if run.fleet is not None else ""
+            say("worker logs (last lines):\n" + (failed_logs or tails))
+        return line
+
+
+def _dlq_count(run: Run) -> int:
+    if run.transport != "sqs" or run.dlq_url is None:
+        return 0
+    from engine.transports.sqs import SqsSettings, sqs_client
+
+    client = sqs_client(SqsSettings(queue_url=run.queue_url))
+    attributes = client.get_queue_attributes(
+        QueueUrl=run.dlq_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return sum(int(v) for v in attributes.values())
+
+
+def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> dict[str, Any]:
+    t = run.tally
+    figures["worker_exits"] = t.worker_exits
+    failed = oracles.failures(figures) if not error else [f"harness error: {error}"]
+    line: dict[str, Any] = {
+        "scenario": f"{run.transport}/seed={run.seed}",
+        "transport": run.transport,
+        "seed": run.seed,
+        "rounds": len(kinds),
+        "kills": t.kills,
+        "pauses": t.pauses,
+        "terms": t.terms,
+        "terminations": t.terminations,
+        "outages": t.outages,
+        "outage_s": round(t.outage_s, 1),
+        "duplicates": t.duplicates,
+        "duplicate_submits": t.duplicate_submits,
+        "sqs_error_windows": t.sqs_error_windows,
+        "rollbacks": t.rollbacks,
+        "deploys": t.deploys,
+        "point_kills": t.point_kills,
+        "submit_kills": t.submit_kills,
+        "term_lasts": t.term_lasts,
+        "faults_not_applied": [f"{f.round + 1}:{f.kind}" for f in run.faults if not f.applied],
+    }
+    keys = [
+        *("reclaims", "fenced", "released", "dead_lettered", "jobs", "done"),
+        *("double_effects", "unfenced", "refused_by_key", "lost", "stranded", "stranded_steps"),
+        *("phantoms", "attempts_over_cap", "attempts_miscounted", "max_attempts_used"),
+        *("refusal_attempts", "dead_messages", "overlapping_jobs", "unbalanced_journals"),
+        *("worker_exits", "worker_hangs", "books_equal", "recovery_samples", "recovery_p95_s"),
+        *("recovery_max_s", "recovery_over_bound", "recovery_unrecovered"),
+    ]
+    line.update({k: figures.get(k) for k in keys})
+    line["bound_s"] = run.bound_s
+    line["bound_terms"] = run.cfg.bound(run.transport)
+    line["drain_s"] = figures.get("drain_s")
+    line["elapsed_s"] = figures.get("elapsed_s")
+    line["result"] = "pass" if not failed else "fail"
+    line["failures"] = failed
+    if failed:
+        line["books_diff"] = figures.get("books_diff", [])
+        line["examples"] = figures.get("examples", {})
+        line["notes"] = run.notes[-10:]
+    line["replay"] = replay_command(run.cfg, run.transport, run.seed)
+    return line
+
+
+def replay_command(cfg: ChaosConfig, transport: str, seed: int) -> str:
+    """The command that runs this scenario again (same schedule; process timing differs)."""
+    default = ChaosConfig()
+    parts = [f"CHAOS_TRANSPORTS={transport}", f"CHAOS_SEED={seed}", "CHAOS_SCENARIOS=1"]
+    for name, value in cfg.__dict__.items():
+        if name in ("transports", "seed", "scenarios", "extra", "verbose", "keep_db"):
+            continue
+        if value != getattr(default, name):
+            shown = ",".join(value) if isinstance(value, tuple) else value
+            parts.append(f"CHAOS_{name.upper()}={shown}")
+    if cfg.rounds == default.rounds:
+        parts.append(f"CHAOS_ROUNDS={cfg.rounds}")
+    return " ".join(parts) + " make chaos"
