@@ -263,14 +263,21 @@ class Injector:
     def _point_kill(self, fault: Fault, rng: random.Random) -> Fault:
         """A worker that SIGKILLs itself the first time it passes a named fault point."""
         run = self.run
-        point = rng.choice(_WORKER_POINTS)
+        # the PostgreSQL queue publishes inside the checkpoint's commit: only the SQS
+        # path relays after it (engine submit's after_publish is in submit_kill)
+        points = _WORKER_POINTS if run.transport == "sqs" else _WORKER_POINTS[:3]
+        point = rng.choice(points)
         proc = self.fleet.spawn(f"point:{point}", ENGINE_FAULTS=f"{point}=kill")
         proc.signalled = f"fault point {point}"  # its death is planned, not an exit
         fault.victim = proc.name
         run.wait_up(proc)
-        for _ in range(2):  # work arriving while it is up, so that it reaches the point
-            run.submit_chaos()
-        if not self.fleet.wait_exit(proc, run.bound_s + 10):
+        # work keeps arriving while it is up (each job fans out: its first checkpoint
+        # publishes), so that it reaches the point; the bound caps the wait
+        deadline = time.monotonic() + run.bound_s + 10
+        while proc.alive and time.monotonic() < deadline:
+            run.submit_chaos(fan=3)
+            run.wait_for(lambda: not proc.alive, 1.0)
+        if proc.alive:
             fault.applied = False
             fault.detail = f"{proc.name}: {point} not reached"
             self.fleet.signal(proc, signal.SIGTERM)

@@ -26,8 +26,8 @@ def _one(run: Run, name: str, **params: Any) -> dict[str, Any]:
     return run.q(name, **params)[0]
 
 
-def recovery(run: Run) -> tuple[list[float], int]:
-    """The recovery samples (seconds) and how many affected step runs never ended."""
+def recovery(run: Run) -> tuple[list[tuple[float, str]], int]:
+    """The recovery samples (seconds, which fault and step run) and how many never ended."""
     faults = [f for f in run.faults if f.applied and f.origin is not None and f.affected]
     ids = sorted({s for f in faults for s, _ in f.affected})
     if not ids:
@@ -37,7 +37,7 @@ def recovery(run: Run) -> tuple[list[float], int]:
     for f in faults:
         for s, _ in f.affected:
             hits.setdefault(s, []).append(f.start)
-    samples: list[float] = []
+    samples: list[tuple[float, str]] = []
     unrecovered = 0
     for f in faults:
         assert f.origin is not None and f.start is not None
@@ -52,7 +52,8 @@ def recovery(run: Run) -> tuple[list[float], int]:
             end = min(t for t in (finished, cut) if t is not None)
             if finished is not None and finished <= f.origin and (cut is None or finished <= cut):
                 continue  # it had ended before the fault took hold: nothing to recover
-            samples.append(max(0.0, (end - f.origin).total_seconds()))
+            what = f"round {f.round + 1} {f.kind} {f.victim or ''}: {row['step'] if row else s}"
+            samples.append((max(0.0, (end - f.origin).total_seconds()), what))
     return samples, unrecovered
 
 
@@ -97,7 +98,8 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
         refusal = _one(run, "oracle_refusal_attempts", workers=list(workers), flows=list(flows))[
             "claims"
         ]
-    samples, unrecovered = recovery(run)
+    timed, unrecovered = recovery(run)
+    samples = [t for t, _ in timed]
     return {
         "jobs": len(jobs),
         "done": sum(1 for j in jobs if j["status"] == "done"),
@@ -130,6 +132,7 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
         "recovery_max_s": percentile(samples, 1.0),
         "recovery_over_bound": sum(1 for s in samples if s > run.bound_s),
         "recovery_unrecovered": unrecovered,
+        "slowest_recoveries": [f"{t:.1f} s {what}" for t, what in sorted(timed)[::-1][:3]],
         "examples": {
             "lost": [f"{j['flow']} {j['params']} {j['status']}: {j['error']}" for j in ended_badly][
                 :3

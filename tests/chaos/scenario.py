@@ -109,7 +109,8 @@ def clean_books(run: Run) -> dict[str, Any]:
         sweep_interval_s=0.5,
     )
     registry = Registry.load(list(_ERP_FLOWS))
-    os.environ["ERP_POSTING_CHUNK_SIZE"] = str(run.cfg.chunk_size)
+    saved_chunk = os.environ.get("ERP_POSTING_CHUNK_SIZE")
+    os.environ["ERP_POSTING_CHUNK_SIZE"] = str(run.cfg.chunk_size)  # as the chaos workers
     transport = PostgresTransport(settings)
     worker = Worker(settings, registry, transport=transport, worker_id="clean")
     thread = threading.Thread(target=worker.run, name="clean-worker", daemon=True)
@@ -134,6 +135,10 @@ def clean_books(run: Run) -> dict[str, Any]:
         worker.stop_event.set()
         thread.join(timeout=30)
         transport.close()
+        if saved_chunk is None:
+            os.environ.pop("ERP_POSTING_CHUNK_SIZE", None)
+        else:
+            os.environ["ERP_POSTING_CHUNK_SIZE"] = saved_chunk
     with connect(settings, autocommit=True) as conn:
         return books.snapshot(conn, [PERIOD, NEXT_PERIOD])
 
@@ -287,6 +292,7 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
     if failed:
         line["books_diff"] = figures.get("books_diff", [])
         line["examples"] = figures.get("examples", {})
+        line["slowest_recoveries"] = figures.get("slowest_recoveries", [])
         line["notes"] = run.notes[-10:]
     line["replay"] = replay_command(run.cfg, run.transport, run.seed)
     return line
