@@ -23,7 +23,7 @@ import psycopg
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential_jitter
 
 from engine.config import mask_url
-from engine.errors import DatabaseUnavailable
+from engine.errors import ConfigError, DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,13 @@ def is_outage(exc: BaseException) -> bool:
                 return True
             if state.startswith("57") and state != _QUERY_CANCELED:
                 return True
-        current = current.__cause__ or current.__context__
+        if isinstance(current, ConfigError):
+            return False  # a refused role or a bad setting: waiting will not fix it
+        # follow what the error was raised from; `raise ... from None` ends the chain
+        if current.__cause__ is not None:
+            current = current.__cause__
+        else:
+            current = None if current.__suppress_context__ else current.__context__
     return False
 
 
@@ -105,8 +111,8 @@ class Outage:
             wait=wait_exponential_jitter(
                 multiplier=self._initial_s, max=self._backoff_max_s, jitter=self._initial_s
             ),
-            retry=retry_if_exception(lambda _exc: not stop.is_set()),
-            sleep=lambda seconds: None if stop.wait(seconds) else None,
+            retry=retry_if_exception(lambda exc: is_outage(exc) and not stop.is_set()),
+            sleep=_sleeper(stop),
             before_sleep=counted,
             reraise=True,
         )
@@ -118,7 +124,16 @@ class Outage:
                     probe()
         except Exception as exc:
             if not is_outage(exc):
-                log.warning("database probe failed: %s", mask_url(str(exc)).strip()[:300])
+                raise  # a refused role or a bad setting: waiting will not fix it
             return False
         self.recovered()
         return True
+
+
+def _sleeper(stop: threading.Event) -> Callable[[float], None]:
+    """tenacity's sleep, cut short when ``stop`` is set."""
+
+    def sleep(seconds: float) -> None:
+        stop.wait(seconds)
+
+    return sleep

@@ -281,6 +281,8 @@ class Worker:
                 self._probe()
                 return True
             except Exception as exc:
+                if not is_outage(exc):
+                    raise  # a refused role or a bad setting: exit with its message
                 self.outage.failed(exc, where)
         return self.outage.wait(self._probe, self.stop_event)
 

@@ -106,10 +106,7 @@ def test_worker_process__a_role_the_server_lacks_stops_it_with_a_message_naming_
     stderr = worker.stderr.read()
     assert "refused role 'engine_no_such_role'" in stderr
     assert "engine migrate" in stderr and "ENGINE_WORKER_ROLE" in stderr
-    if returncode is None:
-        # engine/worker.py waits out every start-up failure as an outage; a
-        # ConfigError should end the worker instead (exit 3)
-        pytest.xfail("the worker waits out a refused role as if it were an outage")
+    # a ConfigError is not an outage: the worker exits (3) rather than wait
     assert returncode == 3
 
 
