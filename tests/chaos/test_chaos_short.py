@@ -20,8 +20,8 @@ pytestmark = pytest.mark.acceptance
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 KINDS = {
-    "postgres": "kill,pause,term,outage,rollback,submit_kill",
-    "sqs": "terminate,duplicate,sqs_errors,deploy,point_kill,term_last",
+    "postgres": "kill,pause,outage,rollback,submit_kill,point_kill",
+    "sqs": "term,terminate,duplicate,sqs_errors,deploy,term_last",
 }
 
 
