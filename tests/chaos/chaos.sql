@@ -145,14 +145,16 @@ FROM engine_step_runs AS s
 JOIN engine_jobs AS j ON j.id = s.job_id;
 
 -- oracle_attempts --
--- Oracle 6: attempts go up by exactly one per claim (claimed and reclaimed events) and never pass the cap.
+-- Oracle 6: attempts go up by exactly one per claim (claimed and reclaimed events), come back only with a recorded release (invariant 14), and never pass the cap.
 SELECT count(*) FILTER (WHERE s.attempts > s.max_attempts) AS over_cap,
-       count(*) FILTER (WHERE s.attempts <> c.claims) AS miscounted,
+       count(*) FILTER (WHERE s.attempts <> c.claims - c.released) AS miscounted,
        coalesce(max(s.attempts), 0) AS max_used
 FROM engine_step_runs AS s
 CROSS JOIN LATERAL (
-    SELECT count(*) AS claims FROM engine_events AS v
-    WHERE v.step_run_id = s.id AND v.kind IN ('claimed', 'reclaimed')
+    SELECT count(*) FILTER (WHERE v.kind IN ('claimed', 'reclaimed')) AS claims,
+           count(*) FILTER (WHERE v.kind = 'released') AS released
+    FROM engine_events AS v
+    WHERE v.step_run_id = s.id
 ) AS c;
 
 -- oracle_events --

@@ -291,25 +291,34 @@ class Injector:
         return fault
 
     def _submit_kill(self, fault: Fault, rng: random.Random) -> Fault:
-        """``engine submit`` killed after its commit: before publishing, or before marking."""
+        """``engine submit`` killed after its commit: before publishing, or before marking.
+
+        A submit that publishes inside its own transaction (the PostgreSQL queue)
+        never passes ``after_publish``; it then goes again with ``after_submit_commit``.
+        """
         run = self.run
-        point = rng.choice(_SUBMIT_POINTS)
-        n = run.jobs.new_n()
-        args = ["chaos", "--json"]
-        for key, value in run.chaos_params(n).items():
-            args += [f"--{key.replace('_', '-')}", str(value)]
-        env = {**run.child_env(), "ENGINE_FAULTS": f"{point}=kill"}
-        code, output = run_submit(env, args, run.logdir, f"submit-{n}")
-        if code in (0, -signal.SIGKILL):
-            run.jobs.committed_ns.add(n)  # both points come after the commit
-        else:
-            run.jobs.ambiguous_ns.add(n)
-            run.notes.append(f"engine submit of job {n} exited {code}: {output[-300:]}")
-        if code == -signal.SIGKILL:
-            run.tally.kills += 1
-            run.tally.submit_kills += 1
+        points = list(_SUBMIT_POINTS)
+        rng.shuffle(points)
+        tried = []
+        for point in points:
+            n = run.jobs.new_n()
+            args = ["chaos", "--json"]
+            for key, value in run.chaos_params(n).items():
+                args += [f"--{key.replace('_', '-')}", str(value)]
+            env = {**run.child_env(), "ENGINE_FAULTS": f"{point}=kill"}
+            code, output = run_submit(env, args, run.logdir, f"submit-{n}")
+            if code in (0, -signal.SIGKILL):
+                run.jobs.committed_ns.add(n)  # both points come after the commit
+            else:
+                run.jobs.ambiguous_ns.add(n)
+                run.notes.append(f"engine submit of job {n} exited {code}: {output[-300:]}")
+            tried.append(f"job {n} with {point}=kill: exit {code}")
+            if code == -signal.SIGKILL:
+                run.tally.kills += 1
+                run.tally.submit_kills += 1
+                break
         fault.start = run.clock()
-        fault.detail = f"engine submit of job {n} with {point}=kill: exit {code}"
+        fault.detail = "engine submit of " + "; ".join(tried)
         fault.applied = code == -signal.SIGKILL
         return fault
 

@@ -154,7 +154,7 @@ MUST_BE_ZERO = {
     "refused_by_key": "no double effect (none refused by a unique key)",
     "unbalanced_journals": "balanced books",
     "attempts_over_cap": "attempts within the cap",
-    "attempts_miscounted": "attempts go up by one per claim",
+    "attempts_miscounted": "attempts = claims - recorded releases",
     "refusal_attempts": "a refusal costs no attempt",
     "dead_messages": "no message burned into a dead-letter queue",
     "overlapping_jobs": "one active job per fingerprint",
