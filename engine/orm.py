@@ -9,7 +9,8 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import NullPool
 
 from engine import db
-from engine.config import Settings
+from engine.config import Settings, mask_url
+from engine.errors import DatabaseUnavailable
 
 
 def sqlalchemy_engine(settings: Settings, **kwargs: Any) -> Engine:
@@ -21,7 +22,14 @@ def sqlalchemy_engine(settings: Settings, **kwargs: Any) -> Engine:
     info = db.conninfo(settings)
 
     def creator() -> psycopg.Connection[Any]:
-        return psycopg.connect(info, connect_timeout=settings.connect_timeout_s)
+        try:
+            return psycopg.connect(info, connect_timeout=settings.connect_timeout_s)
+        except psycopg.OperationalError as exc:
+            # the CLI exits 3 for it, like every other unreachable-database error
+            raise DatabaseUnavailable(
+                f"cannot connect to PostgreSQL at {settings.masked_database_url()}: "
+                f"{mask_url(str(exc)).strip()}"
+            ) from None
 
     kwargs.setdefault("poolclass", NullPool)
     return create_engine("postgresql+psycopg://", creator=creator, **kwargs)
