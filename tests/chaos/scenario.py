@@ -214,13 +214,13 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
             error = f"{type(exc).__name__}: {exc}"
             say(f"harness error: {error}")
         finally:
+            failed_logs = ""
             if run.fleet is not None:
-                figures.setdefault("worker_hangs", len(run.fleet.hangs))
                 failed_logs = run.fleet.tail() if (error or cfg.verbose) else ""
                 run.fleet.cleanup()
-            else:
-                failed_logs = ""
             figures["worker_hangs"] = len(run.fleet.hangs) if run.fleet else 0
+            with contextlib.suppress(Exception):  # an outage cut short by a harness error
+                run.allow_connections(True)
             if run.publisher is not None:
                 with contextlib.suppress(Exception):  # closing after a failure
                     run.publisher.close()
