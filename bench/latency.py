@@ -29,7 +29,6 @@ import contextlib
 import datetime as dt
 import itertools
 import json
-import logging
 import os
 import random
 import time
@@ -246,20 +245,10 @@ def run_postgres(n: int, timeout_s: float) -> None:
 
 
 def run_sqs(n: int, timeout_s: float) -> None:
-    from moto.server import ThreadedMotoServer
-
-    from bench.sqs import AWS_ENV, _speed_up_moto
+    from bench.sqs import AWS_ENV, moto_server
     from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    _speed_up_moto()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    saved = {k: os.environ.get(k) for k in [*AWS_ENV, "AWS_ENDPOINT_URL"]}
-    try:
-        _, port = server.get_host_and_port()
-        endpoint = f"http://127.0.0.1:{port}"
-        os.environ.update(AWS_ENV, AWS_ENDPOINT_URL=endpoint)
+    with moto_server() as endpoint:
         queues = create_queues(SqsSettings(), visibility_s=120, name="engine-bench-latency")
         info = fresh_database()
         publisher = SqsTransport(SqsSettings(queue_url=queues.url))
@@ -273,13 +262,6 @@ def run_sqs(n: int, timeout_s: float) -> None:
             measure("sqs", info, publisher, n, timeout_s, env)
         finally:
             publisher.close()
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def run() -> None:

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -84,14 +86,11 @@ def _submit(info: str, queue_url: str, jobs: int) -> None:
         publisher.close()
 
 
-def run() -> None:
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """moto's SQS server on 127.0.0.1, boto3 pointed at it (the environment restored after)."""
     from moto.server import ThreadedMotoServer
 
-    jobs = env_int("BENCH_SQS_JOBS", 500)
-    procs = env_int("BENCH_SQS_PROCS", 2)
-    concurrency = env_int("BENCH_SQS_CONCURRENCY", 4)
-    timeout_s = env_float("BENCH_SQS_TIMEOUT_S", 300)
-    bench = f"sqs/procs={procs},concurrency={concurrency}"
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     _speed_up_moto()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -99,28 +98,9 @@ def run() -> None:
     saved = {k: os.environ.get(k) for k in [*AWS_ENV, "AWS_ENDPOINT_URL"]}
     try:
         _, port = server.get_host_and_port()
-        os.environ.update(AWS_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-        queues = create_queues(SqsSettings(), visibility_s=120, name="engine-bench")
-        info = fresh_database()
-        _submit(info, queues.url, jobs)
-        log(f"{bench}: draining {jobs} jobs through moto on 127.0.0.1:{port} ...")
-        counts, done = _drain(info, queues.url, jobs, procs, concurrency, timeout_s, bench)
-        with psycopg.connect(info, autocommit=True) as conn:
-            elapsed = conn.execute(ELAPSED).fetchone()[0]  # type: ignore[index]
-        steps = STEPS_PER_JOB * done
-        rate = steps / elapsed if elapsed else None
-        emit(bench, "steps_per_s", rate, "steps/s")
-        emit(bench, "jobs_done", done, "jobs")
-        if steps:
-            budget = 0
-            for name, operations in COUNTED.items():
-                n = sum(counts.get(op, 0) for op in operations)
-                emit(bench, f"{name}_calls_per_step", n / steps, "calls/step")
-                budget += n if name != "send" else 0
-            emit(bench, "receive_delete_visibility_calls_per_step", budget / steps, "calls/step")
-            emit(bench, "all_calls_per_step", sum(counts.values()) / steps, "calls/step")
-        calls = dict(sorted(counts.items()))
-        log(f"{bench}: {steps} steps in {elapsed or 0:.2f} s; SQS calls {calls}")
+        endpoint = f"http://127.0.0.1:{port}"
+        os.environ.update(AWS_ENV, AWS_ENDPOINT_URL=endpoint)
+        yield endpoint
     finally:
         server.stop()
         for key, value in saved.items():
@@ -128,6 +108,40 @@ def run() -> None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def run() -> None:
+    jobs = env_int("BENCH_SQS_JOBS", 500)
+    procs = env_int("BENCH_SQS_PROCS", 2)
+    concurrency = env_int("BENCH_SQS_CONCURRENCY", 4)
+    timeout_s = env_float("BENCH_SQS_TIMEOUT_S", 300)
+    bench = f"sqs/procs={procs},concurrency={concurrency}"
+    try:
+        with moto_server() as endpoint:
+            queues = create_queues(SqsSettings(), visibility_s=120, name="engine-bench")
+            info = fresh_database()
+            _submit(info, queues.url, jobs)
+            log(f"{bench}: draining {jobs} jobs through moto at {endpoint} ...")
+            counts, done = _drain(info, queues.url, jobs, procs, concurrency, timeout_s, bench)
+            with psycopg.connect(info, autocommit=True) as conn:
+                elapsed = conn.execute(ELAPSED).fetchone()[0]  # type: ignore[index]
+            steps = STEPS_PER_JOB * done
+            rate = steps / elapsed if elapsed else None
+            emit(bench, "steps_per_s", rate, "steps/s")
+            emit(bench, "jobs_done", done, "jobs")
+            if steps:
+                budget = 0
+                for name, operations in COUNTED.items():
+                    n = sum(counts.get(op, 0) for op in operations)
+                    emit(bench, f"{name}_calls_per_step", n / steps, "calls/step")
+                    budget += n if name != "send" else 0
+                emit(
+                    bench, "receive_delete_visibility_calls_per_step", budget / steps, "calls/step"
+                )
+                emit(bench, "all_calls_per_step", sum(counts.values()) / steps, "calls/step")
+            calls = dict(sorted(counts.items()))
+            log(f"{bench}: {steps} steps in {elapsed or 0:.2f} s; SQS calls {calls}")
+    finally:
         drop_database()
 
 
