@@ -11,7 +11,10 @@ Actions:
 
 - ``kill``: SIGKILL this process at that point (a crash);
 - ``raise``: raise :class:`FaultInjected` there (an unexpected error);
-- ``pause``: sleep ``ENGINE_FAULT_PAUSE_S`` seconds (default 3) in that thread.
+- ``pause``: sleep ``ENGINE_FAULT_PAUSE_S`` seconds (default 3) in that thread;
+- ``stop``: SIGSTOP this process there (a frozen VM, a stalled container): it
+  holds its sockets and its open transaction until someone sends SIGCONT or
+  SIGKILL.
 
 The points, in the order a step run meets them:
 
@@ -46,7 +49,7 @@ from typing import Any
 POINTS = frozenset(
     {"after_claim", "before_commit", "after_commit", "after_submit_commit", "after_publish"}
 )
-ACTIONS = frozenset({"kill", "raise", "pause"})
+ACTIONS = frozenset({"kill", "raise", "pause", "stop"})
 
 
 class FaultInjected(Exception):
@@ -100,6 +103,8 @@ def hit(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "raise":
         raise FaultInjected(f"fault injected at {point}")
+    elif action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
     else:
         time.sleep(float(os.environ.get("ENGINE_FAULT_PAUSE_S", "3")))
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg import ClientCursor
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -269,9 +270,18 @@ def checkpoint_put_if_leased(
 ) -> Checkpointed | None:
     """Lock the job, store the output and mark done; ``None``: the lease was lost (roll back).
 
-    Two statements in one round trip (pipeline): the guarded checkpoint, then
-    the step counts of the job, in a snapshot taken after the lock was granted.
-    ``begin``, when given, opens the caller's transaction in that same round trip.
+    Two statements in one message and one round trip: the guarded checkpoint,
+    then the step counts of the job, in a snapshot taken after the lock was
+    granted (each statement of a simple query has its own snapshot). ``begin``,
+    when given, opens the caller's transaction first.
+
+    Not a pipeline: psycopg flushes each pipelined statement and ends the
+    pipeline with a Flush after its Sync, and PostgreSQL arms
+    ``idle_in_transaction_session_timeout`` only on a Sync or a whole query.
+    A worker frozen (SIGSTOP, a stalled VM) after a pipelined checkpoint kept
+    its session "active" or idle with no timer, holding the job's row lock
+    until the process died; one simple-query message either arrives whole or
+    not at all, and ends with the server idle in transaction, timer armed.
     """
     params = {
         "id": step_run_id,
@@ -281,17 +291,16 @@ def checkpoint_put_if_leased(
         "worker": worker,
         "with_output": with_output,
     }
-    with (
-        conn.pipeline(),
-        conn.cursor(row_factory=dict_row) as put,
-        conn.cursor(row_factory=dict_row) as counted,
-    ):
-        if begin is not None:
-            begin()
-        put.execute(_q["checkpoint_put_if_leased"], params)
-        counted.execute(_q["step_counts_by_job"], {"job_id": job_id})
-        row = _first(put)
-        counts = {r["step"]: StepCounts(r["total"], r["done"]) for r in counted.fetchall()}
+    if begin is not None:
+        begin()
+    with ClientCursor(conn, row_factory=dict_row) as cur:
+        cur.execute(
+            f"{_q['checkpoint_put_if_leased'].rstrip().rstrip(';')};\n{_q['step_counts_by_job']}",
+            params,
+        )
+        row = _first(cur)
+        cur.nextset()
+        counts = {r["step"]: StepCounts(r["total"], r["done"]) for r in cur.fetchall()}
     if row is None or not row["checkpointed"]:
         return None
     return Checkpointed(str(row["job_status"]), counts, row["output"])

@@ -63,6 +63,15 @@ SELECT count(pg_terminate_backend(pid)) AS terminated
 FROM pg_stat_activity
 WHERE datname = %(db)s AND application_name = %(app)s;
 
+-- sessions_select_by_app --
+-- What one worker's sessions are doing: for a pause that outlived the bound.
+SELECT state, wait_event_type, wait_event,
+       round(extract(epoch FROM now() - state_change)::numeric, 1) AS in_state_s,
+       left(regexp_replace(query, '\s+', ' ', 'g'), 120) AS query
+FROM pg_stat_activity
+WHERE datname = %(db)s AND application_name = %(app)s
+ORDER BY state_change;
+
 -- sessions_terminate_all --
 -- The outage: every session of the database, workers and harness alike.
 SELECT count(pg_terminate_backend(pid)) AS terminated

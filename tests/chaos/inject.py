@@ -129,7 +129,17 @@ class Injector:
             return all(r["status"] != "running" or r["attempts"] > held[r["id"]] for r in rows)
 
         if not self.run.wait_for(taken_over, self.run.bound_s):
-            self.run.notes.append(f"pause of {proc.name}: not taken over within the bound")
+            sessions = self.run.admin_q(
+                "sessions_select_by_app", db=self.run.db, app=f"chaos:{proc.name}"
+            )
+            self.run.notes.append(
+                f"pause of {proc.name}: not taken over within the bound; its sessions: "
+                + "; ".join(
+                    f"{s['state']} {s['in_state_s']} s"
+                    f" (wait {s['wait_event_type']}/{s['wait_event']}) {s['query']}"
+                    for s in sessions
+                )
+            )
         fault.detail += f", stopped {time.monotonic() - started:.1f} s"
         self.fleet.signal(proc, signal.SIGCONT)
         return fault

@@ -20,6 +20,8 @@ from harness import (
     flows_registry,
     job_status,
     run_of,
+    start_worker_process,
+    stop_process,
     thread_worker,
     wait_job_ended,
     wait_until,
@@ -558,3 +560,37 @@ def test_eager__a_successor_whose_lease_lapsed_during_the_delete_does_not_start(
     ).fetchone()
     assert ran == {"n": 0}
     assert not hold.with_suffix(".started").exists(), "the slot never started b"
+
+
+# -- 12. a frozen worker's transaction does not outlive the idle timeout ---------------
+
+
+def _process_state(pid: int) -> str:
+    """The one-letter state of a process (``T``: stopped)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_frozen_worker__stopped_after_its_checkpoint_does_not_hold_the_job_lock(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # A worker frozen (SIGSTOP) between its checkpoint and its COMMIT holds the
+    # job row lock; the server must end its idle transaction so that another
+    # worker can reclaim the step and finish the job. A checkpoint sent as a
+    # psycopg pipeline left the session without the idle-in-transaction timer
+    # (the pipeline's trailing Flush disarms it), so the lock stayed forever.
+    frozen_settings = {"lease_s": 2.0, "heartbeat_s": 0.5, "idle_in_transaction_timeout_s": 1.0}
+    job = submit("chain", {}, settings=fast, registry=flows_registry())
+    frozen = start_worker_process(
+        fast, faults="before_commit=stop", concurrency=1, **frozen_settings
+    )
+    try:
+        wait_until(lambda: _process_state(frozen.pid) == "T", what="the worker to freeze")
+        assert job_status(conn, job.job_id) == "running"
+        with thread_worker(fast_settings(fast, **frozen_settings)):
+            assert wait_job_ended(conn, job.job_id, timeout=60) == "done"
+    finally:
+        stop_process(frozen)
+    assert conn.execute(
+        "SELECT count(*) AS n FROM test_effects WHERE job_id = %s", (job.job_id,)
+    ).fetchone() == {"n": 3}
