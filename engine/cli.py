@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from rich.console import Console
 from rich.table import Table
 
@@ -122,6 +122,11 @@ def main(log_level: str) -> None:
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # every command's log lines, botocore's DEBUG requests included, are masked
+    url = os.environ.get("ENGINE_DATABASE_URL")
+    secrets = SecretsFilter(SecretStr(url) if url else None)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(secrets)
 
 
 @main.command()
@@ -417,9 +422,6 @@ def worker(concurrency: int | None, transport: str | None) -> None:
     if state.settings.worker_role:
         updates["session_role"] = state.settings.worker_role
     settings = state.settings.model_copy(update=updates)
-    secrets = SecretsFilter(settings.database_url)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(secrets)
     w = Worker(settings, state.registry)
     w.install_signal_handlers()
     role = f"role {settings.session_role}" if settings.session_role else "the login's role"

@@ -207,7 +207,7 @@ class StepRunner:
         except (UnknownFlow, KeyError) as exc:
             # a worker deployed without this flow must not hold it: give it back
             log.error("cannot run %s/%s here: %s", claimed.flow, claimed.step, exc)
-            self.give_back(claimed, receipt)
+            self.give_back(claimed, receipt, reason=f"flow or step not registered here: {exc}")
             return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
         lease = Lease(claimed, receipt)
         self.current = lease
@@ -227,17 +227,23 @@ class StepRunner:
         claimed: Claimed,
         receipt: str | None,
         conn: psycopg.Connection[Any] | None = None,
+        *,
+        reason: str,
     ) -> bool:
         """Release the lease at once and make the step run visible to other workers.
 
-        A delivery is released; an eager successor, which has none, is
-        announced with a new message. ``False``: the lease was lost already.
+        The release and its ``released`` event (with ``reason``) commit
+        together. A delivery is released; an eager successor, which has none,
+        is announced with a new message. ``False``: the lease was lost already.
         """
         conn = conn if conn is not None else self.conn
         with conn.transaction():
             # the attempt comes back with the lease: giving back is not the step's fault
             if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
                 return False
+            job_store.step_event_insert(
+                conn, EventKind.RELEASED, claimed, worker=self.worker, detail={"reason": reason}
+            )
         if receipt is not None:
             self.transport.release([receipt])
         else:

@@ -31,12 +31,10 @@ from engine.alerts import AlertSink, log_alert
 from engine.config import Settings
 from engine.errors import ConfigError
 from engine.heartbeat import Heartbeat
-from engine.models import EventKind
 from engine.outage import Outage, is_outage
 from engine.outbox import RelayListener
 from engine.registry import Registry
 from engine.runner import Outcome, StepRunner
-from engine.store import jobs as job_store
 from engine.sweeper import Sweeper
 from engine.transports import transport_for
 from engine.transports.base import Received, Transport
@@ -386,14 +384,9 @@ class Worker:
                     continue
                 claimed = lease.claimed
                 lease.stop.set("worker shutting down")
-                if runner.give_back(claimed, lease.receipt, conn):
-                    job_store.step_event_insert(
-                        conn,
-                        EventKind.RELEASED,
-                        claimed,
-                        worker=slot.name,
-                        detail={"reason": "shutdown grace period over"},
-                    )
+                if runner.give_back(
+                    claimed, lease.receipt, conn, reason="shutdown grace period over"
+                ):
                     log.warning("released step run %s at shutdown", claimed.id)
 
 

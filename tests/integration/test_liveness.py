@@ -29,15 +29,18 @@ from harness import (
 from psycopg import sql
 
 from engine import admin, db, submit
+from engine.alerts import log_alert
 from engine.config import Settings
 from engine.errors import BadInput
+from engine.heartbeat import Heartbeat
 from engine.messages import StepMessage
 from engine.registry import Registry
-from engine.runner import claim
+from engine.runner import StepRunner, claim
 from engine.store import step_runs as store
 from engine.store.step_runs import Claimed, ClaimRefused
 from engine.sweeper import Sweeper
 from engine.transports.postgres import PostgresTransport
+from engine.worker import connect_worker
 
 
 @pytest.fixture
@@ -153,6 +156,42 @@ def test_refusal__a_job_of_another_flow_version_is_not_claimed(
         refused = claim(c, message_for(conn, job.job_id, "a"), "w", 30, ALL)
     assert refused == ClaimRefused("not_runnable")
     assert run_of(conn, job.job_id, "a")["attempts"] == 0
+
+
+def test_refusal__a_claimed_step_this_worker_cannot_run_is_given_back_and_logged(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # the claim passed (the flow's name and version are loaded) but the runner
+    # finds no such step: a code mismatch inside one version. The lease goes
+    # back with its attempt, and the event log says so.
+    job = submit("chain", {}, settings=fast, registry=flows_registry())
+    transport = PostgresTransport(fast)
+    heartbeat = Heartbeat(fast, transport, "slot")
+    worker_conn = connect_worker(fast)
+    worker_conn.autocommit = True
+    try:
+        runner = StepRunner(
+            settings=fast,
+            registry=Registry([testflows.fan]),
+            transport=transport,
+            worker="slot",
+            conn=worker_conn,
+            heartbeat=heartbeat,
+            alert=log_alert,
+            may_continue=lambda: False,
+        )
+        runner.runnable = ALL  # as if `chain` of this version were loaded
+        [received] = transport.receive(1, 30, 1)
+        assert runner.handle(received).kind == "refused"
+    finally:
+        heartbeat.close()
+        worker_conn.close()
+        transport.close()
+    a = run_of(conn, job.job_id, "a")
+    assert (a["status"], a["attempts"], a["lease_owner"]) == ("pending", 0, None)
+    [released] = events(conn, job.job_id, "released")
+    assert released["worker"] == "slot"
+    assert "not registered" in released["detail"]["reason"]
 
 
 # -- 4. a stale attempt decides nothing ------------------------------------------------

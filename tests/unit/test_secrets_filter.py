@@ -61,3 +61,33 @@ def test_secrets_filter__messages_arguments_and_tracebacks(
     for secret in ("AKIDFROMTHEENV", "secret/from+the=env", "p@ss-word", "p%40ss-word"):
         assert secret not in text
     assert "step failed" in text and "RuntimeError" in text and text.count("***") >= 5
+
+
+def test_every_cli_command_masks_its_log_lines() -> None:
+    # not only `engine worker`: any command (here `flows`) whose code logs a
+    # secret, as botocore does at DEBUG, writes it masked
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import logging, sys\n"
+        "from engine.cli import main\n"
+        "try:\n"
+        "    main(['--log-level', 'DEBUG', 'flows'], standalone_mode=False)\n"
+        "finally:\n"
+        "    logging.getLogger('botocore').debug('Credential=AKIDFROMTHEENV/x password=pw-9z8y')\n"
+    )
+    root = Path(__file__).resolve().parent.parent.parent
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "AKIDFROMTHEENV",
+        "ENGINE_DATABASE_URL": "postgresql://erp:pw-9z8y@127.0.0.1:1/erp",
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests" / "support")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert "Credential=" in done.stderr, done.stderr[-2000:]
+    assert "AKIDFROMTHEENV" not in done.stderr and "pw-9z8y" not in done.stderr
