@@ -13,10 +13,10 @@ from typing import Any
 import psycopg
 
 from engine import db
+from engine.announce import announce
 from engine.config import Settings
 from engine.errors import BadInput
 from engine.models import EventKind
-from engine.outbox import relay
 from engine.store import admin as store
 from engine.store import jobs as job_store
 from engine.store import step_runs as step_store
@@ -71,11 +71,13 @@ def retry_job(
                 raise BadInput(
                     f"job {job_id} is {status}; only failed or cancelled jobs can be retried"
                 )
-            outbox_ids = step_store.outbox_insert_many(conn, reopened)
+            announced = announce(
+                conn, transport, outbox_ids=step_store.outbox_insert_many(conn, reopened)
+            )
             job_store.event_insert(
                 conn, EventKind.REPLAYED, job_id=job_id, detail={"step_runs": len(reopened)}
             )
-        relay(conn, transport, ids=outbox_ids)
+        announced.publish_after_commit(conn)
     return Reopened(job_id, len(reopened))
 
 

@@ -22,6 +22,7 @@ import psycopg
 from engine.config import Settings
 from engine.fingerprint import step_fingerprint
 from engine.flow import Flow, Step
+from engine.inputs import Outputs, raw_inputs, upstream_outputs
 from engine.store import jobs as job_store
 from engine.store import step_runs as store
 
@@ -30,9 +31,6 @@ from engine.store import step_runs as store
 class Scheduled:
     runs: list[job_store.NewStepRun]  # to insert in the checkpoint's transaction
     job_complete: bool
-
-
-Outputs = dict[str, list[tuple[str, Any]]]
 
 
 def max_attempts_for(step: Step, settings: Settings) -> int:
@@ -89,16 +87,8 @@ def _expand(
     settings: Settings,
     known: Outputs,
 ) -> list[job_store.NewStepRun]:
-    missing = [s for s in step.after if s not in known]
-    outputs = {**known, **store.step_outputs_select(conn, job_id, missing)} if missing else known
-    shared: dict[str, Any] = {}
-    for param, source in step.inputs.items():
-        if source.kind == "params":
-            shared[param] = params_json
-        elif source.kind == "upstream" and source.step is not None:
-            shared[param] = outputs[source.step][0][1]
-        elif source.kind == "gather" and source.step is not None:
-            shared[param] = [out for _, out in outputs[source.step]]
+    outputs = upstream_outputs(conn, job_id, step.after, known)
+    shared = raw_inputs(step, params_json, outputs)
     if step.map_over is None:
         return [_new_run(step, job_id, "", shared, None, settings)]
     items = outputs[step.map_over.step][0][1][step.map_over.field]

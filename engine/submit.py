@@ -20,19 +20,17 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import db, faults
+from engine.announce import Announced, announce
 from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters
 from engine.fingerprint import job_fingerprint
 from engine.flow import Flow
-from engine.messages import StepMessage
 from engine.models import EventKind, JobStatus
-from engine.outbox import Publisher, relay
+from engine.outbox import Publisher
 from engine.registry import Registry
 from engine.schedule import root_runs
 from engine.store import jobs as store
-from engine.store import outbox as outbox_store
 from engine.transports import transport_for
-from engine.transports.base import Outgoing
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection as SAConnection
@@ -121,8 +119,7 @@ def _submit_own(
     with conn.transaction():
         result = _submit_in(conn, flow, model, settings, submitted_by, publisher, notify=False)
     faults.hit("after_submit_commit")
-    if result.outbox_ids:
-        relay(conn, publisher, ids=result.outbox_ids)
+    Announced(publisher, result.outbox_ids).publish_after_commit(conn)
     return result
 
 
@@ -169,23 +166,14 @@ def _submit_in(
         )
         if row is not None:
             runs = root_runs(flow, job_id, params_json, settings)
-            outbox_ids: list[int] = []
-            if getattr(publisher, "transactional", False):
-                store.step_run_insert_many_announced(conn, job_id, runs)
-                publisher.publish(
-                    conn, [Outgoing(StepMessage(job_id=job_id, step_run_id=r.id)) for r in runs]
-                )
-            else:
-                outbox_ids = store.step_run_insert_many_with_outbox(conn, job_id, runs)
-                if notify and outbox_ids:
-                    outbox_store.outbox_notify(conn)
+            announced = announce(conn, publisher, job_id=job_id, new_runs=runs, notify=notify)
             store.event_insert(
                 conn,
                 EventKind.SUBMITTED,
                 job_id=job_id,
                 detail={"flow": flow.name, "params": params_json, "by": submitted_by},
             )
-            return Submitted(row.id, row.flow, row.status, True, fingerprint, tuple(outbox_ids))
+            return Submitted(row.id, row.flow, row.status, True, fingerprint, announced.outbox_ids)
         existing = store.job_select_active_by_fingerprint(conn, fingerprint)
         if existing is not None:
             return Submitted(existing.id, existing.flow, existing.status, False, fingerprint)
@@ -235,7 +223,7 @@ def _publish_after_commit(
         # messages until the next relay sweep, so it must not raise into it.
         try:
             with db.connect(settings) as own:
-                relay(own, publisher, ids=ids)
+                Announced(publisher, tuple(ids)).publish_after_commit(own)
         except Exception:
             log.warning("publish after commit failed; the outbox relay will retry", exc_info=True)
 

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from engine.alerts import Alert, AlertSink
+from engine.announce import announce
 from engine.config import Settings
 from engine.models import EventKind, JobStatus
 from engine.outbox import relay
@@ -112,6 +113,8 @@ class Sweeper:
                 announced = store.outbox_insert_for_claimable(
                     conn, republish_after_s=self.settings.republish_after_s, limit=1000
                 )
+                # an external queue's rows are sent by the relay below, after the commit
+                announce(conn, self.transport, outbox_ids=announced)
         for alert in alerts:
             self.alert(alert)
         self._drain_transport_dead_letters(conn)

@@ -1,0 +1,99 @@
+"""Announcing step runs that became ready: inside the transaction, or after its commit.
+
+Every path that makes a step run claimable (submit, a checkpoint's
+successors, a retry's backoff, an operator's replay, the sweeper's
+re-announcement) says so through :func:`announce` in the transaction that
+made it ready, then calls :meth:`Announced.publish_after_commit` once that
+transaction has committed:
+
+- a transport whose queue lives in this database (``transactional``) gets
+  the messages inside the transaction, so they exist exactly when it
+  commits, and nothing is left for after the commit;
+- any other transport (SQS) cannot join the transaction: outbox rows commit
+  with the step runs, and the ids come back to be relayed after the commit.
+  A failure there only delays the messages: the sweeper's relay (and the
+  workers' relay listeners, woken by ``notify``) send what is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from engine.messages import StepMessage
+from engine.outbox import Publisher, relay
+from engine.store import jobs as job_store
+from engine.store import outbox as outbox_store
+from engine.store.jobs import NewStepRun
+from engine.transports.base import Outgoing
+
+log = logging.getLogger(__name__)
+
+
+def transactional(publisher: Publisher) -> bool:
+    """Whether ``publisher`` writes its messages in the caller's transaction."""
+    return bool(getattr(publisher, "transactional", False))
+
+
+@dataclass(frozen=True)
+class Announced:
+    """What an announcement left for after the commit: outbox rows to relay."""
+
+    publisher: Publisher
+    outbox_ids: tuple[int, ...] = field(default=())
+
+    def publish_after_commit(self, conn: psycopg.Connection[Any]) -> int:
+        """Relay the rows the commit left in the outbox; the count published.
+
+        Never raises for a failed publish: the rows are committed, and the
+        sweeper's relay sends them later.
+        """
+        if not self.outbox_ids:
+            return 0
+        try:
+            return relay(conn, self.publisher, ids=self.outbox_ids)
+        except Exception:
+            log.warning("publish after commit failed; the outbox relay will send", exc_info=True)
+            return 0
+
+
+def announce(
+    conn: psycopg.Connection[Any],
+    publisher: Publisher,
+    *,
+    job_id: uuid.UUID | None = None,
+    new_runs: Sequence[NewStepRun] = (),
+    outbox_ids: Sequence[int] = (),
+    notify: bool = False,
+) -> Announced:
+    """Announce, in ``conn``'s open transaction, what became ready in it.
+
+    ``new_runs`` (step runs of ``job_id`` not inserted yet) are inserted with
+    their announcement; ``outbox_ids`` are outbox rows the caller wrote for
+    existing step runs (a retry's delayed message, a replay). With ``notify``
+    a ``NOTIFY`` wakes every worker's relay at the caller's commit, for a
+    caller whose commit we cannot hook (a submit inside the ERP's transaction).
+    Needs no result on the transactional path, so it can travel in a pipeline.
+    """
+    if transactional(publisher):
+        if new_runs:
+            assert job_id is not None, "new step runs belong to a job"
+            job_store.step_run_insert_many_announced(conn, job_id, new_runs)
+            publisher.publish(
+                conn, [Outgoing(StepMessage(job_id=job_id, step_run_id=r.id)) for r in new_runs]
+            )
+        if outbox_ids:
+            relay(conn, publisher, ids=outbox_ids)
+        return Announced(publisher)
+    ids = list(outbox_ids)
+    if new_runs:
+        assert job_id is not None, "new step runs belong to a job"
+        ids += job_store.step_run_insert_many_with_outbox(conn, job_id, new_runs)
+    if notify and ids:
+        outbox_store.outbox_notify(conn)
+    return Announced(publisher, tuple(ids))

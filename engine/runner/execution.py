@@ -1,0 +1,316 @@
+"""Execution: one claimed step run, fenced, to its checkpoint, retry or dead letter.
+
+The step runs inside one transaction on the slot's connection. Its
+checkpoint, its status change, the step runs it makes ready (announced with
+them, :mod:`engine.announce`) and any rows the step wrote through
+``ctx.conn`` commit together, guarded by the lease token; a zero-row guard
+rolls all of it back (invariant 5). With the PostgreSQL transport the
+delivery is deleted and the next messages are sent in that same transaction.
+
+Eager successors (``ENGINE_EAGER_SUCCESSORS``, on by default): of the step
+runs a checkpoint makes ready, the slot creates one already leased to itself
+(a conditional insert, in the checkpoint's own transaction and under the
+job's row lock, so no other worker can have seen it pending) and runs it
+next with the checkpoint it already holds. That run has no message at all:
+its lease keeps it, and should the slot die the lease lapses and the sweeper
+announces it (invariant 9). The others are announced as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack, nullcontext
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from engine import faults
+from engine.alerts import AlertSink
+from engine.announce import Announced, announce
+from engine.config import Settings
+from engine.context import StepContext
+from engine.errors import JobCancelled, LeaseLost
+from engine.flow import Flow, Step
+from engine.heartbeat import Heartbeat, Lease
+from engine.inputs import Outputs, raw_inputs, sources, upstream_outputs
+from engine.models import EventKind, JobStatus
+from engine.registry import Registry
+from engine.retry import Cancel, Fail, RetryPolicy
+from engine.runner.failures import Failures
+from engine.runner.outcome import Continuation, Outcome
+from engine.schedule import schedule_ready
+from engine.store import step_runs as store
+from engine.store.jobs import NewStepRun
+from engine.store.step_runs import Claimed, QueuedClaim
+from engine.transports.base import Transport
+
+log = logging.getLogger(__name__)
+
+
+class _Fenced(Exception):
+    """The fenced write matched zero rows: our lease token is no longer current."""
+
+
+class Executor(Failures):
+    """Runs claimed step runs on one slot (one connection, one heartbeat)."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        registry: Registry,
+        transport: Transport,
+        worker: str,
+        conn: psycopg.Connection[Any],
+        heartbeat: Heartbeat,
+        alert: AlertSink,
+        may_continue: Callable[[], bool] = lambda: True,
+        on_outage: Callable[[BaseException, str], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.transport = transport
+        self.worker = worker
+        self.conn = conn
+        self.heartbeat = heartbeat
+        self.alert = alert
+        self.current: Lease | None = None
+        # asked before claiming an eager successor (the worker says no once stopping)
+        self.may_continue = may_continue
+        # told when the database went away under a step (the worker pauses receiving)
+        self.on_outage = on_outage
+        # set by a checkpoint that claimed an eager successor, for the delivery to run
+        self.continuation: Continuation | None = None
+        self.ended_job: uuid.UUID | None = None  # set when this step run ended its job
+        self._default_policy = RetryPolicy(
+            max_attempts=settings.max_attempts,
+            base_delay_s=settings.retry_base_delay_s,
+            max_delay_s=settings.retry_max_delay_s,
+        )
+
+    def run(
+        self, flow: Flow, step: Step, claimed: Claimed, receipt: str | None, known: Outputs
+    ) -> Outcome:
+        """Run ``claimed`` under its lease (heartbeat-renewed) to an outcome."""
+        self.continuation = None
+        lease = Lease(claimed, receipt)
+        self.current = lease
+        self.ended_job = None
+        self.heartbeat.watch(lease)
+        try:
+            outcome = self._execute(flow, step, lease, known)
+        finally:
+            self.heartbeat.unwatch()
+            self.current = None
+        if self.ended_job is not None and self.settings.report_on_end:
+            self._render_report(self.ended_job)
+        return outcome
+
+    def _render_report(self, job_id: uuid.UUID) -> None:
+        # the books are committed; a report that fails to render is logged, never retried
+        from engine.reports import render_index, render_job_report
+
+        try:
+            render_job_report(self.settings, job_id, registry=self.registry)
+            render_index(self.settings)
+        except Exception:
+            log.warning("could not render the report of job %s", job_id, exc_info=True)
+
+    # -- the step ----------------------------------------------------------------------
+
+    def _execute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Outcome:
+        claimed = lease.claimed
+        conn = self.conn
+        announced: Announced | None = None
+        # A step that takes no StepContext cannot write through the engine's
+        # transaction, so its BEGIN need not cost a round trip of its own: it
+        # travels with the checkpoint's first statements.
+        sees_conn = any(s.kind == "context" for s in step.inputs.values())
+        try:
+            # closed by the checkpoint, whose COMMIT travels with its last statements
+            with ExitStack() as transaction:
+
+                def begin() -> None:
+                    transaction.enter_context(conn.transaction())
+
+                if sees_conn:
+                    begin()
+                ctx = StepContext(
+                    conn=conn,
+                    job_id=claimed.job_id,
+                    step_run_id=claimed.id,
+                    step=claimed.step,
+                    fanout_key=claimed.fanout_key,
+                    attempt=claimed.attempt,
+                    max_attempts=claimed.max_attempts,
+                    fingerprint=claimed.fingerprint,
+                    worker=self.worker,
+                    stop=lease.stop,
+                )
+                output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
+                if not isinstance(output, step.output):
+                    raise Fail(
+                        f"step {step.name!r} returned {type(output).__name__}, "
+                        f"expected {step.output.__name__}"
+                    )
+                ctx.check()
+                lease.finishing = True
+                announced = self._checkpoint(
+                    flow, claimed, output, lease, None if sees_conn else begin, transaction.close
+                )
+        except (_Fenced, LeaseLost) as exc:
+            reason = str(exc) or "checkpoint refused: lease token changed"
+            return self.fenced(claimed, reason, lease)
+        except JobCancelled as exc:
+            # the heartbeat found the step run cancelled (and recorded it)
+            self.delete_delivery(lease)
+            return Outcome("cancelled", str(exc), claimed.id)
+        except Cancel as exc:
+            return self._cancel_job(lease, exc.reason)
+        except Exception as exc:
+            if conn.broken or conn.closed:
+                # the server ended our session (idle-in-transaction timeout
+                # after a pause, a restart, a network cut): nothing committed
+                return self._disconnected(claimed, exc)
+            return self._failed(step, lease, exc)
+        if announced is not None:
+            announced.publish_after_commit(conn)
+        self._ack_after_commit(lease)
+        return Outcome("done", step_run_id=claimed.id)
+
+    def _inputs(
+        self, flow: Flow, step: Step, claimed: Claimed, ctx: StepContext, known: Outputs
+    ) -> dict[str, Any]:
+        outputs = upstream_outputs(self.conn, claimed.job_id, sources(step), known)
+        kwargs: dict[str, Any] = {}
+        try:
+            raw = raw_inputs(step, claimed.params, outputs)
+            for param, source in step.inputs.items():
+                if source.kind == "params":
+                    kwargs[param] = flow.params.model_validate(raw[param])
+                elif source.kind == "context":
+                    kwargs[param] = ctx
+                elif source.kind == "item":
+                    kwargs[param] = TypeAdapter(source.annotation).validate_python(claimed.item)
+                elif source.step is not None:
+                    model = flow.steps[source.step].output
+                    value = raw[param]
+                    kwargs[param] = (
+                        [model.model_validate(v) for v in value]
+                        if source.kind == "gather"
+                        else model.model_validate(value)
+                    )
+        except (ValidationError, IndexError) as exc:
+            # a checkpoint that no longer fits its model (the flow changed under a
+            # running job) will not fit on the next attempt either
+            raise Fail(f"inputs of step {step.name!r} do not validate: {exc}") from exc
+        return kwargs
+
+    def _checkpoint(
+        self,
+        flow: Flow,
+        claimed: Claimed,
+        output: BaseModel,
+        lease: Lease,
+        begin: Callable[[], None] | None,
+        commit: Callable[[], None],
+    ) -> Announced:
+        """``begin`` (unless begun), checkpoint, schedule, announce and ``commit``.
+
+        Returns what the announcement left to publish after the commit.
+        """
+        conn = self.conn
+        # a single-run step's stored checkpoint spares its successor a read
+        successor = any(claimed.step in s.after for s in flow.steps.values())
+        done = store.checkpoint_put_if_leased(
+            conn,
+            step_run_id=claimed.id,
+            job_id=claimed.job_id,
+            token=claimed.token,
+            output=output.model_dump(mode="json"),
+            worker=self.worker,
+            with_output=successor and claimed.fanout_key == "",
+            begin=begin,
+        )
+        if done is None:
+            raise _Fenced(f"checkpoint of step run {claimed.id} refused: lease token changed")
+        runs: list[NewStepRun] = []
+        job_complete = False
+        known: Outputs = {}
+        if done.job_status in (JobStatus.PENDING, JobStatus.RUNNING):
+            mine = done.counts.get(claimed.step)
+            if done.output is not None and mine is not None and mine.total == 1:
+                known = {claimed.step: [(claimed.fanout_key, done.output)]}
+            scheduled = schedule_ready(
+                conn, flow, claimed.job_id, claimed.params, self.settings, done.counts, known
+            )
+            runs, job_complete = scheduled.runs, scheduled.job_complete
+        eager = runs[0] if runs and self.settings.eager_successors and self.may_continue() else None
+        published = runs[1:] if eager is not None else runs
+        queued: QueuedClaim | None = None
+        # Inside a transport's own transaction nothing that follows needs an
+        # answer, so it travels with the COMMIT in one pipeline: messages out and
+        # the delivery gone in the same commit as the checkpoint. An external
+        # queue gets outbox rows (their ids are read back) and the publish and
+        # delete come after the commit.
+        inside = self.transport.transactional
+        committing = False
+        faults.hit("before_commit")
+        try:
+            with conn.pipeline() if inside else nullcontext():
+                if job_complete:
+                    self._finish_job(claimed)
+                if eager is not None:
+                    queued = self._claim_eager(claimed, eager)
+                announced = announce(
+                    conn, self.transport, job_id=claimed.job_id, new_runs=published
+                )
+                self._ack_in_commit(lease, conn)
+                committing = True
+                commit()
+        except BaseException:
+            if committing and conn.info.transaction_status == TransactionStatus.INERROR:
+                # a statement failed and the server skipped the COMMIT behind it
+                conn.rollback()
+            raise
+        faults.hit("after_commit")
+        # an external queue's publish and delete come between this commit and the
+        # successor's start, and may outlast its lease: it is checked first
+        self._continue_with(queued, known, check_lease=not inside)
+        return announced
+
+    def _claim_eager(self, claimed: Claimed, run: NewStepRun) -> QueuedClaim:
+        """Create ``run`` already leased to this slot, in the checkpoint's transaction."""
+        return store.step_run_insert_claimed(
+            self.conn,
+            run,
+            job_id=claimed.job_id,
+            flow=claimed.flow,
+            params=claimed.params,
+            worker=self.worker,
+            lease_s=self.settings.lease_s,
+        )
+
+    def _continue_with(
+        self, queued: QueuedClaim | None, known: Outputs, *, check_lease: bool = False
+    ) -> None:
+        # read after the commit: the claim is real only once it has committed
+        if queued is None:
+            return
+        eager = queued.result()
+        if eager is None:
+            # its step key existed: scheduling under the job lock makes that
+            # impossible, and were it to happen that run is someone else's
+            log.warning("eager successor existed already; not running it here")
+            return
+        self.continuation = Continuation(eager, known, check_lease)
+
+    def _finish_job(self, claimed: Claimed) -> None:
+        store.job_finish_if_active_logged(
+            self.conn, claimed.job_id, JobStatus.DONE, event=EventKind.JOB_DONE, worker=self.worker
+        )
+        self.ended_job = claimed.job_id

@@ -1,0 +1,248 @@
+"""How a step run that does not reach its checkpoint ends: retried, dead, cancelled or fenced.
+
+Every outcome here is written under the same fence as a checkpoint: a stale
+attempt (its lease reclaimed) retries nothing, dead-letters nothing and
+cancels nothing (invariant 16); it records that it was fenced, and the
+message is left to the new owner. A dead letter fails the job, cancels its
+siblings (nothing is left running under an ended job) and raises one alert.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from engine import db
+from engine.alerts import Alert, AlertSink
+from engine.announce import Announced, announce
+from engine.config import Settings
+from engine.errors import DefinitionError
+from engine.flow import Step
+from engine.heartbeat import Lease
+from engine.models import EventKind, JobStatus
+from engine.outage import is_outage
+from engine.retry import Fail, Retry, RetryPolicy
+from engine.runner.outcome import Outcome
+from engine.store import jobs as job_store
+from engine.store import step_runs as store
+from engine.store.step_runs import Claimed
+from engine.transports.base import Transport
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+def error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:4000],
+        "traceback": "".join(traceback.format_exception(exc))[-16000:],
+        "attempt": attempt,
+    }
+
+
+class Failures:
+    """The failure half of :class:`~engine.runner.execution.Executor`, and acknowledging."""
+
+    settings: Settings
+    transport: Transport
+    worker: str
+    conn: psycopg.Connection[Any]
+    alert: AlertSink
+    on_outage: Callable[[BaseException, str], None] | None
+    ended_job: uuid.UUID | None
+    _default_policy: RetryPolicy
+
+    def delete_delivery(self, lease: Lease, conn: psycopg.Connection[Any] | None = None) -> None:
+        # an eager successor came with no message: nothing to delete
+        if lease.receipt is not None:
+            self.transport.delete([lease.receipt], conn)
+
+    def _ack_in_commit(self, lease: Lease, conn: psycopg.Connection[Any]) -> None:
+        """A queue in this database loses the delivery in the step's own commit."""
+        if self.transport.transactional:
+            self.delete_delivery(lease, conn)
+
+    def _ack_after_commit(self, lease: Lease) -> None:
+        """An external queue's delivery goes once the commit is in."""
+        if self.transport.transactional:
+            return
+        try:
+            self.delete_delivery(lease)
+        except Exception:
+            # committed: a copy left behind is refused as finished and deleted
+            # when it comes back; an eager successor still runs
+            log.warning("delete after commit failed for %s", lease.claimed.id, exc_info=True)
+
+    def _disconnected(self, claimed: Claimed, exc: Exception) -> Outcome:
+        self.conn.close()
+        reason = f"connection lost before commit: {str(exc).strip()[:300]}"
+        if self.on_outage is not None and is_outage(exc):
+            self.on_outage(exc, f"slot {self.worker}")
+        try:
+            with db.connect(self.settings, autocommit=True) as conn:
+                job_store.step_event_insert(
+                    conn,
+                    EventKind.FENCED,
+                    claimed,
+                    worker=self.worker,
+                    detail={"reason": reason},
+                )
+        except Exception as record_exc:
+            # during an outage the worker has logged it once already
+            log.log(
+                logging.DEBUG if is_outage(record_exc) else logging.WARNING,
+                "could not record the lost connection of %s",
+                claimed.id,
+                exc_info=True,
+            )
+        log.warning("step run %s not committed: %s", claimed.id, reason)
+        return Outcome("fenced", reason, claimed.id)
+
+    def fenced(self, claimed: Claimed, reason: str, lease: Lease | None = None) -> Outcome:
+        """Record that ``claimed`` lost its lease (or stopped with its cancelled job)."""
+        state = store.step_select_status(self.conn, claimed.id)
+        if state is not None and state.cancelled:
+            # not a lost lease: the job was cancelled (or failed) under it
+            return self._stopped_cancelled(claimed, lease, "step run cancelled with its job")
+        with self.conn.transaction():
+            job_store.step_event_insert(
+                self.conn,
+                EventKind.FENCED,
+                claimed,
+                worker=self.worker,
+                detail={"reason": reason},
+            )
+        log.warning("step run %s fenced: %s", claimed.id, reason)
+        # the message is not ours to delete any more: the new owner's copy
+        return Outcome("fenced", reason, claimed.id)
+
+    def _stopped_cancelled(self, claimed: Claimed, lease: Lease | None, reason: str) -> Outcome:
+        """The step stopped because its step run was cancelled: record it as such (once)."""
+        recorded = lease is not None and lease.stop.cancelled  # by the heartbeat
+        with self.conn.transaction():
+            if not recorded:
+                job_store.step_event_insert(
+                    self.conn,
+                    EventKind.CANCELLED,
+                    claimed,
+                    worker=self.worker,
+                    detail={"reason": reason, "by": "job"},
+                )
+        if lease is not None:
+            self.delete_delivery(lease)
+        log.info("step run %s stopped: %s", claimed.id, reason)
+        return Outcome("cancelled", reason, claimed.id)
+
+    def _cancel_job(self, lease: Lease, reason: str) -> Outcome:
+        claimed = lease.claimed
+        with self.conn.transaction():
+            # fenced like a checkpoint: a stale attempt cancels nothing (invariant 16)
+            cancelled = store.job_cancel_if_leased(self.conn, claimed, reason)
+            if cancelled:
+                job_store.event_insert(
+                    self.conn,
+                    EventKind.CANCELLED,
+                    job_id=claimed.job_id,
+                    step_run_id=claimed.id,
+                    worker=self.worker,
+                    detail={"reason": reason, "by": "step"},
+                )
+                self.ended_job = claimed.job_id
+        if not cancelled:
+            return self.fenced(claimed, f"lease lost before cancelling the job: {reason}", lease)
+        self.delete_delivery(lease)
+        return Outcome("cancelled", reason, claimed.id)
+
+    def _failed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
+        claimed = lease.claimed
+        conn = self.conn
+        policy = step.retry or self._default_policy
+        error = error_record(exc, claimed.attempt)
+        permanent = isinstance(exc, (Fail, DefinitionError))
+        alert: Alert | None = None
+        announced = Announced(self.transport)
+        with conn.transaction():
+            if not permanent and claimed.attempt < claimed.max_attempts:
+                delay = (
+                    exc.delay_s
+                    if isinstance(exc, Retry) and exc.delay_s is not None
+                    else policy.delay_s(claimed.attempt)
+                )
+                due = store.step_retry_if_leased(conn, claimed, delay, error)
+                if due is None:
+                    raise_fenced = True
+                else:
+                    raise_fenced = False
+                    announced = announce(
+                        conn,
+                        self.transport,
+                        outbox_ids=[store.outbox_insert_delayed(conn, claimed.id, due)],
+                    )
+                    job_store.step_event_insert(
+                        conn,
+                        EventKind.RETRIED,
+                        claimed,
+                        worker=self.worker,
+                        detail={"delay_s": round(delay, 3), "error": error["message"][:500]},
+                    )
+                kind = "retried"
+            else:
+                raise_fenced = not store.step_dead_if_leased(conn, claimed, error)
+                if not raise_fenced:
+                    reason = (
+                        f"{error['type']}: {error['message'][:500]}"
+                        f" (attempt {claimed.attempt} of {claimed.max_attempts})"
+                    )
+                    if store.dead_letter_insert_step(
+                        conn,
+                        job_id=claimed.job_id,
+                        step_run_id=claimed.id,
+                        reason=reason,
+                        error=error,
+                    ):
+                        alert = Alert(reason, claimed.job_id, claimed.id, claimed.flow, step.name)
+                    job_store.step_event_insert(
+                        conn,
+                        EventKind.DEAD_LETTERED,
+                        claimed,
+                        worker=self.worker,
+                        detail={"reason": reason},
+                    )
+                    store.job_finish_if_active_logged(
+                        conn,
+                        claimed.job_id,
+                        JobStatus.FAILED,
+                        event=EventKind.JOB_FAILED,
+                        worker=self.worker,
+                        error=f"step {step.name}: {reason}",
+                    )
+                    # a failed job leaves nothing running: siblings are cancelled
+                    # (their heartbeats and checkpoints then read "cancelled")
+                    store.step_cancel_by_job(conn, claimed.job_id)
+                    self.ended_job = claimed.job_id
+                kind = "dead"
+            if not raise_fenced:
+                self._ack_in_commit(lease, conn)
+        if raise_fenced:
+            return self.fenced(claimed, f"lease lost before recording failure: {exc}", lease)
+        announced.publish_after_commit(conn)
+        self._ack_after_commit(lease)
+        if alert is not None:
+            self.alert(alert)
+        log.log(
+            logging.ERROR if kind == "dead" else logging.INFO,
+            "step run %s (%s) attempt %d failed (%s): %s",
+            claimed.id,
+            step.name,
+            claimed.attempt,
+            kind,
+            error["message"][:200],
+        )
+        return Outcome(kind, error["message"], claimed.id)

@@ -1,0 +1,29 @@
+"""What handling a delivery came to, and the eager successor it may leave behind."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from engine.inputs import Outputs
+from engine.store.step_runs import Claimed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What handling one delivery came to (for logs, tests and metrics)."""
+
+    kind: str  # done | retried | dead | fenced | cancelled | refused | dropped | malformed
+    detail: str = ""
+    step_run_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """An eager successor this slot claimed in its last checkpoint's commit."""
+
+    claimed: Claimed
+    known: Outputs  # checkpoints in hand, which spare the successor a read
+    # the lease is checked (and renewed) before the successor starts when work
+    # outside the commit (an external transport's publish and delete) came between
+    check_lease: bool = False
