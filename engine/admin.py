@@ -15,7 +15,7 @@ import psycopg
 from engine import db
 from engine.announce import announce
 from engine.config import Settings
-from engine.errors import BadInput
+from engine.errors import BadInput, NoSuchJob
 from engine.models import EventKind
 from engine.store import admin as store
 from engine.store import jobs as job_store
@@ -27,7 +27,7 @@ from engine.transports.base import Transport
 def _status_or_missing(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
     status = store.job_select_status(conn, job_id)
     if status is None:
-        raise BadInput(f"no job with id {job_id}")
+        raise NoSuchJob(job_id)
     return status
 
 

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from engine import admin, db
 from engine.config import SecretsFilter, Settings
-from engine.errors import BadInput, EngineError
+from engine.errors import BadInput, EngineError, NoSuchJob
 from engine.flow import Flow
 from engine.models import JobStatus
 from engine.orm import sqlalchemy_engine
@@ -317,7 +317,7 @@ def status(job_id: str | None, as_json: bool) -> None:
         raise BadInput(f"invalid job id {job_id!r}: expected a UUID") from None
     view = job_view(engine, parsed)
     if view is None:
-        raise BadInput(f"no job with id {job_id}")
+        raise NoSuchJob(job_id)
     if as_json:
         _print_json(_view_json(view))
     else:

@@ -7,19 +7,31 @@
     ├── DefinitionError              a flow declaration is invalid (names the steps)
     ├── BadInput                     user input rejected; the CLI exits 2
     │   ├── UnknownFlow              no registered flow has that name
-    │   └── InvalidParameters        flow parameters failed validation
+    │   ├── InvalidParameters        flow parameters failed validation
+    │   ├── NoSuchJob                no job has that id
+    │   └── MalformedMessage         a queue message is not a step message envelope
+    │                                (the worker dead-letters it and stays up)
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
     ├── StoreError                   a database driver error, wrapped once in
     │   │                            ``engine.store`` (the original is ``__cause__``)
-    │   └── DatabaseUnavailable      PostgreSQL cannot be reached (the CLI exits 3;
-    │                                a worker waits it out)
+    │   ├── DatabaseUnavailable      PostgreSQL cannot be reached (the CLI exits 3;
+    │   │                            a worker waits it out)
+    │   └── Contention               a lock wait timed out, a deadlock or a
+    │                                serialisation failure: a lost race, try again
+    ├── TransportError               a queue call failed after the client's retries
+    │   └── SqsError                 an SQS call (the botocore error is ``__cause__``)
     └── StepInterrupted              a running step must stop (``ctx.check()``)
-        ├── LeaseLost                another worker may own the step run now
+        ├── LeaseLost                another worker may own the step run now; also
+        │                            raised by a checkpoint whose fenced write
+        │                            matched zero rows (the attempt commits nothing)
         └── JobCancelled             the job was cancelled
 
 The exceptions a step raises on purpose to steer its run (``Retry``, ``Fail``,
-``Cancel``) are not errors; they live in :mod:`engine.retry`.
+``Cancel``) are not errors; they live in :mod:`engine.retry`. Outside the
+tree on purpose: :class:`engine.faults.FaultInjected`, which stands for a
+bug (a plain ``Exception``) at a chaos run's fault point. Driver errors
+(psycopg) are translated into ``StoreError`` in :mod:`engine.store` only.
 
 Messages name the bad value and what would be valid. They never contain a
 secret: URLs are masked with :func:`engine.config.mask_url` before they are
@@ -76,6 +88,18 @@ class InvalidParameters(BadInput):
         super().__init__(f"invalid parameters for flow {flow!r}: " + "; ".join(problems))
 
 
+class NoSuchJob(BadInput):
+    """No job has the given id."""
+
+    def __init__(self, job_id: object) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job with id {job_id}")
+
+
+class MalformedMessage(BadInput):
+    """A message body that is not a valid envelope (its reason is recorded)."""
+
+
 class MigrationError(EngineError):
     """Migrations could not be applied."""
 
@@ -93,6 +117,18 @@ class StoreError(EngineError):
 
 class DatabaseUnavailable(StoreError):
     """PostgreSQL cannot be reached: refused, not accepting connections, or gone."""
+
+
+class Contention(StoreError):
+    """A lost race in the database: lock timeout, deadlock or serialisation failure."""
+
+
+class TransportError(EngineError):
+    """A queue call failed after the client's own retries (the original is ``__cause__``)."""
+
+
+class SqsError(TransportError):
+    """An SQS call failed after botocore's retries (the original is ``__cause__``)."""
 
 
 class StepInterrupted(EngineError):

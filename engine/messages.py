@@ -7,15 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from engine.errors import BadInput
+from engine.errors import MalformedMessage
 
 # SQS's limit is 1 MiB counted in bytes; an envelope is ~100 bytes, so anything
 # near this is not ours.
 MAX_BODY_BYTES = 4096
-
-
-class MalformedMessage(BadInput):
-    """A message body that is not a valid envelope (its reason is recorded)."""
 
 
 class StepMessage(BaseModel):

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from engine import db
 from engine.config import Settings
-from engine.errors import BadInput
+from engine.errors import NoSuchJob
 from engine.models import JobStatus
 from engine.store import admin as store
 
@@ -41,7 +41,7 @@ def wait_for_job(
             while True:
                 row = store.job_progress(conn, job_id)
                 if row is None:
-                    raise BadInput(f"no job with id {job_id}")
+                    raise NoSuchJob(job_id)
                 bar.update(task, total=row["total"], completed=row["done"])
                 status = JobStatus(row["status"])
                 if status in _ENDED:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from engine.config import Settings
-from engine.errors import BadInput, EngineError
+from engine.errors import BadInput, EngineError, NoSuchJob
 from engine.reports.render import render_all, render_job_report
 from engine.reports.serve import make_server
 
@@ -43,7 +43,7 @@ def report(job_id: str, out: Path | None) -> None:
         raise _fail(BadInput(f"invalid job id {job_id!r}: expected a UUID"), 2) from None
     try:
         path = render_job_report(_settings(), parsed, out_dir=out)
-    except LookupError as exc:
+    except NoSuchJob as exc:
         raise _fail(exc, 2) from None
     except EngineError as exc:
         raise _fail(exc, 3) from None

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from engine.errors import EngineError
+from engine.errors import EngineError, NoSuchJob
 from engine.flow import Flow
 from engine.models import DeadLetter, Event, EventKind, Job, StepRun, StepStatus
 from engine.registry import Registry
@@ -325,14 +325,14 @@ def _summary(flow: Flow | None, runs: list[StepRun]) -> tuple[str | None, dict[s
 
 
 def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | None) -> RunReport:
-    """Read one job and everything about it; :class:`LookupError` if there is no such job.
+    """Read one job and everything about it; :class:`~engine.errors.NoSuchJob` if there is none.
 
     A job whose flow is not in ``registry`` still gets a report, without the graph.
     """
     with Session(engine) as session:
         job = session.get(Job, job_id)
         if job is None:
-            raise LookupError(f"no job with id {job_id}")
+            raise NoSuchJob(job_id)
         runs = list(
             session.exec(
                 select(StepRun)

@@ -159,7 +159,7 @@ def render_job_report(
 ) -> Path:
     """Render one job's report to ``<reports_dir>/runs/<job_id>.html``; return the path.
 
-    Raises :class:`LookupError` when there is no such job. ``registry`` defaults
+    Raises :class:`~engine.errors.NoSuchJob` when there is no such job. ``registry`` defaults
     to ``Registry.load(settings.flow_modules)``; a flow it does not know is
     rendered without its graph.
     """

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import Settings
+from engine.errors import NoSuchJob
 from engine.reports.render import render_index, render_job_report
 
 __all__ = ["ReportsHandler", "make_server"]
@@ -44,7 +45,7 @@ class ReportsHandler(SimpleHTTPRequestHandler):
                 job_id = uuid.UUID(match["id"])
                 if not (out_dir / "runs" / f"{job_id}.html").exists():
                     render_job_report(self.settings, job_id, out_dir=out_dir)
-        except LookupError:
+        except NoSuchJob:
             return True  # no such job: the static handler answers 404
         except Exception:
             log.exception("rendering %s failed", path)

@@ -22,10 +22,10 @@ import psycopg
 from engine import faults
 from engine.alerts import Alert, AlertSink
 from engine.config import Settings
-from engine.errors import StoreError, UnknownFlow
+from engine.errors import Contention, MalformedMessage, UnknownFlow
 from engine.heartbeat import Heartbeat, Lease
 from engine.inputs import Outputs
-from engine.messages import MalformedMessage, StepMessage
+from engine.messages import StepMessage
 from engine.models import EventKind
 from engine.registry import Registry
 from engine.runner.execution import Executor
@@ -75,12 +75,8 @@ def claim(
                     detail={"reason": result.reason},
                 )
             return result
-    except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
+    except Contention:
         return ClaimRefused("race")
-    except StoreError as exc:
-        if isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
-            return ClaimRefused("race")
-        raise
 
 
 class StepRunner:

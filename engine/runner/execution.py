@@ -51,10 +51,6 @@ from engine.transports.base import Transport
 log = logging.getLogger(__name__)
 
 
-class _Fenced(Exception):
-    """The fenced write matched zero rows: our lease token is no longer current."""
-
-
 class Executor(Failures):
     """Runs claimed step runs on one slot (one connection, one heartbeat)."""
 
@@ -162,7 +158,7 @@ class Executor(Failures):
                 announced = self._checkpoint(
                     flow, claimed, output, lease, None if sees_conn else begin, transaction.close
                 )
-        except (_Fenced, LeaseLost) as exc:
+        except LeaseLost as exc:
             reason = str(exc) or "checkpoint refused: lease token changed"
             return self.fenced(claimed, reason, lease)
         except JobCancelled as exc:
@@ -237,7 +233,7 @@ class Executor(Failures):
             begin=begin,
         )
         if done is None:
-            raise _Fenced(f"checkpoint of step run {claimed.id} refused: lease token changed")
+            raise LeaseLost(f"checkpoint of step run {claimed.id} refused: lease token changed")
         runs: list[NewStepRun] = []
         job_complete = False
         known: Outputs = {}

@@ -51,7 +51,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine import faults
-from engine.errors import BadInput, ConfigError, EngineError
+from engine.errors import BadInput, ConfigError, SqsError
 from engine.messages import MAX_BODY_BYTES
 from engine.transports.base import Outgoing, Received
 
@@ -83,10 +83,6 @@ _SEND_ENTRY_ATTEMPTS = 3  # partial batch failures are not retried by botocore
 # characters outside XML 1.0's Char production, which SQS refuses
 _NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _SQS_HOST = re.compile(r"^sqs[.-](?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
-
-
-class SqsError(EngineError):
-    """An SQS call failed after botocore's retries (the original is ``__cause__``)."""
 
 
 class SqsSettings(BaseSettings):

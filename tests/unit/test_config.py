@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from engine.config import Settings, mask_url
-from engine.messages import MalformedMessage, StepMessage
+from engine.errors import MalformedMessage
+from engine.messages import StepMessage
 from engine.store.queries import parse
 
 
