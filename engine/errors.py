@@ -8,6 +8,8 @@
     ├── BadInput                     user input rejected; the CLI exits 2
     │   ├── UnknownFlow              no registered flow has that name
     │   └── InvalidParameters        flow parameters failed validation
+    ├── JobFailed                    a job a command waited for did not end done;
+    │                                the CLI exits 1
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
     ├── StoreError                   a database driver error, wrapped once in
@@ -74,6 +76,13 @@ class InvalidParameters(BadInput):
         self.flow = flow
         self.problems = problems
         super().__init__(f"invalid parameters for flow {flow!r}: " + "; ".join(problems))
+
+
+class JobFailed(EngineError):
+    """A job the caller waited for ended failed or cancelled (the CLI exits 1).
+
+    The command has shown how the job ended already, so the CLI adds no message.
+    """
 
 
 class MigrationError(EngineError):

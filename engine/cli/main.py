@@ -7,16 +7,13 @@ refused migration). ``--json`` prints one JSON object on stdout.
 
 from __future__ import annotations
 
-import functools
 import getpass
 import json
 import logging
 import os
 import socket
-import sys
 import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from pydantic import BaseModel, SecretStr
@@ -25,7 +22,7 @@ from rich.table import Table
 
 from engine import admin, db
 from engine.config import SecretsFilter, Settings
-from engine.errors import BadInput, EngineError
+from engine.errors import BadInput, EngineError, JobFailed
 from engine.flow import Flow
 from engine.models import JobStatus
 from engine.orm import sqlalchemy_engine
@@ -43,8 +40,6 @@ EXIT_OK = 0
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -74,29 +69,41 @@ def _state() -> State:
     return click.get_current_context().ensure_object(State)
 
 
-def handle_errors(fn: F) -> F:
-    """Turn engine errors into a one-line message and a named exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except BadInput as exc:
-            err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
-            sys.exit(EXIT_BAD_INPUT)
-        except EngineError as exc:
-            err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
-            sys.exit(EXIT_ENVIRONMENT)
-
-    return wrapper  # type: ignore[return-value]
-
-
 def _print_json(value: dict[str, Any]) -> None:
     click.echo(json.dumps(value, default=str, sort_keys=True))
 
 
+def exit_code(exc: BaseException) -> int | None:
+    """The exit code ``exc`` stands for; ``None`` for a bug, which keeps its traceback."""
+    if isinstance(exc, JobFailed):
+        return EXIT_JOB_FAILED
+    if isinstance(exc, BadInput):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, EngineError):
+        return EXIT_ENVIRONMENT
+    return None
+
+
 class EngineGroup(click.Group):
-    """The engine's commands, plus those the loaded flow modules export as ``commands``."""
+    """The engine's commands, plus those the loaded flow modules export as ``commands``.
+
+    Every command, an extension's too, runs inside :meth:`invoke`: the one place
+    where an exception or a command's own status becomes the process's exit code.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            status = super().invoke(ctx)
+        except Exception as exc:
+            code = exit_code(exc)
+            if code is None:
+                raise
+            if not isinstance(exc, JobFailed):  # the command showed how the job ended
+                click.echo(f"{click.style('error:', fg='red')} {exc}", err=True)
+            raise click.exceptions.Exit(code) from None
+        if isinstance(status, int):  # a command that reports a status (the worker) returns it
+            raise click.exceptions.Exit(status)
+        return status
 
     def _extra(self, ctx: click.Context) -> dict[str, click.Command]:
         try:
@@ -130,7 +137,6 @@ def main(log_level: str) -> None:
 
 
 @main.command()
-@handle_errors
 def migrate() -> None:
     """Apply the numbered SQL migrations not applied yet (safe to run concurrently)."""
     state = _state()
@@ -199,7 +205,6 @@ def _param_options(params: type[BaseModel]) -> list[click.Option]:
 
 
 def _submit_command(flow: Flow) -> click.Command:
-    @handle_errors
     def run(as_json: bool, wait: bool, submitted_by: str | None, **values: Any) -> None:
         state = _state()
         given = {k: v for k, v in values.items() if v is not None}
@@ -216,7 +221,7 @@ def _submit_command(flow: Flow) -> click.Command:
             if as_json:
                 _print_json({**result.as_json(), "status": status})
             if status != JobStatus.DONE:
-                sys.exit(EXIT_JOB_FAILED)
+                raise JobFailed(f"{flow.name} job {result.job_id} ended {status}")
 
     params: list[click.Parameter] = [
         *_param_options(flow.params),
@@ -272,7 +277,6 @@ def flows() -> None:
 
 @flows.command("list")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-@handle_errors
 def flows_list(as_json: bool) -> None:
     """List registered flows."""
     registry = _state().registry
@@ -294,7 +298,6 @@ def flows_list(as_json: bool) -> None:
 
 @flows.command("show")
 @click.argument("name")
-@handle_errors
 def flows_show(name: str) -> None:
     """Show a flow's parameters, steps, their types and the edges."""
     click.echo(_state().registry.get(name).describe())
@@ -303,7 +306,6 @@ def flows_show(name: str) -> None:
 @main.command()
 @click.argument("job_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-@handle_errors
 def status(job_id: str | None, as_json: bool) -> None:
     """Show a job and its step runs (or the most recent jobs)."""
     state = _state()
@@ -367,7 +369,6 @@ def _print_view(view: JobView) -> None:
 )
 @click.option("--limit", default=50, type=click.IntRange(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-@handle_errors
 def runs(flow: str | None, statuses: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List recent jobs."""
     state = _state()
@@ -408,8 +409,7 @@ def _runs(
     default=None,
     help="how ready step runs arrive [env ENGINE_TRANSPORT]",
 )
-@handle_errors
-def worker(concurrency: int | None, transport: str | None) -> None:
+def worker(concurrency: int | None, transport: str | None) -> int:
     """Run step runs until SIGTERM/SIGINT (then finish or release them; exit 0).
 
     Every connection of the worker takes ENGINE_WORKER_ROLE (no DDL, no UPDATE or
@@ -430,7 +430,7 @@ def worker(concurrency: int | None, transport: str | None) -> None:
         f"{role}, {settings.masked_database_url()}",
         highlight=False,
     )
-    sys.exit(w.run())
+    return w.run()
 
 
 def _job_id(value: str) -> uuid.UUID:
@@ -442,7 +442,6 @@ def _job_id(value: str) -> uuid.UUID:
 
 @main.command()
 @click.argument("job_id")
-@handle_errors
 def cancel(job_id: str) -> None:
     """Cancel an active job; running steps stop at their next check or commit."""
     admin.cancel(_state().settings, _job_id(job_id))
@@ -451,7 +450,6 @@ def cancel(job_id: str) -> None:
 
 @main.command()
 @click.argument("job_id")
-@handle_errors
 def retry(job_id: str) -> None:
     """Resume a failed or cancelled job from its last checkpoints."""
     reopened = admin.retry_job(_state().settings, _job_id(job_id))
@@ -468,7 +466,6 @@ def dlq() -> None:
 @dlq.command("list")
 @click.option("--limit", default=100, type=click.IntRange(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-@handle_errors
 def dlq_list(limit: int, as_json: bool) -> None:
     """List open dead letters with their reasons."""
     rows = admin.dead_letters(_state().settings, limit)
@@ -492,7 +489,6 @@ def dlq_list(limit: int, as_json: bool) -> None:
 
 @dlq.command("replay")
 @click.argument("dead_letter_id", type=int)
-@handle_errors
 def dlq_replay(dead_letter_id: int) -> None:
     """Re-drive a dead letter: retry its step run's job, or send its message again."""
     out.print(admin.replay(_state().settings, dead_letter_id), highlight=False)
@@ -500,7 +496,6 @@ def dlq_replay(dead_letter_id: int) -> None:
 
 @dlq.command("purge")
 @click.confirmation_option(prompt="Delete poison-message and replayed dead letters?")
-@handle_errors
 def dlq_purge() -> None:
     """Delete poison-message and replayed dead letters (open step dead letters stay)."""
     out.print(f"{admin.purge(_state().settings)} dead letter(s) deleted")
