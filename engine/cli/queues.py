@@ -1,7 +1,7 @@
 """``engine queues create``: the SQS step queue and its dead-letter queue.
 
 A thin command over :func:`engine.transports.sqs.create_queues`. Exit codes
-as in :mod:`engine.cli`: 2 bad input, 3 the environment is wrong (no
+as in :mod:`engine.cli.main`: 2 bad input, 3 the environment is wrong (no
 credentials, SQS unreachable, a bad ``ENGINE_*`` setting).
 """
 
@@ -13,7 +13,7 @@ import click
 from pydantic import ValidationError
 
 from engine.config import Settings
-from engine.errors import BadInput, EngineError
+from engine.errors import ConfigError
 from engine.transports.sqs import SqsSettings, create_queues
 
 __all__ = ["queues"]
@@ -50,18 +50,11 @@ def create(name: str | None, max_receive_count: int | None, as_json: bool) -> No
     try:
         settings = Settings()
         sqs = SqsSettings()
-        if max_receive_count is not None:
-            sqs = sqs.model_copy(update={"max_receive_count": max_receive_count})
-        made = create_queues(sqs, visibility_s=settings.visibility_s, name=name)
     except ValidationError as exc:
-        click.echo(f"error: bad setting: {exc}", err=True)
-        raise click.exceptions.Exit(3) from None
-    except BadInput as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise click.exceptions.Exit(2) from None
-    except EngineError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise click.exceptions.Exit(3) from None
+        raise ConfigError(f"bad setting: {exc}") from exc
+    if max_receive_count is not None:
+        sqs = sqs.model_copy(update={"max_receive_count": max_receive_count})
+    made = create_queues(sqs, visibility_s=settings.visibility_s, name=name)
     if as_json:
         click.echo(
             json.dumps(
