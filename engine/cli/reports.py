@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import click
 
+from engine.cli.args import parse_job_id
 from engine.config import Settings
-from engine.errors import BadInput, EngineError
+from engine.errors import BadInput
 from engine.reports.render import render_all, render_job_report
 from engine.reports.serve import make_server
 
@@ -22,11 +22,6 @@ def _settings() -> Settings:
         raise click.ClickException(f"bad setting: {exc}") from exc
 
 
-def _fail(exc: Exception, code: int) -> click.exceptions.Exit:
-    click.echo(f"error: {exc}", err=True)
-    return click.exceptions.Exit(code)
-
-
 @click.command()
 @click.argument("job_id")
 @click.option(
@@ -37,16 +32,11 @@ def _fail(exc: Exception, code: int) -> click.exceptions.Exit:
 )
 def report(job_id: str, out: Path | None) -> None:
     """Render one job's HTML report and print its path."""
-    try:
-        parsed = uuid.UUID(job_id)
-    except ValueError:
-        raise _fail(BadInput(f"invalid job id {job_id!r}: expected a UUID"), 2) from None
+    parsed = parse_job_id(job_id)
     try:
         path = render_job_report(_settings(), parsed, out_dir=out)
-    except LookupError as exc:
-        raise _fail(exc, 2) from None
-    except EngineError as exc:
-        raise _fail(exc, 3) from None
+    except LookupError as exc:  # the renderer's "no such job", a library's own exception
+        raise BadInput(str(exc)) from exc
     click.echo(str(path))
 
 
@@ -64,10 +54,7 @@ def reports() -> None:
 )
 def build(out: Path | None) -> None:
     """Render the index and every job's report; print the index's path."""
-    try:
-        paths = render_all(_settings(), out_dir=out)
-    except EngineError as exc:
-        raise _fail(exc, 3) from None
+    paths = render_all(_settings(), out_dir=out)
     click.echo(f"{paths[0]} ({len(paths) - 1} run report(s))")
 
 
