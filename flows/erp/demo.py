@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import getpass
 import socket
-import sys
 import time
 from typing import Any
 
@@ -20,7 +19,9 @@ import click
 import psycopg
 
 from engine import (
-    EngineError,
+    BadInput,
+    ConfigError,
+    JobFailed,
     Registry,
     Settings,
     connect,
@@ -33,9 +34,6 @@ from engine import (
 )
 from flows.erp.books import _table, trial_balance
 from flows.erp.seed import seed
-
-EXIT_JOB_FAILED = 1
-EXIT_ENVIRONMENT = 3
 
 
 def _has_erp_data(conn: psycopg.Connection[Any]) -> bool:
@@ -93,14 +91,15 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
         click.echo(f"both jobs ended in {time.perf_counter() - started:.1f} s")
         with connect(settings, autocommit=True) as conn:
             click.echo(_table(trial_balance(conn, period)))
-    except EngineError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_ENVIRONMENT)
+    except BadInput as exc:
+        # the exit code it had (3) until bad input exits 2 here too
+        raise ConfigError(str(exc)) from exc
     # the workers render each report as its job ends; render again here so the
     # paths printed exist whatever ENGINE_REPORT_ON_END says
     for name, job in jobs.items():
         page = render_job_report(settings, job.job_id, registry=registry)
         click.echo(f"{name} report: {page.resolve()}  (or: engine status {job.job_id})")
     click.echo(f"all runs: {render_index(settings).resolve()}  (browse: engine reports serve)")
-    if any(status != "done" for status in statuses.values()):
-        sys.exit(EXIT_JOB_FAILED)
+    failed = [f"{name} {status}" for name, status in statuses.items() if status != "done"]
+    if failed:
+        raise JobFailed("demo jobs did not end done: " + ", ".join(failed))
