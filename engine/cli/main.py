@@ -23,10 +23,10 @@ from engine.cli.jobs import cancel, retry, runs, status, submit_group
 from engine.cli.migrate import migrate
 from engine.cli.queues import queues
 from engine.cli.reports import report, reports
+from engine.cli.simulate import simulate
 from engine.cli.worker import worker
 from engine.config import SecretsFilter
 from engine.errors import BadInput, EngineError, JobFailed
-from engine.simulate import simulate
 
 __all__ = [
     "EXIT_BAD_INPUT",
