@@ -14,7 +14,8 @@ import os
 from typing import Any
 
 import click
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
+from pydantic_settings import BaseSettings
 
 from engine.cli import extensions
 from engine.cli.dlq import dlq
@@ -50,9 +51,25 @@ def exit_code(exc: BaseException) -> int | None:
         return EXIT_JOB_FAILED
     if isinstance(exc, BadInput):
         return EXIT_BAD_INPUT
-    if isinstance(exc, EngineError):
+    if isinstance(exc, EngineError) or _is_bad_setting(exc):
         return EXIT_ENVIRONMENT
     return None
+
+
+def _is_bad_setting(exc: BaseException) -> bool:
+    # pydantic titles a ValidationError with the model's name; for a settings
+    # model (Settings, SqsSettings, a flow package's own) an ENGINE_* value is bad
+    return isinstance(exc, ValidationError) and exc.title in _settings_models()
+
+
+def _settings_models() -> set[str]:
+    found: set[str] = set()
+    todo: list[type[BaseSettings]] = [BaseSettings]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.add(sub.__name__)
+            todo.append(sub)
+    return found
 
 
 class EngineGroup(click.Group):
@@ -70,7 +87,8 @@ class EngineGroup(click.Group):
             if code is None:
                 raise
             if not isinstance(exc, JobFailed):  # the command showed how the job ended
-                click.echo(f"{click.style('error:', fg='red')} {exc}", err=True)
+                message = f"bad setting: {exc}" if _is_bad_setting(exc) else str(exc)
+                click.echo(f"{click.style('error:', fg='red')} {message}", err=True)
             raise click.exceptions.Exit(code) from None
         if isinstance(status, int):  # a command that reports a status (the worker) returns it
             raise click.exceptions.Exit(status)

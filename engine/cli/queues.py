@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 
 import click
-from pydantic import ValidationError
 
 from engine.config import Settings
-from engine.errors import ConfigError
 from engine.transports.sqs import SqsSettings, create_queues
 
 __all__ = ["queues"]
@@ -47,11 +45,8 @@ def create(name: str | None, max_receive_count: int | None, as_json: bool) -> No
     Idempotent: existing queues keep their URLs and get the configured
     attributes (visibility timeout from ENGINE_VISIBILITY_S, redrive policy).
     """
-    try:
-        settings = Settings()
-        sqs = SqsSettings()
-    except ValidationError as exc:
-        raise ConfigError(f"bad setting: {exc}") from exc
+    settings = Settings()
+    sqs = SqsSettings()
     if max_receive_count is not None:
         sqs = sqs.model_copy(update={"max_receive_count": max_receive_count})
     made = create_queues(sqs, visibility_s=settings.visibility_s, name=name)

@@ -15,13 +15,6 @@ from engine.reports.serve import make_server
 __all__ = ["report", "reports"]
 
 
-def _settings() -> Settings:
-    try:
-        return Settings()
-    except Exception as exc:  # a bad ENGINE_* value
-        raise click.ClickException(f"bad setting: {exc}") from exc
-
-
 @click.command()
 @click.argument("job_id")
 @click.option(
@@ -34,7 +27,7 @@ def report(job_id: str, out: Path | None) -> None:
     """Render one job's HTML report and print its path."""
     parsed = parse_job_id(job_id)
     try:
-        path = render_job_report(_settings(), parsed, out_dir=out)
+        path = render_job_report(Settings(), parsed, out_dir=out)
     except LookupError as exc:  # the renderer's "no such job", a library's own exception
         raise BadInput(str(exc)) from exc
     click.echo(str(path))
@@ -54,7 +47,7 @@ def reports() -> None:
 )
 def build(out: Path | None) -> None:
     """Render the index and every job's report; print the index's path."""
-    paths = render_all(_settings(), out_dir=out)
+    paths = render_all(Settings(), out_dir=out)
     click.echo(f"{paths[0]} ({len(paths) - 1} run report(s))")
 
 
@@ -69,7 +62,7 @@ def build(out: Path | None) -> None:
 )
 def serve(host: str, port: int, out: Path | None) -> None:
     """Serve the reports read-only; the index is re-rendered on each request."""
-    settings = _settings()
+    settings = Settings()
     server = make_server(settings, host, port, out or settings.reports_dir)
     click.echo(f"serving {out or settings.reports_dir} on http://{host}:{server.server_port}/")
     try:
