@@ -11,6 +11,8 @@
     │   ├── NoSuchJob                no job has that id
     │   └── MalformedMessage         a queue message is not a step message envelope
     │                                (the worker dead-letters it and stays up)
+    ├── JobFailed                    a job a command waited for did not end done;
+    │                                the CLI exits 1
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
     ├── StoreError                   a database driver error, wrapped once in
@@ -98,6 +100,13 @@ class NoSuchJob(BadInput):
 
 class MalformedMessage(BadInput):
     """A message body that is not a valid envelope (its reason is recorded)."""
+
+
+class JobFailed(EngineError):
+    """A job the caller waited for ended failed or cancelled (the CLI exits 1).
+
+    The command has shown how the job ended already, so the CLI adds no message.
+    """
 
 
 class MigrationError(EngineError):

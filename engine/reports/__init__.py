@@ -7,7 +7,7 @@ draws the step graph, the timeline and the duration charts as escaped SVG;
 :mod:`.render` fills the jinja2 templates of the top-level ``reports/`` folder
 (autoescape on, ``StrictUndefined``) into one self-contained HTML file per run
 plus an index, under ``Settings.reports_dir``. :mod:`.serve` serves that folder
-read-only; :mod:`.cli` adds ``engine report`` and ``engine reports``.
+read-only; :mod:`engine.cli.reports` adds ``engine report`` and ``engine reports``.
 
 The worker calls :func:`render_job_report` and :func:`render_index` after a job
 ends; both only read the database.

@@ -10,24 +10,20 @@ total credit; ``engine books trial-balance --period 2026-11`` shows it::
 
 from __future__ import annotations
 
-import sys
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import click
 import psycopg
 from pydantic import BaseModel, PlainSerializer, TypeAdapter, ValidationError
 
-from engine import BadInput, EngineError, Settings, connect, load_queries
+from engine import BadInput, EngineError, Settings, StoreError, connect, load_queries
 from flows.types import Period
 
 __all__ = ["AccountBalance", "Money", "TrialBalance", "books", "trial_balance"]
 
 _q = load_queries(str(Path(__file__).parent / "sql" / "books.sql"))
-
-EXIT_BAD_INPUT = 2
-EXIT_ENVIRONMENT = 3
 
 CENT = Decimal("0.01")
 
@@ -80,11 +76,6 @@ def trial_balance(conn: psycopg.Connection[Any], period: str) -> TrialBalance:
     )
 
 
-def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
 def _table(tb: TrialBalance) -> str:
     rows = [
         (a.code, a.name, _cents(a.debit), _cents(a.credit), _cents(a.balance)) for a in tb.accounts
@@ -122,14 +113,15 @@ def trial_balance_command(period: str, as_json: bool) -> None:
     try:
         period = TypeAdapter(Period).validate_python(period)
     except ValidationError as exc:
-        _fail(exc.errors()[0]["msg"], EXIT_BAD_INPUT)
+        raise BadInput(exc.errors()[0]["msg"]) from None
     try:
         with connect(Settings()) as conn:
             tb = trial_balance(conn, period)
-    except BadInput as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+    except BadInput:
+        raise
     except (EngineError, psycopg.Error) as exc:
-        _fail(f"cannot read the books: {exc}", EXIT_ENVIRONMENT)
+        # psycopg's errors reach here unwrapped: flows run their own SQL
+        raise StoreError(f"cannot read the books: {exc}") from exc
     if as_json:
         click.echo(tb.model_dump_json())
     else:

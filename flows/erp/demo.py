@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import getpass
 import socket
-import sys
 import time
 from typing import Any
 
@@ -20,7 +19,7 @@ import click
 import psycopg
 
 from engine import (
-    EngineError,
+    JobFailed,
     Registry,
     Settings,
     connect,
@@ -33,9 +32,6 @@ from engine import (
 )
 from flows.erp.books import _table, trial_balance
 from flows.erp.seed import seed
-
-EXIT_JOB_FAILED = 1
-EXIT_ENVIRONMENT = 3
 
 
 def _has_erp_data(conn: psycopg.Connection[Any]) -> bool:
@@ -52,55 +48,52 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     """Seed the demo ERP, run costing and posting through workers, print the books."""
     settings = Settings()
     click.echo(f"database: {settings.masked_database_url()}")
-    try:
-        report = migrate(settings)
-        click.echo(f"migrations: {len(report.applied)} applied, {len(report.already)} already")
-        with connect(settings, autocommit=True) as conn:
-            if _has_erp_data(conn):
-                click.echo("ERP data already there: reusing it (engine seed --replace starts over)")
-            else:
-                made = seed(
-                    conn,
-                    stores=50,
-                    brands=4,
-                    employees=500,
-                    items=items,
-                    period=period,
-                    documents=2000,
-                    seed=seed_value,
-                )
-                counts = ", ".join(f"{n} {t[4:]}" for t, n in made.table_counts().items())
-                click.echo(f"seeded in {made.elapsed_s:.1f} s: {counts}")
-        registry = Registry.load(settings.flow_modules)
-        started = time.perf_counter()
-        with worker_processes(settings, workers):
-            click.echo(f"workers: {workers} processes x 2 slots")
-            jobs = {
-                name: submit(
-                    name,
-                    {"period": period},
-                    settings=settings,
-                    registry=registry,
-                    submitted_by=f"{getpass.getuser()}@{socket.gethostname()} (engine demo)",
-                )
-                for name in ("costing", "posting")
-            }
-            statuses = {}
-            for name, job in jobs.items():
-                click.echo(f"{name}: job {job.job_id}")
-                statuses[name] = wait_for_job(settings, job.job_id)
-                click.echo(f"{name}: {statuses[name]}")
-        click.echo(f"both jobs ended in {time.perf_counter() - started:.1f} s")
-        with connect(settings, autocommit=True) as conn:
-            click.echo(_table(trial_balance(conn, period)))
-    except EngineError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_ENVIRONMENT)
+    report = migrate(settings)
+    click.echo(f"migrations: {len(report.applied)} applied, {len(report.already)} already")
+    with connect(settings, autocommit=True) as conn:
+        if _has_erp_data(conn):
+            click.echo("ERP data already there: reusing it (engine seed --replace starts over)")
+        else:
+            made = seed(
+                conn,
+                stores=50,
+                brands=4,
+                employees=500,
+                items=items,
+                period=period,
+                documents=2000,
+                seed=seed_value,
+            )
+            counts = ", ".join(f"{n} {t[4:]}" for t, n in made.table_counts().items())
+            click.echo(f"seeded in {made.elapsed_s:.1f} s: {counts}")
+    registry = Registry.load(settings.flow_modules)
+    started = time.perf_counter()
+    with worker_processes(settings, workers):
+        click.echo(f"workers: {workers} processes x 2 slots")
+        jobs = {
+            name: submit(
+                name,
+                {"period": period},
+                settings=settings,
+                registry=registry,
+                submitted_by=f"{getpass.getuser()}@{socket.gethostname()} (engine demo)",
+            )
+            for name in ("costing", "posting")
+        }
+        statuses = {}
+        for name, job in jobs.items():
+            click.echo(f"{name}: job {job.job_id}")
+            statuses[name] = wait_for_job(settings, job.job_id)
+            click.echo(f"{name}: {statuses[name]}")
+    click.echo(f"both jobs ended in {time.perf_counter() - started:.1f} s")
+    with connect(settings, autocommit=True) as conn:
+        click.echo(_table(trial_balance(conn, period)))
     # the workers render each report as its job ends; render again here so the
     # paths printed exist whatever ENGINE_REPORT_ON_END says
     for name, job in jobs.items():
         page = render_job_report(settings, job.job_id, registry=registry)
         click.echo(f"{name} report: {page.resolve()}  (or: engine status {job.job_id})")
     click.echo(f"all runs: {render_index(settings).resolve()}  (browse: engine reports serve)")
-    if any(status != "done" for status in statuses.values()):
-        sys.exit(EXIT_JOB_FAILED)
+    failed = [f"{name} {status}" for name, status in statuses.items() if status != "done"]
+    if failed:
+        raise JobFailed("demo jobs did not end done: " + ", ".join(failed))

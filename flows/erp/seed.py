@@ -32,7 +32,7 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from engine import BadInput, EngineError, Settings, connect, load_queries
+from engine import BadInput, EngineError, Settings, StoreError, connect, load_queries
 from flows.types import Period
 
 __all__ = ["DEFAULT_MOVES_PER_ITEM", "HOSTILE_MEMOS", "SeedReport", "command", "seed"]
@@ -532,22 +532,17 @@ def _option(*names: str, **kwargs: Any) -> Callable[[_F], _F]:
          help="same seed and options, same rows")  # fmt: skip
 @click.option("--replace", is_flag=True, help="delete the existing ERP data first")
 @click.option("--json", "as_json", is_flag=True, help="print the report as one JSON object")
-@click.pass_context
-def command(
-    ctx: click.Context, /, documents: int | None, seed_value: int, as_json: bool, **options: Any
-) -> None:
+def command(documents: int | None, seed_value: int, as_json: bool, **options: Any) -> None:
     """Fill the ERP tables with a deterministic month of demo data (COPY, one transaction)."""
     try:
         with connect(Settings(), autocommit=True) as conn:
             if documents is None:
                 documents = 20 * options["stores"]
             report = seed(conn, documents=documents, seed=seed_value, **options)
-    except BadInput as exc:
-        click.echo(f"error: {exc}", err=True)
-        ctx.exit(2)
+    except BadInput:
+        raise
     except (EngineError, psycopg.Error) as exc:
-        click.echo(f"error: {exc} (is the database reachable and migrated?)", err=True)
-        ctx.exit(3)
+        raise StoreError(f"{exc} (is the database reachable and migrated?)") from exc
     if as_json:
         click.echo(json.dumps(report.model_dump(), sort_keys=True))
         return

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import click
 
+from engine.cli.args import parse_job_id
 from engine.config import Settings
-from engine.errors import BadInput, EngineError, NoSuchJob
 from engine.reports.render import render_all, render_job_report
 from engine.reports.serve import make_server
 
 __all__ = ["report", "reports"]
-
-
-def _settings() -> Settings:
-    try:
-        return Settings()
-    except Exception as exc:  # a bad ENGINE_* value
-        raise click.ClickException(f"bad setting: {exc}") from exc
-
-
-def _fail(exc: Exception, code: int) -> click.exceptions.Exit:
-    click.echo(f"error: {exc}", err=True)
-    return click.exceptions.Exit(code)
 
 
 @click.command()
@@ -37,16 +24,9 @@ def _fail(exc: Exception, code: int) -> click.exceptions.Exit:
 )
 def report(job_id: str, out: Path | None) -> None:
     """Render one job's HTML report and print its path."""
-    try:
-        parsed = uuid.UUID(job_id)
-    except ValueError:
-        raise _fail(BadInput(f"invalid job id {job_id!r}: expected a UUID"), 2) from None
-    try:
-        path = render_job_report(_settings(), parsed, out_dir=out)
-    except NoSuchJob as exc:
-        raise _fail(exc, 2) from None
-    except EngineError as exc:
-        raise _fail(exc, 3) from None
+    parsed = parse_job_id(job_id)
+    # no such job is NoSuchJob, a BadInput: the root group's mapping exits 2
+    path = render_job_report(Settings(), parsed, out_dir=out)
     click.echo(str(path))
 
 
@@ -64,10 +44,7 @@ def reports() -> None:
 )
 def build(out: Path | None) -> None:
     """Render the index and every job's report; print the index's path."""
-    try:
-        paths = render_all(_settings(), out_dir=out)
-    except EngineError as exc:
-        raise _fail(exc, 3) from None
+    paths = render_all(Settings(), out_dir=out)
     click.echo(f"{paths[0]} ({len(paths) - 1} run report(s))")
 
 
@@ -82,7 +59,7 @@ def build(out: Path | None) -> None:
 )
 def serve(host: str, port: int, out: Path | None) -> None:
     """Serve the reports read-only; the index is re-rendered on each request."""
-    settings = _settings()
+    settings = Settings()
     server = make_server(settings, host, port, out or settings.reports_dir)
     click.echo(f"serving {out or settings.reports_dir} on http://{host}:{server.server_port}/")
     try:

@@ -1,7 +1,7 @@
 """``engine queues create``: the SQS step queue and its dead-letter queue.
 
 A thin command over :func:`engine.transports.sqs.create_queues`. Exit codes
-as in :mod:`engine.cli`: 2 bad input, 3 the environment is wrong (no
+as in :mod:`engine.cli.main`: 2 bad input, 3 the environment is wrong (no
 credentials, SQS unreachable, a bad ``ENGINE_*`` setting).
 """
 
@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 
 import click
-from pydantic import ValidationError
 
 from engine.config import Settings
-from engine.errors import BadInput, EngineError
 from engine.transports.sqs import SqsSettings, create_queues
 
 __all__ = ["queues"]
@@ -47,21 +45,11 @@ def create(name: str | None, max_receive_count: int | None, as_json: bool) -> No
     Idempotent: existing queues keep their URLs and get the configured
     attributes (visibility timeout from ENGINE_VISIBILITY_S, redrive policy).
     """
-    try:
-        settings = Settings()
-        sqs = SqsSettings()
-        if max_receive_count is not None:
-            sqs = sqs.model_copy(update={"max_receive_count": max_receive_count})
-        made = create_queues(sqs, visibility_s=settings.visibility_s, name=name)
-    except ValidationError as exc:
-        click.echo(f"error: bad setting: {exc}", err=True)
-        raise click.exceptions.Exit(3) from None
-    except BadInput as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise click.exceptions.Exit(2) from None
-    except EngineError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise click.exceptions.Exit(3) from None
+    settings = Settings()
+    sqs = SqsSettings()
+    if max_receive_count is not None:
+        sqs = sqs.model_copy(update={"max_receive_count": max_receive_count})
+    made = create_queues(sqs, visibility_s=settings.visibility_s, name=name)
     if as_json:
         click.echo(
             json.dumps(

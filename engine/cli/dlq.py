@@ -1,0 +1,55 @@
+"""``engine dlq list|replay|purge``: dead letters."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from engine import admin
+from engine.cli.output import out, print_json
+from engine.cli.state import current
+
+__all__ = ["dlq"]
+
+
+@click.group()
+def dlq() -> None:
+    """Dead letters: step runs past their attempts, and poison messages."""
+
+
+@dlq.command("list")
+@click.option("--limit", default=100, type=click.IntRange(1, 10_000))
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def dlq_list(limit: int, as_json: bool) -> None:
+    """List open dead letters with their reasons."""
+    rows = admin.dead_letters(current().settings, limit)
+    if as_json:
+        print_json({"dead_letters": rows})
+        return
+    table = Table("id", "source", "job", "flow", "step", "reason", "at")
+    for r in rows:
+        step = f"{r['step']}[{r['fanout_key']}]" if r["fanout_key"] else (r["step"] or "")
+        table.add_row(
+            str(r["id"]),
+            r["source"],
+            str(r["job_id"] or ""),
+            r["flow"] or "",
+            step,
+            r["reason"],
+            f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
+        )
+    out.print(table)
+
+
+@dlq.command("replay")
+@click.argument("dead_letter_id", type=int)
+def dlq_replay(dead_letter_id: int) -> None:
+    """Re-drive a dead letter: retry its step run's job, or send its message again."""
+    out.print(admin.replay(current().settings, dead_letter_id), highlight=False)
+
+
+@dlq.command("purge")
+@click.confirmation_option(prompt="Delete poison-message and replayed dead letters?")
+def dlq_purge() -> None:
+    """Delete poison-message and replayed dead letters (open step dead letters stay)."""
+    out.print(f"{admin.purge(current().settings)} dead letter(s) deleted")

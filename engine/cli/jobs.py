@@ -1,0 +1,253 @@
+"""Jobs: ``engine submit FLOW``, ``status``, ``runs``, ``cancel`` and ``retry``."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+from typing import Any
+
+import click
+from pydantic import BaseModel
+from rich.table import Table
+
+from engine import admin
+from engine.cli.args import parse_job_id
+from engine.cli.output import out, print_json
+from engine.cli.state import State, current
+from engine.errors import EngineError, JobFailed, NoSuchJob
+from engine.flow import Flow
+from engine.models import JobStatus
+from engine.orm import sqlalchemy_engine
+from engine.queries import JobView, job_view, recent_jobs
+from engine.submit import Submitted, submit
+from engine.waiting import wait_for_job
+
+__all__ = ["cancel", "retry", "runs", "status", "submit_group"]
+
+
+class SubmitGroup(click.Group):
+    """``engine submit FLOW``: one subcommand per registered flow, options from its params."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        try:
+            return ctx.ensure_object(State).registry.names()
+        except EngineError:
+            return []
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        registry = ctx.ensure_object(State).registry
+        if cmd_name not in registry.names():
+            return None
+        return _submit_command(registry.get(cmd_name))
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        try:
+            registry = ctx.ensure_object(State).registry
+        except EngineError as exc:
+            raise click.UsageError(str(exc), ctx) from exc
+        if name not in registry.names():
+            known = ", ".join(registry.names()) or "(none registered)"
+            raise click.UsageError(f"unknown flow {name!r}; known flows: {known}", ctx)
+        return super().resolve_command(ctx, args)
+
+
+def _param_options(params: type[BaseModel]) -> list[click.Option]:
+    options = []
+    for name, field in params.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = field.description or ""
+        if field.annotation is bool:
+            options.append(
+                click.Option([f"{flag}/--no-{flag[2:]}", name], default=None, help=help_text)
+            )
+            continue
+        # Values stay strings here: the flow's pydantic model validates them,
+        # so the CLI and the Python API give the same messages.
+        options.append(
+            click.Option(
+                [flag, name],
+                required=field.is_required(),
+                default=None,
+                help=help_text,
+                show_default=False if field.is_required() else repr(field.default),
+            )
+        )
+    return options
+
+
+def _submit_command(flow: Flow) -> click.Command:
+    def run(as_json: bool, wait: bool, submitted_by: str | None, **values: Any) -> None:
+        state = current()
+        given = {k: v for k, v in values.items() if v is not None}
+        result = submit(
+            flow,
+            given,
+            settings=state.settings,
+            submitted_by=submitted_by or _whoami(),
+        )
+        if not (as_json and wait):  # --json --wait prints one object, at the end
+            _report_submitted(result, as_json)
+        if wait:
+            status = wait_for_job(state.settings, result.job_id, progress=not as_json)
+            if as_json:
+                print_json({**result.as_json(), "status": status})
+            if status != JobStatus.DONE:
+                raise JobFailed(f"{flow.name} job {result.job_id} ended {status}")
+
+    params: list[click.Parameter] = [
+        *_param_options(flow.params),
+        click.Option(["--json", "as_json"], is_flag=True, help="print one JSON object"),
+        click.Option(
+            ["--wait"],
+            is_flag=True,
+            help="wait until the job ends (progress bar on a terminal); exit 1 if it failed",
+        ),
+        click.Option(
+            ["--submitted-by"],
+            envvar="ENGINE_SUBMITTED_BY",
+            show_envvar=True,
+            help="who submits (recorded on the job); default user@host",
+        ),
+    ]
+    return click.Command(
+        flow.name,
+        callback=run,
+        params=params,
+        help=(flow.description or f"Submit a job of flow {flow.name!r}."),
+    )
+
+
+def _whoami() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+def _report_submitted(result: Submitted, as_json: bool) -> None:
+    if as_json:
+        print_json(result.as_json())
+    elif result.created:
+        out.print(f"submitted {result.flow} job {result.job_id} ({result.status})", highlight=False)
+    else:
+        out.print(
+            f"{result.flow} job {result.job_id} is already {result.status} with the same "
+            "parameters; returned it (not created)",
+            highlight=False,
+        )
+
+
+submit_group = SubmitGroup("submit", help="Submit a job of a flow: engine submit FLOW --param")
+
+
+@click.command()
+@click.argument("job_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def status(job_id: str | None, as_json: bool) -> None:
+    """Show a job and its step runs (or the most recent jobs)."""
+    state = current()
+    engine = sqlalchemy_engine(state.settings)
+    if job_id is None:
+        _runs(engine, None, [], as_json)
+        return
+    view = job_view(engine, parse_job_id(job_id))
+    if view is None:
+        raise NoSuchJob(job_id)
+    if as_json:
+        print_json(_view_json(view))
+    else:
+        _print_view(view)
+
+
+def _view_json(view: JobView) -> dict[str, Any]:
+    return {
+        "job": view.job.model_dump(mode="json"),
+        "steps": [s.model_dump(mode="json", exclude={"output"}) for s in view.steps],
+        "unpublished_messages": view.unpublished,
+    }
+
+
+def _print_view(view: JobView) -> None:
+    job = view.job
+    out.print(
+        f"job {job.id}  flow {job.flow} v{job.flow_version}  status [bold]{job.status}[/bold]",
+        highlight=False,
+    )
+    out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
+    out.print(f"created {job.created_at:%Y-%m-%d %H:%M:%S}  by {job.submitted_by or '-'}")
+    table = Table("step", "key", "status", "attempts", "lease owner", "error")
+    for s in view.steps:
+        error = (s.error or {}).get("message", "") if s.error else ""
+        table.add_row(
+            s.step,
+            s.fanout_key,
+            s.status,
+            f"{s.attempts}/{s.max_attempts}",
+            s.lease_owner or "",
+            str(error),
+        )
+    out.print(table)
+    if view.unpublished:
+        out.print(f"{view.unpublished} message(s) not published yet")
+
+
+@click.command()
+@click.option("--flow", default=None, help="only this flow")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([s.value for s in JobStatus]),
+    help="only these statuses (repeatable)",
+)
+@click.option("--limit", default=50, type=click.IntRange(1, 10_000))
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def runs(flow: str | None, statuses: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """List recent jobs."""
+    state = current()
+    if flow is not None:
+        state.registry.get(flow)  # an unknown flow is bad input, not an empty list
+    _runs(sqlalchemy_engine(state.settings), flow, [JobStatus(s) for s in statuses], as_json, limit)
+
+
+def _runs(
+    engine: Any, flow: str | None, statuses: list[JobStatus], as_json: bool, limit: int = 50
+) -> None:
+    jobs = recent_jobs(engine, flow=flow, statuses=statuses, limit=limit)
+    if as_json:
+        print_json({"jobs": [j.model_dump(mode="json") for j in jobs]})
+        return
+    table = Table("job", "flow", "status", "params", "created")
+    for j in jobs:
+        table.add_row(
+            str(j.id),
+            j.flow,
+            j.status,
+            json.dumps(j.params, sort_keys=True),
+            f"{j.created_at:%Y-%m-%d %H:%M:%S}",
+        )
+    out.print(table)
+
+
+@click.command()
+@click.argument("job_id")
+def cancel(job_id: str) -> None:
+    """Cancel an active job; running steps stop at their next check or commit."""
+    admin.cancel(current().settings, parse_job_id(job_id))
+    out.print(f"job {job_id} cancelled", highlight=False)
+
+
+@click.command()
+@click.argument("job_id")
+def retry(job_id: str) -> None:
+    """Resume a failed or cancelled job from its last checkpoints."""
+    reopened = admin.retry_job(current().settings, parse_job_id(job_id))
+    out.print(
+        f"job {job_id} resumed: {reopened.step_runs} step run(s) back to pending", highlight=False
+    )

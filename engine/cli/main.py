@@ -1,0 +1,136 @@
+"""The ``engine`` group, its named exit codes, and the one place that decides them.
+
+Exit codes: 0 success, 1 a job failed, 2 bad input (the message names the bad
+value), 3 the environment is wrong (database unreachable, bad setting, a
+refused migration). Commands raise the engine's exceptions and return;
+:meth:`EngineGroup.invoke` maps them with :func:`exit_code` and prints the
+one-line message. ``--json`` prints one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import click
+from pydantic import SecretStr, ValidationError
+from pydantic_settings import BaseSettings
+
+from engine.cli import extensions
+from engine.cli.dlq import dlq
+from engine.cli.flows import flows
+from engine.cli.jobs import cancel, retry, runs, status, submit_group
+from engine.cli.migrate import migrate
+from engine.cli.queues import queues
+from engine.cli.reports import report, reports
+from engine.cli.simulate import simulate
+from engine.cli.worker import worker
+from engine.config import SecretsFilter
+from engine.errors import BadInput, EngineError, JobFailed
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_ENVIRONMENT",
+    "EXIT_JOB_FAILED",
+    "EXIT_OK",
+    "EngineGroup",
+    "exit_code",
+    "main",
+]
+
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_ENVIRONMENT = 3
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The exit code ``exc`` stands for; ``None`` for a bug, which keeps its traceback."""
+    if isinstance(exc, JobFailed):
+        return EXIT_JOB_FAILED
+    if isinstance(exc, BadInput):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, EngineError) or _is_bad_setting(exc):
+        return EXIT_ENVIRONMENT
+    return None
+
+
+def _is_bad_setting(exc: BaseException) -> bool:
+    # pydantic titles a ValidationError with the model's name; for a settings
+    # model (Settings, SqsSettings, a flow package's own) an ENGINE_* value is bad
+    return isinstance(exc, ValidationError) and exc.title in _settings_models()
+
+
+def _settings_models() -> set[str]:
+    found: set[str] = set()
+    todo: list[type[BaseSettings]] = [BaseSettings]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.add(sub.__name__)
+            todo.append(sub)
+    return found
+
+
+class EngineGroup(click.Group):
+    """The engine's commands, plus those the loaded flow modules export as ``commands``.
+
+    Every command, an extension's too, runs inside :meth:`invoke`: the one place
+    where an exception or a command's own status becomes the process's exit code.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            status = super().invoke(ctx)
+        except Exception as exc:
+            code = exit_code(exc)
+            if code is None:
+                raise
+            if not isinstance(exc, JobFailed):  # the command showed how the job ended
+                message = f"bad setting: {exc}" if _is_bad_setting(exc) else str(exc)
+                click.echo(f"{click.style('error:', fg='red')} {message}", err=True)
+            raise click.exceptions.Exit(code) from None
+        if isinstance(status, int):  # a command that reports a status (the worker) returns it
+            raise click.exceptions.Exit(status)
+        return status
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *extensions.commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or extensions.commands(ctx).get(cmd_name)
+
+
+@click.group(
+    cls=EngineGroup,
+    context_settings={"auto_envvar_prefix": "ENGINE", "show_default": True},
+)
+@click.option("--log-level", default="WARNING", show_envvar=True, help="Python log level")
+def main(log_level: str) -> None:
+    """Workflow engine for ERP jobs: typed step graphs, leased and fenced execution."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # every command's log lines, botocore's DEBUG requests included, are masked
+    url = os.environ.get("ENGINE_DATABASE_URL")
+    secrets = SecretsFilter(SecretStr(url) if url else None)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(secrets)
+
+
+for command in (
+    cancel,
+    dlq,
+    flows,
+    migrate,
+    queues,
+    report,
+    reports,
+    retry,
+    runs,
+    simulate,
+    status,
+    submit_group,
+    worker,
+):
+    main.add_command(command)

@@ -1,0 +1,43 @@
+"""What the commands of one invocation share: its settings and registry, loaded on first use.
+
+Loading lazily keeps ``engine --help`` and commands that need neither working
+when the database or a flow module is broken.
+"""
+
+from __future__ import annotations
+
+import click
+
+from engine.config import Settings
+from engine.registry import Registry
+
+__all__ = ["State", "current"]
+
+
+class State:
+    """Per-invocation settings and registry, loaded on first use."""
+
+    def __init__(self) -> None:
+        self._settings: Settings | None = None
+        self._registry: Registry | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings()
+        return self._settings
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            self._registry = Registry.load(self.settings.flow_modules)
+        return self._registry
+
+
+def _state() -> State:
+    return click.get_current_context().ensure_object(State)
+
+
+def current() -> State:
+    """The running invocation's :class:`State` (made by the root context on first use)."""
+    return click.get_current_context().ensure_object(State)
