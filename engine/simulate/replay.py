@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 
 from engine.models import Event, EventKind, Job, StepRun
 from engine.reports.render import environment, write_atomically
-from engine.simulate_flow import STEPS
+from engine.simulate.flow import STEPS
 
 __all__ = ["Fault", "Oracle", "SimRecord", "render_replay"]
 

@@ -3,7 +3,7 @@
 The simulator makes its own scratch database on the configured server
 (``engine_sim_<seed>_<pid>_<hex>``), migrates it, starts ``--workers`` real
 ``python -m engine worker`` processes on the small flow of
-:mod:`engine.simulate_flow` with short leases, submits ``--jobs`` jobs and
+:mod:`engine.simulate.flow` with short leases, submits ``--jobs`` jobs and
 injects faults from a plan drawn from ``--seed``:
 
 - kills: each step run is, with probability ``--kill-rate``, the target of a
@@ -50,8 +50,8 @@ from engine.errors import EngineError
 from engine.messages import StepMessage
 from engine.orm import sqlalchemy_engine
 from engine.registry import Registry
-from engine.simulate_flow import STEPS, SimParams, step_seconds
-from engine.simulate_replay import Fault, Oracle, SimRecord, oracle_lines, render_replay
+from engine.simulate.flow import STEPS, SimParams, step_seconds
+from engine.simulate.replay import Fault, Oracle, SimRecord, oracle_lines, render_replay
 from engine.store import migrations
 from engine.store.queries import load
 from engine.submit import submit
@@ -59,9 +59,9 @@ from engine.transports.postgres import PostgresTransport
 
 __all__ = ["SimOptions", "simulate"]
 
-_q = load(str(Path(__file__).with_suffix(".sql")))
+_q = load(str(Path(__file__).with_name("simulate.sql")))
 
-FLOW_MODULE = "engine.simulate_flow"
+FLOW_MODULE = "engine.simulate.flow"
 _TICK_S = 0.05
 _PROGRESS_EVERY_S = 1.0
 # Short, but the worker's own rule must hold: heartbeat < lease and < visibility.

@@ -23,7 +23,7 @@ from engine.store.queries import load
 
 __all__ = ["STEPS", "SimParams", "flow", "step_seconds"]
 
-_q = load(str(Path(__file__).with_suffix(".sql").with_name("simulate.sql")))
+_q = load(str(Path(__file__).with_name("simulate.sql")))
 
 STEPS = ("reserve", "post", "notify")
 """The steps of the simulation flow, in order."""
