@@ -40,7 +40,6 @@ from typing import Any
 
 import click
 import psycopg
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
@@ -53,13 +52,14 @@ from engine.registry import Registry
 from engine.simulate.flow import STEPS, SimParams, step_seconds
 from engine.simulate.replay import Fault, Oracle, SimRecord, oracle_lines, render_replay
 from engine.store import migrations
+from engine.store.named import NamedQueries
 from engine.store.queries import load
 from engine.submit import submit
 from engine.transports.postgres import PostgresTransport
 
 __all__ = ["SimOptions", "simulate"]
 
-_q = load(str(Path(__file__).with_name("simulate.sql")))
+_sql = NamedQueries(load(str(Path(__file__).with_name("simulate.sql"))))
 
 FLOW_MODULE = "engine.simulate.flow"
 _TICK_S = 0.05
@@ -199,19 +199,17 @@ def _scratch(base: str, seed: int) -> tuple[str, str]:
     """Create and migrate the scratch database; its name and conninfo."""
     name = f"engine_sim_{seed}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        _sql.run(conn, "sim_database_create", database=name)
     info = make_conninfo(base, dbname=name)
     with psycopg.connect(info, autocommit=True) as conn:
         migrations.apply(conn, Settings().migration_dirs)
-        conn.execute(_q["sim_effects_create"])
+        _sql.run(conn, "sim_effects_create")
     return name, info
 
 
 def _drop(base: str, name: str) -> None:
     with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        _sql.run(conn, "sim_database_drop", database=name)
 
 
 class _Run:
@@ -233,9 +231,7 @@ class _Run:
         self.late_jobs = 0  # a resubmit that raced its job's end legitimately made a new job
 
     def _clock(self) -> datetime:
-        row = self.conn.execute(_q["sim_clock"]).fetchone()
-        assert row is not None
-        at: datetime = row["at"]
+        at: datetime = _sql.one(self.conn, "sim_clock")["at"]
         return at
 
     def run(self) -> tuple[list[Oracle], bool]:
@@ -268,8 +264,7 @@ class _Run:
         deadline = time.monotonic() + self.options.timeout_s
         started = last_progress = time.monotonic()
         while time.monotonic() < deadline:
-            progress = self.conn.execute(_q["sim_progress"]).fetchone()
-            assert progress is not None
+            progress = _sql.one(self.conn, "sim_progress")
             if time.monotonic() - last_progress >= _PROGRESS_EVERY_S:
                 last_progress = time.monotonic()
                 _say(
@@ -287,7 +282,7 @@ class _Run:
         return False
 
     def _kill_planned(self, job_no: dict[uuid.UUID, int]) -> None:
-        for row in self.conn.execute(_q["sim_running_select"]).fetchall():
+        for row in _sql.rows(self.conn, "sim_running_select"):
             key = (job_no.get(row["job_id"], -1), row["step"])
             proc = str(row["lease_owner"]).split("/")[0]
             if key not in self.plan.kill_at or row["id"] in self.killed or row["attempts"] != 1:
@@ -305,7 +300,7 @@ class _Run:
         return self.plan.kill_at[key] * step_seconds(params, key[1])
 
     def _duplicate_planned(self, job_no: dict[uuid.UUID, int], transport: Any) -> None:
-        for row in self.conn.execute(_q["sim_delivered_select"]).fetchall():
+        for row in _sql.rows(self.conn, "sim_delivered_select"):
             key = (job_no.get(row["job_id"], -1), row["step"])
             copies = self.plan.dup_copies.get(key, 0)
             if not copies or row["id"] in self.duplicated:
@@ -325,7 +320,7 @@ class _Run:
             )
 
     def _resubmit_planned(self, registry: Registry, transport: Any) -> None:
-        for row in self.conn.execute(_q["sim_active_jobs_select"]).fetchall():
+        for row in _sql.rows(self.conn, "sim_active_jobs_select"):
             n = int(row["params"].get("n", -1))
             if n not in self.plan.resubmit or n in self.resubmitted:
                 continue
@@ -348,9 +343,7 @@ class _Run:
             )
 
     def _one(self, name: str, **params: Any) -> dict[str, Any]:
-        row = self.conn.execute(_q[name], params).fetchone()
-        assert row is not None
-        return dict(row)
+        return _sql.one(self.conn, name, params)
 
     def _oracles(self) -> list[Oracle]:
         steps = len(STEPS)
