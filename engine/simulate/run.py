@@ -1,39 +1,26 @@
-"""``engine simulate``: real workers, injected faults, oracles, an animated replay.
+"""One simulation: scratch database, real workers, the planned faults, the oracles.
 
-The simulator makes its own scratch database on the configured server
-(``engine_sim_<seed>_<pid>_<hex>``), migrates it, starts ``--workers`` real
-``python -m engine worker`` processes on the small flow of
-:mod:`engine.simulate.flow` with short leases, submits ``--jobs`` jobs and
-injects faults from a plan drawn from ``--seed``:
+:func:`run_simulation` makes its own scratch database on the configured
+server (``engine_sim_<seed>_<pid>_<hex>``), migrates it, starts real
+``engine worker`` processes on the flow of :mod:`engine.simulate.flow` with
+short leases, submits the jobs and, until every job ended (or the timeout),
+injects the faults of the seed's :class:`~engine.simulate.plan.Plan`:
 
-- kills: each step run is, with probability ``--kill-rate``, the target of a
-  SIGKILL to the worker running its first attempt, part-way through the step;
-  a replacement worker starts at once and the dead worker's lease must expire
-  before another worker reclaims the step run;
-- duplicates: each step run is, with probability ``--dup-rate``, announced
-  again (one or two copies, through the transport) once it was claimed, and
-  each job is, with that probability, submitted a second time while active.
+- kills: a step run's first attempt has its worker SIGKILLed part-way through
+  the step; a replacement worker starts at once, and the dead worker's lease
+  must expire before another worker reclaims the step run;
+- duplicates: a claimed step run is announced again (one or two copies,
+  through the transport), and a job is submitted a second time while active.
 
-Drawing the plan per step run (not per tick) keeps the faults of a seed the
-same from run to run, whatever the machine's speed. When every job ended (or
-``--timeout`` passed) the workers are stopped, the oracles of RELIABILITY.md
-are checked by SQL and printed, and the replay page is rendered to
-``ENGINE_REPORTS_DIR/simulate-<seed>.html``. Exit 0 when every oracle holds,
-1 otherwise, 2 on bad input, 3 when the database is unreachable.
+Then the workers are stopped, the oracles checked and the replay rendered.
 """
 
 from __future__ import annotations
 
 import os
-import random
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,20 +31,23 @@ from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
 from engine import db
-from engine.config import Settings, mask_url
-from engine.errors import EngineError
+from engine.config import Settings
 from engine.messages import StepMessage
 from engine.orm import sqlalchemy_engine
 from engine.registry import Registry
-from engine.simulate.flow import STEPS, SimParams, step_seconds
-from engine.simulate.replay import Fault, Oracle, SimRecord, oracle_lines, render_replay
+from engine.simulate.fleet import Fleet
+from engine.simulate.flow import SimParams, step_seconds
+from engine.simulate.oracles import check_oracles
+from engine.simulate.plan import Plan, SimOptions
+from engine.simulate.record import Fault, Oracle, SimRecord
+from engine.simulate.replay import render_replay
 from engine.store import migrations
 from engine.store.named import NamedQueries
 from engine.store.queries import load
 from engine.submit import submit
 from engine.transports.postgres import PostgresTransport
 
-__all__ = ["SimOptions", "simulate"]
+__all__ = ["FLOW_MODULE", "run_simulation"]
 
 _sql = NamedQueries(load(str(Path(__file__).with_name("simulate.sql"))))
 
@@ -79,116 +69,6 @@ _WORKER_ENV = {
     "ENGINE_TRANSPORT": "postgres",
     "ENGINE_FLOW_MODULES": FLOW_MODULE,
 }
-
-
-@dataclass(frozen=True)
-class SimOptions:
-    """The command's options."""
-
-    workers: int = 2
-    jobs: int = 8
-    kill_rate: float = 0.3
-    dup_rate: float = 0.5
-    seed: int = 1
-    concurrency: int = 1
-    timeout_s: float = 120.0
-    keep_db: bool = False
-
-
-@dataclass
-class _Plan:
-    """The faults of a seed, by (job number, step)."""
-
-    kill_at: dict[tuple[int, str], float]  # fraction of the step's duration
-    dup_copies: dict[tuple[int, str], int]
-    resubmit: set[int]
-
-    @classmethod
-    def draw(cls, options: SimOptions) -> _Plan:
-        rng = random.Random(options.seed)
-        kill_at: dict[tuple[int, str], float] = {}
-        dup_copies: dict[tuple[int, str], int] = {}
-        resubmit: set[int] = set()
-        for n in range(options.jobs):
-            for step in STEPS:
-                # draw every number whatever the rates, so one rate does not reshuffle the other
-                kill, where, dup, copies = (
-                    rng.random(),
-                    rng.uniform(0.2, 0.7),
-                    rng.random(),
-                    rng.randint(1, 2),
-                )
-                if kill < options.kill_rate:
-                    kill_at[(n, step)] = where
-                if dup < options.dup_rate:
-                    dup_copies[(n, step)] = copies
-            if rng.random() < options.dup_rate:
-                resubmit.add(n)
-        return cls(kill_at, dup_copies, resubmit)
-
-
-@dataclass
-class _Workers:
-    """The worker processes: started, killed and replaced by name (``w1``, ``w2``, ...)."""
-
-    info: str
-    concurrency: int
-    clock: Callable[[], datetime]
-    faults: list[Fault]
-    logdir: Path
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def spawn(self, why: str) -> str:
-        name = f"w{len(self.procs) + 1}"
-        env = {
-            **os.environ,
-            **_WORKER_ENV,
-            "ENGINE_DATABASE_URL": self.info,
-            "ENGINE_WORKER_ID": name,
-        }
-        with (self.logdir / f"{name}.log").open("wb") as out:
-            self.procs[name] = subprocess.Popen(  # noqa: S603  our own interpreter and module
-                [sys.executable, "-m", "engine", "worker", "--concurrency", str(self.concurrency)],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        self.faults.append(
-            Fault(at=self.clock(), kind="spawn", worker=name, detail=f"{name} {why}")
-        )
-        return name
-
-    def alive(self, name: str) -> bool:
-        proc = self.procs.get(name)
-        return proc is not None and proc.poll() is None
-
-    def kill(self, name: str, detail: str) -> None:
-        proc = self.procs[name]
-        proc.send_signal(signal.SIGKILL)
-        at = self.clock()
-        proc.wait(timeout=10)
-        self.faults.append(Fault(at=at, kind="kill", worker=name, detail=detail))
-
-    def stop(self, grace_s: float = 8.0) -> None:
-        """SIGTERM the live workers (the graceful path); SIGKILL any left after ``grace_s``."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-
-    def tail(self, lines: int = 15) -> str:
-        shown = []
-        for name in self.procs:
-            path = self.logdir / f"{name}.log"
-            text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
-            shown.append(f"--- {name} ---\n" + "\n".join(text))
-        return "\n".join(shown)
 
 
 def _say(message: str) -> None:
@@ -221,9 +101,11 @@ class _Run:
             database_url=SecretStr(info), flow_modules=[FLOW_MODULE], transport="postgres"
         )
         self.conn = db.connect(self.settings, autocommit=True)
-        self.plan = _Plan.draw(options)
+        self.plan = Plan.draw(options)
         self.faults: list[Fault] = []
-        self.workers = _Workers(info, options.concurrency, self._clock, self.faults, logdir)
+        self.workers = Fleet(
+            info, _WORKER_ENV, options.concurrency, self._clock, self.faults, logdir
+        )
         self.out_dir = out_dir
         self.killed: set[uuid.UUID] = set()
         self.duplicated: set[uuid.UUID] = set()
@@ -257,7 +139,8 @@ class _Run:
             transport.close()
             self.workers.stop()
         self.faults.append(Fault(at=self._clock(), kind="stop", detail="workers stopped (SIGTERM)"))
-        return self._oracles(), timed_out
+        expected_jobs = self.options.jobs + self.late_jobs
+        return check_oracles(self.conn, expected_jobs=expected_jobs, faults=self.faults), timed_out
 
     def _loop(self, job_no: dict[uuid.UUID, int], registry: Registry, transport: Any) -> bool:
         """Inject the planned faults until every job ended; False on timeout."""
@@ -342,61 +225,6 @@ class _Run:
                 )
             )
 
-    def _one(self, name: str, **params: Any) -> dict[str, Any]:
-        return _sql.one(self.conn, name, params)
-
-    def _oracles(self) -> list[Oracle]:
-        steps = len(STEPS)
-        expected_jobs = self.options.jobs + self.late_jobs
-        effects = self._one("oracle_no_double_effect", steps=steps)
-        fencing = self._one("oracle_fencing")
-        lost = self._one("oracle_nothing_lost")
-        stuck = self._one("oracle_no_expired_running")
-        attempts = self._one("oracle_attempts")
-        overlap = self._one("oracle_one_active_per_fingerprint")
-        refused = sum(1 for f in self.faults if f.kind == "resubmit" and "active job" in f.detail)
-        return [
-            Oracle(
-                name="no double effect",
-                passed=effects["jobs_off"] == 0 and effects["refused_by_key"] == 0,
-                detail=f"{effects['effects']} effects, {effects['jobs_off']} job(s) without "
-                f"exactly {steps}, {effects['refused_by_key']} refused by the unique key",
-            ),
-            Oracle(
-                name="fencing",
-                passed=fencing["unfenced"] == 0,
-                detail=f"{fencing['effects'] - fencing['unfenced']}/{fencing['effects']} effects "
-                "written by the attempt that checkpointed; "
-                f"{fencing['fenced_commits']} commit(s) fenced",
-            ),
-            Oracle(
-                name="nothing lost",
-                passed=lost["jobs"] == expected_jobs
-                and lost["done"] == expected_jobs
-                and lost["steps_not_done"] == 0,
-                detail=f"{lost['done']}/{expected_jobs} jobs done "
-                f"({lost['jobs']} in the database), "
-                f"{lost['steps_not_done']} step run(s) not done",
-            ),
-            Oracle(
-                name="no expired lease left running",
-                passed=stuck["stuck"] == 0,
-                detail=f"{stuck['stuck']} step run(s) running under an expired lease",
-            ),
-            Oracle(
-                name="attempts within the cap",
-                passed=attempts["over_cap"] == 0 and attempts["miscounted"] == 0,
-                detail=f"max {attempts['max_attempts_used']} of {attempts['cap']}; "
-                f"{attempts['miscounted']} step run(s) whose attempts differ from their claims",
-            ),
-            Oracle(
-                name="one active job per fingerprint",
-                passed=overlap["overlapping"] == 0,
-                detail=f"{overlap['overlapping']} overlapping pair(s); {refused} duplicate "
-                "submit(s) returned the active job",
-            ),
-        ]
-
     def record(self, oracles: list[Oracle], database: str, timed_out: bool) -> SimRecord:
         return SimRecord(
             seed=self.options.seed,
@@ -443,100 +271,3 @@ def run_simulation(options: SimOptions, settings: Settings) -> tuple[SimRecord, 
             _say(f"kept the scratch database {name}")
         else:
             _drop(base, name)
-
-
-@click.command("simulate")
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 16),
-    default=2,
-    show_default=True,
-    envvar="ENGINE_SIM_WORKERS",
-    show_envvar=True,
-    help="worker processes at once",
-)
-@click.option(
-    "--jobs",
-    type=click.IntRange(1, 500),
-    default=8,
-    show_default=True,
-    envvar="ENGINE_SIM_JOBS",
-    show_envvar=True,
-    help="jobs to submit (3 steps each)",
-)
-@click.option(
-    "--kill-rate",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.3,
-    show_default=True,
-    envvar="ENGINE_SIM_KILL_RATE",
-    show_envvar=True,
-    help="share of step runs whose first attempt's worker is SIGKILLed mid-step",
-)
-@click.option(
-    "--dup-rate",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.5,
-    show_default=True,
-    envvar="ENGINE_SIM_DUP_RATE",
-    show_envvar=True,
-    help="share of step runs announced again, and of jobs submitted again",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=1,
-    show_default=True,
-    envvar="ENGINE_SIM_SEED",
-    show_envvar=True,
-    help="seed of the fault plan and step durations",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 8),
-    default=1,
-    show_default=True,
-    envvar="ENGINE_SIM_CONCURRENCY",
-    show_envvar=True,
-    help="slots per worker",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(5, 3600),
-    default=120.0,
-    show_default=True,
-    envvar="ENGINE_SIM_TIMEOUT_S",
-    show_envvar=True,
-    help="seconds before the run is stopped (jobs not done then fail an oracle)",
-)
-@click.option("--keep-db", is_flag=True, help="keep the scratch database for inspection")
-def simulate(**kwargs: Any) -> None:
-    """Run real workers with injected faults; check the oracles; render a replay page."""
-    options = SimOptions(**kwargs)
-    try:
-        settings = Settings()
-    except Exception as exc:  # a bad ENGINE_* value
-        click.echo(f"error: bad setting: {exc}", err=True)
-        sys.exit(3)
-    click.echo(
-        f"simulate: seed {options.seed}, {options.workers} worker(s), {options.jobs} job(s) "
-        f"({options.jobs * len(STEPS)} step runs), kill rate {options.kill_rate:g}, "
-        f"dup rate {options.dup_rate:g}"
-    )
-    try:
-        record, path = run_simulation(options, settings)
-    except (EngineError, psycopg.OperationalError) as exc:
-        click.echo(f"error: {mask_url(str(exc)).strip()}", err=True)
-        sys.exit(3)
-    kills = sum(1 for f in record.faults if f.kind == "kill")
-    dups = [f for f in record.faults if f.kind == "duplicate"]
-    resubmits = sum(1 for f in record.faults if f.kind == "resubmit")
-    click.echo(
-        f"faults: {kills} kill(s), {len(dups)} step run(s) announced again, "
-        f"{resubmits} duplicate submit(s)"
-    )
-    for line in oracle_lines(record.oracles):
-        click.echo(line)
-    click.echo(f"replay: {path}")
-    sys.exit(0 if all(o.passed for o in record.oracles) and not record.timed_out else 1)
