@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from pydantic import SecretStr
 
@@ -81,7 +81,7 @@ class WorkerProcess:
         return self.popen.returncode
 
     @property
-    def stdout(self) -> Any:
+    def stdout(self) -> IO[str] | None:
         """The pipe of its output (``output="pipe"``), else ``None``."""
         return self.popen.stdout
 
