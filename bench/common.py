@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from engine import db
 from engine.config import Settings, mask_url
+from engine.processes import WorkerProcess, start_worker, stop_all
 from engine.store import migrations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +114,7 @@ class Workers:
         self.concurrency = concurrency
         self.modules = modules
         self.extra_env = env or {}
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[WorkerProcess] = []
         self._logdir = tempfile.TemporaryDirectory(prefix="bench-workers-")
         self.logs: list[Path] = []
 
@@ -131,17 +129,15 @@ class Workers:
 
     def __enter__(self) -> Workers:
         env = self.env()
-        command = [sys.executable, "-m", "engine", "worker", "--concurrency", str(self.concurrency)]
         try:
             for i in range(self.count):
                 path = Path(self._logdir.name) / f"worker-{i}.log"
                 self.logs.append(path)
-                with path.open("wb") as out:
-                    self.procs.append(
-                        subprocess.Popen(
-                            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-                        )
+                self.procs.append(
+                    start_worker(
+                        "--concurrency", str(self.concurrency), env=env, output=path, cwd=ROOT
                     )
+                )
         except BaseException:
             self.stop()
             raise
@@ -164,23 +160,14 @@ class Workers:
     def pids(self) -> set[int]:
         return {p.pid for p in self.procs}
 
-    def exited(self) -> list[subprocess.Popen[bytes]]:
+    def exited(self) -> list[WorkerProcess]:
         """Workers that stopped on their own (poll() is not None)."""
         return [p for p in self.procs if p.poll() is not None]
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every worker, wait up to ``timeout_s``, then SIGKILL the rest."""
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log(f"worker {p.pid} ignored SIGTERM for {timeout_s:g} s: SIGKILL")
-                p.kill()
-                p.wait(timeout=5)
+        for p in stop_all(self.procs, timeout_s):
+            log(f"worker {p.pid} ignored SIGTERM for {timeout_s:g} s: SIGKILL")
 
     def show_logs(self, tail: int = 40) -> None:
         for path, p in zip(self.logs, self.procs, strict=False):

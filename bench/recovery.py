@@ -9,8 +9,6 @@ sweep interval (the sweeper republishes the expired step run), plus a receive.
 
 from __future__ import annotations
 
-import os
-import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -78,7 +76,7 @@ def run(timeout_s: float = 30.0) -> float | None:
             log(f"recovery: the step reports pid {pid}, not one of our workers {workers.pids}")
             return None
         time.sleep(1.0)  # a few heartbeats in: the lease is mid-way, as in real life
-        os.kill(pid, signal.SIGKILL)
+        next(p for p in workers.procs if p.pid == pid).kill()
         killed_at, expires_at, step_run_id = conn.execute(AT_KILL, (job.job_id,)).fetchone()  # type: ignore[misc]
         try:
             reclaimed_at, by = _wait_for(

@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +43,7 @@ from bench.common import (
 from bench.throughput import ELAPSED, PROGRESS, STEPS_PER_JOB
 from engine import db, submit
 from engine.outbox import relay
+from engine.processes import start_worker, stop_all
 from engine.registry import Registry
 from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
 
@@ -150,7 +149,6 @@ def _drain(
 ) -> tuple[dict[str, int], int]:
     """Run the workers until every job ended; their SQS call counts, summed, and jobs done."""
     env = {
-        **os.environ,
         "ENGINE_DATABASE_URL": info,
         "ENGINE_FLOW_MODULES": "bench.noop",
         "ENGINE_TRANSPORT": "sqs",
@@ -161,19 +159,17 @@ def _drain(
     done = 0
     with tempfile.TemporaryDirectory(prefix="bench-sqs-") as tmp:
         files = [Path(tmp) / f"calls-{i}.json" for i in range(procs)]
-        logs = [Path(tmp) / f"worker-{i}.log" for i in range(procs)]
-        workers = []
-        for calls, log_path in zip(files, logs, strict=True):
-            with log_path.open("wb") as out:
-                workers.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "bench.sqs", "worker", str(calls)],
-                        cwd=ROOT,
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
+        workers = [
+            # the engine's worker wrapped to count its SQS calls: python -m bench.sqs worker FILE
+            start_worker(
+                str(calls),
+                env=env,
+                output=Path(tmp) / f"worker-{i}.log",
+                cwd=ROOT,
+                module="bench.sqs",
+            )
+            for i, calls in enumerate(files)
+        ]
         try:
             deadline = time.monotonic() + timeout_s
             with psycopg.connect(info, autocommit=True) as conn:
@@ -181,23 +177,16 @@ def _drain(
                     done, ended = conn.execute(PROGRESS).fetchone() or (0, 0)
                     if done + ended >= jobs:
                         break
-                    if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                    if time.monotonic() > deadline or any(not w.alive() for w in workers):
                         log(f"{bench}: stopped early with {done}/{jobs} jobs done")
                         break
                     time.sleep(0.2)
         finally:
+            stop_all(workers, grace_s=30)
             for w in workers:
-                if w.poll() is None:
-                    w.send_signal(signal.SIGTERM)
-            for w, log_path in zip(workers, logs, strict=True):
-                try:
-                    w.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    w.kill()
-                    w.wait(timeout=5)
                 if w.returncode != 0 or os.environ.get("BENCH_VERBOSE"):
                     log(f"--- worker {w.pid} (exit {w.returncode})")
-                    print(log_path.read_text(errors="replace")[-4000:], file=sys.stderr)
+                    print(w.output()[-4000:], file=sys.stderr)
         counts: dict[str, int] = {}
         for calls in files:
             if calls.exists():

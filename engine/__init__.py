@@ -3,13 +3,15 @@
 A *flow* (:class:`Flow`) declares a typed graph of *steps*; a *job* is one run
 of a flow with its parameters and a *step run* is one step of one job. Flows
 are loaded explicitly into a :class:`Registry`. The public API is what this
-module exports; ``flows/`` imports nothing else from ``engine``.
+module exports: what a flow author needs to declare, run and test flows, and
+nothing else; flows import nothing else from ``engine``. Tools around the
+engine (the CLI, the simulator, the bench, tests) import the module they need,
+e.g. :mod:`engine.processes` to start worker processes.
 """
 
 from engine.config import Settings
 from engine.context import StepContext
 from engine.db import connect
-from engine.demo import worker_processes
 from engine.errors import (
     BadInput,
     ConfigError,
@@ -68,5 +70,4 @@ __all__ = [
     "render_job_report",
     "submit",
     "wait_for_job",
-    "worker_processes",
 ]

@@ -14,8 +14,8 @@ import psycopg
 from engine.config import Settings, mask_url
 from engine.errors import JobFailed, StoreError
 from engine.simulate import SimOptions, run_simulation
-from engine.simulate_flow import STEPS
-from engine.simulate_replay import oracle_lines
+from engine.simulate.flow import STEPS
+from engine.simulate.oracles import oracle_lines
 
 __all__ = ["simulate"]
 

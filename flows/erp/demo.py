@@ -28,8 +28,8 @@ from engine import (
     render_job_report,
     submit,
     wait_for_job,
-    worker_processes,
 )
+from engine.processes import worker_processes
 from flows.erp.books import _table, trial_balance
 from flows.erp.seed import seed
 
@@ -68,7 +68,7 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
             click.echo(f"seeded in {made.elapsed_s:.1f} s: {counts}")
     registry = Registry.load(settings.flow_modules)
     started = time.perf_counter()
-    with worker_processes(settings, workers):
+    with worker_processes(settings, workers, "--concurrency", "2"):
         click.echo(f"workers: {workers} processes x 2 slots")
         jobs = {
             name: submit(

@@ -20,13 +20,13 @@ from harness import (
     fast_settings,
     flows_registry,
     start_worker_process,
-    stop_process,
     wait_job_ended,
     worker_env,
 )
 
 from engine import Registry, submit
 from engine.config import Settings
+from engine.processes import WorkerProcess, start_worker
 from flows.erp.books import trial_balance
 from flows.erp.seed import seed
 
@@ -36,19 +36,9 @@ PERIOD = "2026-11"
 ERP_FLOWS = ["flows.costing", "flows.posting", "flows.migration"]
 
 
-def _terminate(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM (the graceful path); SIGKILL if it does not end."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            stop_process(proc)
-
-
-def _stop(proc: subprocess.Popen[str]) -> str:
-    """Stop the worker; its whole output."""
-    _terminate(proc)
+def _stop(proc: WorkerProcess) -> str:
+    """Stop the worker (SIGTERM, the graceful path; SIGKILL if it does not end); its output."""
+    proc.stop(grace_s=30)
     assert proc.stdout is not None
     return proc.stdout.read()
 
@@ -88,24 +78,17 @@ def test_worker_process__runs_under_the_worker_role_unless_it_is_set_empty(
 def test_worker_process__a_role_the_server_lacks_stops_it_with_a_message_naming_it(
     settings: Settings,
 ) -> None:
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "engine", "worker"],
-        env=worker_env(settings, worker_role="engine_no_such_role"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    worker = start_worker(env=worker_env(settings, worker_role="engine_no_such_role"))
     try:
         returncode: int | None = worker.wait(timeout=30)
     except subprocess.TimeoutExpired:
         returncode = None
     finally:
-        _terminate(worker)
-    assert worker.stderr is not None
-    stderr = worker.stderr.read()
-    assert "refused role 'engine_no_such_role'" in stderr
-    assert "engine migrate" in stderr and "ENGINE_WORKER_ROLE" in stderr
+        worker.stop(grace_s=30)
+    assert worker.stdout is not None
+    output = worker.stdout.read()  # stdout and stderr, in one pipe
+    assert "refused role 'engine_no_such_role'" in output
+    assert "engine migrate" in output and "ENGINE_WORKER_ROLE" in output
     # a ConfigError is not an outage: the worker exits (3) rather than wait
     assert returncode == 3
 

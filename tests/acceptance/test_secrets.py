@@ -11,7 +11,6 @@ unreachable SQS endpoint) are searched for each canary.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -27,7 +26,6 @@ from harness import (
     ROOT,
     SUPPORT,
     flows_registry,
-    stop_process,
     wait_job_ended,
     wait_until,
 )
@@ -37,6 +35,7 @@ from sqs_support import fast_moto_clock, moto_server, queue_name, server_env
 
 from engine import submit
 from engine.config import Settings
+from engine.processes import settings_env, start_worker
 from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
 
 pytestmark = pytest.mark.acceptance
@@ -76,14 +75,11 @@ def canary_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def child_env(url: str, **overrides: Any) -> dict[str, str]:
-    env = {
+    return {
         **os.environ,
-        "ENGINE_DATABASE_URL": url,
         "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT)]),
+        **settings_env(database_url=url, **{**FAST, **overrides}),
     }
-    for key, value in {**FAST, **overrides}.items():
-        env[f"ENGINE_{key.upper()}"] = ",".join(value) if isinstance(value, list) else str(value)
-    return env
 
 
 class Worker:
@@ -91,25 +87,12 @@ class Worker:
 
     def __init__(self, log: Path, url: str, **overrides: Any) -> None:
         self.log = log
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "engine", "--log-level", "DEBUG", "worker"],
-                env=child_env(url, **overrides),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
+        self.proc = start_worker(env=child_env(url, **overrides), output=log, log_level="DEBUG")
 
     def stop(self) -> str:
         """SIGTERM (SIGKILL if it does not end); everything it wrote."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                stop_process(self.proc)
-        return self.log.read_text(encoding="utf-8", errors="replace")
+        self.proc.stop(grace_s=30)
+        return self.proc.output()
 
 
 def engine(url: str, *args: str, timeout: float = 60, **overrides: Any) -> tuple[int, str]:

@@ -18,7 +18,6 @@ from harness import (
     flows_registry,
     run_of,
     start_worker_process,
-    stop_process,
     thread_worker,
     wait_job_ended,
     wait_until,
@@ -61,16 +60,15 @@ def test_kill9__the_step_is_reclaimed_with_attempt_2_and_earlier_steps_are_not_r
     second = None
     try:
         wait_until(lambda: Path(f"{hold}.started").exists(), what="step b to start")
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(timeout=30)
+        first.kill()
         assert run_of(conn, job.job_id, "b")["status"] == "running"
         expire_running_leases(conn)
         second = start_worker_process(settings)
         assert wait_job_ended(conn, job.job_id, timeout=60) == "done"
     finally:
-        stop_process(first)
+        first.kill()
         if second is not None:
-            stop_process(second)
+            second.kill()
     b = run_of(conn, job.job_id, "b")
     assert b["attempts"] == 2
     assert run_of(conn, job.job_id, "a")["attempts"] == 1
@@ -114,7 +112,7 @@ def test_zombie__a_stopped_worker_resumed_after_its_lease_was_taken_commits_noth
             what="the zombie to find its lease lost",
         )
     finally:
-        stop_process(zombie)
+        zombie.kill()
     assert [(s, a) for s, a, _ in effects(conn, job.job_id)] == [("a", 1), ("b", 2), ("c", 1)]
     assert all(w != zombie_owner for s, _, w in effects(conn, job.job_id) if s == "b")
     assert run_of(conn, job.job_id, "b")["status"] == "done"
@@ -136,7 +134,7 @@ def test_sigterm__a_step_past_the_grace_period_is_released_and_picked_up_at_once
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
     finally:
-        stop_process(worker)
+        worker.kill()
     b = run_of(conn, job.job_id, "b")
     # given back with the attempt it took: shutdown is not the step's fault
     assert (b["status"], b["lease_token"], b["attempts"]) == ("pending", None, 0)
@@ -174,7 +172,7 @@ def test_sigterm__a_step_finishing_within_the_grace_period_commits(
         Path(f"{hold}.release").touch()
         assert worker.wait(timeout=30) == 0
     finally:
-        stop_process(worker)
+        worker.kill()
     b = run_of(conn, job.job_id, "b")
     assert (b["status"], b["attempts"]) == ("done", 1)
     # a stopping worker claims nothing new, not even an eager successor
@@ -191,7 +189,7 @@ def test_sigterm__during_a_long_poll_exits_0(settings: Settings) -> None:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
     finally:
-        stop_process(worker)
+        worker.kill()
 
 
 def engine_cli(

@@ -21,7 +21,6 @@ from harness import (
     job_status,
     run_of,
     start_worker_process,
-    stop_process,
     thread_worker,
     wait_job_ended,
     wait_until,
@@ -629,7 +628,7 @@ def test_frozen_worker__stopped_after_its_checkpoint_does_not_hold_the_job_lock(
         with thread_worker(fast_settings(fast, **frozen_settings)):
             assert wait_job_ended(conn, job.job_id, timeout=60) == "done"
     finally:
-        stop_process(frozen)
+        frozen.kill()
     assert conn.execute(
         "SELECT count(*) AS n FROM test_effects WHERE job_id = %s", (job.job_id,)
     ).fetchone() == {"n": 3}

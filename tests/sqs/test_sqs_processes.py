@@ -7,9 +7,6 @@ server itself delivers duplicates under concurrent receives).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -18,13 +15,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from harness import fast_settings, flows_registry, start_worker_process, stop_process, wait_until
+from harness import fast_settings, flows_registry, start_worker_process, wait_until
 from sqs_support import env_int, fast_moto_clock, moto_server, queue_name, server_env
 
 from engine import db, submit
 from engine.config import Settings
 from engine.messages import StepMessage
 from engine.outbox import relay
+from engine.processes import WorkerProcess, stop_all
 from engine.transports.base import Outgoing
 from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
 
@@ -87,12 +85,12 @@ class Duplicator:
 class Output:
     """Reads a worker's output as it comes, so a full pipe never blocks the worker."""
 
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
+    def __init__(self, proc: WorkerProcess) -> None:
         self.lines: list[str] = []
         self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
         self.thread.start()
 
-    def _read(self, proc: subprocess.Popen[str]) -> None:
+    def _read(self, proc: WorkerProcess) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             self.lines.append(line)
@@ -159,8 +157,7 @@ def test_processes__duplicates_and_a_kill9_every_job_finishes_and_no_effect_comm
                 what="the held step to start",
             )["lease_owner"]
             victim = next(p for p in procs if f":{p.pid}/" in holder)
-            os.kill(victim.pid, signal.SIGKILL)
-            victim.wait(timeout=30)
+            victim.kill()
             # time moves past the victim's leases instead of waiting them out
             killed_holding = conn.execute(
                 "UPDATE engine_step_runs SET lease_expires_at = clock_timestamp() - interval '1 s'"
@@ -189,14 +186,7 @@ def test_processes__duplicates_and_a_kill9_every_job_finishes_and_no_effect_comm
             print(f"--- worker {proc.pid}:\n" + "".join(out.lines[-40:]))
         raise
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                stop_process(proc)
+        stop_all(procs, grace_s=30)
         publisher.close()
 
     assert killed_holding >= 1

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -19,6 +16,7 @@ from pydantic import SecretStr
 
 from engine.alerts import Alert
 from engine.config import Settings
+from engine.processes import WorkerProcess, settings_env, start_worker
 from engine.registry import Registry
 from engine.worker import Worker
 
@@ -113,34 +111,18 @@ def thread_worker(
 
 
 def worker_env(settings: Settings, **overrides: Any) -> dict[str, str]:
+    """The environment of an ``engine`` child on the test's database, FAST unless overridden."""
     assert settings.database_url is not None
-    env = {
+    return {
         **os.environ,
-        "ENGINE_DATABASE_URL": settings.database_url.get_secret_value(),
         "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT)]),
+        **settings_env(database_url=settings.database_url, **{**FAST, **overrides}),
     }
-    values = {**FAST, **overrides}
-    for key, value in values.items():
-        env[f"ENGINE_{key.upper()}"] = ",".join(value) if isinstance(value, list) else str(value)
-    return env
 
 
-def start_worker_process(settings: Settings, *args: str, **overrides: Any) -> subprocess.Popen[str]:
-    """``engine worker`` as a real process (its own session, so signals reach only it)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "engine", "--log-level", "INFO", "worker", *args],
-        env=worker_env(settings, **overrides),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def stop_process(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+def start_worker_process(settings: Settings, *args: str, **overrides: Any) -> WorkerProcess:
+    """``engine worker`` as a real process, its output in a pipe the test reads (or drains)."""
+    return start_worker(*args, env=worker_env(settings, **overrides), log_level="INFO")
 
 
 def settings_with_url(info: str, **overrides: Any) -> Settings:

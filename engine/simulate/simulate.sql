@@ -1,3 +1,11 @@
+-- sim_database_create --
+-- One scratch database per run, named with the seed and the pid: runs sharing a server share no rows.
+CREATE DATABASE {database};
+
+-- sim_database_drop --
+-- FORCE: workers killed mid-step may leave sessions the server has not ended yet.
+DROP DATABASE IF EXISTS {database} WITH (FORCE);
+
 -- sim_effects_create --
 -- One effect per step of a job: the unique key turns a second effect into an error the oracles see.
 CREATE TABLE IF NOT EXISTS sim_effects (

@@ -19,11 +19,12 @@ from pydantic import BaseModel, Field
 
 from engine.context import StepContext
 from engine.flow import Flow
+from engine.store.named import NamedQueries
 from engine.store.queries import load
 
 __all__ = ["STEPS", "SimParams", "flow", "step_seconds"]
 
-_q = load(str(Path(__file__).with_suffix(".sql").with_name("simulate.sql")))
+_sql = NamedQueries(load(str(Path(__file__).with_name("simulate.sql"))))
 
 STEPS = ("reserve", "post", "notify")
 """The steps of the simulation flow, in order."""
@@ -71,8 +72,9 @@ def _work(ctx: StepContext, params: SimParams, step: str) -> Done:
         ctx.check()
         time.sleep(min(_SLICE_S, left))
     ctx.check()
-    ctx.conn.execute(
-        _q["sim_effect_insert"],
+    _sql.run(
+        ctx.conn,
+        "sim_effect_insert",
         {"job_id": ctx.job_id, "step": step, "attempt": ctx.attempt, "worker": ctx.worker},
     )
     return Done(step=step, n=params.n, attempt=ctx.attempt)
