@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from pydantic import BaseModel
 
-from engine import db, faults
+from engine import db, faults, store
 from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters
 from engine.fingerprint import job_fingerprint
@@ -29,8 +29,6 @@ from engine.models import EventKind, JobStatus
 from engine.outbox import Publisher, relay
 from engine.registry import Registry
 from engine.schedule import root_runs
-from engine.store import jobs as store
-from engine.store import outbox as outbox_store
 from engine.transports import transport_for
 from engine.transports.base import Outgoing
 
@@ -178,7 +176,7 @@ def _submit_in(
             else:
                 outbox_ids = store.step_run_insert_many_with_outbox(conn, job_id, runs)
                 if notify and outbox_ids:
-                    outbox_store.outbox_notify(conn)
+                    store.outbox_notify(conn)
             store.event_insert(
                 conn,
                 EventKind.SUBMITTED,

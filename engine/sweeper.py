@@ -22,12 +22,11 @@ from typing import Any
 
 import psycopg
 
+from engine import store
 from engine.alerts import Alert, AlertSink
 from engine.config import Settings
 from engine.models import EventKind, JobStatus
 from engine.outbox import relay
-from engine.store import jobs as job_store
-from engine.store import step_runs as store
 from engine.transports.base import Received, Transport
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ def record_dead_message(
     with conn.transaction():
         body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
         store.dead_letter_insert_message(conn, body, reason)
-        job_store.event_insert(
+        store.event_insert(
             conn,
             EventKind.MESSAGE_DROPPED,
             worker=worker,
@@ -82,7 +81,7 @@ class Sweeper:
                         conn, job_id=d.job_id, step_run_id=d.id, reason=reason, error=None
                     ):
                         alerts.append(Alert(reason, d.job_id, d.id, None, d.step))
-                    job_store.event_insert(
+                    store.event_insert(
                         conn,
                         EventKind.DEAD_LETTERED,
                         job_id=d.job_id,
@@ -94,13 +93,13 @@ class Sweeper:
                     if store.job_finish_if_active(
                         conn, d.job_id, JobStatus.FAILED, f"step {d.step}: {reason}"
                     ):
-                        job_store.event_insert(
+                        store.event_insert(
                             conn, EventKind.JOB_FAILED, job_id=d.job_id, worker=self.worker
                         )
                         store.step_cancel_by_job(conn, d.job_id)
                 for c in store.step_cancel_if_job_ended_many(conn):
                     orphans += 1
-                    job_store.event_insert(
+                    store.event_insert(
                         conn,
                         EventKind.CANCELLED,
                         job_id=c.job_id,

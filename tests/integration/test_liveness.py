@@ -28,7 +28,7 @@ from harness import (
 )
 from psycopg import sql
 
-from engine import admin, db, submit
+from engine import admin, db, store, submit
 from engine.alerts import log_alert
 from engine.config import Settings
 from engine.errors import BadInput
@@ -36,8 +36,7 @@ from engine.heartbeat import Heartbeat
 from engine.messages import StepMessage
 from engine.registry import Registry
 from engine.runner import StepRunner, claim
-from engine.store import step_runs as store
-from engine.store.step_runs import Claimed, ClaimRefused
+from engine.store import Claimed, ClaimRefused
 from engine.sweeper import Sweeper
 from engine.transports.postgres import PostgresTransport
 from engine.worker import connect_worker
