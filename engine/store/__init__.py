@@ -22,8 +22,6 @@ from engine.store.admin import (
     job_select_status,
 )
 from engine.store.jobs import (
-    JobRow,
-    NewStepRun,
     event_insert,
     job_insert_if_absent,
     job_select_active_by_fingerprint,
@@ -32,23 +30,27 @@ from engine.store.jobs import (
     step_run_insert_many_with_outbox,
 )
 from engine.store.outbox import (
-    PendingOutbox,
     outbox_listen,
     outbox_lock_unpublished_many,
     outbox_mark_published_many,
     outbox_notify,
     outbox_wait_notified,
 )
-from engine.store.step_runs import (
+from engine.store.rows import (
     CancelledRun,
     Checkpointed,
     Claimed,
     ClaimRefused,
     ExpiredExhausted,
     FingerprintTaken,
+    JobRow,
+    NewStepRun,
+    PendingOutbox,
     QueuedClaim,
     StepCounts,
     StepState,
+)
+from engine.store.step_runs import (
     checkpoint_put_if_leased,
     dead_letter_insert_message,
     dead_letter_insert_step,

@@ -4,44 +4,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from engine.models import EventKind, JobStatus
+from engine.models import EventKind
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.step_runs import Claimed
+from engine.store.rows import Claimed, JobRow, NewStepRun
 
 _q = load("jobs")
-
-
-@dataclass(frozen=True)
-class JobRow:
-    id: uuid.UUID
-    flow: str
-    status: JobStatus
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class NewStepRun:
-    """A step run to schedule: its key (step, fan-out key) is unique per job."""
-
-    id: uuid.UUID
-    step: str
-    fanout_key: str
-    fingerprint: str
-    max_attempts: int
-    item: Any = None
-
-
-def _job(row: dict[str, Any]) -> JobRow:
-    return JobRow(row["id"], row["flow"], JobStatus(row["status"]), row["created_at"])
 
 
 @wrap_errors
@@ -69,7 +43,7 @@ def job_insert_if_absent(
             },
         )
         row = cur.fetchone()
-    return None if row is None else _job(row)
+    return None if row is None else JobRow.from_row(row)
 
 
 @wrap_errors
@@ -79,7 +53,7 @@ def job_select_active_by_fingerprint(
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["job_select_active_by_fingerprint"], {"fingerprint": fingerprint})
         row = cur.fetchone()
-    return None if row is None else _job(row)
+    return None if row is None else JobRow.from_row(row)
 
 
 def _runs_params(job_id: uuid.UUID, runs: Sequence[NewStepRun]) -> dict[str, Any]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -12,16 +10,9 @@ from psycopg.rows import dict_row
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
+from engine.store.rows import PendingOutbox
 
 _q = load("outbox")
-
-
-@dataclass(frozen=True)
-class PendingOutbox:
-    id: int
-    step_run_id: uuid.UUID
-    job_id: uuid.UUID
-    delay_s: float
 
 
 @wrap_errors

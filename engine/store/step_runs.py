@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg import ClientCursor
@@ -20,54 +19,21 @@ from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-
-if TYPE_CHECKING:  # engine.store.jobs imports this module
-    from engine.store.jobs import NewStepRun
+from engine.store.rows import (
+    CancelledRun,
+    Checkpointed,
+    Claimed,
+    ClaimRefused,
+    ExpiredExhausted,
+    FingerprintTaken,
+    NewStepRun,
+    QueuedClaim,
+    StepCounts,
+    StepState,
+    column,
+)
 
 _q = load("step_runs")
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """This worker won the claim: it holds the lease until ``lease_expires_at``."""
-
-    id: uuid.UUID
-    job_id: uuid.UUID
-    flow: str
-    params: dict[str, Any]
-    step: str
-    fanout_key: str
-    fingerprint: str
-    attempt: int
-    max_attempts: int
-    token: uuid.UUID
-    lease_expires_at: datetime
-    item: Any
-    reclaimed_from: str | None  # the previous owner, when its lease had expired
-
-
-@dataclass(frozen=True)
-class ClaimRefused:
-    """Zero rows: a normal outcome. ``reason`` says what to do with the message.
-
-    - ``unknown``: no such step run (of that job): drop the message;
-    - ``finished``: done, dead or cancelled, or its job ended: delete the message;
-    - ``held``: another worker holds a live lease: leave the message to come back;
-    - ``not_runnable``: its flow, or that flow's version, is not loaded in this
-      worker (a rolling deploy): leave it for a worker that has it, at no attempt;
-    - ``not_due``: a retry whose backoff has not ended: leave it;
-    - ``exhausted``: the last attempt's holder died; the sweeper dead-letters it;
-    - ``race``: a lock wait timed out, a deadlock or serialisation failure: try later.
-    """
-
-    reason: str
-    retry_in_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class StepCounts:
-    total: int
-    done: int
 
 
 def _first(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any] | None:
@@ -102,51 +68,9 @@ def step_claim_if_available(
         )
         row = _first(cur)
         if row is not None:
-            return _claimed(row)
+            return Claimed.from_row(row)
         cur.execute(_q["step_select_claim_refusal"], {"id": step_run_id, "job_id": job_id})
         return _refusal(_first(cur), runnable)
-
-
-def _claimed(row: dict[str, Any]) -> Claimed:
-    reclaimed = row["previous_owner"] if row["previous_status"] == "running" else None
-    return Claimed(
-        id=row["id"],
-        job_id=row["job_id"],
-        flow=row["flow"],
-        params=row["params"],
-        step=row["step"],
-        fanout_key=row["fanout_key"],
-        fingerprint=row["fingerprint"],
-        attempt=row["attempts"],
-        max_attempts=row["max_attempts"],
-        token=row["lease_token"],
-        lease_expires_at=row["lease_expires_at"],
-        item=row["item"],
-        reclaimed_from=reclaimed,
-    )
-
-
-class QueuedClaim:
-    """An eager successor's claim, sent in the checkpoint's transaction and read after its commit.
-
-    With the PostgreSQL transport it travels in the commit's pipeline, so its
-    row can only be read once that pipeline has synced.
-    """
-
-    def __init__(self, cur: psycopg.Cursor[dict[str, Any]], flow: str, params: dict[str, Any]):
-        self._cur = cur
-        self._job = {"flow": flow, "params": params}
-
-    @wrap_errors
-    def result(self) -> Claimed | None:
-        """The claim, or ``None``: the step run existed already (not ours)."""
-        try:
-            row = self._cur.fetchone()
-        finally:
-            self._cur.close()
-        if row is None:
-            return None
-        return _claimed({**row, **self._job, "previous_status": "pending", "previous_owner": None})
 
 
 @wrap_errors
@@ -209,7 +133,7 @@ def lease_extend_if_owner(
     row = conn.execute(
         _q["lease_extend_if_owner"], {"id": step_run_id, "token": token, "lease_s": lease_s}
     ).fetchone()
-    return None if row is None else _col(row, "lease_expires_at")
+    return None if row is None else column(row, "lease_expires_at")
 
 
 @wrap_errors
@@ -221,39 +145,12 @@ def lease_release_if_owner(
     return cur.rowcount == 1
 
 
-@dataclass(frozen=True)
-class StepState:
-    """Why a fenced write matched nothing: the step run's and its job's status now."""
-
-    status: str
-    job_status: str
-
-    @property
-    def cancelled(self) -> bool:
-        """The step run was cancelled (with its job, or as a sibling of a failed one)."""
-        return self.status == "cancelled"
-
-
 @wrap_errors
 def step_select_status(conn: psycopg.Connection[Any], step_run_id: uuid.UUID) -> StepState | None:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_select_status"], {"id": step_run_id})
         row = cur.fetchone()
     return None if row is None else StepState(str(row["status"]), str(row["job_status"]))
-
-
-@dataclass(frozen=True)
-class Checkpointed:
-    """The checkpoint committed (with its transaction): what scheduling needs next.
-
-    ``counts`` is read by a statement that starts after the job row lock was
-    taken, so it sees every completion of this job committed before ours.
-    ``output`` is the checkpoint as stored (only when asked for).
-    """
-
-    job_status: str
-    counts: dict[str, StepCounts]
-    output: Any
 
 
 @wrap_errors
@@ -324,7 +221,7 @@ def step_retry_if_leased(
             "error": Jsonb(error),
         },
     ).fetchone()
-    return None if row is None else _col(row, "available_at")
+    return None if row is None else column(row, "available_at")
 
 
 @wrap_errors
@@ -339,26 +236,11 @@ def step_dead_if_leased(
     return cur.rowcount == 1
 
 
-@dataclass(frozen=True)
-class ExpiredExhausted:
-    id: uuid.UUID
-    job_id: uuid.UUID
-    attempts: int
-    step: str
-
-
 @wrap_errors
 def step_dead_if_expired_exhausted_many(conn: psycopg.Connection[Any]) -> list[ExpiredExhausted]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_dead_if_expired_exhausted_many"])
         return [ExpiredExhausted(r["id"], r["job_id"], r["attempts"], r["step"]) for r in cur]
-
-
-@dataclass(frozen=True)
-class CancelledRun:
-    id: uuid.UUID
-    job_id: uuid.UUID
-    attempts: int
 
 
 @wrap_errors
@@ -448,7 +330,7 @@ def dead_letter_insert_message(conn: psycopg.Connection[Any], body: str, reason:
         _q["dead_letter_insert_message"], {"body": body, "reason": reason}
     ).fetchone()
     assert row is not None
-    return int(_col(row, "id"))
+    return int(column(row, "id"))
 
 
 @wrap_errors
@@ -459,7 +341,7 @@ def outbox_insert_delayed(
         _q["outbox_insert_delayed"], {"step_run_id": step_run_id, "deliver_at": deliver_at}
     ).fetchone()
     assert row is not None
-    return int(_col(row, "id"))
+    return int(column(row, "id"))
 
 
 @wrap_errors
@@ -467,7 +349,7 @@ def outbox_insert_many(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) 
     if not ids:
         return []
     rows = conn.execute(_q["outbox_insert_many"], {"ids": list(ids)}).fetchall()
-    return [int(_col(r, "id")) for r in rows]
+    return [int(column(r, "id")) for r in rows]
 
 
 @wrap_errors
@@ -478,13 +360,13 @@ def outbox_insert_for_claimable(
         _q["outbox_insert_for_claimable"],
         {"republish_after_s": republish_after_s, "limit": limit},
     ).fetchall()
-    return [int(_col(r, "id")) for r in rows]
+    return [int(column(r, "id")) for r in rows]
 
 
 @wrap_errors
 def sweep_lock_try(conn: psycopg.Connection[Any]) -> bool:
     row = conn.execute(_q["sweep_lock_try"]).fetchone()
-    return bool(row is not None and _col(row, "locked"))
+    return bool(row is not None and column(row, "locked"))
 
 
 @wrap_errors
@@ -515,13 +397,6 @@ def step_cancel_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> int:
     return conn.execute(_q["step_cancel_by_job"], {"job_id": job_id}).rowcount
 
 
-@dataclass(frozen=True)
-class FingerprintTaken:
-    """A reopen refused: another job with the same fingerprint is active."""
-
-    active_job_id: uuid.UUID | None
-
-
 @wrap_errors
 def job_reopen_if_ended(
     conn: psycopg.Connection[Any], job_id: uuid.UUID, extra_attempts: int
@@ -546,11 +421,4 @@ def job_reopen_if_ended(
         _q["step_reopen_by_job"], {"job_id": job_id, "extra_attempts": extra_attempts}
     ).fetchall()
     conn.execute(_q["dead_letter_mark_replayed_by_job"], {"job_id": job_id})
-    return [_col(r, "id") for r in rows]
-
-
-def _col(row: Any, name: str) -> Any:
-    # callers may hand us connections with any row factory
-    if isinstance(row, dict):
-        return row[name]
-    return row[0]
+    return [column(r, "id") for r in rows]
