@@ -21,11 +21,10 @@ from engine.store.admin import (
     job_progress,
     job_select_status,
 )
+from engine.store.events import event_insert, step_event_insert
 from engine.store.jobs import (
-    event_insert,
     job_insert_if_absent,
     job_select_active_by_fingerprint,
-    step_event_insert,
     step_run_insert_many_announced,
     step_run_insert_many_with_outbox,
 )

@@ -10,10 +10,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from engine.models import EventKind
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.rows import Claimed, JobRow, NewStepRun
+from engine.store.rows import JobRow, NewStepRun
 
 _q = load("jobs")
 
@@ -91,47 +90,3 @@ def step_run_insert_many_announced(
     """
     if runs:
         conn.execute(_q["step_run_insert_many_announced"], _runs_params(job_id, runs))
-
-
-@wrap_errors
-def event_insert(
-    conn: psycopg.Connection[Any],
-    kind: EventKind,
-    *,
-    job_id: uuid.UUID | None = None,
-    step_run_id: uuid.UUID | None = None,
-    worker: str | None = None,
-    attempt: int | None = None,
-    detail: dict[str, Any] | None = None,
-) -> None:
-    conn.execute(
-        _q["event_insert"],
-        {
-            "kind": kind.value,
-            "job_id": job_id,
-            "step_run_id": step_run_id,
-            "worker": worker,
-            "attempt": attempt,
-            "detail": Jsonb(detail or {}),
-        },
-    )
-
-
-def step_event_insert(
-    conn: psycopg.Connection[Any],
-    kind: EventKind,
-    claimed: Claimed,
-    *,
-    worker: str,
-    detail: dict[str, Any] | None = None,
-) -> None:
-    """An event about one attempt of a claimed step run (job, step run, attempt filled in)."""
-    event_insert(
-        conn,
-        kind,
-        job_id=claimed.job_id,
-        step_run_id=claimed.id,
-        worker=worker,
-        attempt=claimed.attempt,
-        detail=detail,
-    )

@@ -42,6 +42,7 @@ WORKER_SQL: dict[str, set[str]] = {
         "dead_letter_mark_replayed_by_job",
     },
     "engine/store/sql/jobs.sql": {"job_insert_if_absent", "job_select_active_by_fingerprint"},
+    "engine/store/sql/events.sql": set(),
     "engine/store/sql/outbox.sql": set(),
     "engine/transports/postgres.sql": set(),
     "flows/erp/sql/costing.sql": set(),
