@@ -29,11 +29,15 @@ from engine.store.jobs import (
     step_run_insert_many_with_outbox,
 )
 from engine.store.outbox import (
+    outbox_insert_delayed,
+    outbox_insert_for_claimable,
+    outbox_insert_many,
     outbox_listen,
     outbox_lock_unpublished_many,
     outbox_mark_published_many,
     outbox_notify,
     outbox_wait_notified,
+    sweep_lock_try,
 )
 from engine.store.rows import (
     CancelledRun,
@@ -60,9 +64,6 @@ from engine.store.step_runs import (
     job_reopen_if_ended,
     lease_extend_if_owner,
     lease_release_if_owner,
-    outbox_insert_delayed,
-    outbox_insert_for_claimable,
-    outbox_insert_many,
     step_cancel_by_job,
     step_cancel_if_job_ended_many,
     step_claim_if_available,
@@ -73,7 +74,6 @@ from engine.store.step_runs import (
     step_retry_if_leased,
     step_run_insert_claimed,
     step_select_status,
-    sweep_lock_try,
 )
 
 __all__ = [

@@ -334,42 +334,6 @@ def dead_letter_insert_message(conn: psycopg.Connection[Any], body: str, reason:
 
 
 @wrap_errors
-def outbox_insert_delayed(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, deliver_at: datetime
-) -> int:
-    row = conn.execute(
-        _q["outbox_insert_delayed"], {"step_run_id": step_run_id, "deliver_at": deliver_at}
-    ).fetchone()
-    assert row is not None
-    return int(column(row, "id"))
-
-
-@wrap_errors
-def outbox_insert_many(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> list[int]:
-    if not ids:
-        return []
-    rows = conn.execute(_q["outbox_insert_many"], {"ids": list(ids)}).fetchall()
-    return [int(column(r, "id")) for r in rows]
-
-
-@wrap_errors
-def outbox_insert_for_claimable(
-    conn: psycopg.Connection[Any], *, republish_after_s: float, limit: int
-) -> list[int]:
-    rows = conn.execute(
-        _q["outbox_insert_for_claimable"],
-        {"republish_after_s": republish_after_s, "limit": limit},
-    ).fetchall()
-    return [int(column(r, "id")) for r in rows]
-
-
-@wrap_errors
-def sweep_lock_try(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(_q["sweep_lock_try"]).fetchone()
-    return bool(row is not None and column(row, "locked"))
-
-
-@wrap_errors
 def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str) -> bool:
     """Cancel an active job and its step runs (job row first, then the step runs)."""
     if conn.execute(_q["job_cancel_if_active"], {"job_id": job_id, "reason": reason}).rowcount:
