@@ -46,7 +46,7 @@ from engine.registry import Registry
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
 from engine.schedule import Outputs, schedule_ready
 from engine.store import Claimed, ClaimRefused, NewStepRun, QueuedClaim
-from engine.sweeper import record_dead_message
+from engine.store import dead_letter_insert_message_logged as record_dead_message
 from engine.transports.base import Outgoing, Received, Transport
 
 log = logging.getLogger(__name__)

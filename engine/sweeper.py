@@ -43,21 +43,6 @@ class SweepReport:
     cancelled: int = 0  # step runs left active under ended jobs
 
 
-def record_dead_message(
-    conn: psycopg.Connection[Any], worker: str, received: Received, reason: str
-) -> None:
-    """Keep a message that can never be handled, with its reason (one transaction)."""
-    with conn.transaction():
-        body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
-        store.dead_letter_insert_message(conn, body, reason)
-        store.event_insert(
-            conn,
-            EventKind.MESSAGE_DROPPED,
-            worker=worker,
-            detail={"reason": reason, "message_id": received.message_id},
-        )
-
-
 class Sweeper:
     def __init__(
         self, settings: Settings, transport: Transport, worker: str, alert: AlertSink
@@ -137,7 +122,7 @@ class Sweeper:
             return
 
         def record(received: Received, reason: str) -> None:
-            record_dead_message(conn, self.worker, received, reason)
+            store.dead_letter_insert_message_logged(conn, self.worker, received, reason)
             self.alert(Alert(reason=f"message {received.message_id}: {reason}"))
 
         drain(record)

@@ -13,18 +13,23 @@ then ``store.lease_extend_if_owner(...)``): the query names already say which
 table they touch, so where a statement lives can change without its callers.
 """
 
-from engine.store.admin import (
+from engine.store.dead_letters import (
+    Delivery,
     dead_letter_delete_closed,
+    dead_letter_insert_message,
+    dead_letter_insert_message_logged,
+    dead_letter_insert_step,
+    dead_letter_mark_replayed_by_job,
     dead_letter_mark_replayed_if_open,
     dead_letter_select_one,
     dead_letter_select_open,
-    job_progress,
-    job_select_status,
 )
 from engine.store.events import event_insert, step_event_insert
 from engine.store.jobs import (
     job_insert_if_absent,
+    job_progress,
     job_select_active_by_fingerprint,
+    job_select_status,
     step_run_insert_many_announced,
     step_run_insert_many_with_outbox,
 )
@@ -55,8 +60,6 @@ from engine.store.rows import (
 )
 from engine.store.step_runs import (
     checkpoint_put_if_leased,
-    dead_letter_insert_message,
-    dead_letter_insert_step,
     job_cancel_if_active,
     job_cancel_if_leased,
     job_finish_if_active,
@@ -81,6 +84,7 @@ __all__ = [
     "Checkpointed",
     "ClaimRefused",
     "Claimed",
+    "Delivery",
     "ExpiredExhausted",
     "FingerprintTaken",
     "JobRow",
@@ -92,7 +96,9 @@ __all__ = [
     "checkpoint_put_if_leased",
     "dead_letter_delete_closed",
     "dead_letter_insert_message",
+    "dead_letter_insert_message_logged",
     "dead_letter_insert_step",
+    "dead_letter_mark_replayed_by_job",
     "dead_letter_mark_replayed_if_open",
     "dead_letter_select_one",
     "dead_letter_select_open",

@@ -90,3 +90,18 @@ def step_run_insert_many_announced(
     """
     if runs:
         conn.execute(_q["step_run_insert_many_announced"], _runs_params(job_id, runs))
+
+
+@wrap_errors
+def job_select_status(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_status"], {"job_id": job_id})
+        row = cur.fetchone()
+    return None if row is None else str(row["status"])
+
+
+@wrap_errors
+def job_progress(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_progress"], {"job_id": job_id})
+        return cur.fetchone()

@@ -17,6 +17,7 @@ from psycopg import ClientCursor
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from engine.store.dead_letters import dead_letter_mark_replayed_by_job
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import (
@@ -303,37 +304,6 @@ def job_finish_if_active_logged(
 
 
 @wrap_errors
-def dead_letter_insert_step(
-    conn: psycopg.Connection[Any],
-    *,
-    job_id: uuid.UUID,
-    step_run_id: uuid.UUID,
-    reason: str,
-    error: dict[str, Any] | None,
-) -> bool:
-    """``True`` when this call created the dead letter (alert once)."""
-    cur = conn.execute(
-        _q["dead_letter_insert_step"],
-        {
-            "job_id": job_id,
-            "step_run_id": step_run_id,
-            "reason": reason,
-            "error": None if error is None else Jsonb(error),
-        },
-    )
-    return cur.rowcount == 1
-
-
-@wrap_errors
-def dead_letter_insert_message(conn: psycopg.Connection[Any], body: str, reason: str) -> int:
-    row = conn.execute(
-        _q["dead_letter_insert_message"], {"body": body, "reason": reason}
-    ).fetchone()
-    assert row is not None
-    return int(column(row, "id"))
-
-
-@wrap_errors
 def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str) -> bool:
     """Cancel an active job and its step runs (job row first, then the step runs)."""
     if conn.execute(_q["job_cancel_if_active"], {"job_id": job_id, "reason": reason}).rowcount:
@@ -384,5 +354,5 @@ def job_reopen_if_ended(
     rows = conn.execute(
         _q["step_reopen_by_job"], {"job_id": job_id, "extra_attempts": extra_attempts}
     ).fetchall()
-    conn.execute(_q["dead_letter_mark_replayed_by_job"], {"job_id": job_id})
+    dead_letter_mark_replayed_by_job(conn, job_id)
     return [column(r, "id") for r in rows]

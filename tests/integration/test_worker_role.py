@@ -39,9 +39,20 @@ WORKER_SQL: dict[str, set[str]] = {
         "job_reopen_if_ended",
         "job_select_active_with_fingerprint_of",
         "step_reopen_by_job",
-        "dead_letter_mark_replayed_by_job",
     },
-    "engine/store/sql/jobs.sql": {"job_insert_if_absent", "job_select_active_by_fingerprint"},
+    "engine/store/sql/jobs.sql": {
+        "job_insert_if_absent",
+        "job_select_active_by_fingerprint",
+        "job_select_status",
+        "job_progress",
+    },
+    "engine/store/sql/dead_letters.sql": {
+        "dead_letter_select_open",
+        "dead_letter_select_one",
+        "dead_letter_mark_replayed_if_open",
+        "dead_letter_mark_replayed_by_job",
+        "dead_letter_delete_closed",
+    },
     "engine/store/sql/events.sql": set(),
     "engine/store/sql/outbox.sql": set(),
     "engine/transports/postgres.sql": set(),
@@ -52,11 +63,12 @@ WORKER_SQL: dict[str, set[str]] = {
 }
 # Statements of operators, the seed and the migrator that the worker's role must refuse.
 ADMIN_SQL: dict[str, list[str]] = {
-    "engine/store/sql/admin.sql": [
+    "engine/store/sql/dead_letters.sql": [
         "dead_letter_mark_replayed_if_open",
         "dead_letter_delete_closed",
+        "dead_letter_mark_replayed_by_job",
     ],
-    "engine/store/sql/step_runs.sql": ["step_reopen_by_job", "dead_letter_mark_replayed_by_job"],
+    "engine/store/sql/step_runs.sql": ["step_reopen_by_job"],
     "engine/store/sql/jobs.sql": ["job_insert_if_absent"],
     "engine/store/sql/migrations.sql": ["migration_select_all", "migration_insert"],
     "flows/erp/sql/seed.sql": ["erp_seed_lock", "erp_data_truncate"],

@@ -39,3 +39,17 @@ WITH new_runs AS (
 )
 INSERT INTO engine_outbox (step_run_id, published_at)
 SELECT n.id, clock_timestamp() FROM new_runs AS n;
+
+-- job_select_status --
+-- The status of one job, for messages to the user.
+SELECT status FROM engine_jobs WHERE id = %(job_id)s;
+
+-- job_progress --
+-- Step runs finished over step runs known so far (fan-outs add runs as they expand).
+SELECT j.status, j.error,
+       count(s.id)::int AS total,
+       count(s.id) FILTER (WHERE s.status = 'done')::int AS done
+FROM engine_jobs AS j
+LEFT JOIN engine_step_runs AS s ON s.job_id = j.id
+WHERE j.id = %(job_id)s
+GROUP BY j.id;

@@ -217,19 +217,6 @@ WITH finished AS (
 INSERT INTO engine_events (kind, job_id, worker)
 SELECT %(event)s, f.id, %(worker)s FROM finished AS f;
 
--- dead_letter_insert_step --
--- A step run is dead-lettered once until replayed (partial unique index); zero rows: it already was, so no second alert.
-INSERT INTO engine_dead_letters (source, job_id, step_run_id, reason, error)
-VALUES ('step', %(job_id)s, %(step_run_id)s, %(reason)s, %(error)s)
-ON CONFLICT (step_run_id) WHERE source = 'step' AND replayed_at IS NULL DO NOTHING
-RETURNING id;
-
--- dead_letter_insert_message --
--- A message that can never be handled is kept with its reason (the body is data, never executed).
-INSERT INTO engine_dead_letters (source, message_body, reason)
-VALUES ('message', %(body)s, %(reason)s)
-RETURNING id;
-
 -- job_cancel_if_active --
 -- Cancel ends an active job once; its step runs are cancelled in the same transaction.
 UPDATE engine_jobs
@@ -285,8 +272,3 @@ SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
     max_attempts = attempts + %(extra_attempts)s
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
-
--- dead_letter_mark_replayed_by_job --
--- Replaying closes the open dead letters of those step runs, so a later failure alerts again.
-UPDATE engine_dead_letters SET replayed_at = clock_timestamp()
-WHERE job_id = %(job_id)s AND source = 'step' AND replayed_at IS NULL;
