@@ -24,14 +24,20 @@ from engine.store.dead_letters import (
     dead_letter_select_one,
     dead_letter_select_open,
 )
-from engine.store.events import event_insert, step_event_insert
+from engine.store.events import (
+    event_insert,
+    step_event_insert,
+)
 from engine.store.jobs import (
+    job_cancel_if_active,
+    job_cancel_if_leased,
+    job_finish_if_active,
+    job_finish_if_active_logged,
     job_insert_if_absent,
     job_progress,
+    job_reopen_if_ended,
     job_select_active_by_fingerprint,
     job_select_status,
-    step_run_insert_many_announced,
-    step_run_insert_many_with_outbox,
 )
 from engine.store.outbox import (
     outbox_insert_delayed,
@@ -60,11 +66,6 @@ from engine.store.rows import (
 )
 from engine.store.step_runs import (
     checkpoint_put_if_leased,
-    job_cancel_if_active,
-    job_cancel_if_leased,
-    job_finish_if_active,
-    job_finish_if_active_logged,
-    job_reopen_if_ended,
     lease_extend_if_owner,
     lease_release_if_owner,
     step_cancel_by_job,
@@ -74,8 +75,11 @@ from engine.store.step_runs import (
     step_dead_if_expired_exhausted_many,
     step_dead_if_leased,
     step_outputs_select,
+    step_reopen_by_job,
     step_retry_if_leased,
     step_run_insert_claimed,
+    step_run_insert_many_announced,
+    step_run_insert_many_with_outbox,
     step_select_status,
 )
 
@@ -130,6 +134,7 @@ __all__ = [
     "step_dead_if_leased",
     "step_event_insert",
     "step_outputs_select",
+    "step_reopen_by_job",
     "step_retry_if_leased",
     "step_run_insert_claimed",
     "step_run_insert_many_announced",

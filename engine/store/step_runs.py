@@ -1,8 +1,10 @@
-"""Claim, lease, checkpoint, retry and dead-letter statements for step runs.
+"""Step runs: inserted (with their outbox rows), claimed, leased, checkpointed, retried.
 
 Each guarded statement returns a typed outcome; zero rows is never a silent
 ``None`` for the caller to forget (``ClaimRefused``, ``False`` from a fenced
-write means "lease lost").
+write means "lease lost"). A step run is claimed by one conditional UPDATE
+(invariant 2), renewed and released only by its lease token's holder
+(invariant 4), and checkpointed only while that token is current (invariant 5).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from psycopg import ClientCursor
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from engine.store.dead_letters import dead_letter_mark_replayed_by_job
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import (
@@ -26,7 +27,6 @@ from engine.store.rows import (
     Claimed,
     ClaimRefused,
     ExpiredExhausted,
-    FingerprintTaken,
     NewStepRun,
     QueuedClaim,
     StepCounts,
@@ -35,6 +35,43 @@ from engine.store.rows import (
 )
 
 _q = load("step_runs")
+
+
+def _runs_params(job_id: uuid.UUID, runs: Sequence[NewStepRun]) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "ids": [r.id for r in runs],
+        "steps": [r.step for r in runs],
+        "fanout_keys": [r.fanout_key for r in runs],
+        "fingerprints": [r.fingerprint for r in runs],
+        "max_attempts": [r.max_attempts for r in runs],
+        "items": [None if r.item is None else Jsonb(r.item) for r in runs],
+    }
+
+
+@wrap_errors
+def step_run_insert_many_with_outbox(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
+) -> list[int]:
+    """Insert the step runs not inserted yet, each with an outbox row; the outbox ids."""
+    if not runs:
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_run_insert_many_with_outbox"], _runs_params(job_id, runs))
+        return [row["id"] for row in cur.fetchall()]
+
+
+@wrap_errors
+def step_run_insert_many_announced(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
+) -> None:
+    """Insert the step runs not inserted yet, their outbox rows already published.
+
+    For a transport that sends their messages in this same transaction; no
+    result is read, so it can be pipelined.
+    """
+    if runs:
+        conn.execute(_q["step_run_insert_many_announced"], _runs_params(job_id, runs))
 
 
 def _first(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any] | None:
@@ -74,6 +111,24 @@ def step_claim_if_available(
         return _refusal(_first(cur), runnable)
 
 
+def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefused:
+    if row is None:
+        return ClaimRefused("unknown")
+    if row["job_status"] not in ("pending", "running") or row["status"] in (
+        "done",
+        "dead",
+        "cancelled",
+    ):
+        return ClaimRefused("finished")
+    if row["lease_live"]:
+        return ClaimRefused("held", retry_in_s=row["lease_left_s"])
+    if f"{row['flow']}:{row['flow_version']}" not in runnable:
+        return ClaimRefused("not_runnable")
+    if row["attempts"] >= row["max_attempts"]:
+        return ClaimRefused("exhausted")
+    return ClaimRefused("not_due", retry_in_s=row["due_in_s"])
+
+
 @wrap_errors
 def step_run_insert_claimed(
     conn: psycopg.Connection[Any],
@@ -106,24 +161,6 @@ def step_run_insert_claimed(
         },
     )
     return QueuedClaim(cur, flow, params)
-
-
-def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefused:
-    if row is None:
-        return ClaimRefused("unknown")
-    if row["job_status"] not in ("pending", "running") or row["status"] in (
-        "done",
-        "dead",
-        "cancelled",
-    ):
-        return ClaimRefused("finished")
-    if row["lease_live"]:
-        return ClaimRefused("held", retry_in_s=row["lease_left_s"])
-    if f"{row['flow']}:{row['flow_version']}" not in runnable:
-        return ClaimRefused("not_runnable")
-    if row["attempts"] >= row["max_attempts"]:
-        return ClaimRefused("exhausted")
-    return ClaimRefused("not_due", retry_in_s=row["due_in_s"])
 
 
 @wrap_errors
@@ -277,82 +314,17 @@ def step_outputs_select(
 
 
 @wrap_errors
-def job_finish_if_active(
-    conn: psycopg.Connection[Any], job_id: uuid.UUID, status: str, error: str | None = None
-) -> bool:
-    cur = conn.execute(
-        _q["job_finish_if_active"], {"job_id": job_id, "status": status, "error": error}
-    )
-    return cur.rowcount == 1
-
-
-@wrap_errors
-def job_finish_if_active_logged(
-    conn: psycopg.Connection[Any],
-    job_id: uuid.UUID,
-    status: str,
-    *,
-    event: str,
-    worker: str,
-    error: str | None = None,
-) -> None:
-    """End an active job and log ``event`` for it; no result, so it can be pipelined."""
-    conn.execute(
-        _q["job_finish_if_active_logged"],
-        {"job_id": job_id, "status": status, "error": error, "event": event, "worker": worker},
-    )
-
-
-@wrap_errors
-def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str) -> bool:
-    """Cancel an active job and its step runs (job row first, then the step runs)."""
-    if conn.execute(_q["job_cancel_if_active"], {"job_id": job_id, "reason": reason}).rowcount:
-        conn.execute(_q["step_cancel_by_job"], {"job_id": job_id})
-        return True
-    return False
-
-
-@wrap_errors
-def job_cancel_if_leased(conn: psycopg.Connection[Any], claimed: Claimed, reason: str) -> bool:
-    """A step's own ``Cancel``: only while its lease is current (invariant 16)."""
-    cur = conn.execute(
-        _q["job_cancel_if_leased"],
-        {"job_id": claimed.job_id, "id": claimed.id, "token": claimed.token, "reason": reason},
-    )
-    if cur.rowcount:
-        conn.execute(_q["step_cancel_by_job"], {"job_id": claimed.job_id})
-        return True
-    return False
-
-
-@wrap_errors
 def step_cancel_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> int:
     """Cancel the job's pending and running step runs (its row lock held): how many."""
     return conn.execute(_q["step_cancel_by_job"], {"job_id": job_id}).rowcount
 
 
 @wrap_errors
-def job_reopen_if_ended(
+def step_reopen_by_job(
     conn: psycopg.Connection[Any], job_id: uuid.UUID, extra_attempts: int
-) -> list[uuid.UUID] | FingerprintTaken | None:
-    """Reopen a failed or cancelled job: the step runs put back to pending.
-
-    ``None``: the job is not failed or cancelled. :class:`FingerprintTaken`:
-    another job with its fingerprint is active (the unique index said so, in
-    a savepoint, so the caller's transaction stays usable).
-    """
-    try:
-        with conn.transaction():
-            reopened = conn.execute(_q["job_reopen_if_ended"], {"job_id": job_id}).fetchone()
-    except psycopg.errors.UniqueViolation:
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(_q["job_select_active_with_fingerprint_of"], {"job_id": job_id})
-            row = cur.fetchone()
-        return FingerprintTaken(None if row is None else row["id"])
-    if reopened is None:
-        return None
+) -> list[uuid.UUID]:
+    """Put the job's dead and cancelled step runs back to pending (its row lock held): their ids."""
     rows = conn.execute(
         _q["step_reopen_by_job"], {"job_id": job_id, "extra_attempts": extra_attempts}
     ).fetchall()
-    dead_letter_mark_replayed_by_job(conn, job_id)
     return [column(r, "id") for r in rows]

@@ -35,16 +35,14 @@ ROLE = "engine_worker"
 # The files whose statements worker processes run, and the blocks of them that
 # only an operator or the submitting ERP runs (with the owner's role).
 WORKER_SQL: dict[str, set[str]] = {
-    "engine/store/sql/step_runs.sql": {
-        "job_reopen_if_ended",
-        "job_select_active_with_fingerprint_of",
-        "step_reopen_by_job",
-    },
+    "engine/store/sql/step_runs.sql": {"step_reopen_by_job"},
     "engine/store/sql/jobs.sql": {
         "job_insert_if_absent",
         "job_select_active_by_fingerprint",
         "job_select_status",
         "job_progress",
+        "job_reopen_if_ended",
+        "job_select_active_with_fingerprint_of",
     },
     "engine/store/sql/dead_letters.sql": {
         "dead_letter_select_open",
