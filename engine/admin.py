@@ -15,8 +15,8 @@ import psycopg
 from engine import db, store
 from engine.config import Settings
 from engine.errors import BadInput
-from engine.models import EventKind
 from engine.outbox import relay
+from engine.store.models import EventKind
 from engine.transports import transport_for
 from engine.transports.base import Transport
 

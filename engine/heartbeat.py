@@ -23,9 +23,9 @@ import psycopg
 from engine import db, store
 from engine.config import Settings
 from engine.context import StopSignal
-from engine.models import EventKind
 from engine.outage import is_outage
 from engine.store import Claimed
+from engine.store.models import EventKind
 from engine.transports.base import Transport
 
 log = logging.getLogger(__name__)

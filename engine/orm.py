@@ -1,4 +1,4 @@
-"""SQLAlchemy engine and sessions for the typed read side (:mod:`engine.models`)."""
+"""SQLAlchemy engine and sessions for the typed read side (:mod:`engine.store.models`)."""
 
 from __future__ import annotations
 

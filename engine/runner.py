@@ -39,7 +39,6 @@ from engine.errors import DefinitionError, JobCancelled, LeaseLost, StoreError, 
 from engine.flow import Flow, Step
 from engine.heartbeat import Heartbeat, Lease
 from engine.messages import MalformedMessage, StepMessage
-from engine.models import EventKind, JobStatus
 from engine.outage import is_outage
 from engine.outbox import relay
 from engine.registry import Registry
@@ -47,6 +46,7 @@ from engine.retry import Cancel, Fail, Retry, RetryPolicy
 from engine.schedule import Outputs, schedule_ready
 from engine.store import Claimed, ClaimRefused, NewStepRun, QueuedClaim
 from engine.store import dead_letter_insert_message_logged as record_dead_message
+from engine.store.models import EventKind, JobStatus
 from engine.transports.base import Outgoing, Received, Transport
 
 log = logging.getLogger(__name__)

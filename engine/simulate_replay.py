@@ -23,9 +23,9 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from engine.models import Event, EventKind, Job, StepRun
 from engine.reports.render import environment, write_atomically
 from engine.simulate_flow import STEPS
+from engine.store.models import Event, EventKind, Job, StepRun
 
 __all__ = ["Fault", "Oracle", "SimRecord", "render_replay"]
 

@@ -25,10 +25,10 @@ from engine.errors import EngineError, InvalidParameters
 from engine.fingerprint import job_fingerprint
 from engine.flow import Flow
 from engine.messages import StepMessage
-from engine.models import EventKind, JobStatus
 from engine.outbox import Publisher, relay
 from engine.registry import Registry
 from engine.schedule import root_runs
+from engine.store.models import EventKind, JobStatus
 from engine.transports import transport_for
 from engine.transports.base import Outgoing
 

@@ -25,8 +25,8 @@ import psycopg
 from engine import store
 from engine.alerts import Alert, AlertSink
 from engine.config import Settings
-from engine.models import EventKind, JobStatus
 from engine.outbox import relay
+from engine.store.models import EventKind, JobStatus
 from engine.transports.base import Received, Transport
 
 log = logging.getLogger(__name__)

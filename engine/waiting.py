@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from engine import db, store
 from engine.config import Settings
 from engine.errors import BadInput
-from engine.models import JobStatus
+from engine.store.models import JobStatus
 
 _ENDED = {JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED}
 

@@ -22,8 +22,8 @@ from sqlmodel import Session, col, select
 
 from engine.errors import EngineError
 from engine.flow import Flow
-from engine.models import DeadLetter, Event, EventKind, Job, StepRun, StepStatus
 from engine.registry import Registry
+from engine.store.models import DeadLetter, Event, EventKind, Job, StepRun, StepStatus
 
 __all__ = [
     "Attempt",

@@ -15,9 +15,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from engine.models import EventKind
 from engine.store.errors import wrap_errors
 from engine.store.events import event_insert
+from engine.store.models import EventKind
 from engine.store.queries import load
 from engine.store.rows import column
 

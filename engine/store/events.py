@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from engine.models import EventKind
 from engine.store.errors import wrap_errors
+from engine.store.models import EventKind
 from engine.store.queries import load
 from engine.store.rows import Claimed
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 
-from engine.models import JobStatus
 from engine.store.errors import wrap_errors
+from engine.store.models import JobStatus
 
 
 @dataclass(frozen=True)

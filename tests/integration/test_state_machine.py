@@ -45,10 +45,10 @@ from engine.alerts import Alert
 from engine.config import Settings
 from engine.errors import BadInput
 from engine.messages import StepMessage
-from engine.models import EventKind, JobStatus
 from engine.runner import claim
 from engine.schedule import max_attempts_for, schedule_ready
 from engine.store import Claimed, ClaimRefused
+from engine.store.models import EventKind, JobStatus
 from engine.sweeper import Sweeper
 from engine.transports.postgres import PostgresTransport
 

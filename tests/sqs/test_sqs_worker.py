@@ -19,7 +19,7 @@ from engine.config import Settings
 from engine.errors import ConfigError
 from engine.heartbeat import Heartbeat, Lease
 from engine.messages import StepMessage
-from engine.models import EventKind
+from engine.store.models import EventKind
 from engine.transports.base import Received
 from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
 from engine.worker import check_startup

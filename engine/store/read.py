@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from engine.models import Job, JobStatus, OutboxRow, StepRun
+from engine.store.models import Job, JobStatus, OutboxRow, StepRun
 
 
 @dataclass(frozen=True)
