@@ -27,14 +27,13 @@ from engine import admin, db
 from engine.config import SecretsFilter, Settings
 from engine.errors import BadInput, EngineError
 from engine.flow import Flow
-from engine.orm import sqlalchemy_engine
 from engine.queues_cli import queues
 from engine.registry import Registry
 from engine.reports.cli import report, reports
 from engine.simulate import simulate
 from engine.store import migrations
 from engine.store.models import JobStatus
-from engine.store.read import JobView, job_view, recent_jobs
+from engine.store.read import JobView, job_view, recent_jobs, sqlalchemy_engine
 from engine.submit import Submitted, submit
 from engine.waiting import wait_for_job
 from engine.worker import Worker

@@ -48,12 +48,12 @@ from engine import db
 from engine.config import Settings, mask_url
 from engine.errors import EngineError
 from engine.messages import StepMessage
-from engine.orm import sqlalchemy_engine
 from engine.registry import Registry
 from engine.simulate_flow import STEPS, SimParams, step_seconds
 from engine.simulate_replay import Fault, Oracle, SimRecord, oracle_lines, render_replay
 from engine.store import migrations
 from engine.store.queries import load
+from engine.store.read import sqlalchemy_engine
 from engine.submit import submit
 from engine.transports.postgres import PostgresTransport
 

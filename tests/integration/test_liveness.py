@@ -506,8 +506,8 @@ class Recorder:
 def test_relay_listener__publishes_at_the_callers_commit_without_a_sweep(
     fast: Settings, kind: str
 ) -> None:
-    from engine.orm import sqlalchemy_engine
     from engine.outbox import RelayListener
+    from engine.store.read import sqlalchemy_engine
 
     queue = Recorder()
     listener = RelayListener(fast, queue)

@@ -165,10 +165,10 @@ def test_worker_role__options_of_the_url_and_of_the_caller_are_all_applied(
 
 
 def test_worker_role__sqlalchemy_connections_take_it_too(settings: Settings) -> None:
-    # run reports read through SQLAlchemy (engine.orm), inside the worker process
+    # run reports read through SQLAlchemy (engine.store.read), inside the worker process
     from sqlalchemy import text
 
-    from engine.orm import sqlalchemy_engine
+    from engine.store.read import sqlalchemy_engine
 
     engine = sqlalchemy_engine(as_worker(settings))
     try:
