@@ -64,6 +64,10 @@ from engine.store.rows import (
     StepCounts,
     StepState,
 )
+from engine.store.server import (
+    database_create_if_absent,
+    server_ping,
+)
 from engine.store.step_runs import (
     checkpoint_put_if_leased,
     lease_extend_if_owner,
@@ -98,6 +102,7 @@ __all__ = [
     "StepCounts",
     "StepState",
     "checkpoint_put_if_leased",
+    "database_create_if_absent",
     "dead_letter_delete_closed",
     "dead_letter_insert_message",
     "dead_letter_insert_message_logged",
@@ -126,6 +131,7 @@ __all__ = [
     "outbox_mark_published_many",
     "outbox_notify",
     "outbox_wait_notified",
+    "server_ping",
     "step_cancel_by_job",
     "step_cancel_if_job_ended_many",
     "step_claim_if_available",

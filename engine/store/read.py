@@ -19,8 +19,8 @@ from sqlalchemy.pool import NullPool
 from sqlmodel import Session, col, select
 
 from engine import db
-from engine.config import Settings, mask_url
-from engine.errors import DatabaseUnavailable
+from engine.config import Settings
+from engine.store.errors import connect_errors
 from engine.store.models import DeadLetter, Event, Job, JobStatus, OutboxRow, StepRun
 
 
@@ -33,14 +33,8 @@ def sqlalchemy_engine(settings: Settings, **kwargs: Any) -> Engine:
     info = db.conninfo(settings)
 
     def creator() -> psycopg.Connection[Any]:
-        try:
+        with connect_errors(settings):
             return psycopg.connect(info, connect_timeout=settings.connect_timeout_s)
-        except psycopg.OperationalError as exc:
-            # the CLI exits 3 for it, like every other unreachable-database error
-            raise DatabaseUnavailable(
-                f"cannot connect to PostgreSQL at {settings.masked_database_url()}: "
-                f"{mask_url(str(exc)).strip()}"
-            ) from None
 
     kwargs.setdefault("poolclass", NullPool)
     return create_engine("postgresql+psycopg://", creator=creator, **kwargs)

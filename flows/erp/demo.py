@@ -14,10 +14,8 @@ import getpass
 import socket
 import sys
 import time
-from typing import Any
 
 import click
-import psycopg
 
 from engine import (
     EngineError,
@@ -32,15 +30,10 @@ from engine import (
     worker_processes,
 )
 from flows.erp.books import _table, trial_balance
-from flows.erp.seed import seed
+from flows.erp.seed import has_erp_data, seed
 
 EXIT_JOB_FAILED = 1
 EXIT_ENVIRONMENT = 3
-
-
-def _has_erp_data(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute("SELECT EXISTS (SELECT 1 FROM erp_brands) AS seeded").fetchone()
-    return bool(row and row["seeded"])
 
 
 @click.command("demo")
@@ -56,7 +49,7 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
         report = migrate(settings)
         click.echo(f"migrations: {len(report.applied)} applied, {len(report.already)} already")
         with connect(settings, autocommit=True) as conn:
-            if _has_erp_data(conn):
+            if has_erp_data(conn):
                 click.echo("ERP data already there: reusing it (engine seed --replace starts over)")
             else:
                 made = seed(

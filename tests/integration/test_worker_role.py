@@ -52,6 +52,7 @@ WORKER_SQL: dict[str, set[str]] = {
         "dead_letter_delete_closed",
     },
     "engine/store/sql/events.sql": set(),
+    "engine/store/sql/server.sql": {"database_select_exists", "database_create"},
     "engine/store/sql/outbox.sql": set(),
     "engine/transports/postgres.sql": set(),
     "flows/erp/sql/costing.sql": set(),
