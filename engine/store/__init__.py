@@ -8,6 +8,21 @@ wrapped into :class:`engine.errors.StoreError` here, keeping ``__cause__``.
 Every function takes the psycopg connection whose transaction it joins; the
 caller decides when that transaction commits.
 
+One module and one ``sql/<name>.sql`` per table or concept, holding every
+statement that writes it, whoever calls it:
+
+- ``step_runs``: insert, claim, lease, checkpoint, retry, dead, cancel;
+- ``jobs``: submit once per fingerprint, finish, cancel, reopen;
+- ``outbox``: announcements, their relay, the sweeper's re-announcements;
+- ``dead_letters``: step runs past their cap and unusable messages;
+- ``events``: the append-only history;
+- ``server``: the server itself (ping, the embedded database);
+- ``migrations``: the numbered schema files.
+
+``rows`` holds the types they return, ``errors`` the driver-error wrapping,
+``queries`` the ``.sql`` loader; ``models`` and ``read`` are the typed,
+read-only side for the CLI and reports (SQLModel).
+
 Callers use this package as one namespace (``from engine import store``,
 then ``store.lease_extend_if_owner(...)``): the query names already say which
 table they touch, so where a statement lives can change without its callers.
