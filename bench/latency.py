@@ -105,7 +105,7 @@ def submitters(
     from sqlalchemy import text
     from sqlalchemy.orm import Session
 
-    from engine.orm import sqlalchemy_engine
+    from engine.store.read import sqlalchemy_engine
 
     def params(i: int) -> dict[str, int]:
         return {"i": i}

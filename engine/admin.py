@@ -12,14 +12,11 @@ from typing import Any
 
 import psycopg
 
-from engine import db
+from engine import db, store
 from engine.announce import announce
 from engine.config import Settings
 from engine.errors import BadInput, NoSuchJob
-from engine.models import EventKind
-from engine.store import admin as store
-from engine.store import jobs as job_store
-from engine.store import step_runs as step_store
+from engine.store.models import EventKind
 from engine.transports import transport_for
 from engine.transports.base import Transport
 
@@ -34,12 +31,12 @@ def _status_or_missing(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
 def cancel(settings: Settings, job_id: uuid.UUID, reason: str = "cancelled by operator") -> None:
     """Cancel an active job: its running steps stop at their next check or commit."""
     with db.connect(settings) as conn, conn.transaction():
-        if not step_store.job_cancel_if_active(conn, job_id, reason):
+        if not store.job_cancel_if_active(conn, job_id, reason):
             status = _status_or_missing(conn, job_id)
             raise BadInput(
                 f"job {job_id} is {status}; only pending or running jobs can be cancelled"
             )
-        job_store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
+        store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
 
 
 @dataclass(frozen=True)
@@ -59,8 +56,8 @@ def retry_job(
     transport = transport or transport_for(settings)
     with db.connect(settings) as conn:
         with conn.transaction():
-            reopened = step_store.job_reopen_if_ended(conn, job_id, settings.max_attempts)
-            if isinstance(reopened, step_store.FingerprintTaken):
+            reopened = store.job_reopen_if_ended(conn, job_id, settings.max_attempts)
+            if isinstance(reopened, store.FingerprintTaken):
                 active = reopened.active_job_id
                 raise BadInput(
                     f"job {job_id} cannot be retried: job {active} with the same flow and "
@@ -72,9 +69,9 @@ def retry_job(
                     f"job {job_id} is {status}; only failed or cancelled jobs can be retried"
                 )
             announced = announce(
-                conn, transport, outbox_ids=step_store.outbox_insert_many(conn, reopened)
+                conn, transport, outbox_ids=store.outbox_insert_many(conn, reopened)
             )
-            job_store.event_insert(
+            store.event_insert(
                 conn, EventKind.REPLAYED, job_id=job_id, detail={"step_runs": len(reopened)}
             )
         announced.publish_after_commit(conn)

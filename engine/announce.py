@@ -25,11 +25,10 @@ from typing import Any
 
 import psycopg
 
+from engine import store
 from engine.messages import StepMessage
 from engine.outbox import Publisher, relay
-from engine.store import jobs as job_store
-from engine.store import outbox as outbox_store
-from engine.store.jobs import NewStepRun
+from engine.store.rows import NewStepRun
 from engine.transports.base import Outgoing
 
 log = logging.getLogger(__name__)
@@ -83,7 +82,7 @@ def announce(
     if transactional(publisher):
         if new_runs:
             assert job_id is not None, "new step runs belong to a job"
-            job_store.step_run_insert_many_announced(conn, job_id, new_runs)
+            store.step_run_insert_many_announced(conn, job_id, new_runs)
             publisher.publish(
                 conn, [Outgoing(StepMessage(job_id=job_id, step_run_id=r.id)) for r in new_runs]
             )
@@ -93,7 +92,7 @@ def announce(
     ids = list(outbox_ids)
     if new_runs:
         assert job_id is not None, "new step runs belong to a job"
-        ids += job_store.step_run_insert_many_with_outbox(conn, job_id, new_runs)
+        ids += store.step_run_insert_many_with_outbox(conn, job_id, new_runs)
     if notify and ids:
-        outbox_store.outbox_notify(conn)
+        store.outbox_notify(conn)
     return Announced(publisher, tuple(ids))

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from engine.config import Settings, mask_url
-from engine.errors import ConfigError, DatabaseUnavailable
+from engine.errors import ConfigError
+from engine.store import server as server_store
+from engine.store.errors import connect_errors
 
 _embedded_lock = threading.Lock()
 _embedded_conninfo: dict[Path, str] = {}
@@ -88,18 +89,11 @@ def _embedded(settings: Settings) -> str:
                     "set ENGINE_DATABASE_URL to use another server"
                 ) from exc
             admin = server.get_uri()
-            _create_database_if_missing(admin, settings.embedded_database)
+            with psycopg.connect(admin, autocommit=True) as conn:
+                server_store.database_create_if_absent(conn, settings.embedded_database)
         info = make_conninfo(admin, dbname=settings.embedded_database)
         _embedded_conninfo[pgdata] = info
         return info
-
-
-def _create_database_if_missing(admin_conninfo: str, name: str) -> None:
-    with psycopg.connect(admin_conninfo, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
-            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def connect(
@@ -113,7 +107,7 @@ def connect(
     info = conninfo(settings)
     if extra := kwargs.pop("options", None):
         info = _with_options(info, str(extra))
-    try:
+    with connect_errors(settings):
         return psycopg.connect(
             info,
             autocommit=autocommit,
@@ -121,28 +115,6 @@ def connect(
             connect_timeout=settings.connect_timeout_s,
             **kwargs,
         )
-    except psycopg.OperationalError as exc:
-        role = settings.session_role
-        if role and (reason := _role_refusal(str(exc), role)):
-            # not an outage: waiting will not create the role or grant it
-            raise ConfigError(
-                f"PostgreSQL at {settings.masked_database_url()} refused role {role!r} "
-                f"({reason}): run `engine migrate` (migration 0006 creates "
-                "engine_worker), make the login a member of the role, or set "
-                "ENGINE_WORKER_ROLE= (empty) to keep the login's own role"
-            ) from None
-        raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {settings.masked_database_url()}: "
-            f"{mask_url(str(exc)).strip()}"
-        ) from None
-
-
-def _role_refusal(message: str, role: str) -> str | None:
-    """The server's reason when it refused to let the session take ``role``."""
-    for reason in (f'role "{role}" does not exist', f'permission denied to set role "{role}"'):
-        if reason in message:
-            return reason
-    return None
 
 
 @contextlib.contextmanager

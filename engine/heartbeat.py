@@ -20,14 +20,12 @@ from typing import Any
 
 import psycopg
 
-from engine import db
+from engine import db, store
 from engine.config import Settings
 from engine.context import StopSignal
-from engine.models import EventKind
 from engine.outage import is_outage
-from engine.store import jobs as job_store
-from engine.store import step_runs as store
-from engine.store.step_runs import Claimed
+from engine.store import Claimed
+from engine.store.models import EventKind
 from engine.transports.base import Transport
 
 log = logging.getLogger(__name__)
@@ -141,7 +139,7 @@ class Heartbeat:
                     lease.stop.set(
                         f"step run {claimed.id} cancelled (job {state.job_status})", cancelled=True
                     )
-                    job_store.step_event_insert(
+                    store.step_event_insert(
                         self._conn,
                         EventKind.CANCELLED,
                         claimed,
@@ -150,7 +148,7 @@ class Heartbeat:
                     )
                     return False
                 lease.stop.set(f"lease on step run {claimed.id} lost (attempt {claimed.attempt})")
-                job_store.step_event_insert(
+                store.step_event_insert(
                     self._conn,
                     EventKind.LEASE_LOST,
                     claimed,
@@ -159,7 +157,7 @@ class Heartbeat:
                 )
             return False
         lease.renewals += 1
-        job_store.step_event_insert(
+        store.step_event_insert(
             self._conn,
             EventKind.RENEWED,
             claimed,

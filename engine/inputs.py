@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 
+from engine import store
 from engine.flow import Step
-from engine.store import step_runs as store
 
 # step -> every (fan-out key, output) of its done step runs
 Outputs = dict[str, list[tuple[str, Any]]]

@@ -21,11 +21,10 @@ from typing import Any, Protocol
 
 import psycopg
 
-from engine import db, faults
+from engine import db, faults, store
 from engine.config import Settings
 from engine.messages import StepMessage
 from engine.outage import is_outage
-from engine.store import outbox as store
 from engine.transports.base import Outgoing
 
 log = logging.getLogger(__name__)

@@ -19,17 +19,16 @@ from typing import Any
 
 import psycopg
 
+from engine import store
 from engine.config import Settings
 from engine.fingerprint import step_fingerprint
 from engine.flow import Flow, Step
 from engine.inputs import Outputs, raw_inputs, upstream_outputs
-from engine.store import jobs as job_store
-from engine.store import step_runs as store
 
 
 @dataclass(frozen=True)
 class Scheduled:
-    runs: list[job_store.NewStepRun]  # to insert in the checkpoint's transaction
+    runs: list[store.NewStepRun]  # to insert in the checkpoint's transaction
     job_complete: bool
 
 
@@ -39,7 +38,7 @@ def max_attempts_for(step: Step, settings: Settings) -> int:
 
 def root_runs(
     flow: Flow, job_id: uuid.UUID, params_json: dict[str, Any], settings: Settings
-) -> list[job_store.NewStepRun]:
+) -> list[store.NewStepRun]:
     """The step runs that exist from the start: one per root step."""
     return [
         _new_run(step, job_id, "", {"params": params_json}, None, settings) for step in flow.roots()
@@ -61,7 +60,7 @@ def schedule_ready(
     (fan-out key, output) of that step); other upstream outputs are read.
     """
     complete: dict[str, bool] = {}
-    runs: list[job_store.NewStepRun] = []
+    runs: list[store.NewStepRun] = []
     for name in flow.topological_order():
         step = flow.steps[name]
         upstream_complete = all(complete[u] for u in step.after)
@@ -86,7 +85,7 @@ def _expand(
     params_json: dict[str, Any],
     settings: Settings,
     known: Outputs,
-) -> list[job_store.NewStepRun]:
+) -> list[store.NewStepRun]:
     outputs = upstream_outputs(conn, job_id, step.after, known)
     shared = raw_inputs(step, params_json, outputs)
     if step.map_over is None:
@@ -106,8 +105,8 @@ def _new_run(
     inputs: dict[str, Any],
     item: Any,
     settings: Settings,
-) -> job_store.NewStepRun:
-    return job_store.NewStepRun(
+) -> store.NewStepRun:
+    return store.NewStepRun(
         id=uuid.uuid4(),
         step=step.name,
         fanout_key=fanout_key,

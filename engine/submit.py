@@ -19,17 +19,16 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from pydantic import BaseModel
 
-from engine import db, faults
+from engine import db, faults, store
 from engine.announce import Announced, announce
 from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters
 from engine.fingerprint import job_fingerprint
 from engine.flow import Flow
-from engine.models import EventKind, JobStatus
 from engine.outbox import Publisher
 from engine.registry import Registry
 from engine.schedule import root_runs
-from engine.store import jobs as store
+from engine.store.models import EventKind, JobStatus
 from engine.transports import transport_for
 
 if TYPE_CHECKING:

@@ -22,13 +22,12 @@ from typing import Any
 
 import psycopg
 
+from engine import store
 from engine.alerts import Alert, AlertSink
 from engine.announce import announce
 from engine.config import Settings
-from engine.models import EventKind, JobStatus
 from engine.outbox import relay
-from engine.store import jobs as job_store
-from engine.store import step_runs as store
+from engine.store.models import EventKind, JobStatus
 from engine.transports.base import Received, Transport
 
 log = logging.getLogger(__name__)
@@ -43,21 +42,6 @@ class SweepReport:
     announced: int = 0
     published: int = 0
     cancelled: int = 0  # step runs left active under ended jobs
-
-
-def record_dead_message(
-    conn: psycopg.Connection[Any], worker: str, received: Received, reason: str
-) -> None:
-    """Keep a message that can never be handled, with its reason (one transaction)."""
-    with conn.transaction():
-        body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
-        store.dead_letter_insert_message(conn, body, reason)
-        job_store.event_insert(
-            conn,
-            EventKind.MESSAGE_DROPPED,
-            worker=worker,
-            detail={"reason": reason, "message_id": received.message_id},
-        )
 
 
 class Sweeper:
@@ -83,7 +67,7 @@ class Sweeper:
                         conn, job_id=d.job_id, step_run_id=d.id, reason=reason, error=None
                     ):
                         alerts.append(Alert(reason, d.job_id, d.id, None, d.step))
-                    job_store.event_insert(
+                    store.event_insert(
                         conn,
                         EventKind.DEAD_LETTERED,
                         job_id=d.job_id,
@@ -95,13 +79,13 @@ class Sweeper:
                     if store.job_finish_if_active(
                         conn, d.job_id, JobStatus.FAILED, f"step {d.step}: {reason}"
                     ):
-                        job_store.event_insert(
+                        store.event_insert(
                             conn, EventKind.JOB_FAILED, job_id=d.job_id, worker=self.worker
                         )
                         store.step_cancel_by_job(conn, d.job_id)
                 for c in store.step_cancel_if_job_ended_many(conn):
                     orphans += 1
-                    job_store.event_insert(
+                    store.event_insert(
                         conn,
                         EventKind.CANCELLED,
                         job_id=c.job_id,
@@ -141,7 +125,7 @@ class Sweeper:
             return
 
         def record(received: Received, reason: str) -> None:
-            record_dead_message(conn, self.worker, received, reason)
+            store.dead_letter_insert_message_logged(conn, self.worker, received, reason)
             self.alert(Alert(reason=f"message {received.message_id}: {reason}"))
 
         drain(record)

@@ -8,11 +8,10 @@ import uuid
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from engine import db
+from engine import db, store
 from engine.config import Settings
 from engine.errors import NoSuchJob
-from engine.models import JobStatus
-from engine.store import admin as store
+from engine.store.models import JobStatus
 
 _ENDED = {JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED}
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from engine import db
+from engine import db, store
 from engine.alerts import AlertSink, log_alert
 from engine.config import Settings
 from engine.errors import ConfigError
@@ -270,7 +270,7 @@ class Worker:
 
     def _probe(self) -> None:  # one round trip: can a new connection run a statement?
         with db.connect(self.settings, autocommit=True) as conn:
-            conn.execute("SELECT 1")
+            store.server_ping(conn)
 
     def _wait_for_database(self, where: str) -> bool:
         """``True`` once PostgreSQL answers; ``False`` if the worker was stopped first."""

@@ -18,9 +18,8 @@ from engine.cli.output import out, print_json
 from engine.cli.state import State, current
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
-from engine.models import JobStatus
-from engine.orm import sqlalchemy_engine
-from engine.queries import JobView, job_view, recent_jobs
+from engine.store.models import JobStatus
+from engine.store.read import JobView, job_view, recent_jobs, sqlalchemy_engine
 from engine.submit import Submitted, submit
 from engine.waiting import wait_for_job
 

@@ -18,12 +18,12 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel
 from sqlalchemy import Engine
-from sqlmodel import Session, col, select
 
 from engine.errors import EngineError, NoSuchJob
 from engine.flow import Flow
-from engine.models import DeadLetter, Event, EventKind, Job, StepRun, StepStatus
 from engine.registry import Registry
+from engine.store.models import Event, EventKind, StepRun, StepStatus
+from engine.store.read import job_history, recent_jobs
 
 __all__ = [
     "Attempt",
@@ -329,25 +329,10 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
 
     A job whose flow is not in ``registry`` still gets a report, without the graph.
     """
-    with Session(engine) as session:
-        job = session.get(Job, job_id)
-        if job is None:
-            raise NoSuchJob(job_id)
-        runs = list(
-            session.exec(
-                select(StepRun)
-                .where(StepRun.job_id == job_id)
-                .order_by(col(StepRun.created_at), col(StepRun.step), col(StepRun.fanout_key))
-            ).all()
-        )
-        events = list(
-            session.exec(select(Event).where(Event.job_id == job_id).order_by(col(Event.id))).all()
-        )
-        dead = list(
-            session.exec(
-                select(DeadLetter).where(DeadLetter.job_id == job_id).order_by(col(DeadLetter.id))
-            ).all()
-        )
+    history = job_history(engine, job_id)
+    if history is None:
+        raise NoSuchJob(job_id)
+    job, runs, events, dead = history.job, history.runs, history.events, history.dead_letters
     by_id = {r.id: r for r in runs}
     flow = _find_flow(registry, job.flow)
 
@@ -442,10 +427,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
 
 def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
     """Every job (newest first, at most ``limit``) with its duration."""
-    with Session(engine) as session:
-        jobs = list(
-            session.exec(select(Job).order_by(col(Job.created_at).desc()).limit(limit)).all()
-        )
+    jobs = recent_jobs(engine, limit=limit)
     rows = [
         IndexRow(
             job_id=str(j.id),

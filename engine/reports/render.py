@@ -26,7 +26,6 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from engine.config import Settings
 from engine.errors import EngineError
-from engine.orm import sqlalchemy_engine
 from engine.registry import Registry
 from engine.reports.context import (
     IndexReport,
@@ -36,6 +35,7 @@ from engine.reports.context import (
     run_href,
 )
 from engine.reports.svg import OUTCOME_COLOURS, STATUS_COLOURS, durations_svg, gantt_svg, graph_svg
+from engine.store.read import sqlalchemy_engine
 
 __all__ = [
     "TEMPLATES_DIR",

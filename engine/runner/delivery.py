@@ -19,21 +19,18 @@ from typing import Any
 
 import psycopg
 
-from engine import faults
+from engine import faults, store
 from engine.alerts import Alert, AlertSink
 from engine.config import Settings
 from engine.errors import Contention, MalformedMessage, UnknownFlow
 from engine.heartbeat import Heartbeat, Lease
 from engine.inputs import Outputs
 from engine.messages import StepMessage
-from engine.models import EventKind
 from engine.registry import Registry
 from engine.runner.execution import Executor
 from engine.runner.outcome import Continuation, Outcome
-from engine.store import jobs as job_store
-from engine.store import step_runs as store
-from engine.store.step_runs import Claimed, ClaimRefused
-from engine.sweeper import record_dead_message
+from engine.store.models import EventKind
+from engine.store.rows import Claimed, ClaimRefused
 from engine.transports.base import Outgoing, Received, Transport
 
 log = logging.getLogger(__name__)
@@ -66,7 +63,7 @@ def claim(
                 runnable=runnable,
             )
             if isinstance(result, ClaimRefused) and result.reason != "unknown":
-                job_store.event_insert(
+                store.event_insert(
                     conn,
                     EventKind.CLAIM_REFUSED,
                     job_id=message.job_id,
@@ -191,7 +188,7 @@ class StepRunner:
             # the attempt comes back with the lease: giving back is not the step's fault
             if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
                 return False
-            job_store.step_event_insert(
+            store.step_event_insert(
                 conn, EventKind.RELEASED, claimed, worker=self.worker, detail={"reason": reason}
             )
         if receipt is not None:
@@ -202,7 +199,7 @@ class StepRunner:
         return True
 
     def _malformed(self, received: Received, reason: str) -> Outcome:
-        record_dead_message(self.conn, self.worker, received, reason)
+        store.dead_letter_insert_message_logged(self.conn, self.worker, received, reason)
         self.transport.dead_letter(received, reason)
         log.warning("malformed message %s dead-lettered: %s", received.message_id, reason)
         self.alert(Alert(reason=f"malformed message {received.message_id}: {reason}"))
@@ -211,7 +208,7 @@ class StepRunner:
     def _refused(self, received: Received, message: StepMessage, refused: ClaimRefused) -> Outcome:
         if refused.reason == "unknown":
             with self.conn.transaction():
-                job_store.event_insert(
+                store.event_insert(
                     self.conn,
                     EventKind.MESSAGE_DROPPED,
                     worker=self.worker,

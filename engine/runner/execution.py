@@ -28,7 +28,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from engine import faults
+from engine import faults, store
 from engine.alerts import AlertSink
 from engine.announce import Announced, announce
 from engine.config import Settings
@@ -37,15 +37,13 @@ from engine.errors import JobCancelled, LeaseLost
 from engine.flow import Flow, Step
 from engine.heartbeat import Heartbeat, Lease
 from engine.inputs import Outputs, raw_inputs, sources, upstream_outputs
-from engine.models import EventKind, JobStatus
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, RetryPolicy
 from engine.runner.failures import Failures
 from engine.runner.outcome import Continuation, Outcome
 from engine.schedule import schedule_ready
-from engine.store import step_runs as store
-from engine.store.jobs import NewStepRun
-from engine.store.step_runs import Claimed, QueuedClaim
+from engine.store.models import EventKind, JobStatus
+from engine.store.rows import Claimed, NewStepRun, QueuedClaim
 from engine.transports.base import Transport
 
 log = logging.getLogger(__name__)

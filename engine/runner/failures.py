@@ -16,20 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from engine import db
+from engine import db, store
 from engine.alerts import Alert, AlertSink
 from engine.announce import Announced, announce
 from engine.config import Settings
 from engine.errors import DefinitionError
 from engine.flow import Step
 from engine.heartbeat import Lease
-from engine.models import EventKind, JobStatus
 from engine.outage import is_outage
 from engine.retry import Fail, Retry, RetryPolicy
 from engine.runner.outcome import Outcome
-from engine.store import jobs as job_store
-from engine.store import step_runs as store
-from engine.store.step_runs import Claimed
+from engine.store.models import EventKind, JobStatus
+from engine.store.rows import Claimed
 from engine.transports.base import Transport
 
 if TYPE_CHECKING:
@@ -87,7 +85,7 @@ class Failures:
             self.on_outage(exc, f"slot {self.worker}")
         try:
             with db.connect(self.settings, autocommit=True) as conn:
-                job_store.step_event_insert(
+                store.step_event_insert(
                     conn,
                     EventKind.FENCED,
                     claimed,
@@ -112,7 +110,7 @@ class Failures:
             # not a lost lease: the job was cancelled (or failed) under it
             return self._stopped_cancelled(claimed, lease, "step run cancelled with its job")
         with self.conn.transaction():
-            job_store.step_event_insert(
+            store.step_event_insert(
                 self.conn,
                 EventKind.FENCED,
                 claimed,
@@ -128,7 +126,7 @@ class Failures:
         recorded = lease is not None and lease.stop.cancelled  # by the heartbeat
         with self.conn.transaction():
             if not recorded:
-                job_store.step_event_insert(
+                store.step_event_insert(
                     self.conn,
                     EventKind.CANCELLED,
                     claimed,
@@ -146,7 +144,7 @@ class Failures:
             # fenced like a checkpoint: a stale attempt cancels nothing (invariant 16)
             cancelled = store.job_cancel_if_leased(self.conn, claimed, reason)
             if cancelled:
-                job_store.event_insert(
+                store.event_insert(
                     self.conn,
                     EventKind.CANCELLED,
                     job_id=claimed.job_id,
@@ -185,7 +183,7 @@ class Failures:
                         self.transport,
                         outbox_ids=[store.outbox_insert_delayed(conn, claimed.id, due)],
                     )
-                    job_store.step_event_insert(
+                    store.step_event_insert(
                         conn,
                         EventKind.RETRIED,
                         claimed,
@@ -208,7 +206,7 @@ class Failures:
                         error=error,
                     ):
                         alert = Alert(reason, claimed.job_id, claimed.id, claimed.flow, step.name)
-                    job_store.step_event_insert(
+                    store.step_event_insert(
                         conn,
                         EventKind.DEAD_LETTERED,
                         claimed,

@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 
 from engine.inputs import Outputs
-from engine.store.step_runs import Claimed
+from engine.store.rows import Claimed
 
 
 @dataclass(frozen=True)

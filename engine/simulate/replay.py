@@ -12,11 +12,11 @@ from pathlib import Path
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from engine.models import Event, EventKind, Job, StepRun
 from engine.reports.render import environment, write_atomically
 from engine.simulate.draw import COLOURS, anim, grid_svg, lanes_svg
 from engine.simulate.record import SimRecord
 from engine.simulate.timeline import Timeline
+from engine.store.models import Event, EventKind, Job, StepRun
 
 __all__ = ["render_replay", "render_replay_html"]
 

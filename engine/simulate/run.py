@@ -33,7 +33,6 @@ from pydantic import SecretStr
 from engine import db
 from engine.config import Settings
 from engine.messages import StepMessage
-from engine.orm import sqlalchemy_engine
 from engine.registry import Registry
 from engine.simulate.fleet import Fleet
 from engine.simulate.flow import SimParams, step_seconds
@@ -44,6 +43,7 @@ from engine.simulate.replay import render_replay
 from engine.store import migrations
 from engine.store.named import NamedQueries
 from engine.store.queries import load
+from engine.store.read import sqlalchemy_engine
 from engine.submit import submit
 from engine.transports.postgres import PostgresTransport
 

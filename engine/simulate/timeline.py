@@ -13,8 +13,8 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from engine.models import Event, EventKind, Job, StepRun
 from engine.simulate.record import Fault, SimRecord
+from engine.store.models import Event, EventKind, Job, StepRun
 
 __all__ = ["Bar", "LogLine", "Mark", "Timeline"]
 

@@ -7,4 +7,159 @@ function turns into a typed result, never a silent ``None``. Driver errors are
 wrapped into :class:`engine.errors.StoreError` here, keeping ``__cause__``.
 Every function takes the psycopg connection whose transaction it joins; the
 caller decides when that transaction commits.
+
+One module and one ``sql/<name>.sql`` per table or concept, holding every
+statement that writes it, whoever calls it:
+
+- ``step_runs``: insert, claim, lease, checkpoint, retry, dead, cancel;
+- ``jobs``: submit once per fingerprint, finish, cancel, reopen;
+- ``outbox``: announcements, their relay, the sweeper's re-announcements;
+- ``dead_letters``: step runs past their cap and unusable messages;
+- ``events``: the append-only history;
+- ``server``: the server itself (ping, the embedded database);
+- ``migrations``: the numbered schema files.
+
+``rows`` holds the types they return, ``errors`` the driver-error wrapping,
+``queries`` the ``.sql`` loader; ``models`` and ``read`` are the typed,
+read-only side for the CLI and reports (SQLModel).
+
+Callers use this package as one namespace (``from engine import store``,
+then ``store.lease_extend_if_owner(...)``): the query names already say which
+table they touch, so where a statement lives can change without its callers.
 """
+
+from engine.store.dead_letters import (
+    Delivery,
+    dead_letter_delete_closed,
+    dead_letter_insert_message,
+    dead_letter_insert_message_logged,
+    dead_letter_insert_step,
+    dead_letter_mark_replayed_by_job,
+    dead_letter_mark_replayed_if_open,
+    dead_letter_select_one,
+    dead_letter_select_open,
+)
+from engine.store.events import (
+    event_insert,
+    step_event_insert,
+)
+from engine.store.jobs import (
+    job_cancel_if_active,
+    job_cancel_if_leased,
+    job_finish_if_active,
+    job_finish_if_active_logged,
+    job_insert_if_absent,
+    job_progress,
+    job_reopen_if_ended,
+    job_select_active_by_fingerprint,
+    job_select_status,
+)
+from engine.store.outbox import (
+    outbox_insert_delayed,
+    outbox_insert_for_claimable,
+    outbox_insert_many,
+    outbox_listen,
+    outbox_lock_unpublished_many,
+    outbox_mark_published_many,
+    outbox_notify,
+    outbox_wait_notified,
+    sweep_lock_try,
+)
+from engine.store.rows import (
+    CancelledRun,
+    Checkpointed,
+    Claimed,
+    ClaimRefused,
+    ExpiredExhausted,
+    FingerprintTaken,
+    JobRow,
+    NewStepRun,
+    PendingOutbox,
+    QueuedClaim,
+    StepCounts,
+    StepState,
+)
+from engine.store.server import (
+    database_create_if_absent,
+    server_ping,
+)
+from engine.store.step_runs import (
+    checkpoint_put_if_leased,
+    lease_extend_if_owner,
+    lease_release_if_owner,
+    step_cancel_by_job,
+    step_cancel_if_job_ended_many,
+    step_claim_if_available,
+    step_counts_by_job,
+    step_dead_if_expired_exhausted_many,
+    step_dead_if_leased,
+    step_outputs_select,
+    step_reopen_by_job,
+    step_retry_if_leased,
+    step_run_insert_claimed,
+    step_run_insert_many_announced,
+    step_run_insert_many_with_outbox,
+    step_select_status,
+)
+
+__all__ = [
+    "CancelledRun",
+    "Checkpointed",
+    "ClaimRefused",
+    "Claimed",
+    "Delivery",
+    "ExpiredExhausted",
+    "FingerprintTaken",
+    "JobRow",
+    "NewStepRun",
+    "PendingOutbox",
+    "QueuedClaim",
+    "StepCounts",
+    "StepState",
+    "checkpoint_put_if_leased",
+    "database_create_if_absent",
+    "dead_letter_delete_closed",
+    "dead_letter_insert_message",
+    "dead_letter_insert_message_logged",
+    "dead_letter_insert_step",
+    "dead_letter_mark_replayed_by_job",
+    "dead_letter_mark_replayed_if_open",
+    "dead_letter_select_one",
+    "dead_letter_select_open",
+    "event_insert",
+    "job_cancel_if_active",
+    "job_cancel_if_leased",
+    "job_finish_if_active",
+    "job_finish_if_active_logged",
+    "job_insert_if_absent",
+    "job_progress",
+    "job_reopen_if_ended",
+    "job_select_active_by_fingerprint",
+    "job_select_status",
+    "lease_extend_if_owner",
+    "lease_release_if_owner",
+    "outbox_insert_delayed",
+    "outbox_insert_for_claimable",
+    "outbox_insert_many",
+    "outbox_listen",
+    "outbox_lock_unpublished_many",
+    "outbox_mark_published_many",
+    "outbox_notify",
+    "outbox_wait_notified",
+    "server_ping",
+    "step_cancel_by_job",
+    "step_cancel_if_job_ended_many",
+    "step_claim_if_available",
+    "step_counts_by_job",
+    "step_dead_if_expired_exhausted_many",
+    "step_dead_if_leased",
+    "step_event_insert",
+    "step_outputs_select",
+    "step_reopen_by_job",
+    "step_retry_if_leased",
+    "step_run_insert_claimed",
+    "step_run_insert_many_announced",
+    "step_run_insert_many_with_outbox",
+    "step_select_status",
+    "sweep_lock_try",
+]

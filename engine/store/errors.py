@@ -1,15 +1,16 @@
-"""The one place driver errors become :class:`engine.errors.StoreError`."""
+"""The one place driver errors become the engine's (:mod:`engine.errors`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 import psycopg
 
-from engine.config import mask_url
-from engine.errors import Contention, StoreError
+from engine.config import Settings, mask_url
+from engine.errors import ConfigError, Contention, DatabaseUnavailable, StoreError
 
 # lost a race, not a fault: a lock wait past lock_timeout, a deadlock, a
 # serialisation failure
@@ -40,3 +41,38 @@ def wrap_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise StoreError(f"{fn.__name__}: {mask_url(str(exc)).strip()}") from exc
 
     return wrapper
+
+
+@contextlib.contextmanager
+def connect_errors(settings: Settings) -> Iterator[None]:
+    """Turn a failed connection attempt into :class:`DatabaseUnavailable` or :class:`ConfigError`.
+
+    For every connection the engine opens (psycopg and SQLAlchemy alike).
+    Raised ``from None``: the driver's message may quote the URL, password
+    included; the message here names the masked URL.
+    """
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        role = settings.session_role
+        if role and (reason := _role_refusal(str(exc), role)):
+            # not an outage: waiting will not create the role or grant it
+            raise ConfigError(
+                f"PostgreSQL at {settings.masked_database_url()} refused role {role!r} "
+                f"({reason}): run `engine migrate` (migration 0006 creates "
+                "engine_worker), make the login a member of the role, or set "
+                "ENGINE_WORKER_ROLE= (empty) to keep the login's own role"
+            ) from None
+        # the CLI exits 3 for it; a worker waits it out
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {settings.masked_database_url()}: "
+            f"{mask_url(str(exc)).strip()}"
+        ) from None
+
+
+def _role_refusal(message: str, role: str) -> str | None:
+    """The server's reason when it refused to let the session take ``role``."""
+    for reason in (f'role "{role}" does not exist', f'permission denied to set role "{role}"'):
+        if reason in message:
+            return reason
+    return None

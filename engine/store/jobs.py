@@ -1,47 +1,26 @@
-"""Jobs, their step runs and the event log: inserts and lookups."""
+"""Jobs: submitted once per fingerprint, ended once, cancelled or reopened by request.
+
+A job's end, cancel and reopen also change its step runs (and a reopen its
+dead letters) in the same transaction, with the job row locked first: one
+lock order for every writer of a job.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from engine.models import EventKind, JobStatus
+from engine.store.dead_letters import dead_letter_mark_replayed_by_job
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.step_runs import Claimed
+from engine.store.rows import Claimed, FingerprintTaken, JobRow
+from engine.store.step_runs import step_cancel_by_job, step_reopen_by_job
 
 _q = load("jobs")
-
-
-@dataclass(frozen=True)
-class JobRow:
-    id: uuid.UUID
-    flow: str
-    status: JobStatus
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class NewStepRun:
-    """A step run to schedule: its key (step, fan-out key) is unique per job."""
-
-    id: uuid.UUID
-    step: str
-    fanout_key: str
-    fingerprint: str
-    max_attempts: int
-    item: Any = None
-
-
-def _job(row: dict[str, Any]) -> JobRow:
-    return JobRow(row["id"], row["flow"], JobStatus(row["status"]), row["created_at"])
 
 
 @wrap_errors
@@ -69,7 +48,7 @@ def job_insert_if_absent(
             },
         )
         row = cur.fetchone()
-    return None if row is None else _job(row)
+    return None if row is None else JobRow.from_row(row)
 
 
 @wrap_errors
@@ -79,85 +58,93 @@ def job_select_active_by_fingerprint(
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["job_select_active_by_fingerprint"], {"fingerprint": fingerprint})
         row = cur.fetchone()
-    return None if row is None else _job(row)
-
-
-def _runs_params(job_id: uuid.UUID, runs: Sequence[NewStepRun]) -> dict[str, Any]:
-    return {
-        "job_id": job_id,
-        "ids": [r.id for r in runs],
-        "steps": [r.step for r in runs],
-        "fanout_keys": [r.fanout_key for r in runs],
-        "fingerprints": [r.fingerprint for r in runs],
-        "max_attempts": [r.max_attempts for r in runs],
-        "items": [None if r.item is None else Jsonb(r.item) for r in runs],
-    }
+    return None if row is None else JobRow.from_row(row)
 
 
 @wrap_errors
-def step_run_insert_many_with_outbox(
-    conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
-) -> list[int]:
-    """Insert the step runs not inserted yet, each with an outbox row; the outbox ids."""
-    if not runs:
-        return []
+def job_select_status(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["step_run_insert_many_with_outbox"], _runs_params(job_id, runs))
-        return [row["id"] for row in cur.fetchall()]
+        cur.execute(_q["job_select_status"], {"job_id": job_id})
+        row = cur.fetchone()
+    return None if row is None else str(row["status"])
 
 
 @wrap_errors
-def step_run_insert_many_announced(
-    conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
-) -> None:
-    """Insert the step runs not inserted yet, their outbox rows already published.
-
-    For a transport that sends their messages in this same transaction; no
-    result is read, so it can be pipelined.
-    """
-    if runs:
-        conn.execute(_q["step_run_insert_many_announced"], _runs_params(job_id, runs))
+def job_progress(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_progress"], {"job_id": job_id})
+        return cur.fetchone()
 
 
 @wrap_errors
-def event_insert(
-    conn: psycopg.Connection[Any],
-    kind: EventKind,
-    *,
-    job_id: uuid.UUID | None = None,
-    step_run_id: uuid.UUID | None = None,
-    worker: str | None = None,
-    attempt: int | None = None,
-    detail: dict[str, Any] | None = None,
-) -> None:
-    conn.execute(
-        _q["event_insert"],
-        {
-            "kind": kind.value,
-            "job_id": job_id,
-            "step_run_id": step_run_id,
-            "worker": worker,
-            "attempt": attempt,
-            "detail": Jsonb(detail or {}),
-        },
+def job_finish_if_active(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, status: str, error: str | None = None
+) -> bool:
+    cur = conn.execute(
+        _q["job_finish_if_active"], {"job_id": job_id, "status": status, "error": error}
     )
+    return cur.rowcount == 1
 
 
-def step_event_insert(
+@wrap_errors
+def job_finish_if_active_logged(
     conn: psycopg.Connection[Any],
-    kind: EventKind,
-    claimed: Claimed,
+    job_id: uuid.UUID,
+    status: str,
     *,
+    event: str,
     worker: str,
-    detail: dict[str, Any] | None = None,
+    error: str | None = None,
 ) -> None:
-    """An event about one attempt of a claimed step run (job, step run, attempt filled in)."""
-    event_insert(
-        conn,
-        kind,
-        job_id=claimed.job_id,
-        step_run_id=claimed.id,
-        worker=worker,
-        attempt=claimed.attempt,
-        detail=detail,
+    """End an active job and log ``event`` for it; no result, so it can be pipelined."""
+    conn.execute(
+        _q["job_finish_if_active_logged"],
+        {"job_id": job_id, "status": status, "error": error, "event": event, "worker": worker},
     )
+
+
+@wrap_errors
+def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str) -> bool:
+    """Cancel an active job and its step runs (job row first, then the step runs)."""
+    if conn.execute(_q["job_cancel_if_active"], {"job_id": job_id, "reason": reason}).rowcount:
+        step_cancel_by_job(conn, job_id)
+        return True
+    return False
+
+
+@wrap_errors
+def job_cancel_if_leased(conn: psycopg.Connection[Any], claimed: Claimed, reason: str) -> bool:
+    """A step's own ``Cancel``: only while its lease is current (invariant 16)."""
+    cur = conn.execute(
+        _q["job_cancel_if_leased"],
+        {"job_id": claimed.job_id, "id": claimed.id, "token": claimed.token, "reason": reason},
+    )
+    if cur.rowcount:
+        step_cancel_by_job(conn, claimed.job_id)
+        return True
+    return False
+
+
+@wrap_errors
+def job_reopen_if_ended(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, extra_attempts: int
+) -> list[uuid.UUID] | FingerprintTaken | None:
+    """Reopen a failed or cancelled job: the step runs put back to pending.
+
+    ``None``: the job is not failed or cancelled. :class:`FingerprintTaken`:
+    another job with its fingerprint is active (the unique index said so, in
+    a savepoint, so the caller's transaction stays usable).
+    """
+    try:
+        with conn.transaction():
+            reopened = conn.execute(_q["job_reopen_if_ended"], {"job_id": job_id}).fetchone()
+    except psycopg.errors.UniqueViolation:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(_q["job_select_active_with_fingerprint_of"], {"job_id": job_id})
+            row = cur.fetchone()
+        return FingerprintTaken(None if row is None else row["id"])
+    if reopened is None:
+        return None
+    reopened_runs = step_reopen_by_job(conn, job_id, extra_attempts)
+    dead_letter_mark_replayed_by_job(conn, job_id)
+    return reopened_runs

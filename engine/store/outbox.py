@@ -1,10 +1,16 @@
-"""Outbox rows: locked for hand-over, then marked published."""
+"""Outbox rows: "step run X is ready", written in the transaction that made it so.
+
+Rows are inserted with what they announce (a retry, a reopened job, the
+sweeper's re-announcement of claimable work), locked for hand-over by a relay
+and then marked published (invariants 8 and 9). Step runs inserted together
+with their outbox rows are in :mod:`engine.store.step_runs`.
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -12,16 +18,9 @@ from psycopg.rows import dict_row
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
+from engine.store.rows import PendingOutbox, column
 
 _q = load("outbox")
-
-
-@dataclass(frozen=True)
-class PendingOutbox:
-    id: int
-    step_run_id: uuid.UUID
-    job_id: uuid.UUID
-    delay_s: float
 
 
 @wrap_errors
@@ -67,3 +66,39 @@ def outbox_listen(conn: psycopg.Connection[Any]) -> None:
 def outbox_wait_notified(conn: psycopg.Connection[Any], timeout_s: float) -> bool:
     """Wait up to ``timeout_s`` for a notification on a listening connection."""
     return any(True for _ in conn.notifies(timeout=timeout_s, stop_after=1))
+
+
+@wrap_errors
+def outbox_insert_delayed(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, deliver_at: datetime
+) -> int:
+    row = conn.execute(
+        _q["outbox_insert_delayed"], {"step_run_id": step_run_id, "deliver_at": deliver_at}
+    ).fetchone()
+    assert row is not None
+    return int(column(row, "id"))
+
+
+@wrap_errors
+def outbox_insert_many(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> list[int]:
+    if not ids:
+        return []
+    rows = conn.execute(_q["outbox_insert_many"], {"ids": list(ids)}).fetchall()
+    return [int(column(r, "id")) for r in rows]
+
+
+@wrap_errors
+def outbox_insert_for_claimable(
+    conn: psycopg.Connection[Any], *, republish_after_s: float, limit: int
+) -> list[int]:
+    rows = conn.execute(
+        _q["outbox_insert_for_claimable"],
+        {"republish_after_s": republish_after_s, "limit": limit},
+    ).fetchall()
+    return [int(column(r, "id")) for r in rows]
+
+
+@wrap_errors
+def sweep_lock_try(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute(_q["sweep_lock_try"]).fetchone()
+    return bool(row is not None and column(row, "locked"))

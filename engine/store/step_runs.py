@@ -1,17 +1,18 @@
-"""Claim, lease, checkpoint, retry and dead-letter statements for step runs.
+"""Step runs: inserted (with their outbox rows), claimed, leased, checkpointed, retried.
 
 Each guarded statement returns a typed outcome; zero rows is never a silent
 ``None`` for the caller to forget (``ClaimRefused``, ``False`` from a fenced
-write means "lease lost").
+write means "lease lost"). A step run is claimed by one conditional UPDATE
+(invariant 2), renewed and released only by its lease token's holder
+(invariant 4), and checkpointed only while that token is current (invariant 5).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg import ClientCursor
@@ -20,54 +21,57 @@ from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-
-if TYPE_CHECKING:  # engine.store.jobs imports this module
-    from engine.store.jobs import NewStepRun
+from engine.store.rows import (
+    CancelledRun,
+    Checkpointed,
+    Claimed,
+    ClaimRefused,
+    ExpiredExhausted,
+    NewStepRun,
+    QueuedClaim,
+    StepCounts,
+    StepState,
+    column,
+)
 
 _q = load("step_runs")
 
 
-@dataclass(frozen=True)
-class Claimed:
-    """This worker won the claim: it holds the lease until ``lease_expires_at``."""
-
-    id: uuid.UUID
-    job_id: uuid.UUID
-    flow: str
-    params: dict[str, Any]
-    step: str
-    fanout_key: str
-    fingerprint: str
-    attempt: int
-    max_attempts: int
-    token: uuid.UUID
-    lease_expires_at: datetime
-    item: Any
-    reclaimed_from: str | None  # the previous owner, when its lease had expired
+def _runs_params(job_id: uuid.UUID, runs: Sequence[NewStepRun]) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "ids": [r.id for r in runs],
+        "steps": [r.step for r in runs],
+        "fanout_keys": [r.fanout_key for r in runs],
+        "fingerprints": [r.fingerprint for r in runs],
+        "max_attempts": [r.max_attempts for r in runs],
+        "items": [None if r.item is None else Jsonb(r.item) for r in runs],
+    }
 
 
-@dataclass(frozen=True)
-class ClaimRefused:
-    """Zero rows: a normal outcome. ``reason`` says what to do with the message.
+@wrap_errors
+def step_run_insert_many_with_outbox(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
+) -> list[int]:
+    """Insert the step runs not inserted yet, each with an outbox row; the outbox ids."""
+    if not runs:
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_run_insert_many_with_outbox"], _runs_params(job_id, runs))
+        return [row["id"] for row in cur.fetchall()]
 
-    - ``unknown``: no such step run (of that job): drop the message;
-    - ``finished``: done, dead or cancelled, or its job ended: delete the message;
-    - ``held``: another worker holds a live lease: leave the message to come back;
-    - ``not_runnable``: its flow, or that flow's version, is not loaded in this
-      worker (a rolling deploy): leave it for a worker that has it, at no attempt;
-    - ``not_due``: a retry whose backoff has not ended: leave it;
-    - ``exhausted``: the last attempt's holder died; the sweeper dead-letters it;
-    - ``race``: a lock wait timed out, a deadlock or serialisation failure: try later.
+
+@wrap_errors
+def step_run_insert_many_announced(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
+) -> None:
+    """Insert the step runs not inserted yet, their outbox rows already published.
+
+    For a transport that sends their messages in this same transaction; no
+    result is read, so it can be pipelined.
     """
-
-    reason: str
-    retry_in_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class StepCounts:
-    total: int
-    done: int
+    if runs:
+        conn.execute(_q["step_run_insert_many_announced"], _runs_params(job_id, runs))
 
 
 def _first(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any] | None:
@@ -102,51 +106,27 @@ def step_claim_if_available(
         )
         row = _first(cur)
         if row is not None:
-            return _claimed(row)
+            return Claimed.from_row(row)
         cur.execute(_q["step_select_claim_refusal"], {"id": step_run_id, "job_id": job_id})
         return _refusal(_first(cur), runnable)
 
 
-def _claimed(row: dict[str, Any]) -> Claimed:
-    reclaimed = row["previous_owner"] if row["previous_status"] == "running" else None
-    return Claimed(
-        id=row["id"],
-        job_id=row["job_id"],
-        flow=row["flow"],
-        params=row["params"],
-        step=row["step"],
-        fanout_key=row["fanout_key"],
-        fingerprint=row["fingerprint"],
-        attempt=row["attempts"],
-        max_attempts=row["max_attempts"],
-        token=row["lease_token"],
-        lease_expires_at=row["lease_expires_at"],
-        item=row["item"],
-        reclaimed_from=reclaimed,
-    )
-
-
-class QueuedClaim:
-    """An eager successor's claim, sent in the checkpoint's transaction and read after its commit.
-
-    With the PostgreSQL transport it travels in the commit's pipeline, so its
-    row can only be read once that pipeline has synced.
-    """
-
-    def __init__(self, cur: psycopg.Cursor[dict[str, Any]], flow: str, params: dict[str, Any]):
-        self._cur = cur
-        self._job = {"flow": flow, "params": params}
-
-    @wrap_errors
-    def result(self) -> Claimed | None:
-        """The claim, or ``None``: the step run existed already (not ours)."""
-        try:
-            row = self._cur.fetchone()
-        finally:
-            self._cur.close()
-        if row is None:
-            return None
-        return _claimed({**row, **self._job, "previous_status": "pending", "previous_owner": None})
+def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefused:
+    if row is None:
+        return ClaimRefused("unknown")
+    if row["job_status"] not in ("pending", "running") or row["status"] in (
+        "done",
+        "dead",
+        "cancelled",
+    ):
+        return ClaimRefused("finished")
+    if row["lease_live"]:
+        return ClaimRefused("held", retry_in_s=row["lease_left_s"])
+    if f"{row['flow']}:{row['flow_version']}" not in runnable:
+        return ClaimRefused("not_runnable")
+    if row["attempts"] >= row["max_attempts"]:
+        return ClaimRefused("exhausted")
+    return ClaimRefused("not_due", retry_in_s=row["due_in_s"])
 
 
 @wrap_errors
@@ -183,24 +163,6 @@ def step_run_insert_claimed(
     return QueuedClaim(cur, flow, params)
 
 
-def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefused:
-    if row is None:
-        return ClaimRefused("unknown")
-    if row["job_status"] not in ("pending", "running") or row["status"] in (
-        "done",
-        "dead",
-        "cancelled",
-    ):
-        return ClaimRefused("finished")
-    if row["lease_live"]:
-        return ClaimRefused("held", retry_in_s=row["lease_left_s"])
-    if f"{row['flow']}:{row['flow_version']}" not in runnable:
-        return ClaimRefused("not_runnable")
-    if row["attempts"] >= row["max_attempts"]:
-        return ClaimRefused("exhausted")
-    return ClaimRefused("not_due", retry_in_s=row["due_in_s"])
-
-
 @wrap_errors
 def lease_extend_if_owner(
     conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, lease_s: float
@@ -209,7 +171,7 @@ def lease_extend_if_owner(
     row = conn.execute(
         _q["lease_extend_if_owner"], {"id": step_run_id, "token": token, "lease_s": lease_s}
     ).fetchone()
-    return None if row is None else _col(row, "lease_expires_at")
+    return None if row is None else column(row, "lease_expires_at")
 
 
 @wrap_errors
@@ -221,39 +183,12 @@ def lease_release_if_owner(
     return cur.rowcount == 1
 
 
-@dataclass(frozen=True)
-class StepState:
-    """Why a fenced write matched nothing: the step run's and its job's status now."""
-
-    status: str
-    job_status: str
-
-    @property
-    def cancelled(self) -> bool:
-        """The step run was cancelled (with its job, or as a sibling of a failed one)."""
-        return self.status == "cancelled"
-
-
 @wrap_errors
 def step_select_status(conn: psycopg.Connection[Any], step_run_id: uuid.UUID) -> StepState | None:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_select_status"], {"id": step_run_id})
         row = cur.fetchone()
     return None if row is None else StepState(str(row["status"]), str(row["job_status"]))
-
-
-@dataclass(frozen=True)
-class Checkpointed:
-    """The checkpoint committed (with its transaction): what scheduling needs next.
-
-    ``counts`` is read by a statement that starts after the job row lock was
-    taken, so it sees every completion of this job committed before ours.
-    ``output`` is the checkpoint as stored (only when asked for).
-    """
-
-    job_status: str
-    counts: dict[str, StepCounts]
-    output: Any
 
 
 @wrap_errors
@@ -324,7 +259,7 @@ def step_retry_if_leased(
             "error": Jsonb(error),
         },
     ).fetchone()
-    return None if row is None else _col(row, "available_at")
+    return None if row is None else column(row, "available_at")
 
 
 @wrap_errors
@@ -339,26 +274,11 @@ def step_dead_if_leased(
     return cur.rowcount == 1
 
 
-@dataclass(frozen=True)
-class ExpiredExhausted:
-    id: uuid.UUID
-    job_id: uuid.UUID
-    attempts: int
-    step: str
-
-
 @wrap_errors
 def step_dead_if_expired_exhausted_many(conn: psycopg.Connection[Any]) -> list[ExpiredExhausted]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_dead_if_expired_exhausted_many"])
         return [ExpiredExhausted(r["id"], r["job_id"], r["attempts"], r["step"]) for r in cur]
-
-
-@dataclass(frozen=True)
-class CancelledRun:
-    id: uuid.UUID
-    job_id: uuid.UUID
-    attempts: int
 
 
 @wrap_errors
@@ -394,163 +314,17 @@ def step_outputs_select(
 
 
 @wrap_errors
-def job_finish_if_active(
-    conn: psycopg.Connection[Any], job_id: uuid.UUID, status: str, error: str | None = None
-) -> bool:
-    cur = conn.execute(
-        _q["job_finish_if_active"], {"job_id": job_id, "status": status, "error": error}
-    )
-    return cur.rowcount == 1
-
-
-@wrap_errors
-def job_finish_if_active_logged(
-    conn: psycopg.Connection[Any],
-    job_id: uuid.UUID,
-    status: str,
-    *,
-    event: str,
-    worker: str,
-    error: str | None = None,
-) -> None:
-    """End an active job and log ``event`` for it; no result, so it can be pipelined."""
-    conn.execute(
-        _q["job_finish_if_active_logged"],
-        {"job_id": job_id, "status": status, "error": error, "event": event, "worker": worker},
-    )
-
-
-@wrap_errors
-def dead_letter_insert_step(
-    conn: psycopg.Connection[Any],
-    *,
-    job_id: uuid.UUID,
-    step_run_id: uuid.UUID,
-    reason: str,
-    error: dict[str, Any] | None,
-) -> bool:
-    """``True`` when this call created the dead letter (alert once)."""
-    cur = conn.execute(
-        _q["dead_letter_insert_step"],
-        {
-            "job_id": job_id,
-            "step_run_id": step_run_id,
-            "reason": reason,
-            "error": None if error is None else Jsonb(error),
-        },
-    )
-    return cur.rowcount == 1
-
-
-@wrap_errors
-def dead_letter_insert_message(conn: psycopg.Connection[Any], body: str, reason: str) -> int:
-    row = conn.execute(
-        _q["dead_letter_insert_message"], {"body": body, "reason": reason}
-    ).fetchone()
-    assert row is not None
-    return int(_col(row, "id"))
-
-
-@wrap_errors
-def outbox_insert_delayed(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, deliver_at: datetime
-) -> int:
-    row = conn.execute(
-        _q["outbox_insert_delayed"], {"step_run_id": step_run_id, "deliver_at": deliver_at}
-    ).fetchone()
-    assert row is not None
-    return int(_col(row, "id"))
-
-
-@wrap_errors
-def outbox_insert_many(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> list[int]:
-    if not ids:
-        return []
-    rows = conn.execute(_q["outbox_insert_many"], {"ids": list(ids)}).fetchall()
-    return [int(_col(r, "id")) for r in rows]
-
-
-@wrap_errors
-def outbox_insert_for_claimable(
-    conn: psycopg.Connection[Any], *, republish_after_s: float, limit: int
-) -> list[int]:
-    rows = conn.execute(
-        _q["outbox_insert_for_claimable"],
-        {"republish_after_s": republish_after_s, "limit": limit},
-    ).fetchall()
-    return [int(_col(r, "id")) for r in rows]
-
-
-@wrap_errors
-def sweep_lock_try(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(_q["sweep_lock_try"]).fetchone()
-    return bool(row is not None and _col(row, "locked"))
-
-
-@wrap_errors
-def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str) -> bool:
-    """Cancel an active job and its step runs (job row first, then the step runs)."""
-    if conn.execute(_q["job_cancel_if_active"], {"job_id": job_id, "reason": reason}).rowcount:
-        conn.execute(_q["step_cancel_by_job"], {"job_id": job_id})
-        return True
-    return False
-
-
-@wrap_errors
-def job_cancel_if_leased(conn: psycopg.Connection[Any], claimed: Claimed, reason: str) -> bool:
-    """A step's own ``Cancel``: only while its lease is current (invariant 16)."""
-    cur = conn.execute(
-        _q["job_cancel_if_leased"],
-        {"job_id": claimed.job_id, "id": claimed.id, "token": claimed.token, "reason": reason},
-    )
-    if cur.rowcount:
-        conn.execute(_q["step_cancel_by_job"], {"job_id": claimed.job_id})
-        return True
-    return False
-
-
-@wrap_errors
 def step_cancel_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> int:
     """Cancel the job's pending and running step runs (its row lock held): how many."""
     return conn.execute(_q["step_cancel_by_job"], {"job_id": job_id}).rowcount
 
 
-@dataclass(frozen=True)
-class FingerprintTaken:
-    """A reopen refused: another job with the same fingerprint is active."""
-
-    active_job_id: uuid.UUID | None
-
-
 @wrap_errors
-def job_reopen_if_ended(
+def step_reopen_by_job(
     conn: psycopg.Connection[Any], job_id: uuid.UUID, extra_attempts: int
-) -> list[uuid.UUID] | FingerprintTaken | None:
-    """Reopen a failed or cancelled job: the step runs put back to pending.
-
-    ``None``: the job is not failed or cancelled. :class:`FingerprintTaken`:
-    another job with its fingerprint is active (the unique index said so, in
-    a savepoint, so the caller's transaction stays usable).
-    """
-    try:
-        with conn.transaction():
-            reopened = conn.execute(_q["job_reopen_if_ended"], {"job_id": job_id}).fetchone()
-    except psycopg.errors.UniqueViolation:
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(_q["job_select_active_with_fingerprint_of"], {"job_id": job_id})
-            row = cur.fetchone()
-        return FingerprintTaken(None if row is None else row["id"])
-    if reopened is None:
-        return None
+) -> list[uuid.UUID]:
+    """Put the job's dead and cancelled step runs back to pending (its row lock held): their ids."""
     rows = conn.execute(
         _q["step_reopen_by_job"], {"job_id": job_id, "extra_attempts": extra_attempts}
     ).fetchall()
-    conn.execute(_q["dead_letter_mark_replayed_by_job"], {"job_id": job_id})
-    return [_col(r, "id") for r in rows]
-
-
-def _col(row: Any, name: str) -> Any:
-    # callers may hand us connections with any row factory
-    if isinstance(row, dict):
-        return row[name]
-    return row[0]
+    return [column(r, "id") for r in rows]

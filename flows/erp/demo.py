@@ -13,10 +13,8 @@ from __future__ import annotations
 import getpass
 import socket
 import time
-from typing import Any
 
 import click
-import psycopg
 
 from engine import (
     JobFailed,
@@ -31,12 +29,7 @@ from engine import (
 )
 from engine.processes import worker_processes
 from flows.erp.books import _table, trial_balance
-from flows.erp.seed import seed
-
-
-def _has_erp_data(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute("SELECT EXISTS (SELECT 1 FROM erp_brands) AS seeded").fetchone()
-    return bool(row and row["seeded"])
+from flows.erp.seed import has_erp_data, seed
 
 
 @click.command("demo")
@@ -51,7 +44,7 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     report = migrate(settings)
     click.echo(f"migrations: {len(report.applied)} applied, {len(report.already)} already")
     with connect(settings, autocommit=True) as conn:
-        if _has_erp_data(conn):
+        if has_erp_data(conn):
             click.echo("ERP data already there: reusing it (engine seed --replace starts over)")
         else:
             made = seed(

@@ -214,6 +214,13 @@ class _Moves:
         self.negative = 0
 
 
+def has_erp_data(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the ERP tables hold data already (brands exist), as :func:`seed` decides it."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        found = cur.execute(_Q["brand_exists"]).fetchone()
+    return found is not None and bool(found[0])
+
+
 def seed(
     conn: psycopg.Connection[Any],
     *,

@@ -27,7 +27,7 @@ from harness import (
 )
 from psycopg import sql
 
-from engine import admin, db, submit
+from engine import admin, db, store, submit
 from engine.alerts import log_alert
 from engine.config import Settings
 from engine.errors import BadInput
@@ -35,8 +35,7 @@ from engine.heartbeat import Heartbeat
 from engine.messages import StepMessage
 from engine.registry import Registry
 from engine.runner import StepRunner, claim
-from engine.store import step_runs as store
-from engine.store.step_runs import Claimed, ClaimRefused
+from engine.store import Claimed, ClaimRefused
 from engine.sweeper import Sweeper
 from engine.transports.postgres import PostgresTransport
 from engine.worker import connect_worker
@@ -506,8 +505,8 @@ class Recorder:
 def test_relay_listener__publishes_at_the_callers_commit_without_a_sweep(
     fast: Settings, kind: str
 ) -> None:
-    from engine.orm import sqlalchemy_engine
     from engine.outbox import RelayListener
+    from engine.store.read import sqlalchemy_engine
 
     queue = Recorder()
     listener = RelayListener(fast, queue)

@@ -24,7 +24,7 @@ from engine.config import Settings
 from engine.errors import ConfigError
 from engine.messages import StepMessage
 from engine.runner import claim
-from engine.store.step_runs import Claimed, ClaimRefused
+from engine.store import Claimed, ClaimRefused
 from engine.transports.postgres import PostgresTransport
 from engine.worker import Worker, check_startup
 

@@ -12,8 +12,8 @@ from sqlalchemy import inspect
 from sqlmodel import SQLModel
 
 from engine.config import Settings
-from engine.models import ENUM_COLUMNS
-from engine.orm import sqlalchemy_engine
+from engine.store.models import ENUM_COLUMNS
+from engine.store.read import sqlalchemy_engine
 
 TABLES = [t for t in SQLModel.metadata.tables if t.startswith("engine_")]
 

@@ -40,17 +40,15 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
-from engine import admin, db, submit
+from engine import admin, db, store, submit
 from engine.alerts import Alert
 from engine.config import Settings
 from engine.errors import BadInput
 from engine.messages import StepMessage
-from engine.models import EventKind, JobStatus
 from engine.runner import claim
 from engine.schedule import max_attempts_for, schedule_ready
-from engine.store import jobs as job_store
-from engine.store import step_runs as store
-from engine.store.step_runs import Claimed, ClaimRefused
+from engine.store import Claimed, ClaimRefused
+from engine.store.models import EventKind, JobStatus
 from engine.sweeper import Sweeper
 from engine.transports.postgres import PostgresTransport
 
@@ -477,7 +475,7 @@ class StepRunMachine(RuleBasedStateMachine):
             due = store.step_retry_if_leased(self.conn, c, delay_s, error)
             if due is not None:
                 store.outbox_insert_delayed(self.conn, c.id, due)
-                job_store.step_event_insert(self.conn, EventKind.RETRIED, c, worker=h.worker)
+                store.step_event_insert(self.conn, EventKind.RETRIED, c, worker=h.worker)
         return due is not None
 
     def _dead_letter(self, h: Held) -> bool:
@@ -492,7 +490,7 @@ class StepRunMachine(RuleBasedStateMachine):
                 self.conn, job_id=c.job_id, step_run_id=c.id, reason=reason, error=error
             )
             assert first, "a step run dead-lettered twice without a replay"
-            job_store.step_event_insert(self.conn, EventKind.DEAD_LETTERED, c, worker=h.worker)
+            store.step_event_insert(self.conn, EventKind.DEAD_LETTERED, c, worker=h.worker)
             store.job_finish_if_active_logged(
                 self.conn,
                 c.job_id,
@@ -551,7 +549,7 @@ class StepRunMachine(RuleBasedStateMachine):
                         lease_s=LEASE_S,
                     )
                     runs = runs[1:]
-                job_store.step_run_insert_many_with_outbox(self.conn, c.job_id, runs)
+                store.step_run_insert_many_with_outbox(self.conn, c.job_id, runs)
         except _Fenced:
             return False, None
         return True, None if queued is None else queued.result()

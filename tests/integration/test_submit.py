@@ -16,9 +16,9 @@ from engine import db
 from engine.config import Settings
 from engine.errors import InvalidParameters, UnknownFlow
 from engine.messages import StepMessage
-from engine.orm import sqlalchemy_engine
 from engine.outbox import relay
 from engine.registry import Registry
+from engine.store.read import sqlalchemy_engine
 from engine.submit import submit
 from engine.transports.postgres import PostgresTransport
 

@@ -35,13 +35,24 @@ ROLE = "engine_worker"
 # The files whose statements worker processes run, and the blocks of them that
 # only an operator or the submitting ERP runs (with the owner's role).
 WORKER_SQL: dict[str, set[str]] = {
-    "engine/store/sql/step_runs.sql": {
+    "engine/store/sql/step_runs.sql": {"step_reopen_by_job"},
+    "engine/store/sql/jobs.sql": {
+        "job_insert_if_absent",
+        "job_select_active_by_fingerprint",
+        "job_select_status",
+        "job_progress",
         "job_reopen_if_ended",
         "job_select_active_with_fingerprint_of",
-        "step_reopen_by_job",
-        "dead_letter_mark_replayed_by_job",
     },
-    "engine/store/sql/jobs.sql": {"job_insert_if_absent", "job_select_active_by_fingerprint"},
+    "engine/store/sql/dead_letters.sql": {
+        "dead_letter_select_open",
+        "dead_letter_select_one",
+        "dead_letter_mark_replayed_if_open",
+        "dead_letter_mark_replayed_by_job",
+        "dead_letter_delete_closed",
+    },
+    "engine/store/sql/events.sql": set(),
+    "engine/store/sql/server.sql": {"database_select_exists", "database_create"},
     "engine/store/sql/outbox.sql": set(),
     "engine/transports/postgres.sql": set(),
     "flows/erp/sql/costing.sql": set(),
@@ -51,11 +62,12 @@ WORKER_SQL: dict[str, set[str]] = {
 }
 # Statements of operators, the seed and the migrator that the worker's role must refuse.
 ADMIN_SQL: dict[str, list[str]] = {
-    "engine/store/sql/admin.sql": [
+    "engine/store/sql/dead_letters.sql": [
         "dead_letter_mark_replayed_if_open",
         "dead_letter_delete_closed",
+        "dead_letter_mark_replayed_by_job",
     ],
-    "engine/store/sql/step_runs.sql": ["step_reopen_by_job", "dead_letter_mark_replayed_by_job"],
+    "engine/store/sql/step_runs.sql": ["step_reopen_by_job"],
     "engine/store/sql/jobs.sql": ["job_insert_if_absent"],
     "engine/store/sql/migrations.sql": ["migration_select_all", "migration_insert"],
     "flows/erp/sql/seed.sql": ["erp_seed_lock", "erp_data_truncate"],
@@ -154,10 +166,10 @@ def test_worker_role__options_of_the_url_and_of_the_caller_are_all_applied(
 
 
 def test_worker_role__sqlalchemy_connections_take_it_too(settings: Settings) -> None:
-    # run reports read through SQLAlchemy (engine.orm), inside the worker process
+    # run reports read through SQLAlchemy (engine.store.read), inside the worker process
     from sqlalchemy import text
 
-    from engine.orm import sqlalchemy_engine
+    from engine.store.read import sqlalchemy_engine
 
     engine = sqlalchemy_engine(as_worker(settings))
     try:

@@ -26,7 +26,7 @@ from engine.messages import StepMessage
 from engine.reports import render_all, render_index, render_job_report
 from engine.reports.serve import make_server
 from engine.runner import claim
-from engine.store.step_runs import Claimed
+from engine.store import Claimed
 from flows.erp.seed import seed
 
 PERIOD = "2026-11"

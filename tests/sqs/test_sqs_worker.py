@@ -13,15 +13,13 @@ import pytest
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
 from sqs_support import moto_messages, queue_name
 
-from engine import admin, submit
+from engine import admin, store, submit
 from engine.alerts import Alert
 from engine.config import Settings
 from engine.errors import ConfigError
 from engine.heartbeat import Heartbeat, Lease
 from engine.messages import StepMessage
-from engine.models import EventKind
-from engine.store import jobs as job_store
-from engine.store import step_runs as store
+from engine.store.models import EventKind
 from engine.transports.base import Received
 from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
 from engine.worker import check_startup
@@ -212,7 +210,7 @@ def record_as_the_sweeper_would(conn: psycopg.Connection[Any], alerts: list[Aler
         body = received.body.replace("\x00", "\\x00")[:8192]
         with conn.transaction():
             store.dead_letter_insert_message(conn, body, reason)
-            job_store.event_insert(
+            store.event_insert(
                 conn,
                 EventKind.MESSAGE_DROPPED,
                 worker="sweeper",

@@ -11,36 +11,74 @@ SELECT id, flow, status, created_at
 FROM engine_jobs
 WHERE fingerprint = %(fingerprint)s AND status IN ('pending', 'running');
 
--- step_run_insert_many_with_outbox --
--- A step key exists once per job: a step run already inserted is skipped, and only the new ones get an outbox row, in the caller's transaction (invariant 8).
-WITH new_runs AS (
-    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item)
-    SELECT r.id, %(job_id)s, r.step, r.fanout_key, r.fingerprint, r.max_attempts, r.item
-    FROM unnest(%(ids)s::uuid[], %(steps)s::text[], %(fanout_keys)s::text[],
-                %(fingerprints)s::text[], %(max_attempts)s::int[], %(items)s::jsonb[])
-         AS r (id, step, fanout_key, fingerprint, max_attempts, item)
-    ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
+-- job_select_status --
+-- The status of one job, for messages to the user.
+SELECT status FROM engine_jobs WHERE id = %(job_id)s;
+
+-- job_progress --
+-- Step runs finished over step runs known so far (fan-outs add runs as they expand).
+SELECT j.status, j.error,
+       count(s.id)::int AS total,
+       count(s.id) FILTER (WHERE s.status = 'done')::int AS done
+FROM engine_jobs AS j
+LEFT JOIN engine_step_runs AS s ON s.job_id = j.id
+WHERE j.id = %(job_id)s
+GROUP BY j.id;
+
+-- job_finish_if_active --
+-- A job ends once: done when every step is, failed when one is dead, cancelled on request.
+UPDATE engine_jobs
+SET status = %(status)s, finished_at = clock_timestamp(), error = %(error)s
+WHERE id = %(job_id)s AND status IN ('pending', 'running')
+RETURNING id;
+
+-- job_finish_if_active_logged --
+-- A job ends once; its event is written only by the statement that ended it.
+WITH finished AS (
+    UPDATE engine_jobs
+    SET status = %(status)s, finished_at = clock_timestamp(), error = %(error)s
+    WHERE id = %(job_id)s AND status IN ('pending', 'running')
     RETURNING id
 )
-INSERT INTO engine_outbox (step_run_id)
-SELECT id FROM new_runs
-RETURNING id, step_run_id;
+INSERT INTO engine_events (kind, job_id, worker)
+SELECT %(event)s, f.id, %(worker)s FROM finished AS f;
 
--- step_run_insert_many_announced --
--- For a transport that publishes in this same transaction: a step key exists once per job, and each new step run's outbox row is written already published, so the sweeper counts it as announced and no relay sends it again.
-WITH new_runs AS (
-    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item)
-    SELECT r.id, %(job_id)s, r.step, r.fanout_key, r.fingerprint, r.max_attempts, r.item
-    FROM unnest(%(ids)s::uuid[], %(steps)s::text[], %(fanout_keys)s::text[],
-                %(fingerprints)s::text[], %(max_attempts)s::int[], %(items)s::jsonb[])
-         AS r (id, step, fanout_key, fingerprint, max_attempts, item)
-    ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
-    RETURNING id
+-- job_cancel_if_active --
+-- Cancel ends an active job once; its step runs are cancelled in the same transaction.
+UPDATE engine_jobs
+SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
+WHERE id = %(job_id)s AND status IN ('pending', 'running')
+RETURNING id;
+
+-- job_cancel_if_leased --
+-- Invariant 16: a step's Cancel ends its job only while that step's lease token is current; the job row is locked first, then the step run; step_cancel_by_job follows in the same transaction.
+WITH job AS (
+    SELECT id FROM engine_jobs
+    WHERE id = %(job_id)s AND status IN ('pending', 'running')
+    FOR UPDATE
+), mine AS (
+    SELECT s.id
+    FROM engine_step_runs AS s
+    JOIN job ON s.job_id = job.id
+    WHERE s.id = %(id)s AND s.lease_token = %(token)s AND s.status = 'running'
+    FOR UPDATE OF s
 )
-INSERT INTO engine_outbox (step_run_id, published_at)
-SELECT n.id, clock_timestamp() FROM new_runs AS n;
+UPDATE engine_jobs AS j
+SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
+FROM mine
+WHERE j.id = %(job_id)s
+RETURNING j.id;
 
--- event_insert --
--- engine_events is append-only: the trigger refuses UPDATE, DELETE and TRUNCATE.
-INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
-VALUES (%(kind)s, %(job_id)s, %(step_run_id)s, %(worker)s, %(attempt)s, %(detail)s);
+-- job_reopen_if_ended --
+-- Retry of a failed or cancelled job; the partial unique index refuses it if another job with its fingerprint is active (the caller runs it in a savepoint and names that job).
+UPDATE engine_jobs
+SET status = 'running', finished_at = NULL, error = NULL
+WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
+RETURNING id, fingerprint;
+
+-- job_select_active_with_fingerprint_of --
+-- Names the active job that made a reopen fail on the unique index (at most one row, by that index).
+SELECT a.id
+FROM engine_jobs AS j
+JOIN engine_jobs AS a ON a.fingerprint = j.fingerprint AND a.status IN ('pending', 'running')
+WHERE j.id = %(job_id)s;

@@ -25,3 +25,37 @@ SELECT pg_notify('engine_outbox', '');
 -- outbox_listen --
 -- A relay's own connection listens for committed outbox rows.
 LISTEN engine_outbox;
+
+-- outbox_insert_delayed --
+-- A retry's announcement, delivered when its backoff ends; in the same transaction as the retry.
+INSERT INTO engine_outbox (step_run_id, deliver_at)
+VALUES (%(step_run_id)s, %(deliver_at)s)
+RETURNING id;
+
+-- outbox_insert_many --
+-- Announcements for step runs made ready again, in the same transaction.
+INSERT INTO engine_outbox (step_run_id)
+SELECT unnest(%(ids)s::uuid[])
+RETURNING id;
+
+-- outbox_insert_for_claimable --
+-- Invariant 9: a claimable step run (due, or lease expired) not announced since it became claimable (or for republish_after) is announced again; a lost message delays work, never loses it.
+INSERT INTO engine_outbox (step_run_id)
+SELECT s.id
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
+WHERE s.attempts < s.max_attempts
+  AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
+    OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
+  AND NOT EXISTS (
+      SELECT 1 FROM engine_outbox AS o
+      WHERE o.step_run_id = s.id
+        AND o.deliver_at >= greatest(
+            CASE WHEN s.status = 'pending' THEN s.available_at ELSE s.claimed_at END,
+            clock_timestamp() - make_interval(secs => %(republish_after_s)s)))
+LIMIT %(limit)s
+RETURNING id, step_run_id;
+
+-- sweep_lock_try --
+-- One sweeper at a time republishes; the others skip this round (the relay itself is safe concurrently).
+SELECT pg_try_advisory_xact_lock(hashtextextended('engine.sweeper', 0)) AS locked;

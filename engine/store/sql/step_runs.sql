@@ -1,3 +1,32 @@
+-- step_run_insert_many_with_outbox --
+-- A step key exists once per job: a step run already inserted is skipped, and only the new ones get an outbox row, in the caller's transaction (invariant 8).
+WITH new_runs AS (
+    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item)
+    SELECT r.id, %(job_id)s, r.step, r.fanout_key, r.fingerprint, r.max_attempts, r.item
+    FROM unnest(%(ids)s::uuid[], %(steps)s::text[], %(fanout_keys)s::text[],
+                %(fingerprints)s::text[], %(max_attempts)s::int[], %(items)s::jsonb[])
+         AS r (id, step, fanout_key, fingerprint, max_attempts, item)
+    ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
+    RETURNING id
+)
+INSERT INTO engine_outbox (step_run_id)
+SELECT id FROM new_runs
+RETURNING id, step_run_id;
+
+-- step_run_insert_many_announced --
+-- For a transport that publishes in this same transaction: a step key exists once per job, and each new step run's outbox row is written already published, so the sweeper counts it as announced and no relay sends it again.
+WITH new_runs AS (
+    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item)
+    SELECT r.id, %(job_id)s, r.step, r.fanout_key, r.fingerprint, r.max_attempts, r.item
+    FROM unnest(%(ids)s::uuid[], %(steps)s::text[], %(fanout_keys)s::text[],
+                %(fingerprints)s::text[], %(max_attempts)s::int[], %(items)s::jsonb[])
+         AS r (id, step, fanout_key, fingerprint, max_attempts, item)
+    ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
+    RETURNING id
+)
+INSERT INTO engine_outbox (step_run_id, published_at)
+SELECT n.id, clock_timestamp() FROM new_runs AS n;
+
 -- step_claim_if_available --
 -- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap) takes a fresh token and attempts + 1; the job row is locked first (the one lock order: job, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
 WITH job AS (
@@ -40,6 +69,17 @@ WITH job AS (
 )
 SELECT * FROM claimed;
 
+-- step_select_claim_refusal --
+-- Read after a claim matched zero rows, only to decide what to do with the message; never used to write.
+SELECT s.status, s.attempts, s.max_attempts, s.job_id, j.flow, j.flow_version,
+       s.status = 'running' AND s.lease_expires_at > clock_timestamp() AS lease_live,
+       greatest(0, extract(epoch FROM s.available_at - clock_timestamp()))::float8 AS due_in_s,
+       greatest(0, extract(epoch FROM s.lease_expires_at - clock_timestamp()))::float8 AS lease_left_s,
+       j.status AS job_status
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id
+WHERE s.id = %(id)s AND s.job_id = %(job_id)s;
+
 -- step_run_insert_claimed --
 -- An eager successor: created already leased (attempts 1, a fresh token) to the worker whose checkpoint made it ready, in that checkpoint's transaction and under the job's row lock, so no other worker can have seen it pending; the insert is conditional on the step key, and zero rows (it exists already) means "not ours". The claimed event is written only for the row it returns. No outbox row: should the worker die, the lease lapses and the sweeper announces it (invariant 9).
 WITH claimed AS (
@@ -59,17 +99,6 @@ WITH claimed AS (
     FROM claimed AS c
 )
 SELECT * FROM claimed;
-
--- step_select_claim_refusal --
--- Read after a claim matched zero rows, only to decide what to do with the message; never used to write.
-SELECT s.status, s.attempts, s.max_attempts, s.job_id, j.flow, j.flow_version,
-       s.status = 'running' AND s.lease_expires_at > clock_timestamp() AS lease_live,
-       greatest(0, extract(epoch FROM s.available_at - clock_timestamp()))::float8 AS due_in_s,
-       greatest(0, extract(epoch FROM s.lease_expires_at - clock_timestamp()))::float8 AS lease_left_s,
-       j.status AS job_status
-FROM engine_step_runs AS s
-JOIN engine_jobs AS j ON j.id = s.job_id
-WHERE s.id = %(id)s AND s.job_id = %(job_id)s;
 
 -- lease_extend_if_owner --
 -- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost.
@@ -199,69 +228,6 @@ SELECT step, fanout_key, output
 FROM engine_step_runs
 WHERE job_id = %(job_id)s AND step = ANY (%(steps)s::text[]) AND status = 'done';
 
--- job_finish_if_active --
--- A job ends once: done when every step is, failed when one is dead, cancelled on request.
-UPDATE engine_jobs
-SET status = %(status)s, finished_at = clock_timestamp(), error = %(error)s
-WHERE id = %(job_id)s AND status IN ('pending', 'running')
-RETURNING id;
-
--- job_finish_if_active_logged --
--- A job ends once; its event is written only by the statement that ended it.
-WITH finished AS (
-    UPDATE engine_jobs
-    SET status = %(status)s, finished_at = clock_timestamp(), error = %(error)s
-    WHERE id = %(job_id)s AND status IN ('pending', 'running')
-    RETURNING id
-)
-INSERT INTO engine_events (kind, job_id, worker)
-SELECT %(event)s, f.id, %(worker)s FROM finished AS f;
-
--- dead_letter_insert_step --
--- A step run is dead-lettered once until replayed (partial unique index); zero rows: it already was, so no second alert.
-INSERT INTO engine_dead_letters (source, job_id, step_run_id, reason, error)
-VALUES ('step', %(job_id)s, %(step_run_id)s, %(reason)s, %(error)s)
-ON CONFLICT (step_run_id) WHERE source = 'step' AND replayed_at IS NULL DO NOTHING
-RETURNING id;
-
--- dead_letter_insert_message --
--- A message that can never be handled is kept with its reason (the body is data, never executed).
-INSERT INTO engine_dead_letters (source, message_body, reason)
-VALUES ('message', %(body)s, %(reason)s)
-RETURNING id;
-
--- outbox_insert_delayed --
--- A retry's announcement, delivered when its backoff ends; in the same transaction as the retry.
-INSERT INTO engine_outbox (step_run_id, deliver_at)
-VALUES (%(step_run_id)s, %(deliver_at)s)
-RETURNING id;
-
--- job_cancel_if_active --
--- Cancel ends an active job once; its step runs are cancelled in the same transaction.
-UPDATE engine_jobs
-SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
-WHERE id = %(job_id)s AND status IN ('pending', 'running')
-RETURNING id;
-
--- job_cancel_if_leased --
--- Invariant 16: a step's Cancel ends its job only while that step's lease token is current; the job row is locked first, then the step run; step_cancel_by_job follows in the same transaction.
-WITH job AS (
-    SELECT id FROM engine_jobs
-    WHERE id = %(job_id)s AND status IN ('pending', 'running')
-    FOR UPDATE
-), mine AS (
-    SELECT s.id
-    FROM engine_step_runs AS s
-    JOIN job ON s.job_id = job.id
-    WHERE s.id = %(id)s AND s.lease_token = %(token)s AND s.status = 'running'
-    FOR UPDATE OF s
-)
-UPDATE engine_jobs AS j
-SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
-FROM mine
-WHERE j.id = %(job_id)s
-RETURNING j.id;
-
 -- step_cancel_by_job --
 -- Clearing the tokens fences every running step of the job (ended, under its row lock): their commits are refused, and their heartbeats read "cancelled".
 UPDATE engine_step_runs
@@ -270,20 +236,6 @@ SET status = 'cancelled', finished_at = clock_timestamp(),
 WHERE job_id = %(job_id)s AND status IN ('pending', 'running')
 RETURNING id;
 
--- job_reopen_if_ended --
--- Retry of a failed or cancelled job; the partial unique index refuses it if another job with its fingerprint is active (the caller runs it in a savepoint and names that job).
-UPDATE engine_jobs
-SET status = 'running', finished_at = NULL, error = NULL
-WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
-RETURNING id, fingerprint;
-
--- job_select_active_with_fingerprint_of --
--- Names the active job that made a reopen fail on the unique index (at most one row, by that index).
-SELECT a.id
-FROM engine_jobs AS j
-JOIN engine_jobs AS a ON a.fingerprint = j.fingerprint AND a.status IN ('pending', 'running')
-WHERE j.id = %(job_id)s;
-
 -- step_reopen_by_job --
 -- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, with a fresh attempt budget; done ones are never rerun.
 UPDATE engine_step_runs
@@ -291,36 +243,3 @@ SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
     max_attempts = attempts + %(extra_attempts)s
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
-
--- dead_letter_mark_replayed_by_job --
--- Replaying closes the open dead letters of those step runs, so a later failure alerts again.
-UPDATE engine_dead_letters SET replayed_at = clock_timestamp()
-WHERE job_id = %(job_id)s AND source = 'step' AND replayed_at IS NULL;
-
--- outbox_insert_many --
--- Announcements for step runs made ready again, in the same transaction.
-INSERT INTO engine_outbox (step_run_id)
-SELECT unnest(%(ids)s::uuid[])
-RETURNING id;
-
--- outbox_insert_for_claimable --
--- Invariant 9: a claimable step run (due, or lease expired) not announced since it became claimable (or for republish_after) is announced again; a lost message delays work, never loses it.
-INSERT INTO engine_outbox (step_run_id)
-SELECT s.id
-FROM engine_step_runs AS s
-JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
-WHERE s.attempts < s.max_attempts
-  AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
-    OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
-  AND NOT EXISTS (
-      SELECT 1 FROM engine_outbox AS o
-      WHERE o.step_run_id = s.id
-        AND o.deliver_at >= greatest(
-            CASE WHEN s.status = 'pending' THEN s.available_at ELSE s.claimed_at END,
-            clock_timestamp() - make_interval(secs => %(republish_after_s)s)))
-LIMIT %(limit)s
-RETURNING id, step_run_id;
-
--- sweep_lock_try --
--- One sweeper at a time republishes; the others skip this round (the relay itself is safe concurrently).
-SELECT pg_try_advisory_xact_lock(hashtextextended('engine.sweeper', 0)) AS locked;

@@ -1,3 +1,16 @@
+-- dead_letter_insert_step --
+-- A step run is dead-lettered once until replayed (partial unique index); zero rows: it already was, so no second alert.
+INSERT INTO engine_dead_letters (source, job_id, step_run_id, reason, error)
+VALUES ('step', %(job_id)s, %(step_run_id)s, %(reason)s, %(error)s)
+ON CONFLICT (step_run_id) WHERE source = 'step' AND replayed_at IS NULL DO NOTHING
+RETURNING id;
+
+-- dead_letter_insert_message --
+-- A message that can never be handled is kept with its reason (the body is data, never executed).
+INSERT INTO engine_dead_letters (source, message_body, reason)
+VALUES ('message', %(body)s, %(reason)s)
+RETURNING id;
+
 -- dead_letter_select_open --
 -- Open dead letters: not replayed yet, newest first.
 SELECT d.id, d.source, d.job_id, d.step_run_id, d.reason, d.created_at, d.message_body,
@@ -20,22 +33,13 @@ UPDATE engine_dead_letters SET replayed_at = clock_timestamp()
 WHERE id = %(id)s AND replayed_at IS NULL
 RETURNING id;
 
+-- dead_letter_mark_replayed_by_job --
+-- Replaying closes the open dead letters of those step runs, so a later failure alerts again.
+UPDATE engine_dead_letters SET replayed_at = clock_timestamp()
+WHERE job_id = %(job_id)s AND source = 'step' AND replayed_at IS NULL;
+
 -- dead_letter_delete_closed --
 -- Purge drops what needs no action: poison messages and replayed entries; open step dead letters stay with their failed jobs.
 DELETE FROM engine_dead_letters
 WHERE source = 'message' OR replayed_at IS NOT NULL
 RETURNING id;
-
--- job_select_status --
--- The status of one job, for messages to the user.
-SELECT status FROM engine_jobs WHERE id = %(job_id)s;
-
--- job_progress --
--- Step runs finished over step runs known so far (fan-outs add runs as they expand).
-SELECT j.status, j.error,
-       count(s.id)::int AS total,
-       count(s.id) FILTER (WHERE s.status = 'done')::int AS done
-FROM engine_jobs AS j
-LEFT JOIN engine_step_runs AS s ON s.job_id = j.id
-WHERE j.id = %(job_id)s
-GROUP BY j.id;

@@ -1,0 +1,110 @@
+"""Dead letters: step runs past their attempt cap, and messages that cannot be handled.
+
+A step run's dead letter is written by the worker or the sweeper that
+dead-lettered it, once until its job is replayed (a partial unique index), so
+one failure raises one alert. A message's dead letter keeps its body as data
+with the reason; an operator lists, replays or purges them (``engine dlq``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from engine.store.errors import wrap_errors
+from engine.store.events import event_insert
+from engine.store.models import EventKind
+from engine.store.queries import load
+from engine.store.rows import column
+
+_q = load("dead_letters")
+
+
+@wrap_errors
+def dead_letter_insert_step(
+    conn: psycopg.Connection[Any],
+    *,
+    job_id: uuid.UUID,
+    step_run_id: uuid.UUID,
+    reason: str,
+    error: dict[str, Any] | None,
+) -> bool:
+    """``True`` when this call created the dead letter (alert once)."""
+    cur = conn.execute(
+        _q["dead_letter_insert_step"],
+        {
+            "job_id": job_id,
+            "step_run_id": step_run_id,
+            "reason": reason,
+            "error": None if error is None else Jsonb(error),
+        },
+    )
+    return cur.rowcount == 1
+
+
+@wrap_errors
+def dead_letter_insert_message(conn: psycopg.Connection[Any], body: str, reason: str) -> int:
+    row = conn.execute(
+        _q["dead_letter_insert_message"], {"body": body, "reason": reason}
+    ).fetchone()
+    assert row is not None
+    return int(column(row, "id"))
+
+
+class Delivery(Protocol):
+    """What a dead letter keeps of a delivered message (a transport's ``Received``)."""
+
+    @property
+    def message_id(self) -> str: ...
+
+    @property
+    def body(self) -> str: ...
+
+
+def dead_letter_insert_message_logged(
+    conn: psycopg.Connection[Any], worker: str, received: Delivery, reason: str
+) -> None:
+    """Keep a message that can never be handled, with its reason (one transaction)."""
+    with conn.transaction():
+        body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
+        dead_letter_insert_message(conn, body, reason)
+        event_insert(
+            conn,
+            EventKind.MESSAGE_DROPPED,
+            worker=worker,
+            detail={"reason": reason, "message_id": received.message_id},
+        )
+
+
+@wrap_errors
+def dead_letter_select_open(conn: psycopg.Connection[Any], limit: int) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["dead_letter_select_open"], {"limit": limit})
+        return cur.fetchall()
+
+
+@wrap_errors
+def dead_letter_select_one(conn: psycopg.Connection[Any], dl_id: int) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["dead_letter_select_one"], {"id": dl_id})
+        return cur.fetchone()
+
+
+@wrap_errors
+def dead_letter_mark_replayed_if_open(conn: psycopg.Connection[Any], dl_id: int) -> bool:
+    return conn.execute(_q["dead_letter_mark_replayed_if_open"], {"id": dl_id}).rowcount == 1
+
+
+@wrap_errors
+def dead_letter_mark_replayed_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> None:
+    """Close the open step dead letters of a job being replayed, so a new failure alerts again."""
+    conn.execute(_q["dead_letter_mark_replayed_by_job"], {"job_id": job_id})
+
+
+@wrap_errors
+def dead_letter_delete_closed(conn: psycopg.Connection[Any]) -> int:
+    return conn.execute(_q["dead_letter_delete_closed"]).rowcount

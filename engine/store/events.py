@@ -1,0 +1,65 @@
+"""The event log: an append-only history of every job, step run and message.
+
+The events of a claim, a checkpoint and a job's end are written by the
+guarded statement itself, in its ``WITH``, so each exists exactly when its
+change does; these inserts are for the rest, in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from engine.store.errors import wrap_errors
+from engine.store.models import EventKind
+from engine.store.queries import load
+from engine.store.rows import Claimed
+
+_q = load("events")
+
+
+@wrap_errors
+def event_insert(
+    conn: psycopg.Connection[Any],
+    kind: EventKind,
+    *,
+    job_id: uuid.UUID | None = None,
+    step_run_id: uuid.UUID | None = None,
+    worker: str | None = None,
+    attempt: int | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        _q["event_insert"],
+        {
+            "kind": kind.value,
+            "job_id": job_id,
+            "step_run_id": step_run_id,
+            "worker": worker,
+            "attempt": attempt,
+            "detail": Jsonb(detail or {}),
+        },
+    )
+
+
+def step_event_insert(
+    conn: psycopg.Connection[Any],
+    kind: EventKind,
+    claimed: Claimed,
+    *,
+    worker: str,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """An event about one attempt of a claimed step run (job, step run, attempt filled in)."""
+    event_insert(
+        conn,
+        kind,
+        job_id=claimed.job_id,
+        step_run_id=claimed.id,
+        worker=worker,
+        attempt=claimed.attempt,
+        detail=detail,
+    )

@@ -1,0 +1,193 @@
+"""What the store's statements return: typed rows and outcomes, not cursors.
+
+Every module of the store and every caller shares these types, so they live
+apart from the statements: ``jobs`` and ``step_runs`` both need ``Claimed``
+and ``NewStepRun`` without importing each other.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from engine.store.errors import wrap_errors
+from engine.store.models import JobStatus
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: uuid.UUID
+    flow: str
+    status: JobStatus
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> JobRow:
+        return cls(row["id"], row["flow"], JobStatus(row["status"]), row["created_at"])
+
+
+@dataclass(frozen=True)
+class NewStepRun:
+    """A step run to schedule: its key (step, fan-out key) is unique per job."""
+
+    id: uuid.UUID
+    step: str
+    fanout_key: str
+    fingerprint: str
+    max_attempts: int
+    item: Any = None
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """This worker won the claim: it holds the lease until ``lease_expires_at``."""
+
+    id: uuid.UUID
+    job_id: uuid.UUID
+    flow: str
+    params: dict[str, Any]
+    step: str
+    fanout_key: str
+    fingerprint: str
+    attempt: int
+    max_attempts: int
+    token: uuid.UUID
+    lease_expires_at: datetime
+    item: Any
+    reclaimed_from: str | None  # the previous owner, when its lease had expired
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Claimed:
+        reclaimed = row["previous_owner"] if row["previous_status"] == "running" else None
+        return cls(
+            id=row["id"],
+            job_id=row["job_id"],
+            flow=row["flow"],
+            params=row["params"],
+            step=row["step"],
+            fanout_key=row["fanout_key"],
+            fingerprint=row["fingerprint"],
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            token=row["lease_token"],
+            lease_expires_at=row["lease_expires_at"],
+            item=row["item"],
+            reclaimed_from=reclaimed,
+        )
+
+
+@dataclass(frozen=True)
+class ClaimRefused:
+    """Zero rows: a normal outcome. ``reason`` says what to do with the message.
+
+    - ``unknown``: no such step run (of that job): drop the message;
+    - ``finished``: done, dead or cancelled, or its job ended: delete the message;
+    - ``held``: another worker holds a live lease: leave the message to come back;
+    - ``not_runnable``: its flow, or that flow's version, is not loaded in this
+      worker (a rolling deploy): leave it for a worker that has it, at no attempt;
+    - ``not_due``: a retry whose backoff has not ended: leave it;
+    - ``exhausted``: the last attempt's holder died; the sweeper dead-letters it;
+    - ``race``: a lock wait timed out, a deadlock or serialisation failure: try later.
+    """
+
+    reason: str
+    retry_in_s: float = 0.0
+
+
+class QueuedClaim:
+    """An eager successor's claim, sent in the checkpoint's transaction and read after its commit.
+
+    With the PostgreSQL transport it travels in the commit's pipeline, so its
+    row can only be read once that pipeline has synced.
+    """
+
+    def __init__(self, cur: psycopg.Cursor[dict[str, Any]], flow: str, params: dict[str, Any]):
+        self._cur = cur
+        self._job = {"flow": flow, "params": params}
+
+    @wrap_errors
+    def result(self) -> Claimed | None:
+        """The claim, or ``None``: the step run existed already (not ours)."""
+        try:
+            row = self._cur.fetchone()
+        finally:
+            self._cur.close()
+        if row is None:
+            return None
+        return Claimed.from_row(
+            {**row, **self._job, "previous_status": "pending", "previous_owner": None}
+        )
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    total: int
+    done: int
+
+
+@dataclass(frozen=True)
+class StepState:
+    """Why a fenced write matched nothing: the step run's and its job's status now."""
+
+    status: str
+    job_status: str
+
+    @property
+    def cancelled(self) -> bool:
+        """The step run was cancelled (with its job, or as a sibling of a failed one)."""
+        return self.status == "cancelled"
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """The checkpoint committed (with its transaction): what scheduling needs next.
+
+    ``counts`` is read by a statement that starts after the job row lock was
+    taken, so it sees every completion of this job committed before ours.
+    ``output`` is the checkpoint as stored (only when asked for).
+    """
+
+    job_status: str
+    counts: dict[str, StepCounts]
+    output: Any
+
+
+@dataclass(frozen=True)
+class ExpiredExhausted:
+    id: uuid.UUID
+    job_id: uuid.UUID
+    attempts: int
+    step: str
+
+
+@dataclass(frozen=True)
+class CancelledRun:
+    id: uuid.UUID
+    job_id: uuid.UUID
+    attempts: int
+
+
+@dataclass(frozen=True)
+class FingerprintTaken:
+    """A reopen refused: another job with the same fingerprint is active."""
+
+    active_job_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class PendingOutbox:
+    id: int
+    step_run_id: uuid.UUID
+    job_id: uuid.UUID
+    delay_s: float
+
+
+def column(row: Any, name: str) -> Any:
+    """Column ``name`` of ``row`` (its first, as a tuple): callers' connections vary."""
+    if isinstance(row, dict):
+        return row[name]
+    return row[0]

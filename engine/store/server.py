@@ -1,0 +1,29 @@
+"""The server itself rather than a table: does it answer, and does the engine's database exist."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from engine.store.errors import wrap_errors
+from engine.store.queries import load
+
+_q = load("server")
+
+
+@wrap_errors
+def server_ping(conn: psycopg.Connection[Any]) -> None:
+    """Raise if ``conn`` cannot run a statement."""
+    conn.execute(_q["server_ping"])
+
+
+@wrap_errors
+def database_create_if_absent(conn: psycopg.Connection[Any], name: str) -> None:
+    """Create database ``name`` unless it exists (``conn`` in autocommit, on another database)."""
+    if conn.execute(_q["database_select_exists"], {"name": name}).fetchone():
+        return
+    with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+        conn.execute(sql.SQL(_q["database_create"]).format(name=sql.Identifier(name)))
