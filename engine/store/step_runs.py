@@ -37,9 +37,12 @@ from engine.store.rows import (
 _q = load("step_runs")
 
 
-def _runs_params(job_id: uuid.UUID, runs: Sequence[NewStepRun]) -> dict[str, Any]:
+def _runs_params(
+    job_id: uuid.UUID, runs: Sequence[NewStepRun], *, published: bool
+) -> dict[str, Any]:
     return {
         "job_id": job_id,
+        "published": published,
         "ids": [r.id for r in runs],
         "steps": [r.step for r in runs],
         "fanout_keys": [r.fanout_key for r in runs],
@@ -57,7 +60,7 @@ def step_run_insert_many_with_outbox(
     if not runs:
         return []
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["step_run_insert_many_with_outbox"], _runs_params(job_id, runs))
+        cur.execute(_q["step_run_insert_many"], _runs_params(job_id, runs, published=False))
         return [row["id"] for row in cur.fetchall()]
 
 
@@ -71,7 +74,13 @@ def step_run_insert_many_announced(
     result is read, so it can be pipelined.
     """
     if runs:
-        conn.execute(_q["step_run_insert_many_announced"], _runs_params(job_id, runs))
+        conn.execute(_q["step_run_insert_many"], _runs_params(job_id, runs, published=True))
+
+
+# the checkpoint, then the job's step counts: two statements in one simple query
+_CHECKPOINT_AND_COUNTS = (
+    f"{_q['checkpoint_put_if_leased'].rstrip().rstrip(';')};\n{_q['step_counts_by_job']}"
+)
 
 
 def _first(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any] | None:
@@ -229,10 +238,7 @@ def checkpoint_put_if_leased(
     if begin is not None:
         begin()
     with ClientCursor(conn, row_factory=dict_row) as cur:
-        cur.execute(
-            f"{_q['checkpoint_put_if_leased'].rstrip().rstrip(';')};\n{_q['step_counts_by_job']}",
-            params,
-        )
+        cur.execute(_CHECKPOINT_AND_COUNTS, params)
         row = _first(cur)
         cur.nextset()
         counts = {r["step"]: StepCounts(r["total"], r["done"]) for r in cur.fetchall()}

@@ -1,20 +1,5 @@
--- step_run_insert_many_with_outbox --
--- A step key exists once per job: a step run already inserted is skipped, and only the new ones get an outbox row, in the caller's transaction (invariant 8).
-WITH new_runs AS (
-    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item)
-    SELECT r.id, %(job_id)s, r.step, r.fanout_key, r.fingerprint, r.max_attempts, r.item
-    FROM unnest(%(ids)s::uuid[], %(steps)s::text[], %(fanout_keys)s::text[],
-                %(fingerprints)s::text[], %(max_attempts)s::int[], %(items)s::jsonb[])
-         AS r (id, step, fanout_key, fingerprint, max_attempts, item)
-    ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
-    RETURNING id
-)
-INSERT INTO engine_outbox (step_run_id)
-SELECT id FROM new_runs
-RETURNING id, step_run_id;
-
--- step_run_insert_many_announced --
--- For a transport that publishes in this same transaction: a step key exists once per job, and each new step run's outbox row is written already published, so the sweeper counts it as announced and no relay sends it again.
+-- step_run_insert_many --
+-- A step key exists once per job: a step run already inserted is skipped, and only the new ones get an outbox row, in the caller's transaction (invariant 8); written already published (published = true) for a transport that publishes in this same transaction, so the sweeper counts it as announced and no relay sends it again.
 WITH new_runs AS (
     INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item)
     SELECT r.id, %(job_id)s, r.step, r.fanout_key, r.fingerprint, r.max_attempts, r.item
@@ -25,7 +10,8 @@ WITH new_runs AS (
     RETURNING id
 )
 INSERT INTO engine_outbox (step_run_id, published_at)
-SELECT n.id, clock_timestamp() FROM new_runs AS n;
+SELECT n.id, CASE WHEN %(published)s THEN clock_timestamp() END FROM new_runs AS n
+RETURNING id, step_run_id;
 
 -- step_claim_if_available --
 -- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap) takes a fresh token and attempts + 1; the job row is locked first (the one lock order: job, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
