@@ -14,6 +14,7 @@ from engine.context import StepContext
 from engine.db import connect
 from engine.errors import (
     BadInput,
+    ChecksFailed,
     ConfigError,
     DefinitionError,
     EngineError,
@@ -23,10 +24,12 @@ from engine.errors import (
     LeaseLost,
     MigrationChecksumMismatch,
     MigrationError,
+    Refused,
     StoreError,
     UnknownFlow,
 )
 from engine.flow import Flow, MapOver, Step, StepInput
+from engine.lookup import JobInfo, active_jobs, job_info
 from engine.registry import Registry
 from engine.reports import render_index, render_job_report
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
@@ -39,6 +42,7 @@ from engine.waiting import wait_for_job
 __all__ = [
     "BadInput",
     "Cancel",
+    "ChecksFailed",
     "ConfigError",
     "DefinitionError",
     "EngineError",
@@ -47,12 +51,14 @@ __all__ = [
     "InvalidParameters",
     "JobCancelled",
     "JobFailed",
+    "JobInfo",
     "LeaseLost",
     "MapOver",
     "MigrationChecksumMismatch",
     "MigrationError",
     "MigrationReport",
     "Queries",
+    "Refused",
     "Registry",
     "Retry",
     "RetryPolicy",
@@ -63,7 +69,9 @@ __all__ = [
     "StoreError",
     "Submitted",
     "UnknownFlow",
+    "active_jobs",
     "connect",
+    "job_info",
     "load_queries",
     "migrate",
     "render_index",

@@ -9,9 +9,13 @@
     │   ├── UnknownFlow              no registered flow has that name
     │   ├── InvalidParameters        flow parameters failed validation
     │   ├── NoSuchJob                no job has that id
+    │   ├── Refused                  the request is valid but the data's state
+    │   │                            forbids it now (a flow's admission check)
     │   └── MalformedMessage         a queue message is not a step message envelope
     │                                (the worker dead-letters it and stays up)
     ├── JobFailed                    a job a command waited for did not end done;
+    │                                the CLI exits 1
+    ├── ChecksFailed                 a check found broken identities (names each);
     │                                the CLI exits 1
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
@@ -98,6 +102,15 @@ class NoSuchJob(BadInput):
         super().__init__(f"no job with id {job_id}")
 
 
+class Refused(BadInput):
+    """A well-formed request that the current state of the data forbids (the CLI exits 2).
+
+    Raised by a flow's admission check (:meth:`engine.Flow.admit`) inside the
+    submit's transaction, so nothing is written; the message says what state
+    is missing and how to reach it.
+    """
+
+
 class MalformedMessage(BadInput):
     """A message body that is not a valid envelope (its reason is recorded)."""
 
@@ -107,6 +120,17 @@ class JobFailed(EngineError):
 
     The command has shown how the job ended already, so the CLI adds no message.
     """
+
+
+class ChecksFailed(EngineError):
+    """A check command found problems (the CLI exits 1); ``problems`` names each one."""
+
+    def __init__(self, subject: str, problems: Iterable[str]) -> None:
+        self.subject = subject
+        self.problems = tuple(problems)
+        super().__init__(
+            f"{subject}: {len(self.problems)} check(s) failed: " + "; ".join(self.problems)
+        )
 
 
 class MigrationError(EngineError):

@@ -54,6 +54,7 @@ INJECTABLE_TYPES: set[type[Any]] = set()
 
 InputKind = Literal["params", "upstream", "gather", "item", "context"]
 StepFn = TypeVar("StepFn", bound=Callable[..., BaseModel])
+AdmitFn = TypeVar("AdmitFn", bound=Callable[..., None])
 
 
 def register_injectable(tp: type[Any]) -> None:
@@ -174,6 +175,7 @@ class Flow:
         self._order: tuple[str, ...] = ()  # topological, computed with _steps
         self._graph: nx.DiGraph[str] | None = None
         self._frozen = False
+        self._admission: Callable[..., None] | None = None
 
     @property
     def name(self) -> str:
@@ -198,7 +200,38 @@ class Flow:
     def __repr__(self) -> str:
         return f"Flow({self._name!r}, version={self._version}, steps={list(self._declared)})"
 
+    @property
+    def admission(self) -> Callable[..., None] | None:
+        """The admission check registered with :meth:`admit`, if any."""
+        return self._admission
+
     # -- declaration -----------------------------------------------------------------
+
+    def admit(self, fn: AdmitFn, /) -> AdmitFn:
+        """Register ``fn(params, conn)`` as the check every submit of this flow passes first.
+
+        :func:`engine.submit` runs it inside the submit's transaction, before
+        the job is written, with the parsed parameters and that transaction's
+        psycopg connection: raising :class:`engine.Refused` refuses the submit
+        and writes nothing (``engine submit`` exits 2 with its message). A lock
+        it takes (``FOR SHARE`` on a row the job depends on) is held until the
+        job is committed, so a concurrent change of that row either sees the
+        job or is seen by the check. The flow's steps re-check what they rely
+        on: a job can also be reopened by ``engine retry``. See
+        :mod:`engine.admission`.
+        """
+        if self._frozen:
+            raise DefinitionError(
+                "cannot add an admission check: the flow is frozen", flow=self.name
+            )
+        if self._admission is not None:
+            raise DefinitionError("the flow has an admission check already", flow=self.name)
+        if not callable(fn):
+            raise DefinitionError(
+                f"an admission check must be callable, got {fn!r}", flow=self.name
+            )
+        self._admission = fn
+        return fn
 
     @overload
     def step(self, name: StepFn, /) -> StepFn: ...
@@ -528,6 +561,9 @@ class Flow:
             lines.append(
                 f"  --{pname.replace('_', '-')}: {type_name(info.annotation)}, {default}{about}"
             )
+        if self._admission is not None:
+            doc = (inspect.getdoc(self._admission) or "").split("\n", 1)[0]
+            lines.append(f"admission: {getattr(self._admission, '__name__', '?')}  {doc}".rstrip())
         lines.append("steps:")
         for step in self.steps.values():
             fanout = f", one run per item of {str(step.map_over)!r}" if step.map_over else ""

@@ -20,6 +20,7 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import db, faults, store
+from engine.admission import admit
 from engine.announce import Announced, announce
 from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters
@@ -148,8 +149,10 @@ def _submit_in(
     A transport whose queue is in this database gets its messages in this same
     transaction, so they exist exactly when it commits. Otherwise outbox rows
     are written, and with ``notify`` a ``NOTIFY`` wakes the workers' relays
-    the moment the caller commits (nothing is sent on rollback).
+    the moment the caller commits (nothing is sent on rollback). The flow's
+    admission check runs first, in the same transaction.
     """
+    admit(flow, params, conn)
     params_json = params.model_dump(mode="json")
     fingerprint = job_fingerprint(flow.name, flow.version, params)
     for _ in range(_MAX_ROUNDS):

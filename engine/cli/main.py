@@ -1,10 +1,10 @@
 """The ``engine`` group, its named exit codes, and the one place that decides them.
 
-Exit codes: 0 success, 1 a job failed, 2 bad input (the message names the bad
-value), 3 the environment is wrong (database unreachable, bad setting, a
-refused migration). Commands raise the engine's exceptions and return;
-:meth:`EngineGroup.invoke` maps them with :func:`exit_code` and prints the
-one-line message. ``--json`` prints one JSON object on stdout.
+Exit codes: 0 success, 1 a job failed or a check found problems, 2 bad
+input (the message names the bad value), 3 the environment is wrong
+(database unreachable, bad setting, a refused migration). Commands raise
+the engine's exceptions and return; :meth:`EngineGroup.invoke` maps them
+with :func:`exit_code` and prints the one-line message. ``--json`` prints one JSON object on stdout.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from engine.cli.reports import report, reports
 from engine.cli.simulate import simulate
 from engine.cli.worker import worker
 from engine.config import SecretsFilter
-from engine.errors import BadInput, EngineError, JobFailed
+from engine.errors import BadInput, ChecksFailed, EngineError, JobFailed
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -47,7 +47,7 @@ EXIT_ENVIRONMENT = 3
 
 def exit_code(exc: BaseException) -> int | None:
     """The exit code ``exc`` stands for; ``None`` for a bug, which keeps its traceback."""
-    if isinstance(exc, JobFailed):
+    if isinstance(exc, JobFailed | ChecksFailed):
         return EXIT_JOB_FAILED
     if isinstance(exc, BadInput):
         return EXIT_BAD_INPUT

@@ -52,6 +52,8 @@ from engine.store.jobs import (
     job_progress,
     job_reopen_if_ended,
     job_select_active_by_fingerprint,
+    job_select_active_matching,
+    job_select_info,
     job_select_status,
 )
 from engine.store.outbox import (
@@ -135,6 +137,8 @@ __all__ = [
     "job_progress",
     "job_reopen_if_ended",
     "job_select_active_by_fingerprint",
+    "job_select_active_matching",
+    "job_select_info",
     "job_select_status",
     "lease_extend_if_owner",
     "lease_release_if_owner",

@@ -62,6 +62,30 @@ def job_select_active_by_fingerprint(
 
 
 @wrap_errors
+def job_select_active_matching(
+    conn: psycopg.Connection[Any],
+    *,
+    flows: list[str],
+    params: dict[str, Any],
+    exclude: uuid.UUID | None = None,
+) -> list[dict[str, Any]]:
+    """Active jobs of ``flows`` whose parameters contain ``params`` (``exclude`` left out)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["job_select_active_matching"],
+            {"flows": flows, "params": Jsonb(params), "exclude": exclude},
+        )
+        return cur.fetchall()
+
+
+@wrap_errors
+def job_select_info(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_info"], {"job_id": job_id})
+        return cur.fetchone()
+
+
+@wrap_errors
 def job_select_status(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["job_select_status"], {"job_id": job_id})

@@ -82,3 +82,19 @@ SELECT a.id
 FROM engine_jobs AS j
 JOIN engine_jobs AS a ON a.fingerprint = j.fingerprint AND a.status IN ('pending', 'running')
 WHERE j.id = %(job_id)s;
+
+-- job_select_active_matching --
+-- Flows ask which of their jobs are running over the same data (a period, say) before they change its state: active jobs of these flows whose parameters contain these values.
+SELECT id, flow, status, params, submitted_by, created_at
+FROM engine_jobs
+WHERE status IN ('pending', 'running')
+  AND flow = ANY(%(flows)s)
+  AND params @> %(params)s
+  AND id IS DISTINCT FROM %(exclude)s
+ORDER BY created_at, id;
+
+-- job_select_info --
+-- One job as a flow sees it: who submitted it, with what, and how it stands.
+SELECT id, flow, status, params, submitted_by, created_at
+FROM engine_jobs
+WHERE id = %(job_id)s;
