@@ -28,18 +28,27 @@ Method, per store and item, for one period:
 Each store's item costs, its COGS journal (Dr 5000 COGS, Cr 1300 Inventory,
 keyed by period and store) and its closing balances carried forward as the
 next period's opening balances are written in the step's fenced transaction,
-so they commit exactly once, together with its checkpoint. The last step only
-marks the period costed, once every store is.
+so they commit exactly once, together with its checkpoint. The period is
+marked costed once every store is, by whichever job costs the last one.
+
+Periods are costed in order, per store (:mod:`flows.erp.periods`): a store
+is costed for P only from its starting point for P, loaded for its first
+period or carried forward by costing P-1 for it. A submit whose scope holds
+a store without one is refused (exit 2) naming the stores and the period
+each still needs; the plan step checks again (for a retried job). A closed
+period is never written: every writing step share-locks the period's row.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
+import psycopg
 from pydantic import BaseModel, Field
 
-from engine import Fail, Flow, StepContext
-from flows.erp import inventory
+from engine import Fail, Flow, Refused, StepContext
+from flows.erp import inventory, periods
 from flows.erp.inventory import Mover, StoreRef, StoreTotals
 from flows.types import Period
 
@@ -62,7 +71,7 @@ class StoreCost(StoreTotals):
     top_movers: list[Mover]
 
 
-class PeriodClosed(BaseModel):
+class PeriodCosted(BaseModel):
     period: str
     marked_costed: bool
 
@@ -91,82 +100,96 @@ class CostingSummary(BaseModel):
 flow = Flow(
     "costing",
     params=CostingParams,
+    version=2,
     description="Periodic weighted-average inventory costing per store; COGS journals.",
 )
 
 
-def _shift(period: str, months: int) -> str:
-    year, month = int(period[:4]), int(period[5:])
-    index = year * 12 + (month - 1) + months
-    return f"{index // 12:04d}-{index % 12 + 1:02d}"
+def plan_costing(conn: psycopg.Connection[Any], period: str, store: str | None) -> CostingPlan:
+    """The stores to cost for ``period``, or :class:`engine.Refused` naming what is missing.
+
+    The period must exist and not be closed (its row is share-locked for the
+    caller's transaction), and every store in scope must have its starting
+    point for it. Used by the admission check, the plan step and the close flow.
+    """
+    status = periods.lock_for_writing(conn, period, doing="costing")
+    points = periods.starting_points(conn, period, store)
+    if store is not None and not points:
+        raise Refused(f"unknown store {store!r}: no store has that code")
+    why = periods.missing_starting_points(period, points)
+    if why is not None:
+        raise Refused(why)
+    return CostingPlan(
+        period=period,
+        next_period=periods.next_period(period),
+        already_costed=status != "open" or all(p.costed for p in points),
+        stores=inventory.stores(conn, store),
+    )
+
+
+@flow.admit
+def admit(params: CostingParams, conn: psycopg.Connection[Any]) -> None:
+    """The period is not closed and every store in scope can be costed for it (in order)."""
+    plan_costing(conn, params.period, params.store)
 
 
 @flow.step()
 def check_period(params: CostingParams, ctx: StepContext) -> CostingPlan:
-    """The period must be open (or already costed: a rerun) and have a starting point."""
-    status = inventory.period_status(ctx.conn, params.period)
-    if status is None:
-        raise Fail(f"period {params.period} does not exist in erp_periods")
-    if status == "closed":
-        raise Fail(f"period {params.period} is closed; costing would change closed books")
-    previous = _shift(params.period, -1)
-    if status == "open" and not inventory.has_starting_point(ctx.conn, params.period, previous):
-        raise Fail(
-            f"period {params.period} has no opening balances and the previous period "
-            f"{previous} is not costed; load opening balances (migration flow) first"
+    """Check again what admission checked (a retried job skips it); open the next period."""
+    try:
+        plan = plan_costing(ctx.conn, params.period, params.store)
+    except Refused as exc:
+        raise Fail(str(exc)) from exc
+    periods.ensure_period(ctx.conn, plan.next_period)
+    return plan
+
+
+def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) -> StoreCost:
+    """Cost ``store`` for ``period`` once, in the caller's (fenced) transaction; a rerun reads.
+
+    Takes the period's row ``FOR SHARE`` (a close waits, or has happened and
+    nothing is written) and the store's period row ``FOR UPDATE`` (two
+    costings of the store, or one and a migration of its openings, serialise).
+    """
+    try:
+        periods.lock_for_writing(conn, period, doing=f"costing store {store.code}")
+        first = periods.mark_store_costed(conn, period, store.id)
+        if first:
+            following = periods.open_next_for_store(conn, period, store.id)
+            inventory.cost_store(conn, period, store.id, following)
+    except Refused as exc:
+        raise Fail(str(exc)) from exc
+    totals = inventory.store_totals(conn, period, store.id)
+    journal = None
+    if totals.cogs_value != 0:
+        journal = inventory.post_cogs_journal(
+            conn, period, store.id, f"costing:{period}:{store.code}", totals.cogs_value
         )
-    stores = inventory.stores(ctx.conn, params.store)
-    if params.store is not None and not stores:
-        raise Fail(f"unknown store {params.store!r}")
-    inventory.ensure_period(ctx.conn, _shift(params.period, 1))
-    return CostingPlan(
-        period=params.period,
-        next_period=_shift(params.period, 1),
-        already_costed=status == "costed",
-        stores=stores,
+    return StoreCost(
+        store=store,
+        journal_id=journal,
+        top_movers=inventory.top_movers(conn, period, store.id),
+        **totals.model_dump(),
     )
 
 
 @flow.step(map_over="check_period.stores")
 def cost_store(store: StoreRef, params: CostingParams, ctx: StepContext) -> StoreCost:
     """Cost one store in one statement and post its COGS journal (once)."""
-    if inventory.period_status(ctx.conn, params.period) == "closed":
-        # closed while the job waited: never write to closed books
-        raise Fail(f"period {params.period} was closed before store {store.code} was costed")
-    inventory.cost_store(ctx.conn, params.period, store.id, _shift(params.period, 1))
-    totals = inventory.store_totals(ctx.conn, params.period, store.id)
-    journal = None
-    if totals.cogs_value != 0:
-        journal = inventory.post_cogs_journal(
-            ctx.conn,
-            params.period,
-            store.id,
-            f"costing:{params.period}:{store.code}",
-            totals.cogs_value,
-        )
-    return StoreCost(
-        store=store,
-        journal_id=journal,
-        top_movers=inventory.top_movers(ctx.conn, params.period, store.id),
-        **totals.model_dump(),
-    )
+    return cost_one_store(ctx.conn, params.period, store)
 
 
 @flow.step(after=["cost_store", "check_period"])
-def close_period(
+def mark_costed(
     costs: list[StoreCost], plan: CostingPlan, params: CostingParams, ctx: StepContext
-) -> PeriodClosed:
-    """Mark the period costed (all stores only; each store carried its balances forward)."""
-    if params.store is not None or plan.already_costed:
-        return PeriodClosed(period=plan.period, marked_costed=False)
-    return PeriodClosed(
-        period=plan.period, marked_costed=inventory.mark_costed(ctx.conn, plan.period)
-    )
+) -> PeriodCosted:
+    """Mark the period costed once every store is, whichever jobs costed them."""
+    marked = periods.mark_costed_if_complete(ctx.conn, plan.period, f"costing job {ctx.job_id}")
+    return PeriodCosted(period=plan.period, marked_costed=marked)
 
 
-@flow.step(after=["close_period", "cost_store", "check_period"])
-def summarize(closed: PeriodClosed, costs: list[StoreCost], plan: CostingPlan) -> CostingSummary:
-    """Totals per brand and store, and the largest movers."""
+def brand_totals(costs: list[StoreCost]) -> list[BrandTotal]:
+    """COGS and closing stock value per brand, by brand code."""
     brands: dict[str, BrandTotal] = {}
     for cost in costs:
         total = brands.setdefault(
@@ -178,6 +201,13 @@ def summarize(closed: PeriodClosed, costs: list[StoreCost], plan: CostingPlan) -
         total.stores += 1
         total.cogs_value += cost.cogs_value
         total.closing_value += cost.closing_value
+    return sorted(brands.values(), key=lambda b: b.brand)
+
+
+@flow.step(after=["mark_costed", "cost_store", "check_period"])
+def summarize(closed: PeriodCosted, costs: list[StoreCost], plan: CostingPlan) -> CostingSummary:
+    """Totals per brand and store, and the largest movers."""
+    brands = brand_totals(costs)
     movers = sorted((m for c in costs for m in c.top_movers), key=lambda m: (-m.cogs_value, m.sku))[
         :10
     ]
@@ -192,7 +222,7 @@ def summarize(closed: PeriodClosed, costs: list[StoreCost], plan: CostingPlan) -
         cogs_value=sum((c.cogs_value for c in costs), Decimal(0)),
         closing_value=sum((c.closing_value for c in costs), Decimal(0)),
         negative_items=sum(c.negative_items for c in costs),
-        brands=sorted(brands.values(), key=lambda b: b.brand),
+        brands=brands,
         per_store=costs,
         largest_movers=movers,
         note=note,

@@ -10,6 +10,12 @@ nothing. Rejected rows are kept with their reason and written to
 ``<ENGINE_REPORTS_DIR>/migration-<checksum>-rejects.csv`` beside the report,
 with cells that a spreadsheet would run as formulas neutralised.
 
+Opening balances respect the books (:mod:`flows.erp.periods`): they are
+loaded only into a store's first period, while that period is open and the
+store is not costed for it; a row for a costed or closed period, or for a
+period whose openings costing carried forward, is rejected with the reason,
+never written over.
+
 Workers read the file, so it must be on storage they share (a mounted
 volume). Its sha256 is taken when the job plans; a chunk that finds a
 different file fails rather than mixing two versions.
@@ -198,6 +204,12 @@ def load_chunk(chunk: Chunk, plan: MigrationPlan, ctx: StepContext) -> ChunkLoad
         conn.execute(_q["staged_openings_create"])
         _copy(ctx, "staged_openings", ["row_number", *fields], valid)
         for r in _fetch(conn, "staged_openings_unresolved"):
+            rejects.append((r[0], r[1], ""))
+        for statement in ("openings_lock_periods", "openings_claim_first_periods"):
+            conn.execute(_q[statement])
+        conn.execute(_q["openings_lock_store_periods"])
+        # parameters given (none), so psycopg reads the statement's %% as %
+        for r in _fetch(conn, "staged_openings_refused", {}):
             rejects.append((r[0], r[1], ""))
         [counts] = _fetch(conn, "openings_upsert_from_staged")
     inserted, updated = int(counts[0]), int(counts[1])

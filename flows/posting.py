@@ -6,16 +6,19 @@ Method:
 
 1. ``select_documents`` splits the period's unposted documents into chunks of
    ``ERP_POSTING_CHUNK_SIZE`` (500) by id range (first id, last id, count);
-   the period must exist.
+   the period must exist and not be closed: a submit for a closed period is
+   refused (exit 2), and every chunk share-locks the period's row, so a
+   period closed while the job ran fails the job with its documents still
+   unposted rather than writing into closed books (see
+   :mod:`flows.erp.periods`).
 2. ``post_chunk`` runs once per chunk, as one set-based statement in the step's
    fenced transaction (``ctx.conn``), so a chunk's journals and status changes
    commit together with its checkpoint, or not at all. Every unposted document
    of the range is validated: its lines balance (total debit = total credit,
    and more than zero), every account exists in ``erp_accounts``, no line is
-   both debit and credit, and its period is not closed. An invalid document is
-   marked ``rejected`` with every problem in its reason (``unbalanced: debit
-   120.00 != credit 100.00``, ``unknown account 9999 on line 2``, ``period
-   2026-10 is closed``); it never blocks the others. A valid one gets one
+   both debit and credit. An invalid document is marked ``rejected`` with
+   every problem in its reason (``unbalanced: debit 120.00 != credit
+   100.00``, ``unknown account 9999 on line 2``); it never blocks the others. A valid one gets one
    journal (source ``document``, source key ``document:<id>``), a copy of its
    lines (store of the document) and status ``posted``.
 3. ``reconcile`` checks that this job's journals balance, that every document
@@ -39,7 +42,8 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel, Field
 
-from engine import Fail, Flow, StepContext, load_queries
+from engine import Fail, Flow, Refused, StepContext, load_queries
+from flows.erp import periods
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.types import Period
@@ -126,6 +130,7 @@ class PostingSummary(BaseModel):
 flow = Flow(
     "posting",
     params=PostingParams,
+    version=2,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
 )
 
@@ -159,32 +164,53 @@ def post_documents(
     )
 
 
-@flow.step()
-def select_documents(params: PostingParams, ctx: StepContext) -> Selection:
-    """Split the period's unposted documents into id-range chunks; fail if no such period."""
-    period = ctx.conn.execute(_q["period_select"], {"period": params.period}).fetchone()
-    if period is None:
-        raise Fail(
-            f"period {params.period} does not exist in erp_periods; "
-            "create it (or seed the ERP) before posting its documents"
-        )
-    rows = ctx.conn.execute(
+def select_chunks(conn: psycopg.Connection[Any], period: str) -> Selection:
+    """The period's unposted documents in id-range chunks; :class:`engine.Refused` if the
+    period does not exist or is closed (its row is share-locked for the caller's transaction)."""
+    status = periods.lock_for_writing(conn, period, doing="posting its documents")
+    rows = conn.execute(
         _q["document_select_unposted_chunks"],
-        {"period": params.period, "chunk_size": ErpSettings().posting_chunk_size},
+        {"period": period, "chunk_size": ErpSettings().posting_chunk_size},
     ).fetchall()
     chunks = [Chunk.model_validate(r) for r in rows]
     return Selection(
-        period=params.period,
-        period_status=period["status"],
+        period=period,
+        period_status=status,
         selected=sum(c.count for c in chunks),
         chunks=chunks,
     )
 
 
+@flow.admit
+def admit(params: PostingParams, conn: psycopg.Connection[Any]) -> None:
+    """The period exists and is not closed."""
+    periods.lock_for_writing(conn, params.period, doing="posting its documents")
+
+
+@flow.step()
+def select_documents(params: PostingParams, ctx: StepContext) -> Selection:
+    """Split the period's unposted documents into id-range chunks; fail if it is closed."""
+    try:
+        return select_chunks(ctx.conn, params.period)
+    except Refused as exc:
+        raise Fail(str(exc)) from exc
+
+
+def post_one_chunk(conn: psycopg.Connection[Any], period: str, chunk: Chunk) -> ChunkResult:
+    """Post one chunk in the caller's (fenced) transaction, under the period's share lock."""
+    try:
+        periods.lock_for_writing(
+            conn, period, doing=f"posting documents {chunk.first_id}-{chunk.last_id}"
+        )
+    except Refused as exc:
+        raise Fail(f"{exc}; the documents stay unposted") from exc
+    return post_documents(conn, period, chunk.first_id, chunk.last_id)
+
+
 @flow.step(map_over="select_documents.chunks")
 def post_chunk(chunk: Chunk, params: PostingParams, ctx: StepContext) -> ChunkResult:
     """Post or reject one chunk's documents in the step's fenced transaction."""
-    return post_documents(ctx.conn, params.period, chunk.first_id, chunk.last_id)
+    return post_one_chunk(ctx.conn, params.period, chunk)
 
 
 @flow.step(after=["post_chunk", "select_documents"])

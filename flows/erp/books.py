@@ -102,7 +102,7 @@ def _table(tb: TrialBalance) -> str:
 
 @click.group()
 def books() -> None:
-    """The ERP's books: trial balance."""
+    """The ERP's books: trial balance, checks, and a period's close and reopen."""
 
 
 @books.command("trial-balance")

@@ -46,18 +46,6 @@ def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> di
     return row
 
 
-def period_status(conn: psycopg.Connection[Any], period: str) -> str | None:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["period_select"], {"period": period})
-        row = cur.fetchone()
-    return None if row is None else str(row["status"])
-
-
-def has_starting_point(conn: psycopg.Connection[Any], period: str, previous: str) -> bool:
-    row = _one(conn, "opening_exists", {"period": period, "previous": previous})
-    return bool(row["has_opening"] or row["previous_costed"])
-
-
 def stores(conn: psycopg.Connection[Any], store: str | None) -> list[StoreRef]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["stores_select"], {"store": store})
@@ -79,11 +67,6 @@ def cost_store(
     if next_period is not None:
         conn.execute(_q["opening_carry_forward_for_store"], {**params, "next": next_period})
     return True
-
-
-def ensure_period(conn: psycopg.Connection[Any], period: str) -> None:
-    """The period exists (open), to receive carried-forward balances."""
-    conn.execute(_q["period_insert_next"], {"next": period})
 
 
 def store_totals(conn: psycopg.Connection[Any], period: str, store_id: int) -> StoreTotals:
@@ -125,8 +108,3 @@ def post_cogs_journal(
             {"journal_id": row["id"], "store_id": store_id, "amount": amount},
         )
         return int(row["id"])
-
-
-def mark_costed(conn: psycopg.Connection[Any], period: str) -> bool:
-    """Mark the period costed (once; a closed period is never touched)."""
-    return conn.execute(_q["period_mark_costed_if_open"], {"period": period}).rowcount == 1

@@ -6,7 +6,8 @@ documents do not change the moves. Rows are built in Python and loaded with
 COPY in one transaction; stock moves (about a million at the real size) go
 out as COPY text, one store at a time, without an intermediate row object.
 
-Layout: the seeded period P is open and has opening balances; the period
+Layout: the seeded period P is open and has opening balances (every
+store's first period, ``erp_store_periods``: loaded); the period
 before it is closed and holds only the deliberately bad documents whose fault
 is "dated in a closed period". A transfer is two adjacent moves on one day:
 ``transfer_out`` at the sender, then ``transfer_in`` at another store of the
@@ -273,9 +274,12 @@ def seed(
         _copy_rows(cur, "employee_copy", world.staff)
         _copy_rows(cur, "item_copy", [i for its in world.catalog.values() for i in its])
         # a fixed closing time, not now(): a reseed must be row-identical
-        closed = (month.previous, "closed", f"{period}-01 00:00:00+00")
-        _copy_rows(cur, "period_copy", [closed, (period, "open", None)])
+        at = f"{period}-01 00:00:00+00"
+        closed = (month.previous, "closed", at, at, "seed")
+        _copy_rows(cur, "period_copy", [closed, (period, "open", None, None, None)])
         _copy_bulk(cur, "erp_opening_balances", "opening_balance_copy", opening_text)
+        # every store starts its books in the seeded period, from the openings loaded above
+        _copy_rows(cur, "store_period_copy", [(s.id, period, "loaded") for s in world.stores])
         move_rng = random.Random(f"{seed}:moves")
         chunks = _moves(move_rng, month, world, opening, moves_per_item, moves)
         _copy_bulk(cur, "erp_stock_moves", "stock_move_copy", chunks)

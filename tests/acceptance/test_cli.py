@@ -41,7 +41,7 @@ def test_cli__submit_of_an_unknown_flow_exits_2_listing_known_ones(settings: Set
     result = engine(settings, "submit", "costnig", "--period", "2026-11")
     assert result.returncode == 2
     assert "unknown flow 'costnig'" in result.stderr
-    assert "known flows: costing, example, migration, posting" in result.stderr
+    assert "known flows: close, costing, example, migration, posting" in result.stderr
 
 
 def test_cli__submit_json_then_resubmit_returns_the_same_job(
@@ -80,7 +80,13 @@ def test_cli__migrate_is_idempotent(settings: Settings) -> None:
 
 def test_cli__flows_list_and_show(settings: Settings) -> None:
     listed = json.loads(engine(settings, "flows", "list", "--json").stdout)
-    assert [f["name"] for f in listed["flows"]] == ["costing", "example", "migration", "posting"]
+    assert [f["name"] for f in listed["flows"]] == [
+        "close",
+        "costing",
+        "example",
+        "migration",
+        "posting",
+    ]
     shown = engine(settings, "flows", "show", "example")
     assert shown.returncode == 0
     for word in ("plan", "work", "total", "--period", "plan -> work"):

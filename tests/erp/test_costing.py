@@ -11,7 +11,7 @@ import pytest
 from erp_checks import assert_books_balance, assert_costs_equal_reference, books_snapshot
 from harness import fast_settings, thread_worker, wait_job_ended
 
-from engine import Registry, submit
+from engine import Refused, Registry, submit
 from engine.config import Settings
 from flows.erp import inventory
 
@@ -47,6 +47,11 @@ def small_erp(conn: psycopg.Connection[Any]) -> None:
         "INSERT INTO erp_opening_balances VALUES (1, 1, '2026-11', 10, 130), "
         "(1, 2, '2026-11', 3, 3.70), (2, 1, '2026-11', 4, 50), (3, 3, '2026-11', 2, 161),"
         " (4, 4, '2026-11', 1000, 333)"
+    )
+    # every store's books start in November, from the openings above
+    conn.execute(
+        "INSERT INTO erp_store_periods (store_id, period, opening) "
+        "SELECT id, '2026-11', 'loaded' FROM erp_stores"
     )
     moves = [
         (1, 1, "receipt", 20, 13.10, None),
@@ -170,11 +175,28 @@ def test_costing__jit_is_off_for_a_store_costing_transaction_only(
     assert default is not None and after == {"jit": default["reset_val"]}
 
 
-def test_costing__a_closed_period_fails_without_touching_the_ledger(
+def test_costing__a_closed_period_is_refused_at_submit(
     fast: Settings, conn: psycopg.Connection[Any], registry: Registry, small_erp: None
 ) -> None:
-    conn.execute("UPDATE erp_periods SET status = 'closed' WHERE period = %s", (PERIOD,))
+    conn.execute(
+        "UPDATE erp_periods SET status = 'closed', closed_at = now(), closed_by = 'test' "
+        "WHERE period = %s",
+        (PERIOD,),
+    )
+    with pytest.raises(Refused, match="period 2026-11 is closed; costing would change closed"):
+        submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+    assert conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone() == {"n": 0}
+
+
+def test_costing__a_period_closed_after_submit_fails_without_touching_the_ledger(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, small_erp: None
+) -> None:
     job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+    conn.execute(
+        "UPDATE erp_periods SET status = 'closed', closed_at = now(), closed_by = 'test' "
+        "WHERE period = %s",
+        (PERIOD,),
+    )
     with thread_worker(fast, registry):
         assert wait_job_ended(conn, job.job_id) == "failed"
     error = conn.execute(
@@ -185,19 +207,17 @@ def test_costing__a_closed_period_fails_without_touching_the_ledger(
     assert conn.execute("SELECT count(*) AS n FROM erp_item_costs").fetchone() == {"n": 0}
 
 
-def test_costing__period_without_a_starting_point_fails_with_a_reason(
+def test_costing__period_without_a_starting_point_is_refused_naming_what_it_needs(
     fast: Settings, conn: psycopg.Connection[Any], registry: Registry, small_erp: None
 ) -> None:
-    conn.execute("INSERT INTO erp_periods (period) VALUES ('2027-01')")
-    job = submit("costing", {"period": "2027-01"}, settings=fast, registry=registry)
-    with thread_worker(fast, registry):
-        assert wait_job_ended(conn, job.job_id) == "failed"
-    error = conn.execute(
-        "SELECT error FROM engine_step_runs WHERE job_id = %s AND status = 'dead'", (job.job_id,)
-    ).fetchone()
-    assert error is not None
-    assert "no opening balances" in error["error"]["message"]
-    assert "2026-12" in error["error"]["message"]
+    conn.execute("INSERT INTO erp_periods (period) VALUES ('2026-12'), ('2027-01')")
+    with pytest.raises(Refused) as refused:
+        submit("costing", {"period": "2027-01"}, settings=fast, registry=registry)
+    assert str(refused.value) == (
+        "cannot cost 2027-01: 4 store(s) have no starting point for it; stores ST001, "
+        "ST002, ST003, ST004 need 2026-11 costed first (engine submit costing --period 2026-11)"
+    )
+    assert conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone() == {"n": 0}
 
 
 def test_costing__value_is_conserved_and_transfers_net_to_zero(

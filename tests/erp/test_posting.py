@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 
-from engine import Registry, connect, submit
+from engine import Refused, Registry, connect, submit
 from engine.config import Settings
 from flows.posting import post_documents
 
@@ -57,7 +57,6 @@ REJECTED = {
     3: "unbalanced: debit 120.00 != credit 100.00",
     4: "unknown account 9999 on line 2",
     7: "no lines",
-    9: "period 2026-10 is closed",
 }
 
 
@@ -77,8 +76,9 @@ def insert_erp(conn: psycopg.Connection[Any]) -> None:
         "VALUES (1, 1, 'SKU1', 'Shirt', 10, 25)"
     )
     conn.execute(
-        "INSERT INTO erp_periods (period, status, costed_at) VALUES "
-        "('2026-10', 'closed', now()), ('2026-11', 'open', NULL), ('2026-12', 'open', NULL)"
+        "INSERT INTO erp_periods (period, status, costed_at, closed_at, closed_by) VALUES "
+        "('2026-10', 'closed', now(), now(), 'test'), ('2026-11', 'open', NULL, NULL, NULL), "
+        "('2026-12', 'open', NULL, NULL, NULL)"
     )
     with conn.cursor() as cur:
         cur.executemany(
@@ -150,7 +150,9 @@ def test_posting__posts_good_documents_once_and_rejects_bad_ones_with_reasons(
 ) -> None:
     monkeypatch.setenv("ERP_POSTING_CHUNK_SIZE", "2")
     insert_erp(conn)
-    november, october = run_posting(fast, registry, conn, "2026-11", "2026-10")
+    (november,) = run_posting(fast, registry, conn, "2026-11")
+    with pytest.raises(Refused, match="period 2026-10 is closed; posting its documents would"):
+        submit("posting", {"period": "2026-10"}, settings=fast, registry=registry)
 
     selection = output(conn, november, "select_documents")
     assert selection["selected"] == 8
@@ -166,13 +168,12 @@ def test_posting__posts_good_documents_once_and_rejects_bad_ones_with_reasons(
     assert {r["id"]: r["reason"] for r in summary["rejections"]} == {
         i: REJECTED[i] for i in (3, 4, 7)
     }
-    closed = output(conn, october, "reconcile")
-    assert (closed["selected"], closed["posted"], closed["rejected"]) == (1, 0, 1)
 
     docs = documents(conn)
     assert {i for i, d in docs.items() if d["status"] == "posted"} == GOOD
     assert {i: d["reject_reason"] for i, d in docs.items() if d["status"] == "rejected"} == REJECTED
     assert docs[10]["status"] == "unposted", "another period is left alone"
+    assert docs[9]["status"] == "unposted", "a closed period's document waits for a reopen"
 
     journals = conn.execute(
         "SELECT j.source_key, j.store_id, j.memo, count(l.line_no) AS lines, "
@@ -217,18 +218,31 @@ def test_posting__resubmitted_after_done_selects_nothing_and_changes_nothing(
     assert (documents(conn), journal_count(conn)) == before
 
 
-def test_posting__unknown_period_fails_the_job_naming_it(
+def test_posting__unknown_period_is_refused_naming_it(
     fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
 ) -> None:
     insert_erp(conn)
-    job = submit("posting", {"period": "2031-01"}, settings=fast, registry=registry)
+    with pytest.raises(Refused, match="period 2031-01 does not exist in erp_periods"):
+        submit("posting", {"period": "2031-01"}, settings=fast, registry=registry)
+
+
+def test_posting__a_period_closed_after_submit_fails_the_job_and_posts_nothing(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    insert_erp(conn)
+    job = submit("posting", {"period": "2026-11"}, settings=fast, registry=registry)
+    conn.execute(
+        "UPDATE erp_periods SET status = 'closed', closed_at = now(), closed_by = 'test' "
+        "WHERE period = '2026-11'"
+    )
     with thread_worker(fast, registry):
         assert wait_job_ended(conn, job.job_id) == "failed"
     row = conn.execute(
-        "SELECT status, error FROM engine_step_runs WHERE job_id = %s", (job.job_id,)
+        "SELECT error FROM engine_step_runs WHERE job_id = %s AND status = 'dead'", (job.job_id,)
     ).fetchone()
-    assert row is not None and row["status"] == "dead"
-    assert "period 2031-01 does not exist" in str(row["error"])
+    assert row is not None and "period 2026-11 is closed" in str(row["error"])
+    assert journal_count(conn) == 0
+    assert {d["status"] for d in documents(conn).values()} == {"unposted"}
 
 
 def test_post_documents__twice_on_the_same_range_posts_nothing_more(

@@ -31,7 +31,7 @@ from flows.erp.seed import seed
 
 PERIOD = "2026-11"
 XSS = ["<script>alert(1)</script>", '"><img src=x onerror=alert(2)>', "{{ 7*7 }}"]
-ERP_FLOWS = ["flows.costing", "flows.posting"]
+ERP_FLOWS = ["flows.costing", "flows.posting", "flows.migration"]
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
 CHROMIUM_MISSING = (
     "headless Chromium is needed for the report browser test and was not found on PATH; "
@@ -274,8 +274,8 @@ def test_report__user_strings_are_escaped_everywhere(
         )
     posting = run_job(erp, conn, "posting", {"period": PERIOD})
     # a user string in the parameters and in an error message
-    costing = run_job(erp, conn, "costing", {"period": PERIOD, "store": XSS[0]})
-    paths = [render_job_report(erp, posting), render_job_report(erp, costing), render_index(erp)]
+    migration = run_job(erp, conn, "migration", {"source": XSS[0], "kind": "items"})
+    paths = [render_job_report(erp, posting), render_job_report(erp, migration), render_index(erp)]
     for path in paths:
         html = path.read_text(encoding="utf-8")
         parsed = check_html(html)
@@ -288,8 +288,8 @@ def test_report__user_strings_are_escaped_everywhere(
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     posting_text = " ".join(check_html(paths[0].read_text(encoding="utf-8")).text)
     assert all(s in posting_text for s in XSS)  # shown as text, {{ 7*7 }} not evaluated
-    costing_text = " ".join(check_html(paths[1].read_text(encoding="utf-8")).text)
-    assert f"unknown store {XSS[0]!r}" in costing_text
+    migration_text = " ".join(check_html(paths[1].read_text(encoding="utf-8")).text)
+    assert f"source file {XSS[0]!r} does not exist" in migration_text
 
 
 # -- index, build, serve, CLI ------------------------------------------------------------

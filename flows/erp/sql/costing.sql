@@ -1,12 +1,3 @@
--- period_select --
--- The period's status decides whether costing may run (open) or has run (costed).
-SELECT period, status, costed_at FROM erp_periods WHERE period = %(period)s;
-
--- opening_exists --
--- Costing needs a starting point: opening balances of the period (loaded, or carried forward by the previous costing).
-SELECT EXISTS (SELECT 1 FROM erp_opening_balances WHERE period = %(period)s) AS has_opening,
-       EXISTS (SELECT 1 FROM erp_periods WHERE period = %(previous)s AND status IN ('costed', 'closed')) AS previous_costed;
-
 -- stores_select --
 -- Stores to cost, in id order (the fan-out order), optionally one by code.
 SELECT s.id, s.code, s.brand_id, b.code AS brand
@@ -117,16 +108,6 @@ SELECT id FROM erp_journals WHERE source_key = %(source_key)s;
 INSERT INTO erp_journal_lines (journal_id, line_no, account_code, store_id, debit, credit)
 VALUES (%(journal_id)s, 1, '5000', %(store_id)s, greatest(%(amount)s, 0), greatest(-%(amount)s, 0)),
        (%(journal_id)s, 2, '1300', %(store_id)s, greatest(-%(amount)s, 0), greatest(%(amount)s, 0));
-
--- period_mark_costed_if_open --
--- A period is costed once; a period closed meanwhile is never touched.
-UPDATE erp_periods SET status = 'costed', costed_at = clock_timestamp()
-WHERE period = %(period)s AND status = 'open'
-RETURNING period;
-
--- period_insert_next --
--- The next period exists (open) to receive the carried-forward balances.
-INSERT INTO erp_periods (period) VALUES (%(next)s) ON CONFLICT (period) DO NOTHING;
 
 -- opening_carry_forward_for_store --
 -- A store's closing balances become its next period's opening balances, once, in the store's own costing transaction.

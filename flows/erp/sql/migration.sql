@@ -56,15 +56,61 @@ LEFT JOIN erp_periods AS p ON p.period = o.period
 WHERE s.id IS NULL OR i.id IS NULL OR p.period IS NULL
 ORDER BY o.row_number;
 
+-- openings_lock_periods --
+-- Loading opening balances writes their periods' books: share-lock each period row (in one order), as every writer does, so a close waits or is seen.
+SELECT period, status FROM erp_periods
+WHERE period IN (SELECT period FROM staged_openings)
+ORDER BY period
+FOR SHARE;
+
+-- openings_claim_first_periods --
+-- Opening balances are loaded into a store's first period only: this is where it starts, unless it has a first period already (the partial unique index) or a row for this period (carried forward); a closed or costed period starts no store.
+INSERT INTO erp_store_periods (store_id, period, opening)
+SELECT DISTINCT s.id, o.period, 'loaded'
+FROM staged_openings AS o
+JOIN erp_stores AS s ON s.code = o.store_code
+JOIN erp_periods AS p ON p.period = o.period AND p.status = 'open'
+ORDER BY 1, 2
+ON CONFLICT DO NOTHING;
+
+-- openings_lock_store_periods --
+-- The (store, period) rows the chunk would write, locked: a costing of one of them (which updates its row) either has committed, and is seen below, or waits for this chunk and reads its balances.
+SELECT sp.store_id, sp.period FROM erp_store_periods AS sp
+JOIN erp_stores AS s ON s.id = sp.store_id
+JOIN staged_openings AS o ON o.store_code = s.code AND o.period = sp.period
+ORDER BY sp.store_id, sp.period
+FOR UPDATE OF sp;
+
+-- staged_openings_refused --
+-- Resolvable rows the books refuse, with the reason: openings of a closed or costed period, of a store already costed for it, carried forward from its previous period, or outside the store's first period are never overwritten.
+SELECT o.row_number,
+       CASE WHEN p.status = 'closed' THEN format('period %%s is closed; its opening balances are never overwritten', o.period)
+            WHEN p.status = 'costed' THEN format('period %%s is costed; its opening balances are never overwritten', o.period)
+            WHEN sp.costed_at IS NOT NULL THEN format('store %%s is costed for %%s; its opening balances are never overwritten', o.store_code, o.period)
+            WHEN sp.opening = 'carried' THEN format('store %%s''s %%s opening balances were carried forward by costing the period before; they are never overwritten', o.store_code, o.period)
+            ELSE format('store %%s''s books start in %%s: opening balances are loaded only into a store''s first period', o.store_code,
+                        (SELECT f.period FROM erp_store_periods AS f WHERE f.store_id = s.id AND f.opening = 'loaded'))
+       END AS reason
+FROM staged_openings AS o
+JOIN erp_stores AS s ON s.code = o.store_code
+JOIN erp_items AS i ON i.sku = o.sku
+JOIN erp_periods AS p ON p.period = o.period
+LEFT JOIN erp_store_periods AS sp ON sp.store_id = s.id AND sp.period = o.period
+WHERE p.status <> 'open' OR sp.store_id IS NULL OR sp.opening <> 'loaded' OR sp.costed_at IS NOT NULL
+ORDER BY o.row_number;
+
 -- openings_upsert_from_staged --
--- Natural key (store, item, period); a rerun with the same values updates nothing.
+-- Natural key (store, item, period); a rerun with the same values updates nothing. Only into an open period that is the store's first and not costed (the rows refused above are left out).
 WITH upserted AS (
     INSERT INTO erp_opening_balances AS b (store_id, item_id, period, qty, value)
     SELECT s.id, i.id, o.period, o.qty, o.value
     FROM staged_openings AS o
     JOIN erp_stores AS s ON s.code = o.store_code
     JOIN erp_items AS i ON i.sku = o.sku
-    JOIN erp_periods AS p ON p.period = o.period
+    JOIN erp_periods AS p ON p.period = o.period AND p.status = 'open'
+    JOIN erp_store_periods AS sp
+      ON sp.store_id = s.id AND sp.period = o.period
+     AND sp.opening = 'loaded' AND sp.costed_at IS NULL
     ON CONFLICT (store_id, item_id, period) DO UPDATE
         SET qty = EXCLUDED.qty, value = EXCLUDED.value
         WHERE (b.qty, b.value) IS DISTINCT FROM (EXCLUDED.qty, EXCLUDED.value)

@@ -1,7 +1,3 @@
--- period_select --
--- One row or none: period is the primary key of erp_periods; posting needs the period to exist.
-SELECT period, status FROM erp_periods WHERE period = %(period)s;
-
 -- document_select_unposted_chunks --
 -- Chunks are disjoint, ordered id ranges over the period's unposted documents (partial index erp_documents_unposted), so every document falls in exactly one chunk.
 SELECT min(id) AS first_id, max(id) AS last_id, count(*) AS count
@@ -14,7 +10,7 @@ GROUP BY chunk
 ORDER BY chunk;
 
 -- document_post_or_reject_many_if_unposted --
--- A document is posted at most once: its journal's source_key 'document:<id>' is unique, only documents whose journal this statement inserted are marked posted, and every UPDATE restates status = 'unposted'.
+-- A document is posted at most once (the caller holds the period's row FOR SHARE, so it is not closed): its journal's source_key 'document:<id>' is unique, only documents whose journal this statement inserted are marked posted, and every UPDATE restates status = 'unposted'.
 WITH docs AS (
     -- row locks, taken in id order, serialise two postings of the same range
     SELECT id, number, period, store_id, memo
@@ -43,7 +39,6 @@ verdict AS (
     SELECT d.id, d.number, d.period, d.store_id, d.memo,
            -- every problem found, in a fixed order; NULL when the document is valid
            nullif(array_to_string(ARRAY[
-               CASE WHEN p.status = 'closed' THEN format('period %%s is closed', d.period) END,
                CASE
                    WHEN t.lines = 0 THEN 'no lines'
                    WHEN t.debit <> t.credit
@@ -55,7 +50,6 @@ verdict AS (
            ], '; '), '') AS reason
     FROM docs AS d
     JOIN per_doc AS t ON t.id = d.id
-    JOIN erp_periods AS p ON p.period = d.period
 ),
 journals AS (
     INSERT INTO erp_journals (period, store_id, source, source_key, memo)

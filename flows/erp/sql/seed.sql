@@ -8,7 +8,8 @@ SELECT EXISTS (SELECT 1 FROM erp_brands);
 
 -- erp_data_truncate --
 -- Replace empties every ERP data table (the chart of accounts stays) and restarts identities, so a reseed is row-identical; CASCADE reaches only tables that reference these.
-TRUNCATE erp_journal_lines, erp_journals, erp_item_costs, erp_stock_moves,
+TRUNCATE erp_period_events, erp_store_periods,
+         erp_journal_lines, erp_journals, erp_item_costs, erp_stock_moves,
          erp_document_lines, erp_documents, erp_opening_balances, erp_periods,
          erp_items, erp_employees, erp_stores, erp_brands, erp_migration_rejects
 RESTART IDENTITY CASCADE;
@@ -57,11 +58,15 @@ COPY erp_items (id, brand_id, sku, name, standard_cost, price) FROM STDIN;
 
 -- period_copy --
 -- The seeded period is open; the one before it is closed and holds only the deliberately bad documents.
-COPY erp_periods (period, status, costed_at) FROM STDIN;
+COPY erp_periods (period, status, costed_at, closed_at, closed_by) FROM STDIN;
 
 -- opening_balance_copy --
 -- Opening stock of the seeded period (the first one costed), a subset of each store's brand items.
 COPY erp_opening_balances (store_id, item_id, period, qty, value) FROM STDIN;
+
+-- store_period_copy --
+-- The seeded period is every store's first: costing starts there, from the loaded openings.
+COPY erp_store_periods (store_id, period, opening) FROM STDIN;
 
 -- stock_move_copy --
 -- id is GENERATED ALWAYS: COPY order fixes the ids, and a transfer_in follows its transfer_out.

@@ -1,0 +1,131 @@
+"""``engine books check | close | reopen | history``: a period's checks and lifecycle.
+
+::
+
+    engine books check --period 2026-11 [--json]     # exit 1 naming each broken identity
+    engine books close --period 2026-11              # refused (exit 2) saying why
+    engine books reopen --period 2026-11 --reason "late supplier invoice"
+    engine books history --period 2026-11 [--json]
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+import psycopg
+from pydantic import TypeAdapter, ValidationError
+
+from engine import BadInput, ChecksFailed, EngineError, Settings, StoreError, connect
+from flows.erp import checks, periods
+from flows.erp.books import books
+from flows.types import Period
+
+__all__ = ["actor"]
+
+T = TypeVar("T")
+
+
+def actor() -> str:
+    """Who runs this command, for the period's history: ``user@host``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+def _period(value: str) -> str:
+    try:
+        return TypeAdapter(Period).validate_python(value)
+    except ValidationError as exc:
+        raise BadInput(f"--period: {exc.errors()[0]['msg']}") from None
+
+
+@contextmanager
+def _books() -> Iterator[psycopg.Connection[Any]]:
+    """One transaction on the books; driver errors become the engine's ``StoreError``."""
+    try:
+        with connect(Settings()) as conn:
+            yield conn
+    except EngineError:
+        raise
+    except psycopg.Error as exc:
+        # flows run their own SQL: psycopg's errors reach here unwrapped
+        raise StoreError(f"cannot use the books: {exc}") from exc
+
+
+def _run(work: Callable[[psycopg.Connection[Any]], T]) -> T:
+    with _books() as conn:
+        return work(conn)
+
+
+period_option = click.option(
+    "--period", required=True, show_envvar=True, help="accounting period, YYYY-MM"
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+
+
+@books.command("check")
+@period_option
+@json_option
+def check_command(period: str, as_json: bool) -> None:
+    """Cross-check a period's books; exit 1 naming each identity that does not hold."""
+    report = _run(lambda conn: checks.check_period(conn, _period(period)))
+    if as_json:
+        click.echo(json.dumps({**report.model_dump(mode="json"), "ok": report.ok}))
+    else:
+        click.echo(
+            f"Books check {report.period} ({report.status}; "
+            f"{report.stores_costed} of {report.stores} stores costed)"
+        )
+        for c in report.checks:
+            mark = "skip" if c.skipped else ("ok" if c.ok else "FAIL")
+            click.echo(f"  {mark:<4}  {c.name}: {c.detail}")
+    if not report.ok:
+        raise ChecksFailed(f"books of {report.period}", report.problems)
+
+
+@books.command("close")
+@period_option
+@click.option("--by", "by", default=None, help="who closes it (default: user@host)")
+def close_command(period: str, by: str | None) -> None:
+    """Close a costed period: refused while its jobs run, a store is uncosted or a check fails."""
+    event = _run(lambda conn: periods.close(conn, _period(period), actor=by or actor()))
+    click.echo(f"period {event.period} closed by {event.actor} at {event.at:%Y-%m-%d %H:%M:%S %Z}")
+
+
+@books.command("reopen")
+@period_option
+@click.option("--reason", required=True, help="why the period is reopened (recorded)")
+@click.option("--by", "by", default=None, help="who reopens it (default: user@host)")
+def reopen_command(period: str, reason: str, by: str | None) -> None:
+    """Reopen a closed period (it is costed again), recording who and why."""
+    event = _run(
+        lambda conn: periods.reopen(conn, _period(period), actor=by or actor(), reason=reason)
+    )
+    click.echo(f"period {event.period} reopened by {event.actor}: {event.reason}")
+
+
+@books.command("history")
+@period_option
+@json_option
+def history_command(period: str, as_json: bool) -> None:
+    """Every status change of a period: costed, closed, reopened, by whom and why."""
+    events = _run(lambda conn: periods.history(conn, _period(period)))
+    if as_json:
+        click.echo(
+            json.dumps({"period": period, "events": [e.model_dump(mode="json") for e in events]})
+        )
+        return
+    if not events:
+        click.echo(f"period {period}: no status changes recorded")
+    for e in events:
+        why = f"  ({e.reason})" if e.reason else ""
+        click.echo(f"{e.at:%Y-%m-%d %H:%M:%S %Z}  {e.action:<8}  {e.actor}{why}")

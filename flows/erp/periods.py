@@ -1,0 +1,278 @@
+"""The lifecycle of an accounting period, and where each store stands in it.
+
+A period is ``open``, then ``costed`` (every store costed), then ``closed``;
+``reopen`` (with a reason) makes a closed period costed again. Each change is
+recorded in ``erp_period_events`` with who made it and why.
+
+Each store has a chain of periods (``erp_store_periods``): its first period
+gets its starting point from opening balances that were *loaded* (seed,
+migration flow); every later one from the balances *carried* forward by
+costing the period before for that store. Costing a store for P needs its
+row for P, so no sequence of submits costs a store out of period order.
+
+Locks, one order for every writer: a step that writes a period's books
+takes the period's row ``FOR SHARE`` in its fenced transaction
+(:func:`lock_for_writing`) and refuses a closed period; close and reopen take
+it ``FOR UPDATE`` (:func:`close`, :func:`reopen`). A close therefore waits for
+a writer in flight, and a writer after a close sees ``closed`` and writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import psycopg
+from psycopg.rows import dict_row
+from pydantic import BaseModel
+
+from engine import BadInput, Refused, active_jobs, load_queries
+from flows.erp import checks
+
+__all__ = [
+    "BOOK_FLOWS",
+    "PeriodEvent",
+    "StartingPoint",
+    "close",
+    "ensure_period",
+    "history",
+    "lock_for_writing",
+    "mark_costed_if_complete",
+    "mark_store_costed",
+    "missing_starting_points",
+    "next_period",
+    "open_next_for_store",
+    "reopen",
+    "shift",
+    "starting_points",
+    "status",
+]
+
+_q = load_queries(str(Path(__file__).parent / "sql" / "periods.sql"))
+
+BOOK_FLOWS = ("posting", "costing", "close")
+"""Flows whose jobs write a period's books: a close waits until none of them is active."""
+
+Status = Literal["open", "costed", "closed"]
+
+
+class StartingPoint(BaseModel):
+    """One store's standing for a period."""
+
+    store_id: int
+    code: str
+    has_start: bool
+    costed: bool
+    needs: str | None
+    first_period: str | None
+
+
+class PeriodEvent(BaseModel):
+    """One change of a period's status."""
+
+    id: int
+    period: str
+    action: Literal["costed", "closed", "reopened"]
+    actor: str
+    reason: str
+    at: datetime
+
+
+def shift(period: str, months: int) -> str:
+    """``period`` moved by ``months`` (``shift("2026-12", 1) == "2027-01"``)."""
+    year, month = int(period[:4]), int(period[5:])
+    index = year * 12 + (month - 1) + months
+    return f"{index // 12:04d}-{index % 12 + 1:02d}"
+
+
+def next_period(period: str) -> str:
+    return shift(period, 1)
+
+
+def _rows(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q[name], params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    rows = _rows(conn, name, params)
+    return rows[0] if rows else None
+
+
+def status(conn: psycopg.Connection[Any], period: str) -> Status | None:
+    row = _one(conn, "period_select", {"period": period})
+    return None if row is None else row["status"]
+
+
+def lock_for_writing(conn: psycopg.Connection[Any], period: str, *, doing: str) -> Status:
+    """Share-lock ``period``'s row for the caller's transaction; refuse a missing or closed one.
+
+    ``doing`` completes the message ("posting documents 1-500"). Raises
+    :class:`engine.Refused`, which a step turns into its failure (nothing of
+    the step's transaction commits).
+    """
+    row = _one(conn, "period_lock_shared", {"period": period})
+    if row is None:
+        raise Refused(f"period {period} does not exist in erp_periods; cannot go on {doing}")
+    if row["status"] == "closed":
+        raise Refused(
+            f"period {period} is closed; {doing} would change closed books "
+            f"(engine books reopen --period {period} --reason ... first)"
+        )
+    return row["status"]  # type: ignore[no-any-return]
+
+
+def starting_points(
+    conn: psycopg.Connection[Any], period: str, store: str | None = None
+) -> list[StartingPoint]:
+    """Every store in scope (one, by code, or all) and its standing for ``period``."""
+    rows = _rows(conn, "store_period_starting_points", {"period": period, "store": store})
+    return [StartingPoint(store_id=r.pop("id"), **r) for r in rows]
+
+
+def missing_starting_points(period: str, points: Sequence[StartingPoint]) -> str | None:
+    """Why costing ``period`` must wait, naming the stores and what each needs; ``None`` if none."""
+    missing = [p for p in points if not p.has_start]
+    if not missing:
+        return None
+    by_need: dict[str, list[str]] = {}
+    for p in missing:
+        if p.needs is not None:
+            need = f"{p.needs} costed first (engine submit costing --period {p.needs})"
+        elif p.first_period is not None and p.first_period > period:
+            need = f"nothing before their books start in {p.first_period}"
+        else:
+            need = "opening balances loaded for their first period (migration flow)"
+        by_need.setdefault(need, []).append(p.code)
+    parts = [f"{_codes(codes)} need {need}" for need, codes in by_need.items()]
+    return (
+        f"cannot cost {period}: {len(missing)} store(s) have no starting point for it; "
+        + "; ".join(parts)
+    )
+
+
+def _codes(codes: list[str], shown: int = 8) -> str:
+    head = ", ".join(codes[:shown])
+    more = f" and {len(codes) - shown} more" if len(codes) > shown else ""
+    return f"store{'s' if len(codes) > 1 else ''} {head}{more}"
+
+
+def mark_store_costed(conn: psycopg.Connection[Any], period: str, store_id: int) -> bool:
+    """Mark the store costed for ``period`` (row-locked); ``False`` if it was already.
+
+    Raises :class:`engine.Refused` when the store has no starting point for it.
+    """
+    params = {"period": period, "store_id": store_id}
+    if _one(conn, "store_period_mark_costed", params) is not None:
+        return True
+    if _one(conn, "store_period_select_for_update", params) is None:
+        raise Refused(f"store id {store_id} has no starting point for {period}")
+    return False
+
+
+def open_next_for_store(conn: psycopg.Connection[Any], period: str, store_id: int) -> str:
+    """Give the store its starting point for the period after ``period``; that period.
+
+    The next period is share-locked like every period a step writes to (the
+    carried balances are its books); the costing plan created it already.
+    """
+    following = next_period(period)
+    if status(conn, following) is None:
+        _rows(conn, "period_insert_next", {"period": following})
+    lock_for_writing(conn, following, doing=f"carrying {period}'s closing balances forward")
+    _rows(conn, "store_period_insert_carried", {"store_id": store_id, "period": following})
+    return following
+
+
+def ensure_period(conn: psycopg.Connection[Any], period: str) -> None:
+    """``period`` exists (open if it is new)."""
+    _rows(conn, "period_insert_next", {"period": period})
+
+
+def mark_costed_if_complete(conn: psycopg.Connection[Any], period: str, actor: str) -> bool:
+    """Mark ``period`` costed if every store is; ``True`` if this call did."""
+    _one(conn, "period_lock_exclusive", {"period": period})
+    if _one(conn, "period_mark_costed_if_all_stores", {"period": period}) is None:
+        return False
+    _event(conn, period, "costed", actor, "")
+    return True
+
+
+def _event(
+    conn: psycopg.Connection[Any], period: str, action: str, actor: str, reason: str
+) -> PeriodEvent:
+    row = _one(
+        conn,
+        "period_event_insert",
+        {"period": period, "action": action, "actor": actor, "reason": reason},
+    )
+    assert row is not None, "INSERT ... RETURNING returns its row"
+    return PeriodEvent.model_validate(row)
+
+
+def _locked(conn: psycopg.Connection[Any], period: str) -> dict[str, Any]:
+    row = _one(conn, "period_lock_exclusive", {"period": period})
+    if row is None:
+        raise BadInput(f"period {period} does not exist in erp_periods")
+    return row
+
+
+def close(
+    conn: psycopg.Connection[Any], period: str, *, actor: str, job: uuid.UUID | None = None
+) -> PeriodEvent:
+    """Close ``period`` in the caller's transaction, or raise :class:`engine.Refused` saying why.
+
+    Refused while a posting, costing or close job of the period is active
+    (other than ``job``, the caller's own), while a store is not costed, or
+    while :func:`flows.erp.checks.check_period` finds a broken identity.
+    """
+    row = _locked(conn, period)
+    if row["status"] == "closed":
+        raise Refused(
+            f"period {period} is closed already "
+            f"(by {row['closed_by']} at {row['closed_at']:%Y-%m-%d %H:%M:%S %Z})"
+        )
+    busy = active_jobs(conn, flows=BOOK_FLOWS, params={"period": period}, exclude=job)
+    if busy:
+        jobs = ", ".join(f"{j.flow} {j.id} ({j.status.value})" for j in busy[:5])
+        raise Refused(
+            f"cannot close {period}: {len(busy)} job(s) of the period are active: {jobs}; "
+            "wait for them to end (engine status JOB_ID) or cancel them"
+        )
+    uncosted = [r["code"] for r in _rows(conn, "stores_not_costed", {"period": period})]
+    if uncosted:
+        raise Refused(
+            f"cannot close {period}: {_codes(uncosted)} not costed for it "
+            f"(engine submit costing --period {period})"
+        )
+    if row["status"] == "open":
+        mark_costed_if_complete(conn, period, actor)
+    report = checks.check_period(conn, period)
+    if not report.ok:
+        raise Refused(
+            f"cannot close {period}: the books do not check: " + "; ".join(report.problems)
+        )
+    closed = _one(conn, "period_close", {"period": period, "actor": actor})
+    assert closed is not None, "the row is locked and costed"
+    return _event(conn, period, "closed", actor, "")
+
+
+def reopen(conn: psycopg.Connection[Any], period: str, *, actor: str, reason: str) -> PeriodEvent:
+    """Reopen a closed ``period`` (it becomes costed), recording ``reason``."""
+    if not reason.strip():
+        raise BadInput("--reason: required: say why the period is reopened (it is recorded)")
+    row = _locked(conn, period)
+    if row["status"] != "closed":
+        raise Refused(f"period {period} is {row['status']}, not closed: nothing to reopen")
+    _one(conn, "period_reopen", {"period": period})
+    return _event(conn, period, "reopened", actor, reason.strip())
+
+
+def history(conn: psycopg.Connection[Any], period: str) -> list[PeriodEvent]:
+    rows = _rows(conn, "period_events_select", {"period": period})
+    return [PeriodEvent.model_validate(r) for r in rows]
