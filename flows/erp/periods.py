@@ -149,7 +149,10 @@ def missing_starting_points(period: str, points: Sequence[StartingPoint]) -> str
         else:
             need = "opening balances loaded for their first period (migration flow)"
         by_need.setdefault(need, []).append(p.code)
-    parts = [f"{_codes(codes)} need {need}" for need, codes in by_need.items()]
+    parts = [
+        f"{_codes(codes)} need{'' if len(codes) > 1 else 's'} {need}"
+        for need, codes in by_need.items()
+    ]
     return (
         f"cannot cost {period}: {len(missing)} store(s) have no starting point for it; "
         + "; ".join(parts)

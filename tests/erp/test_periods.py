@@ -193,7 +193,7 @@ def test_plan_step__checks_again_when_admission_was_passed_earlier(
         "SELECT error FROM engine_step_runs WHERE job_id = %s AND step = 'check_period'",
         (job.job_id,),
     ).fetchone()
-    assert error is not None and "store ST002 need opening balances" in error["error"]["message"]
+    assert error is not None and "store ST002 needs opening balances" in error["error"]["message"]
     assert conn.execute("SELECT count(*) AS n FROM erp_item_costs").fetchone() == {"n": 0}
 
 
