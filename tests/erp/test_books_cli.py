@@ -1,0 +1,132 @@
+"""``engine books check | close | reopen | history`` and refused submits, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+
+from engine.config import Settings
+from flows import costing
+from flows.erp import periods
+from flows.erp.seed import seed
+
+pytestmark = pytest.mark.acceptance
+NOV = "2026-11"
+
+
+def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    assert settings.database_url is not None
+    env = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def books(conn: psycopg.Connection[Any]) -> None:
+    seed(conn, stores=3, brands=1, employees=3, items=5, period=NOV, documents=20, seed=8)
+
+
+def cost_all(conn: psycopg.Connection[Any]) -> None:
+    """Cost November for every store (as the costing steps do), without a worker."""
+    with conn.transaction():
+        for store in costing.plan_costing(conn, NOV, None).stores:
+            costing.cost_one_store(conn, NOV, store)
+        periods.mark_costed_if_complete(conn, NOV, "test")
+
+
+def test_books_cli__check_of_a_fresh_period_passes_with_skips(
+    settings: Settings, books: None
+) -> None:
+    result = engine(settings, "books", "check", "--period", NOV)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "Books check 2026-11 (open; 0 of 3 stores costed)"
+    assert "  skip  transfers net to zero: skipped: 3 store(s) not costed" in result.stdout
+
+
+def test_books_cli__check_exits_1_naming_each_broken_identity(
+    settings: Settings, conn: psycopg.Connection[Any], books: None
+) -> None:
+    cost_all(conn)
+    ok = engine(settings, "books", "check", "--period", NOV, "--json")
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["ok"] is True and report["stores_costed"] == 3
+    assert {c["name"] for c in report["checks"] if not c["skipped"]} >= {
+        "journals balance",
+        "inventory conservation per store",
+        "inventory conservation company-wide",
+        "transfers net to zero",
+        "COGS journals = item costs",
+        "openings of 2026-12 = closings",
+    }
+    # an unbalanced journal and a COGS journal that no longer matches its costs
+    conn.execute(
+        "UPDATE erp_journal_lines SET debit = debit + 1 WHERE (journal_id, line_no) = "
+        "(SELECT journal_id, 1 FROM erp_journal_lines l JOIN erp_journals j ON j.id = l.journal_id "
+        "WHERE j.source = 'costing' AND l.debit > 0 ORDER BY journal_id LIMIT 1)"
+    )
+    broken = engine(settings, "books", "check", "--period", NOV)
+    assert broken.returncode == 1, broken.stderr
+    assert "FAIL  journals balance: 1 journal(s) do not balance (costing:2026-11:" in broken.stdout
+    assert "FAIL  COGS journals = item costs: 1 store(s): " in broken.stdout
+    assert "books of 2026-11: 2 check(s) failed: journals balance:" in broken.stderr
+    closing = engine(settings, "books", "close", "--period", NOV)
+    assert closing.returncode == 2
+    assert "cannot close 2026-11: the books do not check: journals balance" in closing.stderr
+
+
+def test_books_cli__close_reopen_history_and_refused_submits(
+    settings: Settings, conn: psycopg.Connection[Any], books: None
+) -> None:
+    refused = engine(settings, "books", "close", "--period", NOV)
+    assert refused.returncode == 2
+    assert "cannot close 2026-11: stores ST001, ST002, ST003 not costed for it" in refused.stderr
+    cost_all(conn)
+    # costing out of order: December is refused while a store has no start there
+    conn.execute("DELETE FROM erp_store_periods WHERE period = '2026-12' AND store_id = 3")
+    dec = engine(settings, "submit", "costing", "--period", "2026-12")
+    assert dec.returncode == 2
+    assert (
+        "cannot cost 2026-12: 1 store(s) have no starting point for it; store ST003 needs"
+        in dec.stderr
+    )
+    conn.execute("INSERT INTO erp_store_periods VALUES (3, '2026-12', 'carried', NULL)")
+
+    closed = engine(settings, "books", "close", "--period", NOV, "--by", "ann")
+    assert closed.returncode == 0, closed.stderr
+    assert closed.stdout.startswith("period 2026-11 closed by ann at ")
+    posting = engine(settings, "submit", "posting", "--period", NOV)
+    assert posting.returncode == 2
+    assert (
+        "period 2026-11 is closed; posting its documents would change closed books"
+        in posting.stderr
+    )
+    no_reason = engine(settings, "books", "reopen", "--period", NOV)
+    assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
+    reopened = engine(
+        settings, "books", "reopen", "--period", NOV, "--reason", "late invoice", "--by", "bob"
+    )
+    assert reopened.returncode == 0, reopened.stderr
+    history = engine(settings, "books", "history", "--period", NOV, "--json")
+    events = json.loads(history.stdout)["events"]
+    assert [(e["action"], e["actor"], e["reason"]) for e in events] == [
+        ("costed", "test", ""),
+        ("closed", "ann", ""),
+        ("reopened", "bob", "late invoice"),
+    ]
+    again = engine(settings, "books", "reopen", "--period", NOV, "--reason", "x")
+    assert again.returncode == 2 and "period 2026-11 is costed, not closed" in again.stderr
+    bad = engine(settings, "books", "check", "--period", "2026-13")
+    assert bad.returncode == 2 and "'2026-13'" in bad.stderr
