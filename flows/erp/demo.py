@@ -2,10 +2,11 @@
 
 Migrates, seeds the demo ERP at the real store, brand and employee counts
 (fewer items, so it takes about a minute), starts worker processes, runs
-costing and posting for the period with progress shown, and prints the trial
-balance and how to look at the runs. Run again, it reuses the data: costing
-finds the period costed and posting finds nothing left to post, so the books
-do not change.
+the month-end close of the period as one job (post the documents, cost every
+store, check the books, close the period: ``flows.close``) with progress
+shown, and prints the trial balance, the books check and how to look at the
+run. Run again, it reuses the data: the period is closed, so it only shows the
+books, which do not change.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from __future__ import annotations
 import getpass
 import socket
 import time
+from typing import Any
 
 import click
+import psycopg
 
 from engine import (
     JobFailed,
@@ -28,6 +31,7 @@ from engine import (
     wait_for_job,
 )
 from engine.processes import worker_processes
+from flows.erp import checks, periods
 from flows.erp.books import _table, trial_balance
 from flows.erp.seed import has_erp_data, seed
 
@@ -38,7 +42,7 @@ from flows.erp.seed import has_erp_data, seed
 @click.option("--workers", default=2, show_default=True, help="worker processes (2 slots each)")
 @click.option("--seed", "seed_value", default=7, show_default=True, help="demo data seed")
 def demo(period: str, items: int, workers: int, seed_value: int) -> None:
-    """Seed the demo ERP, run costing and posting through workers, print the books."""
+    """Seed the demo ERP, run the month-end close through workers, print the books."""
     settings = Settings()
     click.echo(f"database: {settings.masked_database_url()}")
     report = migrate(settings)
@@ -59,34 +63,53 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
             )
             counts = ", ".join(f"{n} {t[4:]}" for t, n in made.table_counts().items())
             click.echo(f"seeded in {made.elapsed_s:.1f} s: {counts}")
+    with connect(settings, autocommit=True) as conn:
+        closed = _closed_already(conn, period)
+    if closed is not None:
+        click.echo(closed)
+        _show_books(settings, period)
+        click.echo(f"all runs: {render_index(settings).resolve()}  (browse: engine reports serve)")
+        return
     registry = Registry.load(settings.flow_modules)
     started = time.perf_counter()
     with worker_processes(settings, workers, "--concurrency", "2"):
         click.echo(f"workers: {workers} processes x 2 slots")
-        jobs = {
-            name: submit(
-                name,
-                {"period": period},
-                settings=settings,
-                registry=registry,
-                submitted_by=f"{getpass.getuser()}@{socket.gethostname()} (engine demo)",
-            )
-            for name in ("costing", "posting")
-        }
-        statuses = {}
-        for name, job in jobs.items():
-            click.echo(f"{name}: job {job.job_id}")
-            statuses[name] = wait_for_job(settings, job.job_id)
-            click.echo(f"{name}: {statuses[name]}")
-    click.echo(f"both jobs ended in {time.perf_counter() - started:.1f} s")
+        job = submit(
+            "close",
+            {"period": period},
+            settings=settings,
+            registry=registry,
+            submitted_by=f"{getpass.getuser()}@{socket.gethostname()} (engine demo)",
+        )
+        click.echo(f"month-end close of {period}: job {job.job_id}")
+        status = wait_for_job(settings, job.job_id)
+        click.echo(f"close: {status}")
+    click.echo(f"the month end took {time.perf_counter() - started:.1f} s")
+    _show_books(settings, period)
+    # the workers render each report as its job ends; render again here so the
+    # path printed exists whatever ENGINE_REPORT_ON_END says
+    page = render_job_report(settings, job.job_id, registry=registry)
+    click.echo(f"month-end report: {page.resolve()}  (or: engine status {job.job_id})")
+    click.echo(f"all runs: {render_index(settings).resolve()}  (browse: engine reports serve)")
+    if status != "done":
+        raise JobFailed(f"the month-end close ended {status}")
+
+
+def _closed_already(conn: psycopg.Connection[Any], period: str) -> str | None:
+    found = periods.info(conn, period)
+    if found is None or found.status != "closed" or found.closed_at is None:
+        return None
+    return (
+        f"period {period} was closed by {found.closed_by} at {found.closed_at:%Y-%m-%d %H:%M:%S}"
+        f": its books do not change (engine books reopen --period {period} --reason ..., "
+        "or engine seed --replace to start over)"
+    )
+
+
+def _show_books(settings: Settings, period: str) -> None:
     with connect(settings, autocommit=True) as conn:
         click.echo(_table(trial_balance(conn, period)))
-    # the workers render each report as its job ends; render again here so the
-    # paths printed exist whatever ENGINE_REPORT_ON_END says
-    for name, job in jobs.items():
-        page = render_job_report(settings, job.job_id, registry=registry)
-        click.echo(f"{name} report: {page.resolve()}  (or: engine status {job.job_id})")
-    click.echo(f"all runs: {render_index(settings).resolve()}  (browse: engine reports serve)")
-    failed = [f"{name} {status}" for name, status in statuses.items() if status != "done"]
-    if failed:
-        raise JobFailed("demo jobs did not end done: " + ", ".join(failed))
+        report = checks.check_period(conn, period)
+    verdict = "every identity holds" if report.ok else "; ".join(report.problems)
+    held = sum(1 for c in report.checks if c.ok and not c.skipped)
+    click.echo(f"books check {period} ({report.status}): {held} checks, {verdict}")

@@ -36,10 +36,12 @@ from flows.erp import checks
 __all__ = [
     "BOOK_FLOWS",
     "PeriodEvent",
+    "PeriodInfo",
     "StartingPoint",
     "close",
     "ensure_period",
     "history",
+    "info",
     "lock_for_writing",
     "mark_costed_if_complete",
     "mark_store_costed",
@@ -102,6 +104,21 @@ def _rows(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> l
 def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any] | None:
     rows = _rows(conn, name, params)
     return rows[0] if rows else None
+
+
+class PeriodInfo(BaseModel):
+    """A period's row: its status and when it was costed and closed, by whom."""
+
+    period: str
+    status: Status
+    costed_at: datetime | None
+    closed_at: datetime | None
+    closed_by: str | None
+
+
+def info(conn: psycopg.Connection[Any], period: str) -> PeriodInfo | None:
+    row = _one(conn, "period_select", {"period": period})
+    return None if row is None else PeriodInfo.model_validate(row)
 
 
 def status(conn: psycopg.Connection[Any], period: str) -> Status | None:
