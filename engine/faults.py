@@ -14,7 +14,10 @@ Actions:
 - ``pause``: sleep ``ENGINE_FAULT_PAUSE_S`` seconds (default 3) in that thread;
 - ``stop``: SIGSTOP this process there (a frozen VM, a stalled container): it
   holds its sockets and its open transaction until someone sends SIGCONT or
-  SIGKILL.
+  SIGKILL. The signal goes to the calling thread, which therefore stops at
+  the point itself (the kernel then stops every other thread); sent to the
+  process, it is taken by the main thread, and the caller ran on past the
+  point until that thread was scheduled.
 
 The points, in the order a step run meets them:
 
@@ -104,7 +107,10 @@ def hit(point: str) -> None:
     elif action == "raise":
         raise FaultInjected(f"fault injected at {point}")
     elif action == "stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # not os.kill(getpid()): Linux hands a process-directed SIGSTOP to the
+        # main thread, and until it runs (milliseconds on a loaded machine)
+        # this thread went on, into the commit it was meant to stop before
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     else:
         time.sleep(float(os.environ.get("ENGINE_FAULT_PAUSE_S", "3")))
 
