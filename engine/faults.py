@@ -24,6 +24,8 @@ The points, in the order a step run meets them:
 ======================  ===========================================================
 ``after_claim``         the claim committed; the step has not started
 ``before_commit``       the step's writes and checkpoint are sent, not committed
+``in_commit``           the commit's own statements are issued (successors, messages,
+                        the delivery's delete), the COMMIT is not sent yet
 ``after_commit``        committed; the delivery is not deleted yet (SQS)
 ``after_submit_commit`` a submit committed; its outbox rows are not published yet
 ``after_publish``       outbox rows published; not yet marked published
@@ -50,7 +52,14 @@ from collections.abc import Iterator
 from typing import Any
 
 POINTS = frozenset(
-    {"after_claim", "before_commit", "after_commit", "after_submit_commit", "after_publish"}
+    {
+        "after_claim",
+        "before_commit",
+        "in_commit",
+        "after_commit",
+        "after_submit_commit",
+        "after_publish",
+    }
 )
 ACTIONS = frozenset({"kill", "raise", "pause", "stop"})
 
