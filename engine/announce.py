@@ -62,7 +62,7 @@ class Announced:
 
 
 def announce(
-    conn: psycopg.Connection[Any],
+    conn: store.Executes,
     publisher: Publisher,
     *,
     job_id: uuid.UUID | None = None,
@@ -77,7 +77,8 @@ def announce(
     existing step runs (a retry's delayed message, a replay). With ``notify``
     a ``NOTIFY`` wakes every worker's relay at the caller's commit, for a
     caller whose commit we cannot hook (a submit inside the ERP's transaction).
-    Needs no result on the transactional path, so it can travel in a pipeline.
+    Needs no result on the transactional path for ``new_runs``, so ``conn``
+    may be a :class:`~engine.store.Batch` there; anything else reads rows.
     """
     if transactional(publisher):
         if new_runs:
@@ -87,8 +88,9 @@ def announce(
                 conn, [Outgoing(StepMessage(job_id=job_id, step_run_id=r.id)) for r in new_runs]
             )
         if outbox_ids:
-            relay(conn, publisher, ids=outbox_ids)
+            relay(_reads(conn), publisher, ids=outbox_ids)
         return Announced(publisher)
+    conn = _reads(conn)
     ids = list(outbox_ids)
     if new_runs:
         assert job_id is not None, "new step runs belong to a job"
@@ -96,3 +98,10 @@ def announce(
     if notify and ids:
         store.outbox_notify(conn)
     return Announced(publisher, tuple(ids))
+
+
+def _reads(conn: store.Executes) -> psycopg.Connection[Any]:
+    """``conn`` itself: what follows reads rows, which a batch has none of before it is sent."""
+    if isinstance(conn, store.Batch):
+        raise TypeError("outbox rows are read back: announce them on the connection, not a batch")
+    return conn

@@ -14,13 +14,18 @@ Actions:
 - ``pause``: sleep ``ENGINE_FAULT_PAUSE_S`` seconds (default 3) in that thread;
 - ``stop``: SIGSTOP this process there (a frozen VM, a stalled container): it
   holds its sockets and its open transaction until someone sends SIGCONT or
-  SIGKILL.
+  SIGKILL. The signal goes to the calling thread, which therefore stops at
+  the point itself (the kernel then stops every other thread); sent to the
+  process, it is taken by the main thread, and the caller ran on past the
+  point until that thread was scheduled.
 
 The points, in the order a step run meets them:
 
 ======================  ===========================================================
 ``after_claim``         the claim committed; the step has not started
 ``before_commit``       the step's writes and checkpoint are sent, not committed
+``in_commit``           the commit's own statements are issued (successors, messages,
+                        the delivery's delete), the COMMIT is not sent yet
 ``after_commit``        committed; the delivery is not deleted yet (SQS)
 ``after_submit_commit`` a submit committed; its outbox rows are not published yet
 ``after_publish``       outbox rows published; not yet marked published
@@ -47,7 +52,14 @@ from collections.abc import Iterator
 from typing import Any
 
 POINTS = frozenset(
-    {"after_claim", "before_commit", "after_commit", "after_submit_commit", "after_publish"}
+    {
+        "after_claim",
+        "before_commit",
+        "in_commit",
+        "after_commit",
+        "after_submit_commit",
+        "after_publish",
+    }
 )
 ACTIONS = frozenset({"kill", "raise", "pause", "stop"})
 
@@ -104,7 +116,10 @@ def hit(point: str) -> None:
     elif action == "raise":
         raise FaultInjected(f"fault injected at {point}")
     elif action == "stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # not os.kill(getpid()): Linux hands a process-directed SIGSTOP to the
+        # main thread, and until it runs (milliseconds on a loaded machine)
+        # this thread went on, into the commit it was meant to stop before
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     else:
         time.sleep(float(os.environ.get("ENGINE_FAULT_PAUSE_S", "3")))
 

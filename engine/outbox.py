@@ -42,9 +42,7 @@ class Publisher(Protocol):
 
     max_delay_s: float
 
-    def publish(
-        self, conn: psycopg.Connection[Any] | None, messages: Sequence[Outgoing]
-    ) -> None: ...
+    def publish(self, conn: store.Executes | None, messages: Sequence[Outgoing]) -> None: ...
 
 
 def relay(

@@ -21,11 +21,10 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from engine import faults, store
@@ -247,40 +246,34 @@ class Executor(Failures):
         published = runs[1:] if eager is not None else runs
         queued: QueuedClaim | None = None
         # Inside a transport's own transaction nothing that follows needs an
-        # answer, so it travels with the COMMIT in one pipeline: messages out and
-        # the delivery gone in the same commit as the checkpoint. An external
-        # queue gets outbox rows (their ids are read back) and the publish and
-        # delete come after the commit.
+        # answer: it goes as one batch, one message (not a pipeline, whose
+        # statements reach the server one by one: see engine.store.batch), then
+        # the COMMIT; messages out and the delivery gone in the same commit as
+        # the checkpoint. An external queue gets outbox rows (their ids are read
+        # back) and the publish and delete come after the commit.
         inside = self.transport.transactional
-        committing = False
         faults.hit("before_commit")
-        try:
-            with conn.pipeline() if inside else nullcontext():
-                if job_complete:
-                    self._finish_job(claimed)
-                if eager is not None:
-                    queued = self._claim_eager(claimed, eager)
-                announced = announce(
-                    conn, self.transport, job_id=claimed.job_id, new_runs=published
-                )
-                self._ack_in_commit(lease, conn)
-                committing = True
-                commit()
-        except BaseException:
-            if committing and conn.info.transaction_status == TransactionStatus.INERROR:
-                # a statement failed and the server skipped the COMMIT behind it
-                conn.rollback()
-            raise
+        sink: store.Executes = store.Batch(conn) if inside else conn
+        if job_complete:
+            self._finish_job(claimed, sink)
+        if eager is not None:
+            queued = self._claim_eager(claimed, eager, sink)
+        announced = announce(sink, self.transport, job_id=claimed.job_id, new_runs=published)
+        self._ack_in_commit(lease, sink)
+        faults.hit("in_commit")
+        if isinstance(sink, store.Batch):
+            sink.send()
+        commit()
         faults.hit("after_commit")
         # an external queue's publish and delete come between this commit and the
         # successor's start, and may outlast its lease: it is checked first
         self._continue_with(queued, known, check_lease=not inside)
         return announced
 
-    def _claim_eager(self, claimed: Claimed, run: NewStepRun) -> QueuedClaim:
+    def _claim_eager(self, claimed: Claimed, run: NewStepRun, sink: store.Executes) -> QueuedClaim:
         """Create ``run`` already leased to this slot, in the checkpoint's transaction."""
         return store.step_run_insert_claimed(
-            self.conn,
+            sink,
             run,
             job_id=claimed.job_id,
             flow=claimed.flow,
@@ -303,8 +296,8 @@ class Executor(Failures):
             return
         self.continuation = Continuation(eager, known, check_lease)
 
-    def _finish_job(self, claimed: Claimed) -> None:
+    def _finish_job(self, claimed: Claimed, sink: store.Executes) -> None:
         store.job_finish_if_active_logged(
-            self.conn, claimed.job_id, JobStatus.DONE, event=EventKind.JOB_DONE, worker=self.worker
+            sink, claimed.job_id, JobStatus.DONE, event=EventKind.JOB_DONE, worker=self.worker
         )
         self.ended_job = claimed.job_id

@@ -57,12 +57,12 @@ class Failures:
     ended_job: uuid.UUID | None
     _default_policy: RetryPolicy
 
-    def delete_delivery(self, lease: Lease, conn: psycopg.Connection[Any] | None = None) -> None:
+    def delete_delivery(self, lease: Lease, conn: store.Executes | None = None) -> None:
         # an eager successor came with no message: nothing to delete
         if lease.receipt is not None:
             self.transport.delete([lease.receipt], conn)
 
-    def _ack_in_commit(self, lease: Lease, conn: psycopg.Connection[Any]) -> None:
+    def _ack_in_commit(self, lease: Lease, conn: store.Executes) -> None:
         """A queue in this database loses the delivery in the step's own commit."""
         if self.transport.transactional:
             self.delete_delivery(lease, conn)

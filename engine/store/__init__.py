@@ -20,14 +20,17 @@ statement that writes it, whoever calls it:
 - ``migrations``: the numbered schema files.
 
 ``rows`` holds the types they return, ``errors`` the driver-error wrapping,
-``queries`` the ``.sql`` loader; ``models`` and ``read`` are the typed,
-read-only side for the CLI and reports (SQLModel).
+``queries`` the ``.sql`` loader, ``batch`` the one-message sending of
+statements that need no answer yet (what commits with a checkpoint);
+``models`` and ``read`` are the typed, read-only side for the CLI and reports
+(SQLModel).
 
 Callers use this package as one namespace (``from engine import store``,
 then ``store.lease_extend_if_owner(...)``): the query names already say which
 table they touch, so where a statement lives can change without its callers.
 """
 
+from engine.store.batch import Batch, Executes, Reply
 from engine.store.dead_letters import (
     Delivery,
     dead_letter_delete_closed,
@@ -105,17 +108,20 @@ from engine.store.step_runs import (
 )
 
 __all__ = [
+    "Batch",
     "CancelledRun",
     "Checkpointed",
     "ClaimRefused",
     "Claimed",
     "Delivery",
+    "Executes",
     "ExpiredExhausted",
     "FingerprintTaken",
     "JobRow",
     "NewStepRun",
     "PendingOutbox",
     "QueuedClaim",
+    "Reply",
     "StepCounts",
     "StepState",
     "checkpoint_put_if_leased",

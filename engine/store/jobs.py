@@ -14,6 +14,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from engine.store.batch import Executes
 from engine.store.dead_letters import dead_letter_mark_replayed_by_job
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
@@ -112,7 +113,7 @@ def job_finish_if_active(
 
 @wrap_errors
 def job_finish_if_active_logged(
-    conn: psycopg.Connection[Any],
+    conn: Executes,
     job_id: uuid.UUID,
     status: str,
     *,
@@ -120,7 +121,7 @@ def job_finish_if_active_logged(
     worker: str,
     error: str | None = None,
 ) -> None:
-    """End an active job and log ``event`` for it; no result, so it can be pipelined."""
+    """End an active job and log ``event`` for it; no result, so it can be batched."""
     conn.execute(
         _q["job_finish_if_active_logged"],
         {"job_id": job_id, "status": status, "error": error, "event": event, "worker": worker},

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from engine.store.batch import Reply
 from engine.store.errors import wrap_errors
 from engine.store.models import JobStatus
 
@@ -101,11 +102,13 @@ class ClaimRefused:
 class QueuedClaim:
     """An eager successor's claim, sent in the checkpoint's transaction and read after its commit.
 
-    With the PostgreSQL transport it travels in the commit's pipeline, so its
-    row can only be read once that pipeline has synced.
+    With the PostgreSQL transport it travels in the commit's batch, so its
+    row can only be read once that batch has been sent.
     """
 
-    def __init__(self, cur: psycopg.Cursor[dict[str, Any]], flow: str, params: dict[str, Any]):
+    def __init__(
+        self, cur: psycopg.Cursor[dict[str, Any]] | Reply, flow: str, params: dict[str, Any]
+    ):
         self._cur = cur
         self._job = {"flow": flow, "params": params}
 

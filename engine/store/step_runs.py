@@ -19,6 +19,7 @@ from psycopg import ClientCursor
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from engine.store.batch import Batch, Executes
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import (
@@ -66,12 +67,12 @@ def step_run_insert_many_with_outbox(
 
 @wrap_errors
 def step_run_insert_many_announced(
-    conn: psycopg.Connection[Any], job_id: uuid.UUID, runs: Sequence[NewStepRun]
+    conn: Executes, job_id: uuid.UUID, runs: Sequence[NewStepRun]
 ) -> None:
     """Insert the step runs not inserted yet, their outbox rows already published.
 
     For a transport that sends their messages in this same transaction; no
-    result is read, so it can be pipelined.
+    result is read, so it can be batched.
     """
     if runs:
         conn.execute(_q["step_run_insert_many"], _runs_params(job_id, runs, published=True))
@@ -140,7 +141,7 @@ def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefuse
 
 @wrap_errors
 def step_run_insert_claimed(
-    conn: psycopg.Connection[Any],
+    conn: Executes,
     run: NewStepRun,
     *,
     job_id: uuid.UUID,
@@ -149,26 +150,26 @@ def step_run_insert_claimed(
     worker: str,
     lease_s: float,
 ) -> QueuedClaim:
-    """Insert ``run`` already leased to ``worker``, in the caller's transaction (pipelinable).
+    """Insert ``run`` already leased to ``worker``, in the caller's transaction (batchable).
 
     For a step run the caller's checkpoint has just made ready: it is created
     and claimed together, and commits with that checkpoint or not at all.
     """
+    values = {
+        "id": run.id,
+        "job_id": job_id,
+        "step": run.step,
+        "fanout_key": run.fanout_key,
+        "fingerprint": run.fingerprint,
+        "max_attempts": run.max_attempts,
+        "item": None if run.item is None else Jsonb(run.item),
+        "worker": worker,
+        "lease_s": lease_s,
+    }
+    if isinstance(conn, Batch):
+        return QueuedClaim(conn.execute(_q["step_run_insert_claimed"], values), flow, params)
     cur = conn.cursor(row_factory=dict_row)
-    cur.execute(
-        _q["step_run_insert_claimed"],
-        {
-            "id": run.id,
-            "job_id": job_id,
-            "step": run.step,
-            "fanout_key": run.fanout_key,
-            "fingerprint": run.fingerprint,
-            "max_attempts": run.max_attempts,
-            "item": None if run.item is None else Jsonb(run.item),
-            "worker": worker,
-            "lease_s": lease_s,
-        },
-    )
+    cur.execute(_q["step_run_insert_claimed"], values)
     return QueuedClaim(cur, flow, params)
 
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import psycopg
+from typing import Protocol
 
 from engine.messages import StepMessage
+from engine.store.batch import Executes
 
 
 @dataclass(frozen=True)
@@ -42,16 +41,16 @@ class Transport(Protocol):
     """How "step run X is ready" reaches workers.
 
     ``transactional`` transports (the PostgreSQL queue table) accept the
-    caller's connection in ``publish`` and ``delete`` and join its
-    transaction: the message then exists, or is gone, exactly when that
-    transaction commits. Others ignore ``conn`` and act at once.
+    caller's connection (or a batch for it) in ``publish`` and ``delete`` and
+    join its transaction: the message then exists, or is gone, exactly when
+    that transaction commits. Others ignore ``conn`` and act at once.
     """
 
     name: str
     transactional: bool
     max_delay_s: float  # longest delivery delay it supports (SQS: 900 s)
 
-    def publish(self, conn: psycopg.Connection[Any] | None, messages: Sequence[Outgoing]) -> None:
+    def publish(self, conn: Executes | None, messages: Sequence[Outgoing]) -> None:
         """Send ``messages`` (each after its delay)."""
         ...
 
@@ -79,7 +78,7 @@ class Transport(Protocol):
         """Make these deliveries visible again at once (shutdown, backing off)."""
         ...
 
-    def delete(self, receipts: Sequence[str], conn: psycopg.Connection[Any] | None = None) -> None:
+    def delete(self, receipts: Sequence[str], conn: Executes | None = None) -> None:
         """Delete these deliveries; a stale receipt deletes nothing and raises nothing."""
         ...
 

@@ -36,6 +36,7 @@ import psycopg
 from engine import db
 from engine.config import Settings
 from engine.errors import BadInput, StoreError
+from engine.store.batch import Executes
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.transports.base import Outgoing, Received
@@ -130,7 +131,7 @@ class PostgresTransport:
         self._closed = False
 
     @wrap_errors
-    def publish(self, conn: psycopg.Connection[Any] | None, messages: Sequence[Outgoing]) -> None:
+    def publish(self, conn: Executes | None, messages: Sequence[Outgoing]) -> None:
         """Send ``messages``: inside ``conn``'s transaction when given (they commit with it)."""
         if not messages:
             return
@@ -249,7 +250,7 @@ class PostgresTransport:
             conn.execute(_q["queue_release_if_receipt_many"], _parse(receipts))
 
     @wrap_errors
-    def delete(self, receipts: Sequence[str], conn: psycopg.Connection[Any] | None = None) -> None:
+    def delete(self, receipts: Sequence[str], conn: Executes | None = None) -> None:
         """Delete these deliveries, inside ``conn``'s transaction when given.
 
         A stale receipt deletes nothing and raises nothing.

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import psycopg
 import pytest
@@ -30,7 +31,7 @@ from psycopg import sql
 from engine import admin, db, store, submit
 from engine.alerts import log_alert
 from engine.config import Settings
-from engine.errors import BadInput
+from engine.errors import BadInput, StoreError
 from engine.heartbeat import Heartbeat
 from engine.messages import StepMessage
 from engine.registry import Registry
@@ -608,19 +609,11 @@ def _process_state(pid: int) -> str:
         return stat.read().rsplit(")", 1)[1].split()[0]
 
 
-def test_frozen_worker__stopped_after_its_checkpoint_does_not_hold_the_job_lock(
-    fast: Settings, conn: psycopg.Connection[Any]
-) -> None:
-    # A worker frozen (SIGSTOP) between its checkpoint and its COMMIT holds the
-    # job row lock; the server must end its idle transaction so that another
-    # worker can reclaim the step and finish the job. A checkpoint sent as a
-    # psycopg pipeline left the session without the idle-in-transaction timer
-    # (the pipeline's trailing Flush disarms it), so the lock stayed forever.
+def _frozen_at_is_taken_over(fast: Settings, conn: psycopg.Connection[Any], point: str) -> None:
+    """A worker SIGSTOPped at ``point`` of step a's commit; another one finishes the job."""
     frozen_settings = {"lease_s": 2.0, "heartbeat_s": 0.5, "idle_in_transaction_timeout_s": 1.0}
     job = submit("chain", {}, settings=fast, registry=flows_registry())
-    frozen = start_worker_process(
-        fast, faults="before_commit=stop", concurrency=1, **frozen_settings
-    )
+    frozen = start_worker_process(fast, faults=f"{point}=stop", concurrency=1, **frozen_settings)
     try:
         wait_until(lambda: _process_state(frozen.pid) == "T", what="the worker to freeze")
         assert job_status(conn, job.job_id) == "running"
@@ -631,3 +624,56 @@ def test_frozen_worker__stopped_after_its_checkpoint_does_not_hold_the_job_lock(
     assert conn.execute(
         "SELECT count(*) AS n FROM test_effects WHERE job_id = %s", (job.job_id,)
     ).fetchone() == {"n": 3}
+
+
+def test_frozen_worker__stopped_after_its_checkpoint_does_not_hold_the_job_lock(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # A worker frozen (SIGSTOP) between its checkpoint and its COMMIT holds the
+    # job row lock; the server must end its idle transaction so that another
+    # worker can reclaim the step and finish the job. A checkpoint sent as a
+    # psycopg pipeline left the session without the idle-in-transaction timer
+    # (the pipeline's trailing Flush disarms it), so the lock stayed forever.
+    _frozen_at_is_taken_over(fast, conn, "before_commit")
+
+
+def test_frozen_worker__stopped_inside_its_commit_does_not_hold_the_job_lock(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # Frozen later: the statements that commit with the checkpoint (the eager
+    # successor's claim, the delivery's delete) are issued, the COMMIT is not.
+    # Sent as a pipeline, each statement reached the server on its own with no
+    # Sync behind it: the session sat 'active' in ClientRead, where neither
+    # statement_timeout nor idle_in_transaction_session_timeout runs, holding
+    # the job row lock until the process died (the survivor's claim waited on
+    # it, lock_timeout after lock_timeout). A worker frozen at before_commit
+    # used to end up here too, now and then: SIGSTOP sent to the process let
+    # the slot thread run on into its commit.
+    _frozen_at_is_taken_over(fast, conn, "in_commit")
+
+
+def test_batch__nothing_reaches_the_server_before_it_is_sent(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # What the commit's statements rely on: until the batch goes, the session
+    # is idle in transaction (its timer armed), never halfway through a
+    # sequence of messages; once answered it is idle in transaction again.
+    def session(pid: int) -> dict[str, Any] | None:
+        return conn.execute(
+            "SELECT state, query FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+
+    with db.connect(settings, autocommit=True) as c, c.transaction():
+        pid = c.info.backend_pid
+        batch = store.Batch(c)
+        first = batch.execute("SELECT %(n)s::int AS n", {"n": 1})
+        none = batch.execute("SELECT 1 AS n WHERE false")
+        quoted = batch.execute("SELECT %(t)s::text AS t", {"t": "it's; -- not a comment"})
+        assert session(pid) == {"state": "idle in transaction", "query": "BEGIN"}
+        with pytest.raises(StoreError, match="before its batch is sent"):
+            first.fetchone()
+        batch.send()
+        assert session(pid) == {"state": "idle in transaction", "query": ANY}
+    assert first.fetchone() == {"n": 1}
+    assert none.fetchone() is None
+    assert quoted.fetchone() == {"t": "it's; -- not a comment"}

@@ -1,0 +1,89 @@
+"""A batch: statements bound client side and sent later, together, as one simple-query message.
+
+For the statements that commit with a checkpoint and need no answer before
+the COMMIT (the job's end, an eager successor's claim, the messages out and
+the delivery's delete with the PostgreSQL transport). Store functions that
+take an :data:`Executes` write into a batch as they would into a connection;
+:meth:`Batch.send` sends them all at once, and each :class:`Reply` holds its
+rows from then on.
+
+Not a psycopg pipeline: a pipeline sends each statement as it is executed,
+with a Flush and no Sync until its end. A worker frozen (SIGSTOP, a stalled
+VM) between two of them left its session ``active`` in ``ClientRead``
+halfway through an extended-protocol sequence, where PostgreSQL 15 runs
+neither ``statement_timeout`` (stopped after each Execute) nor
+``idle_in_transaction_session_timeout`` (armed only once a Sync or a whole
+query has been answered), holding the job's row lock until the process
+died. A simple-query message is answered as a whole, and the session is
+then idle in transaction, its timer armed, until the next one arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import psycopg
+from psycopg import ClientCursor
+from psycopg.rows import dict_row
+
+from engine.errors import StoreError
+from engine.store.errors import wrap_errors
+
+
+class Reply:
+    """The rows one statement of a batch returned, readable once the batch was sent."""
+
+    def __init__(self) -> None:
+        self._rows: list[dict[str, Any]] | None = None
+
+    def fetchone(self) -> dict[str, Any] | None:
+        if self._rows is None:
+            raise StoreError("a batched statement has no answer before its batch is sent")
+        return self._rows[0] if self._rows else None
+
+    def close(self) -> None:
+        """Nothing to release (a cursor's counterpart)."""
+
+
+class Batch:
+    """Statements for ``conn``'s open transaction, bound now and sent by :meth:`send`."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._binder = ClientCursor(conn)
+        self._statements: list[str] = []
+        self._replies: list[Reply] = []
+
+    def __len__(self) -> int:
+        return len(self._statements)
+
+    def execute(self, query: str, params: Mapping[str, Any] | None = None) -> Reply:
+        """Add ``query`` bound to ``params``; its rows arrive with :meth:`send`."""
+        bound = self._binder.mogrify(query, params) if params is not None else query
+        self._statements.append(bound.rstrip().rstrip(";"))
+        reply = Reply()
+        self._replies.append(reply)
+        return reply
+
+    @wrap_errors
+    def send(self) -> None:
+        """Send every statement in one message and one round trip; then each reply is read.
+
+        The first failing statement raises, the ones after it are not run and
+        the transaction is left aborted (the caller rolls back).
+        """
+        if not self._statements:
+            return
+        statements, replies = self._statements, self._replies
+        self._statements, self._replies = [], []
+        with ClientCursor(self.conn, row_factory=dict_row) as cur:
+            cur.execute(";\n".join(statements))
+            for i, reply in enumerate(replies):
+                if i:
+                    cur.nextset()
+                reply._rows = cur.fetchall() if cur.description is not None else []
+
+
+# where a statement that needs no answer yet goes: a connection, or a batch sent later
+Executes: TypeAlias = psycopg.Connection[Any] | Batch
