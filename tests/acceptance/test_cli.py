@@ -10,23 +10,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from harness import engine_cli as engine
 
 from engine.config import Settings
 
 pytestmark = pytest.mark.acceptance
-
-
-def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    assert settings.database_url is not None
-    env = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_cli__submit_with_a_bad_period_exits_2_naming_it(settings: Settings) -> None:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
+from harness import engine_cli as engine
 
 from engine import BadInput
 from engine.config import Settings
@@ -43,20 +41,6 @@ def insert_journals(conn: psycopg.Connection[Any]) -> None:
                     for n, (account, debit, credit) in enumerate(lines, start=1)
                 ],
             )
-
-
-def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    assert settings.database_url is not None
-    env = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
-    env.pop("ENGINE_FLOW_MODULES", None)
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_trial_balance__sums_the_period_by_account_whatever_the_source(

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import psycopg
 import pytest
+from harness import engine_cli as engine
 
 from engine.config import Settings
 from flows import costing
@@ -18,19 +16,6 @@ from flows.erp.seed import seed
 
 pytestmark = pytest.mark.acceptance
 NOV = "2026-11"
-
-
-def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    assert settings.database_url is not None
-    env = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.fixture

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -143,3 +145,20 @@ class ExternalQueue:
 
     def publish(self, conn: Any, messages: Any) -> None:
         raise AssertionError("the submitting process crashed before publishing")
+
+
+def engine_cli(
+    settings: Settings, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -m engine ARGS`` as a user runs it, on the test's database (every flow module)."""
+    assert settings.database_url is not None
+    env = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
+    env.pop("ENGINE_FLOW_MODULES", None)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
