@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
-__all__ = ["Period"]
+__all__ = ["Period", "next_period"]
 
 _PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")
 
@@ -40,3 +40,9 @@ Period = Annotated[
     ),
 ]
 """An accounting month as ``YYYY-MM`` (month 01-12). ``26-11`` and ``2026-1`` are rejected."""
+
+
+def next_period(period: str) -> str:
+    """The month after ``period`` (``next_period("2026-12") == "2027-01"``)."""
+    year, month = int(period[:4]), int(period[5:])
+    return f"{year + month // 12:04d}-{month % 12 + 1:02d}"

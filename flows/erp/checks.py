@@ -33,6 +33,7 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel
 
 from engine import BadInput, load_queries
+from flows.types import next_period
 
 __all__ = ["BooksCheck", "Check", "check_period"]
 
@@ -72,11 +73,6 @@ def _rows(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> l
         return cur.fetchall()
 
 
-def _next(period: str) -> str:
-    year, month = int(period[:4]), int(period[5:])
-    return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
-
-
 def _examples(items: list[str], shown: int = 5) -> str:
     more = f" and {len(items) - shown} more" if len(items) > shown else ""
     return ", ".join(items[:shown]) + more
@@ -84,7 +80,7 @@ def _examples(items: list[str], shown: int = 5) -> str:
 
 def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
     """Run every check of ``period``; :class:`engine.BadInput` if the period does not exist."""
-    params = {"period": period, "next": _next(period)}
+    params = {"period": period, "next": next_period(period)}
     found = _rows(conn, "period_stores", params)
     if not found:
         raise BadInput(f"period {period} does not exist in erp_periods")

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from engine import BadInput, Refused, active_jobs, load_queries
 from flows.erp import checks
+from flows.types import next_period
 
 __all__ = [
     "BOOK_FLOWS",
@@ -49,7 +50,6 @@ __all__ = [
     "next_period",
     "open_next_for_store",
     "reopen",
-    "shift",
     "starting_points",
     "status",
 ]
@@ -82,17 +82,6 @@ class PeriodEvent(BaseModel):
     actor: str
     reason: str
     at: datetime
-
-
-def shift(period: str, months: int) -> str:
-    """``period`` moved by ``months`` (``shift("2026-12", 1) == "2027-01"``)."""
-    year, month = int(period[:4]), int(period[5:])
-    index = year * 12 + (month - 1) + months
-    return f"{index // 12:04d}-{index % 12 + 1:02d}"
-
-
-def next_period(period: str) -> str:
-    return shift(period, 1)
 
 
 def _rows(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,7 +8,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from harness import fast_settings, start_worker_process, thread_worker, wait_job_ended, wait_until
+from harness import (
+    fast_settings,
+    run_of,
+    start_worker_process,
+    thread_worker,
+    wait_job_ended,
+    wait_until,
+)
 
 from engine import Refused, Registry, render_job_report, submit
 from engine.config import Settings
@@ -42,11 +49,7 @@ def made(conn: psycopg.Connection[Any]) -> Any:
 
 
 def summary(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any]:
-    row = conn.execute(
-        "SELECT output FROM engine_step_runs WHERE job_id = %s AND step = 'month_end'", (job_id,)
-    ).fetchone()
-    assert row is not None
-    return dict(row["output"])
+    return dict(run_of(conn, job_id, "month_end")["output"])
 
 
 def assert_closed_exactly_once(conn: psycopg.Connection[Any], made: Any, s: dict[str, Any]) -> None:

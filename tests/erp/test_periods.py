@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from harness import fast_settings, thread_worker, wait_job_ended, wait_until
+from harness import fast_settings, run_of, thread_worker, wait_job_ended, wait_until
 
 from engine import BadInput, Fail, Refused, Registry, submit
 from engine.config import Settings
@@ -66,11 +66,7 @@ def run(
 
 
 def output(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> Any:
-    row = conn.execute(
-        "SELECT output FROM engine_step_runs WHERE job_id = %s AND step = %s", (job_id, step)
-    ).fetchone()
-    assert row is not None
-    return row["output"]
+    return run_of(conn, job_id, step)["output"]
 
 
 def snapshot(conn: psycopg.Connection[Any]) -> dict[str, Any]:
