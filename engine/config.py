@@ -8,16 +8,17 @@ PostgreSQL in ``ENGINE_PGDATA`` (see :mod:`engine.db`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import unquote
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,7 +107,7 @@ class Settings(BaseSettings):
     embedded_database: str = Field(
         default="engine", description="database created inside the embedded server"
     )
-    migration_dirs: list[Path] = Field(
+    migration_dirs: Annotated[list[Path], NoDecode] = Field(
         default=[_PROJECT_ROOT / "migrations", _PROJECT_ROOT / "flows" / "migrations"],
         description=(
             "folders of numbered .sql migrations, applied as one sequence "
@@ -120,7 +121,7 @@ class Settings(BaseSettings):
     report_on_end: bool = Field(
         default=True, description="render a job's HTML report (and the index) when it ends"
     )
-    flow_modules: list[str] | None = Field(
+    flow_modules: Annotated[list[str] | None, NoDecode] = Field(
         default=None,
         description="modules that export a `flow`; unset means every module of the flows package",
     )
@@ -210,20 +211,42 @@ class Settings(BaseSettings):
         ),
     )
     connect_timeout_s: int = Field(default=10, ge=1, description="database connect timeout")
+    # operations (issue 13): logs, metrics, alerts, where reports go
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="log lines: readable text, or one JSON object per line (job, flow, step...)",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="`engine worker` serves Prometheus metrics on this port (unset: none)",
+    )
+    alert_sinks: Annotated[list[Literal["log", "sns", "webhook"]], NoDecode] = Field(
+        default=["log"],
+        description="where dead-letter alerts go, comma-separated: log, sns, webhook",
+    )
+    alert_sns_topic_arn: str | None = Field(
+        default=None, description="SNS topic of the `sns` alert sink"
+    )
+    alert_webhook_url: SecretStr | None = Field(
+        default=None,
+        description="URL the `webhook` alert sink POSTs to (Slack-compatible); kept secret",
+    )
+    reports_url: str | None = Field(
+        default=None,
+        pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$",
+        description="s3://bucket/prefix: reports and the index go to S3 instead of REPORTS_DIR",
+    )
 
-    @field_validator("migration_dirs", mode="before")
+    @field_validator("migration_dirs", "flow_modules", "alert_sinks", mode="before")
     @classmethod
-    def _split_dirs(cls, value: object) -> object:
-        if isinstance(value, str) and not value.lstrip().startswith("["):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("flow_modules", mode="before")
-    @classmethod
-    def _split_modules(cls, value: object) -> object:
-        # ENGINE_FLOW_MODULES=flows.costing,flows.posting reads naturally;
-        # pydantic-settings would otherwise demand a JSON list.
-        if isinstance(value, str) and not value.lstrip().startswith("["):
+    def _split_list(cls, value: object) -> object:
+        # ENGINE_FLOW_MODULES=flows.costing,flows.posting reads naturally; a
+        # JSON list ('["a", "b"]') is read as one too.
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 

@@ -35,6 +35,28 @@ def test_settings__flow_modules_from_a_comma_list(monkeypatch: pytest.MonkeyPatc
     assert Settings().flow_modules == ["flows.example", "flows.other"]
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "field", "expected"),
+    [
+        ("ENGINE_MIGRATION_DIRS", "/a, /b", "migration_dirs", ["/a", "/b"]),
+        ("ENGINE_MIGRATION_DIRS", '["/a"]', "migration_dirs", ["/a"]),
+        ("ENGINE_FLOW_MODULES", '["flows.example"]', "flow_modules", ["flows.example"]),
+        ("ENGINE_ALERT_SINKS", "log,webhook", "alert_sinks", ["log", "webhook"]),
+    ],
+)
+def test_settings__lists_from_commas_or_json(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, field: str, expected: list[str]
+) -> None:
+    monkeypatch.setenv(name, value)
+    assert [str(v) for v in getattr(Settings(), field)] == expected
+
+
+def test_settings__unknown_alert_sink_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGINE_ALERT_SINKS", "log,pager")
+    with pytest.raises(ValueError, match="pager"):
+        Settings()
+
+
 def test_queries__block_without_invariant_line_is_refused() -> None:
     with pytest.raises(ValueError, match="invariant"):
         parse("-- job_get --\nSELECT 1;\n", "x.sql")
