@@ -32,9 +32,9 @@ def dead_letter_insert_step(
     step_run_id: uuid.UUID,
     reason: str,
     error: dict[str, Any] | None,
-) -> bool:
-    """``True`` when this call created the dead letter (alert once)."""
-    cur = conn.execute(
+) -> int | None:
+    """The new dead letter's id; ``None`` when the step run was dead-lettered already."""
+    row = conn.execute(
         _q["dead_letter_insert_step"],
         {
             "job_id": job_id,
@@ -42,8 +42,8 @@ def dead_letter_insert_step(
             "reason": reason,
             "error": None if error is None else Jsonb(error),
         },
-    )
-    return cur.rowcount == 1
+    ).fetchone()
+    return None if row is None else int(column(row, "id"))
 
 
 @wrap_errors
@@ -67,17 +67,22 @@ class Delivery(Protocol):
 
 def dead_letter_insert_message_logged(
     conn: psycopg.Connection[Any], worker: str, received: Delivery, reason: str
-) -> None:
-    """Keep a message that can never be handled, with its reason (one transaction)."""
+) -> int:
+    """Keep a message that can never be handled, with its reason; its id.
+
+    Joins the caller's transaction when there is one (so its alert commits
+    with it), otherwise runs in its own.
+    """
     with conn.transaction():
         body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
-        dead_letter_insert_message(conn, body, reason)
+        dl_id = dead_letter_insert_message(conn, body, reason)
         event_insert(
             conn,
             EventKind.MESSAGE_DROPPED,
             worker=worker,
             detail={"reason": reason, "message_id": received.message_id},
         )
+    return dl_id
 
 
 @wrap_errors
