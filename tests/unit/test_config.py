@@ -76,3 +76,13 @@ def test_queries__block_without_invariant_line_is_refused() -> None:
 def test_step_message__malformed_bodies_say_why(body: str, reason: str) -> None:
     with pytest.raises(MalformedMessage, match=reason):
         StepMessage.decode(body)
+
+
+def test_report_link__s3_object_or_local_file() -> None:
+    from engine.reports.links import report_link
+
+    job = "3f334b3d-0000-4000-8000-000000000001"
+    s3 = Settings(reports_url="s3://erp-reports/prod/")
+    assert report_link(s3, job) == f"https://erp-reports.s3.amazonaws.com/prod/runs/{job}.html"
+    local = report_link(Settings(), job)
+    assert local.startswith("file:///") and local.endswith(f"/runs/{job}.html")
