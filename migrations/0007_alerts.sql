@@ -4,6 +4,14 @@
 -- dispatchers exactly one sends it, a sink that was down is retried with
 -- backoff, and a delivered alert is never sent again.
 
+-- A message dead letter keeps its message id, once: a message recorded but not
+-- yet deleted from its queue (a crash in between, an SQS duplicate) comes
+-- back and is not recorded, nor alerted, a second time.
+ALTER TABLE engine_dead_letters ADD COLUMN message_id text;
+CREATE UNIQUE INDEX engine_dead_letters_open_message
+    ON engine_dead_letters (message_id)
+    WHERE source = 'message' AND message_id IS NOT NULL AND replayed_at IS NULL;
+
 CREATE TABLE engine_alerts (
     id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- one alert per dead letter; a purged dead letter keeps its alert's history

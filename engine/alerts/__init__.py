@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import psycopg
 
 from engine import store
+from engine.store.rows import ClaimedDelivery
 
 __all__ = ["Alert", "AlertRecorder", "AlertSink"]
 
@@ -47,6 +48,23 @@ class Alert:
     alert_id: int | None = None
     source: str = "step"
     created_at: datetime | None = None
+
+    @classmethod
+    def of_delivery(cls, delivery: ClaimedDelivery, report_link: str | None) -> Alert:
+        """The alert a claimed delivery sends (``report_link``: the job's report, if any)."""
+        return cls(
+            reason=delivery.reason,
+            job_id=delivery.job_id,
+            step_run_id=delivery.step_run_id,
+            flow=delivery.flow,
+            step=delivery.step,
+            attempts=delivery.attempts,
+            error=delivery.error_line,
+            report_link=report_link,
+            alert_id=delivery.alert_id,
+            source=delivery.source,
+            created_at=delivery.created_at,
+        )
 
     @property
     def title(self) -> str:
@@ -82,6 +100,7 @@ class Alert:
             ("attempts", self.attempts),
             ("error", self.error),
             ("report", self.report_link),
+            ("reason", self.reason if self.source == "message" else None),
             ("alert", self.alert_id),
         ):
             if value not in (None, ""):
@@ -103,15 +122,21 @@ class AlertRecorder:
     """Writes a dead letter's alert in the dead letter's own transaction.
 
     ``sinks`` names the delivery rows to make (the sinks this worker is
-    configured with); ``wake`` is told after the commit, so the dispatcher
-    sends without waiting for its next round.
+    configured with). The caller calls :meth:`wake` once its transaction
+    committed, so the worker's dispatcher sends without waiting for its next
+    round (before the commit it would find nothing).
     """
 
     sinks: Sequence[str]
     wake: Callable[[], None] = field(default=lambda: None)
 
     def record(self, conn: psycopg.Connection[Any], dead_letter_id: int | None) -> bool:
-        """``True`` when this call made the alert (``None``: no new dead letter)."""
+        """Write the alert of a dead letter this transaction just made.
+
+        ``True`` when this call made the alert; ``False`` when there is no new
+        dead letter (``None``: another worker or sweeper made it) or the dead
+        letter was alerted already.
+        """
         if dead_letter_id is None:
             return False
         return store.alert_insert_for_dead_letter(conn, dead_letter_id, self.sinks) is not None

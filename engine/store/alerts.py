@@ -98,6 +98,21 @@ def alert_delivery_reset_abandoned(
 
 
 @wrap_errors
+def alert_exists(conn: psycopg.Connection[Any], alert_id: int) -> bool:
+    return conn.execute(_q["alert_exists"], {"alert_id": alert_id}).fetchone() is not None
+
+
+@wrap_errors
+def alert_delivery_select_by_alert(
+    conn: psycopg.Connection[Any], alert_id: int
+) -> list[dict[str, Any]]:
+    """The deliveries of one alert, by sink (empty: no such alert)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["alert_delivery_select_by_alert"], {"alert_id": alert_id})
+        return cur.fetchall()
+
+
+@wrap_errors
 def alert_select_recent(
     conn: psycopg.Connection[Any], *, limit: int, pending_only: bool = False
 ) -> list[dict[str, Any]]:
@@ -111,6 +126,8 @@ __all__ = [
     "alert_delivery_mark_delivered_if_claimed",
     "alert_delivery_mark_failed_if_claimed",
     "alert_delivery_reset_abandoned",
+    "alert_delivery_select_by_alert",
+    "alert_exists",
     "alert_insert_for_dead_letter",
     "alert_select_recent",
 ]

@@ -47,12 +47,15 @@ def dead_letter_insert_step(
 
 
 @wrap_errors
-def dead_letter_insert_message(conn: psycopg.Connection[Any], body: str, reason: str) -> int:
+def dead_letter_insert_message_if_new(
+    conn: psycopg.Connection[Any], message_id: str | None, body: str, reason: str
+) -> int | None:
+    """The new dead letter's id; ``None`` when this message id was recorded already."""
     row = conn.execute(
-        _q["dead_letter_insert_message"], {"body": body, "reason": reason}
+        _q["dead_letter_insert_message_if_new"],
+        {"message_id": message_id, "body": body, "reason": reason},
     ).fetchone()
-    assert row is not None
-    return int(column(row, "id"))
+    return None if row is None else int(column(row, "id"))
 
 
 class Delivery(Protocol):
@@ -67,15 +70,16 @@ class Delivery(Protocol):
 
 def dead_letter_insert_message_logged(
     conn: psycopg.Connection[Any], worker: str, received: Delivery, reason: str
-) -> int:
-    """Keep a message that can never be handled, with its reason; its id.
+) -> int | None:
+    """Keep a message that can never be handled, with its reason; the new dead letter's id.
 
-    Joins the caller's transaction when there is one (so its alert commits
-    with it), otherwise runs in its own.
+    ``None``: the same message was recorded already (it came back before its
+    delete). Joins the caller's transaction when there is one (so its alert
+    commits with it), otherwise runs in its own.
     """
     with conn.transaction():
         body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
-        dl_id = dead_letter_insert_message(conn, body, reason)
+        dl_id = dead_letter_insert_message_if_new(conn, received.message_id, body, reason)
         event_insert(
             conn,
             EventKind.MESSAGE_DROPPED,

@@ -71,12 +71,13 @@ RETURNING status;
 -- alert_delivery_reset_abandoned --
 -- An operator sends abandoned deliveries again (engine alerts retry); delivered ones are never resent.
 UPDATE engine_alert_deliveries
-SET status = 'pending', attempts = 0, next_attempt_at = clock_timestamp()
+SET status = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
+    claimed_by = NULL, claim_token = NULL, claimed_until = NULL
 WHERE status = 'abandoned' AND (%(alert_id)s::bigint IS NULL OR alert_id = %(alert_id)s)
 RETURNING alert_id, sink;
 
 -- alert_select_recent --
--- Alerts newest first, each with its deliveries' state, for `engine alerts list`.
+-- Alerts newest first, each with all its deliveries' state, for `engine alerts list` (pending_only: those with a delivery not delivered yet).
 SELECT a.id, a.dead_letter_id, a.source, a.job_id, a.step_run_id, a.flow, a.step, a.attempts,
        a.error_line, a.reason, a.created_at,
        coalesce(jsonb_agg(jsonb_build_object(
@@ -86,7 +87,21 @@ SELECT a.id, a.dead_letter_id, a.source, a.job_id, a.step_run_id, a.flow, a.step
                 FILTER (WHERE d.sink IS NOT NULL), '[]'::jsonb) AS deliveries
 FROM engine_alerts AS a
 LEFT JOIN engine_alert_deliveries AS d ON d.alert_id = a.id
-WHERE (%(pending_only)s IS FALSE OR d.status IN ('pending', 'sending', 'abandoned'))
+WHERE %(pending_only)s IS FALSE
+   OR EXISTS (SELECT FROM engine_alert_deliveries AS p
+              WHERE p.alert_id = a.id AND p.status IN ('pending', 'sending', 'abandoned'))
 GROUP BY a.id
 ORDER BY a.id DESC
 LIMIT %(limit)s;
+
+-- alert_delivery_select_by_alert --
+-- One alert's deliveries (none: no such alert, or no sink was configured when it was recorded).
+SELECT d.alert_id, d.sink, d.status, d.attempts, d.last_error
+FROM engine_alerts AS a
+JOIN engine_alert_deliveries AS d ON d.alert_id = a.id
+WHERE a.id = %(alert_id)s
+ORDER BY d.sink;
+
+-- alert_exists --
+-- Whether an alert of that id was recorded (an operator's retry names one).
+SELECT 1 FROM engine_alerts WHERE id = %(alert_id)s;
