@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.table import Table
 
 from engine import admin
 from engine.cli.output import out, print_json
@@ -29,26 +28,33 @@ def alerts_list(pending: bool, limit: int, as_json: bool) -> None:
     if as_json:
         print_json({"alerts": rows})
         return
-    table = Table("id", "dead letter", "job", "flow/step", "attempts", "error", "deliveries", "at")
+    if not rows:
+        out.print("no alerts" + (" pending" if pending else ""), highlight=False)
     for r in rows:
-        where = f"{r['flow'] or '?'}/{r['step'] or '?'}" if r["source"] == "step" else "message"
-        table.add_row(
-            str(r["id"]),
-            str(r["dead_letter_id"] or ""),
-            str(r["job_id"] or ""),
-            where,
-            "" if r["attempts"] is None else str(r["attempts"]),
-            r["error_line"],
-            "\n".join(_delivery(d) for d in r["deliveries"]),
-            f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
-        )
-    out.print(table)
+        # a block per alert: readable at any terminal width, and errors are never wrapped away
+        out.print(_block(r), highlight=False, markup=False)
+
+
+def _block(r: dict[str, Any]) -> str:
+    head = f"alert {r['id']}  {r['created_at']:%Y-%m-%d %H:%M:%S}"
+    if r["dead_letter_id"] is not None:
+        head += f"  dead letter {r['dead_letter_id']}"
+    if r["source"] == "step":
+        what = f"  job {r['job_id']}  {r['flow'] or '?'}/{r['step'] or '?'}"
+        if r["attempts"] is not None:
+            what += f"  attempts {r['attempts']}"
+    else:
+        what = "  a message that can never be handled"
+    lines = [head, what, f"  error: {r['error_line']}"]
+    lines += [f"  {_delivery(d)}" for d in r["deliveries"]]
+    return "\n".join(lines) + "\n"
 
 
 def _delivery(d: dict[str, Any]) -> str:
-    state = f"{d['sink']}: {d['status']} ({d['attempts']} send(s))"
+    sends = f"{d['attempts']} send{'' if d['attempts'] == 1 else 's'}"
+    state = f"{d['sink']}: {d['status']} ({sends})"
     if d["status"] != "delivered" and d.get("last_error"):
-        state += f" {d['last_error']}"
+        state += f": {d['last_error']}"
     return state
 
 
