@@ -1,4 +1,4 @@
-"""Operator actions on jobs and dead letters: cancel, retry, dead-letter replay.
+"""Operator actions on jobs, dead letters and alerts: cancel, retry, replay, resend.
 
 Each is one transaction; the messages they need are written to the outbox in
 it and relayed after it commits, like a submit.
@@ -107,3 +107,31 @@ def purge(settings: Settings) -> int:
     """Delete poison-message and replayed dead letters; the count deleted."""
     with db.connect(settings) as conn, conn.transaction():
         return store.dead_letter_delete_closed(conn)
+
+
+def alerts(settings: Settings, limit: int = 50, *, pending: bool = False) -> list[dict[str, Any]]:
+    """Recorded alerts, newest first, each with its deliveries (``pending``: not all delivered)."""
+    with db.connect(settings) as conn:
+        return store.alert_select_recent(conn, limit=limit, pending_only=pending)
+
+
+def retry_alerts(settings: Settings, alert_id: int | None = None) -> int:
+    """Make abandoned deliveries (of ``alert_id``, or all) pending again; how many.
+
+    The workers' dispatchers send them at their next round. Delivered
+    deliveries are never sent again.
+    """
+    with db.connect(settings) as conn, conn.transaction():
+        reset = store.alert_delivery_reset_abandoned(conn, alert_id)
+        if reset == 0 and alert_id is not None:
+            if not store.alert_exists(conn, alert_id):
+                raise BadInput(f"no alert with id {alert_id}; `engine alerts list` shows them")
+            states = ", ".join(
+                f"{d['sink']} {d['status']}"
+                for d in store.alert_delivery_select_by_alert(conn, alert_id)
+            )
+            raise BadInput(
+                f"alert {alert_id} has no abandoned delivery ({states or 'no sinks'}); "
+                "pending ones are sent by the workers, delivered ones are never sent again"
+            )
+        return reset

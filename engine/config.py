@@ -63,13 +63,16 @@ class SecretsFilter(logging.Filter):
 
     Installed on handlers (a logger's own filters miss records propagated from
     other loggers, such as botocore's). The secrets are the database password
-    of ``database_url`` and the AWS keys of the environment, besides the
+    of ``database_url``, the AWS keys and the alert webhook URL of the
+    environment, besides the
     patterns of :func:`mask_secrets`.
     """
 
     def __init__(self, database_url: SecretStr | None = None) -> None:
         super().__init__()
         found = [os.environ.get(name, "") for name in _AWS_ENV_SECRETS]
+        # a webhook URL (Slack's) is itself the credential
+        found.append(os.environ.get("ENGINE_ALERT_WEBHOOK_URL", "").strip())
         if database_url is not None:
             url = database_url.get_secret_value()
             for pattern in (_URL_PASSWORD, _CONNINFO_PASSWORD, _QUERY_PASSWORD):
@@ -232,6 +235,34 @@ class Settings(BaseSettings):
     alert_webhook_url: SecretStr | None = Field(
         default=None,
         description="URL the `webhook` alert sink POSTs to (Slack-compatible); kept secret",
+    )
+    alert_max_attempts: int = Field(
+        default=10,
+        ge=1,
+        le=100,
+        description="sends of one alert to one sink before its delivery is abandoned",
+    )
+    alert_retry_base_delay_s: float = Field(
+        default=5.0, ge=0, description="first delay after a failed alert send (then doubling)"
+    )
+    alert_retry_max_delay_s: float = Field(
+        default=600.0, ge=0, description="cap of the delay between sends of one alert"
+    )
+    alert_poll_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="the alert dispatcher looks for due deliveries this often (and when woken)",
+    )
+    alert_send_timeout_s: float = Field(
+        default=10.0, gt=0, le=300, description="bound on one send to a webhook or SNS"
+    )
+    alert_claim_s: float = Field(
+        default=120.0,
+        gt=0,
+        description=(
+            "a dispatcher holds a delivery this long while sending; must exceed "
+            "ALERT_SEND_TIMEOUT_S (a lapsed claim is sent again by another worker)"
+        ),
     )
     reports_url: str | None = Field(
         default=None,

@@ -5,8 +5,8 @@ once (an advisory lock lets one of them do the republishing per round, and
 the relay hands each outbox row on once via SKIP LOCKED). Each round:
 
 1. step runs whose worker died during their last allowed attempt are dead:
-   dead-lettered, their job failed (its other step runs cancelled), an alert
-   raised; step runs still active under a job that ended are cancelled, so
+   dead-lettered with their alert, their job failed (its other step runs
+   cancelled); step runs still active under a job that ended are cancelled, so
    nothing rests in a state no worker will ever leave (invariant 13);
 2. claimable step runs (due, or running with an expired lease) that were not
    announced since they became claimable get a new outbox row;
@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from engine import store
-from engine.alerts import Alert, AlertSink
+from engine.alerts import AlertRecorder
 from engine.announce import announce
 from engine.config import Settings
 from engine.outbox import relay
@@ -46,15 +46,15 @@ class SweepReport:
 
 class Sweeper:
     def __init__(
-        self, settings: Settings, transport: Transport, worker: str, alert: AlertSink
+        self, settings: Settings, transport: Transport, worker: str, alerts: AlertRecorder
     ) -> None:
         self.settings = settings
         self.transport = transport
         self.worker = worker
-        self.alert = alert
+        self.alerts = alerts
 
     def sweep(self, conn: psycopg.Connection[Any]) -> SweepReport:
-        alerts: list[Alert] = []
+        alerted = 0
         announced: list[int] = []
         dead = []
         orphans = 0
@@ -63,10 +63,10 @@ class Sweeper:
                 dead = store.step_dead_if_expired_exhausted_many(conn)
                 for d in dead:
                     reason = f"lease expired during the last allowed attempt ({d.attempts})"
-                    if store.dead_letter_insert_step(
+                    dead_letter = store.dead_letter_insert_step(
                         conn, job_id=d.job_id, step_run_id=d.id, reason=reason, error=None
-                    ):
-                        alerts.append(Alert(reason, d.job_id, d.id, None, d.step))
+                    )
+                    alerted += self.alerts.record(conn, dead_letter)
                     store.event_insert(
                         conn,
                         EventKind.DEAD_LETTERED,
@@ -99,9 +99,9 @@ class Sweeper:
                 )
                 # an external queue's rows are sent by the relay below, after the commit
                 announce(conn, self.transport, outbox_ids=announced)
-        for alert in alerts:
-            self.alert(alert)
-        self._drain_transport_dead_letters(conn)
+        if alerted:
+            self.alerts.wake()
+        self.record_transport_dead_letters(conn)
         published = 0
         for _ in range(_RELAY_ROUNDS):
             n = relay(conn, self.transport, limit=_RELAY_BATCH)
@@ -118,14 +118,23 @@ class Sweeper:
             )
         return SweepReport(len(dead), len(announced), published, orphans)
 
-    def _drain_transport_dead_letters(self, conn: psycopg.Connection[Any]) -> None:
-        """Record what the queue itself dead-lettered (SQS redrive), once each, with an alert."""
+    def record_transport_dead_letters(self, conn: psycopg.Connection[Any]) -> int:
+        """Record what the queue itself dead-lettered (SQS redrive), once each, with an alert.
+
+        How many messages the queue handed over (a message recorded before
+        and seen again is not recorded twice).
+        """
         drain = getattr(self.transport, "drain_dead_letters", None)
         if not callable(drain):
-            return
+            return 0
 
         def record(received: Received, reason: str) -> None:
-            store.dead_letter_insert_message_logged(conn, self.worker, received, reason)
-            self.alert(Alert(reason=f"message {received.message_id}: {reason}"))
+            with conn.transaction():  # the dead letter and its alert commit together
+                dead_letter = store.dead_letter_insert_message_logged(
+                    conn, self.worker, received, reason
+                )
+                alerted = self.alerts.record(conn, dead_letter)
+            if alerted:
+                self.alerts.wake()
 
-        drain(record)
+        return int(drain(record))

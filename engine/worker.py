@@ -21,13 +21,16 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
 import psycopg
 
 from engine import db, store
-from engine.alerts import AlertSink, log_alert
+from engine.alerts import AlertRecorder, AlertSink
+from engine.alerts.dispatch import AlertDispatcher
+from engine.alerts.sinks import sinks_for
 from engine.config import Settings
 from engine.errors import ConfigError
 from engine.heartbeat import Heartbeat
@@ -100,7 +103,7 @@ class _Slot:
                 worker=self.name,
                 conn=conn,
                 heartbeat=self.heartbeat,
-                alert=self.worker.alert,
+                alerts=self.worker.alerts,
                 may_continue=lambda: not self.worker.stop_event.is_set(),
                 on_outage=self.worker.outage.failed,
             )
@@ -185,19 +188,30 @@ class Worker:
         registry: Registry,
         *,
         transport: Transport | None = None,
-        alert: AlertSink = log_alert,
+        alert_sinks: Sequence[AlertSink] | None = None,
         worker_id: str | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
+        # a sink configured without its setting refuses to start (before any queue call)
+        sinks = list(alert_sinks) if alert_sinks is not None else sinks_for(settings)
         self.transport = transport or transport_for(settings)
-        self.alert = alert
         self.worker_id = worker_id or settings.worker_id or default_worker_id()
         self.inbox: queue.Queue[Received | None] = queue.Queue()
         self.stop_event = threading.Event()
         self.outcomes: dict[str, int] = {}
         # shared by every loop: set while PostgreSQL is unreachable (no receiving then)
         self.outage = Outage(settings.outage_backoff_max_s)
+        self.dispatcher = AlertDispatcher(
+            settings,
+            sinks,
+            owner=self.worker_id,
+            stop=self.stop_event,
+            outage=self.outage,
+            connect=lambda: connect_worker(settings),
+        )
+        # dead letters and their alerts commit together; the dispatcher is woken after
+        self.alerts = AlertRecorder([sink.name for sink in sinks], wake=self.dispatcher.wake)
         self._free = threading.Condition()
         self._idle = settings.concurrency
         self._slots: list[_Slot] = []
@@ -235,6 +249,7 @@ class Worker:
         self._slots = [_Slot(self, i) for i in range(self.settings.concurrency)]
         for slot in self._slots:
             slot.thread.start()
+        self.dispatcher.start()
         listener: RelayListener | None = None
         if not self.transport.transactional:
             listener = RelayListener(
@@ -285,7 +300,7 @@ class Worker:
         return self.outage.wait(self._probe, self.stop_event)
 
     def _main_loop(self) -> None:
-        sweeper = Sweeper(self.settings, self.transport, self.worker_id, self.alert)
+        sweeper = Sweeper(self.settings, self.transport, self.worker_id, self.alerts)
         sweep_conn: psycopg.Connection[Any] | None = None
         receive_backoff = _Backoff(self.settings.outage_backoff_max_s)
         next_sweep = 0.0
@@ -372,6 +387,7 @@ class Worker:
             slot.heartbeat.close()
             if slot.runner is not None and not slot.thread.is_alive():
                 slot.runner.conn.close()
+        self.dispatcher.close(max(1.0, deadline - time.monotonic()))
         log.info("worker %s stopped", self.worker_id)
 
     def _release(self, stuck: list[_Slot]) -> None:

@@ -18,6 +18,7 @@ from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings
 
 from engine.cli import extensions
+from engine.cli.alerts import alerts
 from engine.cli.dlq import dlq
 from engine.cli.flows import flows
 from engine.cli.jobs import cancel, retry, runs, status, submit_group
@@ -119,6 +120,7 @@ def main(log_level: str) -> None:
 
 
 for command in (
+    alerts,
     cancel,
     dlq,
     flows,

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from engine import faults, store
-from engine.alerts import Alert, AlertSink
+from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import Contention, MalformedMessage, UnknownFlow
 from engine.heartbeat import Heartbeat, Lease
@@ -88,7 +88,7 @@ class StepRunner:
         worker: str,
         conn: psycopg.Connection[Any],
         heartbeat: Heartbeat,
-        alert: AlertSink,
+        alerts: AlertRecorder,
         may_continue: Callable[[], bool] = lambda: True,
         on_outage: Callable[[BaseException, str], None] | None = None,
     ) -> None:
@@ -96,7 +96,7 @@ class StepRunner:
         self.registry = registry
         self.transport = transport
         self.worker = worker
-        self.alert = alert
+        self.alerts = alerts
         self.runnable = registry.runnable()
         self.executor = Executor(
             settings=settings,
@@ -105,7 +105,7 @@ class StepRunner:
             worker=worker,
             conn=conn,
             heartbeat=heartbeat,
-            alert=alert,
+            alerts=alerts,
             may_continue=may_continue,
             on_outage=on_outage,
         )
@@ -199,10 +199,15 @@ class StepRunner:
         return True
 
     def _malformed(self, received: Received, reason: str) -> Outcome:
-        store.dead_letter_insert_message_logged(self.conn, self.worker, received, reason)
+        with self.conn.transaction():  # the dead letter and its alert commit together
+            dead_letter = store.dead_letter_insert_message_logged(
+                self.conn, self.worker, received, reason
+            )
+            alerted = self.alerts.record(self.conn, dead_letter)
+        if alerted:
+            self.alerts.wake()
         self.transport.dead_letter(received, reason)
         log.warning("malformed message %s dead-lettered: %s", received.message_id, reason)
-        self.alert(Alert(reason=f"malformed message {received.message_id}: {reason}"))
         return Outcome("malformed", reason)
 
     def _refused(self, received: Received, message: StepMessage, refused: ClaimRefused) -> Outcome:

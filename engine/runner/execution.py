@@ -28,7 +28,7 @@ import psycopg
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from engine import faults, store
-from engine.alerts import AlertSink
+from engine.alerts import AlertRecorder
 from engine.announce import Announced, announce
 from engine.config import Settings
 from engine.context import StepContext
@@ -60,7 +60,7 @@ class Executor(Failures):
         worker: str,
         conn: psycopg.Connection[Any],
         heartbeat: Heartbeat,
-        alert: AlertSink,
+        alerts: AlertRecorder,
         may_continue: Callable[[], bool] = lambda: True,
         on_outage: Callable[[BaseException, str], None] | None = None,
     ) -> None:
@@ -70,7 +70,7 @@ class Executor(Failures):
         self.worker = worker
         self.conn = conn
         self.heartbeat = heartbeat
-        self.alert = alert
+        self.alerts = alerts
         self.current: Lease | None = None
         # asked before claiming an eager successor (the worker says no once stopping)
         self.may_continue = may_continue

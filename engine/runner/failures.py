@@ -4,7 +4,8 @@ Every outcome here is written under the same fence as a checkpoint: a stale
 attempt (its lease reclaimed) retries nothing, dead-letters nothing and
 cancels nothing (invariant 16); it records that it was fenced, and the
 message is left to the new owner. A dead letter fails the job, cancels its
-siblings (nothing is left running under an ended job) and raises one alert.
+siblings (nothing is left running under an ended job) and records one alert
+in the same transaction (:class:`~engine.alerts.AlertRecorder`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from engine import db, store
-from engine.alerts import Alert, AlertSink
+from engine.alerts import AlertRecorder
 from engine.announce import Announced, announce
 from engine.config import Settings
 from engine.errors import DefinitionError
@@ -52,7 +53,7 @@ class Failures:
     transport: Transport
     worker: str
     conn: psycopg.Connection[Any]
-    alert: AlertSink
+    alerts: AlertRecorder
     on_outage: Callable[[BaseException, str], None] | None
     ended_job: uuid.UUID | None
     _default_policy: RetryPolicy
@@ -164,7 +165,7 @@ class Failures:
         policy = step.retry or self._default_policy
         error = error_record(exc, claimed.attempt)
         permanent = isinstance(exc, (Fail, DefinitionError))
-        alert: Alert | None = None
+        alerted = False
         announced = Announced(self.transport)
         with conn.transaction():
             if not permanent and claimed.attempt < claimed.max_attempts:
@@ -198,14 +199,15 @@ class Failures:
                         f"{error['type']}: {error['message'][:500]}"
                         f" (attempt {claimed.attempt} of {claimed.max_attempts})"
                     )
-                    if store.dead_letter_insert_step(
+                    dead_letter = store.dead_letter_insert_step(
                         conn,
                         job_id=claimed.job_id,
                         step_run_id=claimed.id,
                         reason=reason,
                         error=error,
-                    ):
-                        alert = Alert(reason, claimed.job_id, claimed.id, claimed.flow, step.name)
+                    )
+                    # in this transaction: no dead letter commits without its alert
+                    alerted = self.alerts.record(conn, dead_letter)
                     store.step_event_insert(
                         conn,
                         EventKind.DEAD_LETTERED,
@@ -232,8 +234,8 @@ class Failures:
             return self.fenced(claimed, f"lease lost before recording failure: {exc}", lease)
         announced.publish_after_commit(conn)
         self._ack_after_commit(lease)
-        if alert is not None:
-            self.alert(alert)
+        if alerted:
+            self.alerts.wake()
         log.log(
             logging.ERROR if kind == "dead" else logging.INFO,
             "step run %s (%s) attempt %d failed (%s): %s",

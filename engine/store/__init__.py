@@ -15,6 +15,7 @@ statement that writes it, whoever calls it:
 - ``jobs``: submit once per fingerprint, finish, cancel, reopen;
 - ``outbox``: announcements, their relay, the sweeper's re-announcements;
 - ``dead_letters``: step runs past their cap and unusable messages;
+- ``alerts``: one alert per dead letter and its deliveries, one per sink;
 - ``events``: the append-only history;
 - ``server``: the server itself (ping, the embedded database);
 - ``migrations``: the numbered schema files.
@@ -30,11 +31,21 @@ then ``store.lease_extend_if_owner(...)``): the query names already say which
 table they touch, so where a statement lives can change without its callers.
 """
 
+from engine.store.alerts import (
+    alert_delivery_claim_due_many,
+    alert_delivery_mark_delivered_if_claimed,
+    alert_delivery_mark_failed_if_claimed,
+    alert_delivery_reset_abandoned,
+    alert_delivery_select_by_alert,
+    alert_exists,
+    alert_insert_for_dead_letter,
+    alert_select_recent,
+)
 from engine.store.batch import Batch, Executes, Reply
 from engine.store.dead_letters import (
     Delivery,
     dead_letter_delete_closed,
-    dead_letter_insert_message,
+    dead_letter_insert_message_if_new,
     dead_letter_insert_message_logged,
     dead_letter_insert_step,
     dead_letter_mark_replayed_by_job,
@@ -74,6 +85,7 @@ from engine.store.rows import (
     CancelledRun,
     Checkpointed,
     Claimed,
+    ClaimedDelivery,
     ClaimRefused,
     ExpiredExhausted,
     FingerprintTaken,
@@ -113,6 +125,7 @@ __all__ = [
     "Checkpointed",
     "ClaimRefused",
     "Claimed",
+    "ClaimedDelivery",
     "Delivery",
     "Executes",
     "ExpiredExhausted",
@@ -124,10 +137,18 @@ __all__ = [
     "Reply",
     "StepCounts",
     "StepState",
+    "alert_delivery_claim_due_many",
+    "alert_delivery_mark_delivered_if_claimed",
+    "alert_delivery_mark_failed_if_claimed",
+    "alert_delivery_reset_abandoned",
+    "alert_delivery_select_by_alert",
+    "alert_exists",
+    "alert_insert_for_dead_letter",
+    "alert_select_recent",
     "checkpoint_put_if_leased",
     "database_create_if_absent",
     "dead_letter_delete_closed",
-    "dead_letter_insert_message",
+    "dead_letter_insert_message_if_new",
     "dead_letter_insert_message_logged",
     "dead_letter_insert_step",
     "dead_letter_mark_replayed_by_job",

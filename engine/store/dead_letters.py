@@ -32,9 +32,9 @@ def dead_letter_insert_step(
     step_run_id: uuid.UUID,
     reason: str,
     error: dict[str, Any] | None,
-) -> bool:
-    """``True`` when this call created the dead letter (alert once)."""
-    cur = conn.execute(
+) -> int | None:
+    """The new dead letter's id; ``None`` when the step run was dead-lettered already."""
+    row = conn.execute(
         _q["dead_letter_insert_step"],
         {
             "job_id": job_id,
@@ -42,17 +42,20 @@ def dead_letter_insert_step(
             "reason": reason,
             "error": None if error is None else Jsonb(error),
         },
-    )
-    return cur.rowcount == 1
+    ).fetchone()
+    return None if row is None else int(column(row, "id"))
 
 
 @wrap_errors
-def dead_letter_insert_message(conn: psycopg.Connection[Any], body: str, reason: str) -> int:
+def dead_letter_insert_message_if_new(
+    conn: psycopg.Connection[Any], message_id: str | None, body: str, reason: str
+) -> int | None:
+    """The new dead letter's id; ``None`` when this message id was recorded already."""
     row = conn.execute(
-        _q["dead_letter_insert_message"], {"body": body, "reason": reason}
+        _q["dead_letter_insert_message_if_new"],
+        {"message_id": message_id, "body": body, "reason": reason},
     ).fetchone()
-    assert row is not None
-    return int(column(row, "id"))
+    return None if row is None else int(column(row, "id"))
 
 
 class Delivery(Protocol):
@@ -67,17 +70,23 @@ class Delivery(Protocol):
 
 def dead_letter_insert_message_logged(
     conn: psycopg.Connection[Any], worker: str, received: Delivery, reason: str
-) -> None:
-    """Keep a message that can never be handled, with its reason (one transaction)."""
+) -> int | None:
+    """Keep a message that can never be handled, with its reason; the new dead letter's id.
+
+    ``None``: the same message was recorded already (it came back before its
+    delete). Joins the caller's transaction when there is one (so its alert
+    commits with it), otherwise runs in its own.
+    """
     with conn.transaction():
         body = received.body.replace("\x00", "\\x00")[:8192]  # text columns cannot hold NUL
-        dead_letter_insert_message(conn, body, reason)
+        dl_id = dead_letter_insert_message_if_new(conn, received.message_id, body, reason)
         event_insert(
             conn,
             EventKind.MESSAGE_DROPPED,
             worker=worker,
             detail={"reason": reason, "message_id": received.message_id},
         )
+    return dl_id
 
 
 @wrap_errors

@@ -66,6 +66,13 @@ class DeadLetterSource(enum.StrEnum):
     MESSAGE = "message"
 
 
+class AlertDeliveryStatus(enum.StrEnum):
+    PENDING = "pending"
+    SENDING = "sending"
+    DELIVERED = "delivered"
+    ABANDONED = "abandoned"
+
+
 class EnumText(TypeDecorator[str]):
     """A text column holding one of an enum's values (the CHECK lists them): read as the enum."""
 
@@ -190,6 +197,7 @@ class DeadLetter(SQLModel, table=True):
     error: dict[str, Any] | None = _json(True)
     created_at: datetime = _ts(False)
     replayed_at: datetime | None = _ts(True)
+    message_id: str | None = _text(True)
 
 
 class QueueMessage(SQLModel, table=True):
@@ -207,10 +215,55 @@ class QueueMessage(SQLModel, table=True):
     created_at: datetime = _ts(False)
 
 
+class AlertRow(SQLModel, table=True):
+    """The one alert of a dead letter."""
+
+    __tablename__ = "engine_alerts"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    dead_letter_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    source: DeadLetterSource = Field(sa_column=Column(EnumText(DeadLetterSource), nullable=False))
+    job_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    step_run_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    flow: str | None = _text(True)
+    step: str | None = _text(True)
+    attempts: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    error_line: str = _text(False)
+    reason: str = _text(False)
+    created_at: datetime = _ts(False)
+
+
+class AlertDelivery(SQLModel, table=True):
+    """One sink's delivery of one alert."""
+
+    __tablename__ = "engine_alert_deliveries"
+
+    alert_id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    sink: str = Field(sa_column=Column(Text, primary_key=True))
+    status: AlertDeliveryStatus = Field(
+        sa_column=Column(EnumText(AlertDeliveryStatus), nullable=False)
+    )
+    attempts: int = Field(sa_column=Column(Integer, nullable=False))
+    next_attempt_at: datetime = _ts(False)
+    claimed_by: str | None = _text(True)
+    claim_token: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    claimed_until: datetime | None = _ts(True)
+    last_error: str | None = _text(True)
+    delivered_at: datetime | None = _ts(True)
+
+
 # table name -> column name -> enum; what the schema test checks against CHECKs
 ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {
     "engine_jobs": {"status": JobStatus},
     "engine_step_runs": {"status": StepStatus},
     "engine_events": {"kind": EventKind},
     "engine_dead_letters": {"source": DeadLetterSource},
+    "engine_alerts": {"source": DeadLetterSource},
+    "engine_alert_deliveries": {"status": AlertDeliveryStatus},
 }

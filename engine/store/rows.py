@@ -189,6 +189,45 @@ class PendingOutbox:
     delay_s: float
 
 
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    """One sink's delivery of one alert, claimed by this dispatcher until its claim lapses."""
+
+    alert_id: int
+    sink: str
+    delivery_attempt: int
+    token: uuid.UUID
+    dead_letter_id: int | None
+    source: str
+    job_id: uuid.UUID | None
+    step_run_id: uuid.UUID | None
+    flow: str | None
+    step: str | None
+    attempts: int | None
+    error_line: str
+    reason: str
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ClaimedDelivery:
+        return cls(
+            alert_id=row["alert_id"],
+            sink=row["sink"],
+            delivery_attempt=row["delivery_attempts"],
+            token=row["claim_token"],
+            dead_letter_id=row["dead_letter_id"],
+            source=row["source"],
+            job_id=row["job_id"],
+            step_run_id=row["step_run_id"],
+            flow=row["flow"],
+            step=row["step"],
+            attempts=row["attempts"],
+            error_line=row["error_line"],
+            reason=row["reason"],
+            created_at=row["created_at"],
+        )
+
+
 def column(row: Any, name: str) -> Any:
     """Column ``name`` of ``row`` (its first, as a tuple): callers' connections vary."""
     if isinstance(row, dict):

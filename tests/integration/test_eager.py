@@ -26,7 +26,7 @@ from harness import (
 )
 
 from engine import submit
-from engine.alerts import log_alert
+from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.heartbeat import Heartbeat
 from engine.runner import StepRunner
@@ -81,7 +81,7 @@ def one_runner(settings: Settings, *, may_continue: bool) -> Iterator[StepRunner
             worker="slot",
             conn=conn,
             heartbeat=heartbeat,
-            alert=log_alert,
+            alerts=AlertRecorder(["log"]),
             may_continue=lambda: may_continue,
         )
     finally:

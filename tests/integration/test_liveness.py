@@ -29,7 +29,7 @@ from harness import (
 from psycopg import sql
 
 from engine import admin, db, store, submit
-from engine.alerts import log_alert
+from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import BadInput, StoreError
 from engine.heartbeat import Heartbeat
@@ -176,7 +176,7 @@ def test_refusal__a_claimed_step_this_worker_cannot_run_is_given_back_and_logged
             worker="slot",
             conn=worker_conn,
             heartbeat=heartbeat,
-            alert=log_alert,
+            alerts=AlertRecorder(["log"]),
             may_continue=lambda: False,
         )
         runner.runnable = ALL  # as if `chain` of this version were loaded
@@ -269,7 +269,7 @@ def test_sweeper__step_runs_left_active_under_an_ended_job_are_cancelled(
         (job.job_id,),
     )
     with db.connect(fast, autocommit=True) as c:
-        Sweeper(fast, PostgresTransport(fast), "sweeper", lambda _a: None).sweep(c)
+        Sweeper(fast, PostgresTransport(fast), "sweeper", AlertRecorder([])).sweep(c)
     assert active_step_runs(conn, job.job_id) == []
     assert run_of(conn, job.job_id, "a")["status"] == "cancelled"
 

@@ -14,6 +14,7 @@ from harness import (
     ExternalQueue,
     fast_settings,
     flows_registry,
+    recorded_alerts,
     thread_worker,
     wait_job_ended,
     wait_until,
@@ -265,13 +266,12 @@ def test_startup__heartbeat_not_shorter_than_lease_or_visibility_is_refused(
 def test_retry__backoff_follows_the_policy_then_dead_letter_and_alert(
     fast: Settings, conn: psycopg.Connection[Any]
 ) -> None:
-    alerts: list[Any] = []
     # step c: RetryPolicy(max_attempts=3, base 10 s, no jitter): delays 10 s, 20 s
     job = submit(
         "chain", {"fail_step": "c", "fail_times": 99}, settings=fast, registry=flows_registry()
     )
     c_id: uuid.UUID | None = None
-    with thread_worker(fast, alerts=alerts):
+    with thread_worker(fast):
         for attempt in (1, 2):
             wait_until(lambda a=attempt: len(events(conn, job.job_id, "retried")) >= a)
             c_id = step_run_id(conn, job.job_id, "c")
@@ -302,7 +302,10 @@ def test_retry__backoff_follows_the_policy_then_dead_letter_and_alert(
     assert "Traceback" in run["error"]["traceback"]
     dead = conn.execute("SELECT * FROM engine_dead_letters").fetchall()
     assert [(d["source"], d["step_run_id"]) for d in dead] == [("step", c_id)]
-    assert len(alerts) == 1 and alerts[0].step == "c" and "planned failure" in alerts[0].reason
+    [alert] = recorded_alerts(conn)
+    assert (alert["dead_letter_id"], alert["job_id"]) == (dead[0]["id"], job.job_id)
+    assert (alert["flow"], alert["step"], alert["attempts"]) == ("chain", "c", 3)
+    assert alert["error_line"].startswith("ValueError: planned failure 3")
     assert effects(conn, job.job_id) == [("a", "", 1), ("b", "", 1)], "failed attempts roll back"
 
 
@@ -477,7 +480,6 @@ def test_sweeper__expired_lease_of_a_dead_worker_is_reclaimed_once(
 def test_sweeper__worker_died_on_the_last_attempt_is_dead_lettered(
     fast: Settings, conn: psycopg.Connection[Any]
 ) -> None:
-    alerts: list[Any] = []
     job = submit("chain", {}, settings=fast, registry=flows_registry())
     a = step_run_id(conn, job.job_id, "a")
     conn.execute("UPDATE engine_step_runs SET max_attempts = 1 WHERE id = %s", (a,))
@@ -490,10 +492,12 @@ def test_sweeper__worker_died_on_the_last_attempt_is_dead_lettered(
         "WHERE id = %s",
         (a,),
     )
-    with thread_worker(fast, alerts=alerts):
+    with thread_worker(fast):
         assert wait_job_ended(conn, job.job_id) == "failed"
     assert steps(conn, job.job_id)["a"]["status"] == "dead"
-    assert len(alerts) == 1
+    [alert] = recorded_alerts(conn)
+    assert (alert["job_id"], alert["step"], alert["attempts"]) == (job.job_id, "a", 1)
+    assert "lease expired during the last allowed attempt" in alert["error_line"]
 
 
 # -- cancel and retry ------------------------------------------------------------------

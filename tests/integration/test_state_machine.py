@@ -41,7 +41,7 @@ from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
 from engine import admin, db, store, submit
-from engine.alerts import Alert
+from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import BadInput
 from engine.messages import StepMessage
@@ -215,8 +215,7 @@ class StepRunMachine(RuleBasedStateMachine):
         )
         self.conn = db.connect(self.settings, autocommit=True)
         self.transport = PostgresTransport(self.settings)
-        self.alerts: list[Alert] = []
-        self.sweeper = Sweeper(self.settings, self.transport, "sweeper", self.alerts.append)
+        self.sweeper = Sweeper(self.settings, self.transport, "sweeper", AlertRecorder(["log"]))
         self.jobs: dict[uuid.UUID, JobModel] = {}
         self.runs: dict[uuid.UUID, RunModel] = {}
         self.held: list[Held] = []
@@ -261,6 +260,11 @@ class StepRunMachine(RuleBasedStateMachine):
     def _pick(self, data: st.DataObject, items: list[Any], label: str) -> Any:
         by_label = {i.label: i for i in items}
         return by_label[data.draw(st.sampled_from(sorted(by_label)), label=label)]
+
+    def _alert_count(self) -> int:
+        row = self.conn.execute("SELECT count(*) AS n FROM engine_alerts").fetchone()
+        assert row is not None
+        return int(row["n"])
 
     def _cancel_active_runs(self, job: JobModel) -> None:
         for r in self.runs.values():
@@ -734,13 +738,13 @@ class StepRunMachine(RuleBasedStateMachine):
                 r.job.status = "failed"
                 self._cancel_active_runs(r.job)
         event(f"sweep: {len(dead)} dead")
-        alerts = len(self.alerts)
+        alerts = self._alert_count()
         for i in range(sweepers):
             report = self.sweeper.sweep(self.conn)
             expected = len(dead) if i == 0 else 0
             assert report.dead == expected, f"sweep {i + 1}: {report}, expected {expected} dead"
             assert report.cancelled == 0, f"sweep found step runs left under ended jobs: {report}"
-        assert len(self.alerts) - alerts == len(dead), "one alert per dead letter"
+        assert self._alert_count() - alerts == len(dead), "one alert per dead letter"
         # after a sweep: nothing active under an ended job, nothing expired at its cap
         left = self.conn.execute(
             "SELECT s.id FROM engine_step_runs AS s JOIN engine_jobs AS j ON j.id = s.job_id "

@@ -10,16 +10,23 @@ from typing import Any
 
 import psycopg
 import pytest
-from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
+from harness import (
+    fast_settings,
+    flows_registry,
+    recorded_alerts,
+    thread_worker,
+    wait_job_ended,
+    wait_until,
+)
 from sqs_support import moto_messages, queue_name
 
 from engine import admin, store, submit
-from engine.alerts import Alert
+from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import ConfigError
 from engine.heartbeat import Heartbeat, Lease
 from engine.messages import StepMessage
-from engine.store.models import EventKind
+from engine.sweeper import Sweeper
 from engine.transports.base import Received
 from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
 from engine.worker import check_startup
@@ -184,10 +191,9 @@ def test_worker__malformed_bodies_are_dead_lettered_with_their_reason_and_alert_
     # sent around the engine's own checks, as a foreign producer (or moto) would allow
     for body in MALFORMED:
         client.send_message(QueueUrl=queues.url, MessageBody=body)
-    alerts: list[Alert] = []
     fast = fast_settings(settings)
 
-    with thread_worker(fast, transport=new(transports, queues), alerts=alerts):
+    with thread_worker(fast, transport=new(transports, queues)):
         wait_until(
             lambda: len(admin.dead_letters(fast)) == len(MALFORMED), what="every dead letter"
         )
@@ -199,26 +205,10 @@ def test_worker__malformed_bodies_are_dead_lettered_with_their_reason_and_alert_
     reasons = " | ".join(r["reason"] for r in letters)
     for expected in ("not a step message envelope", "NUL byte", "empty message body", "bytes"):
         assert expected in reasons
-    assert len(alerts) == len(MALFORMED)
+    alerts = recorded_alerts(conn)
+    assert sorted(a["dead_letter_id"] for a in alerts) == sorted(r["id"] for r in letters)
+    assert {a["source"] for a in alerts} == {"message"}
     assert moto_messages(queues.name) == []
-
-
-def record_as_the_sweeper_would(conn: psycopg.Connection[Any], alerts: list[Alert]) -> Any:
-    """The sweeper-side wiring proposed for the SQS dead-letter queue (not yet in the worker)."""
-
-    def record(received: Received, reason: str) -> None:
-        body = received.body.replace("\x00", "\\x00")[:8192]
-        with conn.transaction():
-            store.dead_letter_insert_message(conn, body, reason)
-            store.event_insert(
-                conn,
-                EventKind.MESSAGE_DROPPED,
-                worker="sweeper",
-                detail={"reason": reason, "message_id": received.message_id},
-            )
-        alerts.append(Alert(reason=f"message {received.message_id}: {reason}"))
-
-    return record
 
 
 def test_dlq__a_message_sqs_redrove_ends_in_dlq_list_and_replays(
@@ -233,15 +223,16 @@ def test_dlq__a_message_sqs_redrove_ends_in_dlq_list_and_replays(
     transport.send_raw(body)
     while transport.receive(10, 0, 0):  # received twice, never deleted
         pass
-    alerts: list[Alert] = []
+    sweeper = Sweeper(settings, transport, "sweeper", AlertRecorder(["log"]))
 
-    assert transport.drain_dead_letters(record_as_the_sweeper_would(conn, alerts)) == 1
-    assert transport.drain_dead_letters(record_as_the_sweeper_would(conn, alerts)) == 0
+    assert sweeper.record_transport_dead_letters(conn) == 1
+    assert sweeper.record_transport_dead_letters(conn) == 0
 
     [letter] = admin.dead_letters(settings)
     assert letter["source"] == "message"
     assert "maxReceiveCount (2)" in letter["reason"]
-    assert len(alerts) == 1
+    [alert] = recorded_alerts(conn)
+    assert (alert["dead_letter_id"], alert["source"]) == (letter["id"], "message")
     admin.replay(settings, letter["id"], transport=transport)
     assert [r.body for r in transport.receive(10, 30, 0)] == [body]
 

@@ -16,7 +16,6 @@ from typing import Any
 import psycopg
 from pydantic import SecretStr
 
-from engine.alerts import Alert
 from engine.config import Settings
 from engine.processes import WorkerProcess, settings_env, start_worker
 from engine.registry import Registry
@@ -75,6 +74,11 @@ def run_of(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> dict[
     return dict(row)
 
 
+def recorded_alerts(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """The alerts recorded with dead letters (oldest first), as rows."""
+    return [dict(r) for r in conn.execute("SELECT * FROM engine_alerts ORDER BY id").fetchall()]
+
+
 def wait_job_ended(conn: psycopg.Connection[Any], job_id: uuid.UUID, timeout: float = 30) -> str:
     return str(
         wait_until(
@@ -90,8 +94,7 @@ def thread_worker(
     settings: Settings, registry: Registry | None = None, **kwargs: Any
 ) -> Iterator[Worker]:
     """A worker running in a thread until the block ends."""
-    alerts: list[Alert] = kwargs.pop("alerts", [])
-    worker = Worker(settings, registry or flows_registry(), alert=alerts.append, **kwargs)
+    worker = Worker(settings, registry or flows_registry(), **kwargs)
     errors: list[BaseException] = []
 
     def run() -> None:

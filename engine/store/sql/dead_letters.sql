@@ -5,10 +5,12 @@ VALUES ('step', %(job_id)s, %(step_run_id)s, %(reason)s, %(error)s)
 ON CONFLICT (step_run_id) WHERE source = 'step' AND replayed_at IS NULL DO NOTHING
 RETURNING id;
 
--- dead_letter_insert_message --
--- A message that can never be handled is kept with its reason (the body is data, never executed).
-INSERT INTO engine_dead_letters (source, message_body, reason)
-VALUES ('message', %(body)s, %(reason)s)
+-- dead_letter_insert_message_if_new --
+-- A message that can never be handled is kept with its reason (the body is data, never executed), once per message id (partial unique index); zero rows: it was recorded already, so no second alert.
+INSERT INTO engine_dead_letters (source, message_id, message_body, reason)
+VALUES ('message', %(message_id)s, %(body)s, %(reason)s)
+ON CONFLICT (message_id) WHERE source = 'message' AND message_id IS NOT NULL AND replayed_at IS NULL
+DO NOTHING
 RETURNING id;
 
 -- dead_letter_select_open --

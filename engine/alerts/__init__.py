@@ -1,0 +1,142 @@
+"""Alerts: exactly one per dead letter, recorded with it, delivered to every sink.
+
+A dead letter (a step run past its attempt cap, a message that can never be
+handled) is written together with its alert, in one transaction, by
+:class:`AlertRecorder`: one alert row per dead letter (a unique key), and one
+delivery row per configured sink (``ENGINE_ALERT_SINKS``: ``log``, ``sns``,
+``webhook``). Whichever worker's :class:`~engine.alerts.dispatch.AlertDispatcher`
+finds a due delivery claims it (a conditional UPDATE with a token, like a
+step run), sends it, and records the outcome; a sink that was down is tried
+again with backoff, and a delivered alert is never sent again. Several
+workers, or several sweepers seeing the same expired lease, still make one
+alert and one delivery per sink.
+
+The one window left is the sink's own: a dispatcher that dies after a sink
+accepted the alert but before its commit leaves the claim to lapse, and the
+next dispatcher sends it again. Every payload carries the alert's id so the
+receiver can tell.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import psycopg
+
+from engine import store
+from engine.store.rows import ClaimedDelivery
+
+__all__ = ["Alert", "AlertRecorder", "AlertSink"]
+
+
+@dataclass(frozen=True)
+class Alert:
+    """What an alert says: the dead letter's job, flow, step, attempts and error."""
+
+    reason: str
+    job_id: uuid.UUID | None = None
+    step_run_id: uuid.UUID | None = None
+    flow: str | None = None
+    step: str | None = None
+    attempts: int | None = None
+    error: str = ""  # the last error's first line
+    report_link: str | None = None
+    alert_id: int | None = None
+    source: str = "step"
+    created_at: datetime | None = None
+
+    @classmethod
+    def of_delivery(cls, delivery: ClaimedDelivery, report_link: str | None) -> Alert:
+        """The alert a claimed delivery sends (``report_link``: the job's report, if any)."""
+        return cls(
+            reason=delivery.reason,
+            job_id=delivery.job_id,
+            step_run_id=delivery.step_run_id,
+            flow=delivery.flow,
+            step=delivery.step,
+            attempts=delivery.attempts,
+            error=delivery.error_line,
+            report_link=report_link,
+            alert_id=delivery.alert_id,
+            source=delivery.source,
+            created_at=delivery.created_at,
+        )
+
+    @property
+    def title(self) -> str:
+        """One line: what died where."""
+        if self.source == "message":
+            return "dead letter: a message that can never be handled"
+        where = f"{self.flow or '?'}/{self.step or '?'}"
+        return f"dead letter: {where} of job {self.job_id}"
+
+    def fields(self) -> dict[str, Any]:
+        """The alert as JSON-ready fields (a webhook's or an SNS message's data)."""
+        return {
+            "alert_id": self.alert_id,
+            "source": self.source,
+            "job_id": None if self.job_id is None else str(self.job_id),
+            "flow": self.flow,
+            "step": self.step,
+            "step_run_id": None if self.step_run_id is None else str(self.step_run_id),
+            "attempts": self.attempts,
+            "error": self.error,
+            "reason": self.reason,
+            "report": self.report_link,
+            "created_at": None if self.created_at is None else self.created_at.isoformat(),
+        }
+
+    def text(self) -> str:
+        """A few readable lines: the title, then each field that is known."""
+        lines = [self.title]
+        for name, value in (
+            ("job", self.job_id),
+            ("flow", self.flow),
+            ("step", self.step),
+            ("attempts", self.attempts),
+            ("error", self.error),
+            ("report", self.report_link),
+            ("reason", self.reason if self.source == "message" else None),
+            ("alert", self.alert_id),
+        ):
+            if value not in (None, ""):
+                lines.append(f"{name}: {value}")
+        return "\n".join(lines)
+
+
+class AlertSink(Protocol):
+    """Somewhere alerts go; ``send`` raises when the alert did not get there."""
+
+    @property
+    def name(self) -> str: ...
+
+    def send(self, alert: Alert) -> None: ...
+
+
+@dataclass
+class AlertRecorder:
+    """Writes a dead letter's alert in the dead letter's own transaction.
+
+    ``sinks`` names the delivery rows to make (the sinks this worker is
+    configured with). The caller calls :meth:`wake` once its transaction
+    committed, so the worker's dispatcher sends without waiting for its next
+    round (before the commit it would find nothing).
+    """
+
+    sinks: Sequence[str]
+    wake: Callable[[], None] = field(default=lambda: None)
+
+    def record(self, conn: psycopg.Connection[Any], dead_letter_id: int | None) -> bool:
+        """Write the alert of a dead letter this transaction just made.
+
+        ``True`` when this call made the alert; ``False`` when there is no new
+        dead letter (``None``: another worker or sweeper made it) or the dead
+        letter was alerted already.
+        """
+        if dead_letter_id is None:
+            return False
+        return store.alert_insert_for_dead_letter(conn, dead_letter_id, self.sinks) is not None

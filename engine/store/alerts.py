@@ -1,0 +1,133 @@
+"""Alerts and their deliveries: one alert per dead letter, one delivery per sink.
+
+An alert is written in the transaction that wrote its dead letter, so a dead
+letter without its alert (or the reverse) never commits. Deliveries are
+claimed like step runs (a conditional UPDATE with a fresh token and a claim
+that lapses), so whichever worker's dispatcher finds one sends it, a lapsed
+claim is taken over, and an outcome is recorded only by the claim's holder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from engine.store.errors import wrap_errors
+from engine.store.queries import load
+from engine.store.rows import ClaimedDelivery, column
+
+_q = load("alerts")
+
+
+@wrap_errors
+def alert_insert_for_dead_letter(
+    conn: psycopg.Connection[Any], dead_letter_id: int, sinks: Sequence[str]
+) -> int | None:
+    """The new alert's id; ``None`` when this dead letter was alerted already."""
+    row = conn.execute(
+        _q["alert_insert_for_dead_letter"],
+        {"dead_letter_id": dead_letter_id, "sinks": list(sinks)},
+    ).fetchone()
+    return None if row is None else int(column(row, "id"))
+
+
+@wrap_errors
+def alert_delivery_claim_due_many(
+    conn: psycopg.Connection[Any],
+    *,
+    owner: str,
+    sinks: Sequence[str],
+    limit: int,
+    claim_s: float,
+) -> list[ClaimedDelivery]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["alert_delivery_claim_due_many"],
+            {"owner": owner, "sinks": list(sinks), "limit": limit, "claim_s": claim_s},
+        )
+        return [ClaimedDelivery.from_row(r) for r in cur.fetchall()]
+
+
+@wrap_errors
+def alert_delivery_mark_delivered_if_claimed(
+    conn: psycopg.Connection[Any], delivery: ClaimedDelivery
+) -> bool:
+    """``False``: the claim lapsed and another dispatcher owns the delivery now."""
+    cur = conn.execute(
+        _q["alert_delivery_mark_delivered_if_claimed"],
+        {"alert_id": delivery.alert_id, "sink": delivery.sink, "token": delivery.token},
+    )
+    return cur.rowcount == 1
+
+
+@wrap_errors
+def alert_delivery_mark_failed_if_claimed(
+    conn: psycopg.Connection[Any],
+    delivery: ClaimedDelivery,
+    *,
+    error: str,
+    delay_s: float,
+    max_attempts: int,
+) -> str | None:
+    """The delivery's new status (``pending`` or ``abandoned``); ``None``: the claim lapsed."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["alert_delivery_mark_failed_if_claimed"],
+            {
+                "alert_id": delivery.alert_id,
+                "sink": delivery.sink,
+                "token": delivery.token,
+                "error": error,
+                "delay_s": delay_s,
+                "max_attempts": max_attempts,
+            },
+        )
+        row = cur.fetchone()
+        return None if row is None else str(row["status"])
+
+
+@wrap_errors
+def alert_delivery_reset_abandoned(
+    conn: psycopg.Connection[Any], alert_id: int | None = None
+) -> int:
+    """Make abandoned deliveries (of one alert, or all) pending again; how many."""
+    return conn.execute(_q["alert_delivery_reset_abandoned"], {"alert_id": alert_id}).rowcount
+
+
+@wrap_errors
+def alert_exists(conn: psycopg.Connection[Any], alert_id: int) -> bool:
+    return conn.execute(_q["alert_exists"], {"alert_id": alert_id}).fetchone() is not None
+
+
+@wrap_errors
+def alert_delivery_select_by_alert(
+    conn: psycopg.Connection[Any], alert_id: int
+) -> list[dict[str, Any]]:
+    """The deliveries of one alert, by sink (empty: no such alert)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["alert_delivery_select_by_alert"], {"alert_id": alert_id})
+        return cur.fetchall()
+
+
+@wrap_errors
+def alert_select_recent(
+    conn: psycopg.Connection[Any], *, limit: int, pending_only: bool = False
+) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["alert_select_recent"], {"limit": limit, "pending_only": pending_only})
+        return cur.fetchall()
+
+
+__all__ = [
+    "alert_delivery_claim_due_many",
+    "alert_delivery_mark_delivered_if_claimed",
+    "alert_delivery_mark_failed_if_claimed",
+    "alert_delivery_reset_abandoned",
+    "alert_delivery_select_by_alert",
+    "alert_exists",
+    "alert_insert_for_dead_letter",
+    "alert_select_recent",
+]

@@ -1,0 +1,107 @@
+-- alert_insert_for_dead_letter --
+-- One alert per dead letter (unique dead_letter_id), written in the dead letter's own transaction with one pending delivery per sink; zero rows: it was alerted already.
+WITH d AS (
+    SELECT d.id, d.source, d.job_id, d.step_run_id, d.reason, d.error,
+           j.flow, s.step, s.attempts
+    FROM engine_dead_letters AS d
+    LEFT JOIN engine_jobs AS j ON j.id = d.job_id
+    LEFT JOIN engine_step_runs AS s ON s.id = d.step_run_id
+    WHERE d.id = %(dead_letter_id)s
+), a AS (
+    INSERT INTO engine_alerts
+        (dead_letter_id, source, job_id, step_run_id, flow, step, attempts, error_line, reason)
+    SELECT id, source, job_id, step_run_id, flow, step, attempts,
+           left(split_part(coalesce((error ->> 'type') || ': ' || (error ->> 'message'), reason),
+                           E'\n', 1), 500),
+           reason
+    FROM d
+    ON CONFLICT (dead_letter_id) DO NOTHING
+    RETURNING id
+), deliveries AS (
+    INSERT INTO engine_alert_deliveries (alert_id, sink)
+    SELECT a.id, sink FROM a, unnest(%(sinks)s::text[]) AS sink
+)
+SELECT id FROM a;
+
+-- alert_delivery_claim_due_many --
+-- Claim is one conditional UPDATE: due pending deliveries, or sending ones whose claim lapsed (a dispatcher died mid-send), become sending with a fresh token; SKIP LOCKED and the restated guard give each to one dispatcher.
+WITH due AS (
+    SELECT alert_id, sink
+    FROM engine_alert_deliveries
+    WHERE sink = ANY (%(sinks)s::text[])
+      AND ((status = 'pending' AND next_attempt_at <= clock_timestamp())
+           OR (status = 'sending' AND claimed_until <= clock_timestamp()))
+    ORDER BY next_attempt_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE engine_alert_deliveries AS d
+SET status = 'sending',
+    attempts = d.attempts + 1,
+    claimed_by = %(owner)s,
+    claim_token = gen_random_uuid(),
+    claimed_until = clock_timestamp() + make_interval(secs => %(claim_s)s)
+FROM due
+JOIN engine_alerts AS a ON a.id = due.alert_id
+WHERE d.alert_id = due.alert_id AND d.sink = due.sink
+  AND ((d.status = 'pending' AND d.next_attempt_at <= clock_timestamp())
+       OR (d.status = 'sending' AND d.claimed_until <= clock_timestamp()))
+RETURNING d.alert_id, d.sink, d.attempts AS delivery_attempts, d.claim_token,
+          a.dead_letter_id, a.source, a.job_id, a.step_run_id, a.flow, a.step, a.attempts,
+          a.error_line, a.reason, a.created_at;
+
+-- alert_delivery_mark_delivered_if_claimed --
+-- Only the dispatcher holding the claim token records the delivery; zero rows: its claim lapsed and another took it over.
+UPDATE engine_alert_deliveries
+SET status = 'delivered', delivered_at = clock_timestamp(), last_error = NULL
+WHERE alert_id = %(alert_id)s AND sink = %(sink)s
+  AND status = 'sending' AND claim_token = %(token)s
+RETURNING alert_id;
+
+-- alert_delivery_mark_failed_if_claimed --
+-- A failed send is retried after its backoff, or abandoned at the cap; only the claim holder decides (zero rows: its claim lapsed).
+UPDATE engine_alert_deliveries
+SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'abandoned' ELSE 'pending' END,
+    next_attempt_at = clock_timestamp() + make_interval(secs => %(delay_s)s),
+    last_error = left(%(error)s, 500)
+WHERE alert_id = %(alert_id)s AND sink = %(sink)s
+  AND status = 'sending' AND claim_token = %(token)s
+RETURNING status;
+
+-- alert_delivery_reset_abandoned --
+-- An operator sends abandoned deliveries again (engine alerts retry); delivered ones are never resent.
+UPDATE engine_alert_deliveries
+SET status = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
+    claimed_by = NULL, claim_token = NULL, claimed_until = NULL
+WHERE status = 'abandoned' AND (%(alert_id)s::bigint IS NULL OR alert_id = %(alert_id)s)
+RETURNING alert_id, sink;
+
+-- alert_select_recent --
+-- Alerts newest first, each with all its deliveries' state, for `engine alerts list` (pending_only: those with a delivery not delivered yet).
+SELECT a.id, a.dead_letter_id, a.source, a.job_id, a.step_run_id, a.flow, a.step, a.attempts,
+       a.error_line, a.reason, a.created_at,
+       coalesce(jsonb_agg(jsonb_build_object(
+                    'sink', d.sink, 'status', d.status, 'attempts', d.attempts,
+                    'delivered_at', d.delivered_at, 'next_attempt_at', d.next_attempt_at,
+                    'last_error', d.last_error) ORDER BY d.sink)
+                FILTER (WHERE d.sink IS NOT NULL), '[]'::jsonb) AS deliveries
+FROM engine_alerts AS a
+LEFT JOIN engine_alert_deliveries AS d ON d.alert_id = a.id
+WHERE %(pending_only)s IS FALSE
+   OR EXISTS (SELECT FROM engine_alert_deliveries AS p
+              WHERE p.alert_id = a.id AND p.status IN ('pending', 'sending', 'abandoned'))
+GROUP BY a.id
+ORDER BY a.id DESC
+LIMIT %(limit)s;
+
+-- alert_delivery_select_by_alert --
+-- One alert's deliveries (none: no such alert, or no sink was configured when it was recorded).
+SELECT d.alert_id, d.sink, d.status, d.attempts, d.last_error
+FROM engine_alerts AS a
+JOIN engine_alert_deliveries AS d ON d.alert_id = a.id
+WHERE a.id = %(alert_id)s
+ORDER BY d.sink;
+
+-- alert_exists --
+-- Whether an alert of that id was recorded (an operator's retry names one).
+SELECT 1 FROM engine_alerts WHERE id = %(alert_id)s;
