@@ -20,14 +20,13 @@ __all__ = ["report", "reports"]
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="folder to write to [default: ENGINE_REPORTS_DIR]",
+    help="folder to write to [default: ENGINE_REPORTS_URL if set, else ENGINE_REPORTS_DIR]",
 )
 def report(job_id: str, out: Path | None) -> None:
-    """Render one job's HTML report and print its path."""
+    """Render one job's HTML report and print where it went (a path or an s3:// URI)."""
     parsed = parse_job_id(job_id)
     # no such job is NoSuchJob, a BadInput: the root group's mapping exits 2
-    path = render_job_report(Settings(), parsed, out_dir=out)
-    click.echo(str(path))
+    click.echo(render_job_report(Settings(), parsed, out_dir=out))
 
 
 @click.group()
@@ -40,12 +39,12 @@ def reports() -> None:
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="folder to write to [default: ENGINE_REPORTS_DIR]",
+    help="folder to write to [default: ENGINE_REPORTS_URL if set, else ENGINE_REPORTS_DIR]",
 )
 def build(out: Path | None) -> None:
-    """Render the index and every job's report; print the index's path."""
-    paths = render_all(Settings(), out_dir=out)
-    click.echo(f"{paths[0]} ({len(paths) - 1} run report(s))")
+    """Render the index and every job's report; print where the index went."""
+    stored = render_all(Settings(), out_dir=out)
+    click.echo(f"{stored[0]} ({len(stored) - 1} run report(s))")
 
 
 @reports.command("serve")

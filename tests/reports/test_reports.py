@@ -107,7 +107,7 @@ def run_job(
 
 
 def page(settings: Settings, job_id: uuid.UUID) -> tuple[Path, str]:
-    path = render_job_report(settings, job_id)
+    path = Path(render_job_report(settings, job_id))
     return path, path.read_text(encoding="utf-8")
 
 
@@ -275,7 +275,14 @@ def test_report__user_strings_are_escaped_everywhere(
     posting = run_job(erp, conn, "posting", {"period": PERIOD})
     # a user string in the parameters and in an error message
     migration = run_job(erp, conn, "migration", {"source": XSS[0], "kind": "items"})
-    paths = [render_job_report(erp, posting), render_job_report(erp, migration), render_index(erp)]
+    paths = [
+        Path(stored)
+        for stored in (
+            render_job_report(erp, posting),
+            render_job_report(erp, migration),
+            render_index(erp),
+        )
+    ]
     for path in paths:
         html = path.read_text(encoding="utf-8")
         parsed = check_html(html)
@@ -300,8 +307,8 @@ def test_index__lists_every_run_with_filters_and_duration_chart(
 ) -> None:
     jobs = [run_job(fast, conn, "chain", {"n": n}) for n in (1, 2)]
     jobs.append(run_job(fast, conn, "fan", {"n": 3}))
-    paths = render_all(fast)
-    assert paths[0] == fast.reports_dir / "index.html" and len(paths) == 4
+    paths = [Path(stored) for stored in render_all(fast)]
+    assert paths[0] == (fast.reports_dir / "index.html").resolve() and len(paths) == 4
     html = paths[0].read_text(encoding="utf-8")
     parsed = check_html(html)
     hrefs = {attrs["href"] for tag, attrs in parsed.elements if tag == "a"}
@@ -401,8 +408,8 @@ def test_browser__report_and_index_open_from_disk_without_console_errors(
     erp: Settings, conn: psycopg.Connection[Any], tmp_path: Path, chromium: str
 ) -> None:
     job_id = run_job(erp, conn, "costing", {"period": PERIOD})
-    report = render_job_report(erp, job_id)
-    index = render_index(erp)
+    report = Path(render_job_report(erp, job_id))
+    index = Path(render_index(erp))
     for name, path in (("report", report), ("index", index)):
         shot = tmp_path / f"{name}.png"
         stderr = _open_in_chromium(chromium, path, shot, tmp_path / f"profile-{name}")
