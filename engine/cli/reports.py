@@ -51,16 +51,26 @@ def build(out: Path | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
+    "--refresh",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="seconds between reloads of a page while its job (on the index: any job) is active",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="folder to serve [default: ENGINE_REPORTS_DIR]",
+    help="folder of files beside the reports (rejected rows) [default: ENGINE_REPORTS_DIR]",
 )
-def serve(host: str, port: int, out: Path | None) -> None:
-    """Serve the reports read-only; the index is re-rendered on each request."""
+def serve(host: str, port: int, refresh: float, out: Path | None) -> None:
+    """Serve the reports read-only, rendered from the database on each request.
+
+    A running job's page (and the index while any job runs) reloads itself.
+    """
     settings = Settings()
-    server = make_server(settings, host, port, out or settings.reports_dir)
-    click.echo(f"serving {out or settings.reports_dir} on http://{host}:{server.server_port}/")
+    server = make_server(settings, host, port, out, refresh_s=refresh)
+    click.echo(f"serving live reports on http://{host}:{server.server_port}/")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import threading
 import urllib.error
@@ -33,10 +32,6 @@ PERIOD = "2026-11"
 XSS = ["<script>alert(1)</script>", '"><img src=x onerror=alert(2)>', "{{ 7*7 }}"]
 ERP_FLOWS = ["flows.costing", "flows.posting", "flows.migration"]
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
-CHROMIUM_MISSING = (
-    "headless Chromium is needed for the report browser test and was not found on PATH; "
-    "install it with: sudo apt-get install -y chromium   (Debian/Ubuntu; CI does this in .ci/run)"
-)
 
 RUNNABLE = flows_registry().runnable()  # every test flow, at its version
 
@@ -126,14 +121,6 @@ def erp(settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path) -> Se
     return fast_settings(
         settings, flow_modules=ERP_FLOWS, concurrency=2, reports_dir=tmp_path / "out"
     )
-
-
-@pytest.fixture
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.fail(CHROMIUM_MISSING)
-    return found
 
 
 # -- rendering from real runs -----------------------------------------------------------
@@ -321,7 +308,7 @@ def test_index__lists_every_run_with_filters_and_duration_chart(
 
 @pytest.fixture
 def server(fast: Settings) -> Iterator[str]:
-    httpd = make_server(fast, "127.0.0.1", 0, fast.reports_dir)
+    httpd = make_server(fast, "127.0.0.1", 0)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_port}"
