@@ -24,14 +24,16 @@ test: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
-# The report browser test needs headless Chromium, a Debian package: installed
-# here when we are root, otherwise the exact command to run is printed.
+# The report browser tests need headless Chromium, a Debian package: installed
+# here when we are root (`make test` does it when it is missing; the one place),
+# otherwise the exact command to run is printed.
 chromium:
 	@if [ "$$(id -u)" -eq 0 ]; then \
-		echo "installing headless Chromium for the report browser test (apt-get install chromium)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		echo "installing headless Chromium for the report browser tests (apt-get install chromium)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		command -v chromium >/dev/null; \
 	else \
-		echo "headless Chromium is missing; install it with: sudo apt-get install -y chromium" >&2; \
+		echo "headless Chromium is missing; install it with: sudo apt-get update && sudo apt-get install -y chromium" >&2; \
 		exit 1; \
 	fi
 

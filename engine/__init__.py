@@ -31,7 +31,7 @@ from engine.errors import (
 from engine.flow import Flow, MapOver, Step, StepInput
 from engine.lookup import JobInfo, active_jobs, job_info
 from engine.registry import Registry
-from engine.reports import render_index, render_job_report
+from engine.reports import render_index, render_job_report, write_report_file
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
 from engine.store.migrations import MigrationReport, migrate
 from engine.store.queries import Queries
@@ -78,4 +78,5 @@ __all__ = [
     "render_job_report",
     "submit",
     "wait_for_job",
+    "write_report_file",
 ]

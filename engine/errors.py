@@ -29,6 +29,8 @@
     │   └── SqsError                 an SQS call (the botocore error is ``__cause__``)
     ├── AlertSendFailed              an alert sink did not take an alert (the
     │                                dispatcher sends it again later)
+    ├── ReportStoreError             a report could not be stored (S3 refused or was
+    │                                unreachable; names the bucket; the CLI exits 3)
     └── StepInterrupted              a running step must stop (``ctx.check()``)
         ├── LeaseLost                another worker may own the step run now; also
         │                            raised by a checkpoint whose fenced write
@@ -168,6 +170,10 @@ class SqsError(TransportError):
 
 class AlertSendFailed(EngineError):
     """An alert sink did not take an alert; the message holds no URL or secret."""
+
+
+class ReportStoreError(EngineError):
+    """A report could not be written where reports go (the botocore error is ``__cause__``)."""
 
 
 class StepInterrupted(EngineError):

@@ -6,9 +6,10 @@ The file is split into chunks of rows (one step run each). Every row is
 validated on its own (pydantic); valid rows are upserted by their natural key
 (items: ``sku``; opening balances: store, item, period), and an upsert that
 would change nothing writes nothing, so a rerun of the same file changes
-nothing. Rejected rows are kept with their reason and written to
-``<ENGINE_REPORTS_DIR>/migration-<checksum>-rejects.csv`` beside the report,
-with cells that a spreadsheet would run as formulas neutralised.
+nothing. Rejected rows are kept with their reason and written beside the
+reports as ``migration-<checksum>-rejects.csv`` (in ``ENGINE_REPORTS_DIR``, or
+under ``ENGINE_REPORTS_URL`` on S3), with cells that a spreadsheet would run as
+formulas neutralised.
 
 Opening balances respect the books (:mod:`flows.erp.periods`): they are
 loaded only into a store's first period, while that period is open and the
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import itertools
 from collections.abc import Iterator
 from decimal import Decimal
@@ -35,7 +37,7 @@ import psycopg
 from psycopg.rows import tuple_row
 from pydantic import BaseModel, Field, ValidationError
 
-from engine import Fail, Flow, Settings, StepContext, load_queries
+from engine import Fail, Flow, StepContext, load_queries, write_report_file
 from flows.types import Period
 
 _q = load_queries(str(Path(__file__).parent / "erp" / "sql" / "migration.sql"))
@@ -261,15 +263,15 @@ def report(loaded: list[ChunkLoaded], plan: MigrationPlan, ctx: StepContext) -> 
     rows = _fetch(ctx.conn, "rejects_select", {"key": _key(plan)})
     rejects_file = None
     if rows:
-        out_dir = Settings().reports_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
-        target = out_dir / f"migration-{plan.sha256[:12]}-rejects.csv"
-        with target.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["row", "reason", "raw"])
-            for r in rows:
-                writer.writerow([r[0], _neutralise(r[1]), _neutralise(r[2])])
-        rejects_file = str(target.resolve())
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(["row", "reason", "raw"])
+        for r in rows:
+            writer.writerow([r[0], _neutralise(r[1]), _neutralise(r[2])])
+        # a path, or s3://bucket/prefix/... when the reports go to S3
+        rejects_file = write_report_file(
+            f"migration-{plan.sha256[:12]}-rejects.csv", text.getvalue()
+        )
     return MigrationSummary(
         kind=plan.kind,
         source=plan.source,

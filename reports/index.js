@@ -9,6 +9,31 @@
     return document.getElementById(id);
   });
   var shown = document.getElementById("shown");
+  var names = ["flow", "status", "period", "sort"];
+
+  // The choice lives in the query string, so a live index that reloads itself
+  // (engine reports serve) and a copied link keep it.
+  var query = new URLSearchParams(window.location.search);
+  controls.forEach(function (control, i) {
+    var value = query.get(names[i]);
+    var known = Array.prototype.some.call(control.options, function (o) { return o.value === value; });
+    if (value !== null && known) { control.value = value; }
+  });
+
+  function remember() {
+    var chosen = new URLSearchParams();
+    controls.forEach(function (control, i) {
+      if (control.value && control.value !== control.options[0].value) {
+        chosen.set(names[i], control.value);
+      }
+    });
+    var search = chosen.toString();
+    try {
+      window.history.replaceState(null, "", search ? "?" + search : window.location.pathname);
+    } catch (e) {
+      // a page opened from disk may not rewrite its address; the filters still apply
+    }
+  }
 
   function apply() {
     var flow = controls[0].value, status = controls[1].value, period = controls[2].value;
@@ -29,6 +54,8 @@
     shown.textContent = String(count);
   }
 
-  controls.forEach(function (control) { control.addEventListener("change", apply); });
+  controls.forEach(function (control) {
+    control.addEventListener("change", function () { apply(); remember(); });
+  });
   apply();
 })();

@@ -20,14 +20,13 @@ __all__ = ["report", "reports"]
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="folder to write to [default: ENGINE_REPORTS_DIR]",
+    help="folder to write to [default: ENGINE_REPORTS_URL if set, else ENGINE_REPORTS_DIR]",
 )
 def report(job_id: str, out: Path | None) -> None:
-    """Render one job's HTML report and print its path."""
+    """Render one job's HTML report and print where it went (a path or an s3:// URI)."""
     parsed = parse_job_id(job_id)
     # no such job is NoSuchJob, a BadInput: the root group's mapping exits 2
-    path = render_job_report(Settings(), parsed, out_dir=out)
-    click.echo(str(path))
+    click.echo(render_job_report(Settings(), parsed, out_dir=out))
 
 
 @click.group()
@@ -40,28 +39,38 @@ def reports() -> None:
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="folder to write to [default: ENGINE_REPORTS_DIR]",
+    help="folder to write to [default: ENGINE_REPORTS_URL if set, else ENGINE_REPORTS_DIR]",
 )
 def build(out: Path | None) -> None:
-    """Render the index and every job's report; print the index's path."""
-    paths = render_all(Settings(), out_dir=out)
-    click.echo(f"{paths[0]} ({len(paths) - 1} run report(s))")
+    """Render the index and every job's report; print where the index went."""
+    stored = render_all(Settings(), out_dir=out)
+    click.echo(f"{stored[0]} ({len(stored) - 1} run report(s))")
 
 
 @reports.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
+    "--refresh",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="seconds between reloads of a page while its job (on the index: any job) is active",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="folder to serve [default: ENGINE_REPORTS_DIR]",
+    help="folder of files beside the reports (rejected rows) [default: ENGINE_REPORTS_DIR]",
 )
-def serve(host: str, port: int, out: Path | None) -> None:
-    """Serve the reports read-only; the index is re-rendered on each request."""
+def serve(host: str, port: int, refresh: float, out: Path | None) -> None:
+    """Serve the reports read-only, rendered from the database on each request.
+
+    A running job's page (and the index while any job runs) reloads itself.
+    """
     settings = Settings()
-    server = make_server(settings, host, port, out or settings.reports_dir)
-    click.echo(f"serving {out or settings.reports_dir} on http://{host}:{server.server_port}/")
+    server = make_server(settings, host, port, out, refresh_s=refresh)
+    click.echo(f"serving live reports on http://{host}:{server.server_port}/")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

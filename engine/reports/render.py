@@ -1,4 +1,4 @@
-"""Render run reports and the index into ``Settings.reports_dir``.
+"""Render run reports and the index, and store them where reports go.
 
 Templates live in the top-level ``reports/`` folder: ``run.html.j2``,
 ``index.html.j2``, the inlined ``report.css``/``index.js``, and one business
@@ -7,15 +7,16 @@ gets ``flows/_generic.html.j2``: its summary as nested tables). Autoescape is
 on and undefined names raise; the only markup marked safe is the SVG of
 :mod:`engine.reports.svg`, which escapes every text it draws.
 
-Files are written to a temporary name and renamed, so a reader (the server,
-a browser) never sees half a report.
+Pages are stored through :func:`engine.reports.storage.report_store`: a
+local folder (written to a temporary name and renamed, so a reader never sees
+half a report) or S3 when ``ENGINE_REPORTS_URL`` is set. A page rendered with
+``refresh_s`` reloads itself that often; only ``engine reports serve`` asks
+for it, and only while a job is active, so stored reports never refresh.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import uuid
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -34,6 +35,7 @@ from engine.reports.context import (
     build_run_report,
     run_href,
 )
+from engine.reports.storage import HTML, report_store
 from engine.reports.svg import OUTCOME_COLOURS, STATUS_COLOURS, durations_svg, gantt_svg, graph_svg
 from engine.store.read import sqlalchemy_engine
 
@@ -107,8 +109,10 @@ def _summary_template(env: Environment, flow: str) -> str:
     return "flows/_generic.html.j2"
 
 
-def render_run_html(report: RunReport, env: Environment | None = None) -> str:
-    """One run report as a self-contained HTML document."""
+def render_run_html(
+    report: RunReport, env: Environment | None = None, *, refresh_s: float | None = None
+) -> str:
+    """One run report as a self-contained HTML document; it reloads every ``refresh_s``."""
     env = env or environment()
     starts = [a.start for a in report.attempts] + [report.created_at]
     ends = [a.end for a in report.attempts if a.end is not None]
@@ -119,28 +123,23 @@ def render_run_html(report: RunReport, env: Environment | None = None) -> str:
         gantt=gantt_svg(report.attempts, report.lanes, min(starts), window_end),
         summary_template=_summary_template(env, report.flow),
         index_href="../index.html",
+        refresh_s=_refresh(refresh_s),
     )
 
 
-def render_index_html(index: IndexReport, env: Environment | None = None) -> str:
-    """The index of all runs as a self-contained HTML document."""
+def render_index_html(
+    index: IndexReport, env: Environment | None = None, *, refresh_s: float | None = None
+) -> str:
+    """The index of all runs as a self-contained HTML document; it reloads every ``refresh_s``."""
     env = env or environment()
-    return env.get_template("index.html.j2").render(ix=index, chart=durations_svg(index.rows))
+    return env.get_template("index.html.j2").render(
+        ix=index, chart=durations_svg(index.rows), refresh_s=_refresh(refresh_s)
+    )
 
 
-def write_atomically(path: Path, text: str) -> Path:
-    """Write ``text`` under a temporary name, then rename: a reader never sees half a page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+def _refresh(seconds: float | None) -> str | None:
+    # the content of <meta http-equiv="refresh">: whole seconds, at least one
+    return None if seconds is None else str(max(1, round(seconds)))
 
 
 def _registry(settings: Settings) -> Registry | None:
@@ -156,12 +155,16 @@ def render_job_report(
     *,
     out_dir: Path | None = None,
     registry: Registry | None = None,
-) -> Path:
-    """Render one job's report to ``<reports_dir>/runs/<job_id>.html``; return the path.
+) -> str:
+    """Render one job's report as ``runs/<job_id>.html``; return where it was stored.
 
-    Raises :class:`~engine.errors.NoSuchJob` when there is no such job. ``registry`` defaults
-    to ``Registry.load(settings.flow_modules)``; a flow it does not know is
-    rendered without its graph.
+    It goes to ``out_dir`` when given, else to ``s3://bucket/prefix/runs/<job_id>.html``
+    when ``ENGINE_REPORTS_URL`` is set (the ``s3://`` URI is returned), else to
+    ``<reports_dir>/runs/<job_id>.html`` (its absolute path is returned).
+    Raises :class:`~engine.errors.NoSuchJob` when there is no such job, and
+    :class:`~engine.errors.ReportStoreError` when S3 refuses the page.
+    ``registry`` defaults to ``Registry.load(settings.flow_modules)``; a flow it
+    does not know is rendered without its graph.
     """
     job = job_id if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id))
     engine = sqlalchemy_engine(settings)
@@ -169,35 +172,31 @@ def render_job_report(
         report = build_run_report(engine, job, registry or _registry(settings))
     finally:
         engine.dispose()
-    return write_atomically(
-        (out_dir or settings.reports_dir) / run_href(job), render_run_html(report)
-    )
+    return report_store(settings, out_dir).put(run_href(job), render_run_html(report), HTML)
 
 
-def render_index(settings: Settings, *, out_dir: Path | None = None) -> Path:
-    """Render ``<reports_dir>/index.html`` listing every job; return the path."""
+def render_index(settings: Settings, *, out_dir: Path | None = None) -> str:
+    """Render ``index.html`` listing every job where reports go; return where it was stored."""
     engine = sqlalchemy_engine(settings)
     try:
         index = build_index(engine)
     finally:
         engine.dispose()
-    return write_atomically(
-        (out_dir or settings.reports_dir) / "index.html", render_index_html(index)
-    )
+    return report_store(settings, out_dir).put("index.html", render_index_html(index), HTML)
 
 
-def render_all(settings: Settings, *, out_dir: Path | None = None) -> list[Path]:
-    """Render the index and every job's report; the index's path first."""
+def render_all(settings: Settings, *, out_dir: Path | None = None) -> list[str]:
+    """Render the index and every job's report where reports go; the index's location first."""
     registry = _registry(settings)
     engine = sqlalchemy_engine(settings)
     env = environment()
-    target = out_dir or settings.reports_dir
+    store = report_store(settings, out_dir)
     try:
         index = build_index(engine)
-        paths = [write_atomically(target / "index.html", render_index_html(index, env))]
+        stored = [store.put("index.html", render_index_html(index, env), HTML)]
         for row in index.rows:
             report = build_run_report(engine, uuid.UUID(row.job_id), registry)
-            paths.append(write_atomically(target / row.href, render_run_html(report, env)))
+            stored.append(store.put(row.href, render_run_html(report, env), HTML))
     finally:
         engine.dispose()
-    return paths
+    return stored

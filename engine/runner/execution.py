@@ -110,8 +110,8 @@ class Executor(Failures):
         try:
             render_job_report(self.settings, job_id, registry=self.registry)
             render_index(self.settings)
-        except Exception:
-            log.warning("could not render the report of job %s", job_id, exc_info=True)
+        except Exception as exc:  # e.g. ReportStoreError: the bucket is named in the message
+            log.warning("could not render the report of job %s: %s", job_id, exc, exc_info=True)
 
     # -- the step ----------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from engine.reports.render import environment, write_atomically
+from engine.reports.render import environment
+from engine.reports.storage import write_atomically
 from engine.simulate.draw import COLOURS, anim, grid_svg, lanes_svg
 from engine.simulate.record import SimRecord
 from engine.simulate.timeline import Timeline

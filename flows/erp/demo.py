@@ -68,7 +68,7 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     if closed is not None:
         click.echo(closed)
         _show_books(settings, period)
-        click.echo(f"all runs: {render_index(settings).resolve()}  (browse: engine reports serve)")
+        click.echo(f"all runs: {render_index(settings)}  (browse: engine reports serve)")
         return
     registry = Registry.load(settings.flow_modules)
     started = time.perf_counter()
@@ -89,8 +89,8 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     # the workers render each report as its job ends; render again here so the
     # path printed exists whatever ENGINE_REPORT_ON_END says
     page = render_job_report(settings, job.job_id, registry=registry)
-    click.echo(f"month-end report: {page.resolve()}  (or: engine status {job.job_id})")
-    click.echo(f"all runs: {render_index(settings).resolve()}  (browse: engine reports serve)")
+    click.echo(f"month-end report: {page}  (or: engine status {job.job_id})")
+    click.echo(f"all runs: {render_index(settings)}  (browse: engine reports serve)")
     if status != "done":
         raise JobFailed(f"the month-end close ended {status}")
 

@@ -100,7 +100,7 @@ def test_close__the_month_end_as_one_job_posts_costs_checks_and_closes(
         ("costed", f"close job {job.job_id}"),
         ("closed", f"close job {job.job_id} for ann"),
     ]
-    page = render_job_report(fast, job.job_id, registry=registry).read_text(encoding="utf-8")
+    page = Path(render_job_report(fast, job.job_id, registry=registry)).read_text(encoding="utf-8")
     for text in (
         "closed by close job",
         "Trial balance",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import threading
 import urllib.error
@@ -33,10 +32,6 @@ PERIOD = "2026-11"
 XSS = ["<script>alert(1)</script>", '"><img src=x onerror=alert(2)>', "{{ 7*7 }}"]
 ERP_FLOWS = ["flows.costing", "flows.posting", "flows.migration"]
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
-CHROMIUM_MISSING = (
-    "headless Chromium is needed for the report browser test and was not found on PATH; "
-    "install it with: sudo apt-get install -y chromium   (Debian/Ubuntu; CI does this in .ci/run)"
-)
 
 RUNNABLE = flows_registry().runnable()  # every test flow, at its version
 
@@ -107,7 +102,7 @@ def run_job(
 
 
 def page(settings: Settings, job_id: uuid.UUID) -> tuple[Path, str]:
-    path = render_job_report(settings, job_id)
+    path = Path(render_job_report(settings, job_id))
     return path, path.read_text(encoding="utf-8")
 
 
@@ -126,14 +121,6 @@ def erp(settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path) -> Se
     return fast_settings(
         settings, flow_modules=ERP_FLOWS, concurrency=2, reports_dir=tmp_path / "out"
     )
-
-
-@pytest.fixture
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.fail(CHROMIUM_MISSING)
-    return found
 
 
 # -- rendering from real runs -----------------------------------------------------------
@@ -275,7 +262,14 @@ def test_report__user_strings_are_escaped_everywhere(
     posting = run_job(erp, conn, "posting", {"period": PERIOD})
     # a user string in the parameters and in an error message
     migration = run_job(erp, conn, "migration", {"source": XSS[0], "kind": "items"})
-    paths = [render_job_report(erp, posting), render_job_report(erp, migration), render_index(erp)]
+    paths = [
+        Path(stored)
+        for stored in (
+            render_job_report(erp, posting),
+            render_job_report(erp, migration),
+            render_index(erp),
+        )
+    ]
     for path in paths:
         html = path.read_text(encoding="utf-8")
         parsed = check_html(html)
@@ -300,8 +294,8 @@ def test_index__lists_every_run_with_filters_and_duration_chart(
 ) -> None:
     jobs = [run_job(fast, conn, "chain", {"n": n}) for n in (1, 2)]
     jobs.append(run_job(fast, conn, "fan", {"n": 3}))
-    paths = render_all(fast)
-    assert paths[0] == fast.reports_dir / "index.html" and len(paths) == 4
+    paths = [Path(stored) for stored in render_all(fast)]
+    assert paths[0] == (fast.reports_dir / "index.html").resolve() and len(paths) == 4
     html = paths[0].read_text(encoding="utf-8")
     parsed = check_html(html)
     hrefs = {attrs["href"] for tag, attrs in parsed.elements if tag == "a"}
@@ -314,7 +308,7 @@ def test_index__lists_every_run_with_filters_and_duration_chart(
 
 @pytest.fixture
 def server(fast: Settings) -> Iterator[str]:
-    httpd = make_server(fast, "127.0.0.1", 0, fast.reports_dir)
+    httpd = make_server(fast, "127.0.0.1", 0)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_port}"
@@ -401,8 +395,8 @@ def test_browser__report_and_index_open_from_disk_without_console_errors(
     erp: Settings, conn: psycopg.Connection[Any], tmp_path: Path, chromium: str
 ) -> None:
     job_id = run_job(erp, conn, "costing", {"period": PERIOD})
-    report = render_job_report(erp, job_id)
-    index = render_index(erp)
+    report = Path(render_job_report(erp, job_id))
+    index = Path(render_index(erp))
     for name, path in (("report", report), ("index", index)):
         shot = tmp_path / f"{name}.png"
         stderr = _open_in_chromium(chromium, path, shot, tmp_path / f"profile-{name}")
