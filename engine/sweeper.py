@@ -55,6 +55,7 @@ class Sweeper:
 
     def sweep(self, conn: psycopg.Connection[Any]) -> SweepReport:
         alerted = 0
+        ended: list[Any] = []  # jobs this round failed: their reports follow the commit
         announced: list[int] = []
         dead = []
         orphans = 0
@@ -83,6 +84,7 @@ class Sweeper:
                             conn, EventKind.JOB_FAILED, job_id=d.job_id, worker=self.worker
                         )
                         store.step_cancel_by_job(conn, d.job_id)
+                        ended.append(d.job_id)
                 for c in store.step_cancel_if_job_ended_many(conn):
                     orphans += 1
                     store.event_insert(
@@ -101,6 +103,12 @@ class Sweeper:
                 announce(conn, self.transport, outbox_ids=announced)
         if alerted:
             self.alerts.wake()
+        if ended:
+            # the alert links to the report: render it as a worker ending the job would
+            from engine.reports import render_after_end
+
+            for job_id in ended:
+                render_after_end(self.settings, job_id)
         self.record_transport_dead_letters(conn)
         published = 0
         for _ in range(_RELAY_ROUNDS):

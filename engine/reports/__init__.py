@@ -12,13 +12,19 @@ files beside them with :func:`write_report_file`. :mod:`.serve` renders the
 same pages live from the database, reloading while jobs run;
 :mod:`engine.cli.reports` adds ``engine report`` and ``engine reports``.
 
-The worker calls :func:`render_job_report` and :func:`render_index` after a job
+The worker and the sweeper call :func:`render_after_end` after a job
 ends; both only read the database.
 """
 
 from __future__ import annotations
 
-from engine.reports.render import render_all, render_index, render_job_report
+from engine.reports.render import render_after_end, render_all, render_index, render_job_report
 from engine.reports.storage import write_report_file
 
-__all__ = ["render_all", "render_index", "render_job_report", "write_report_file"]
+__all__ = [
+    "render_after_end",
+    "render_all",
+    "render_index",
+    "render_job_report",
+    "write_report_file",
+]

@@ -16,6 +16,7 @@ for it, and only while a job is active, so stored reports never refresh.
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from datetime import datetime
@@ -42,6 +43,7 @@ from engine.store.read import sqlalchemy_engine
 __all__ = [
     "TEMPLATES_DIR",
     "environment",
+    "render_after_end",
     "render_all",
     "render_index",
     "render_index_html",
@@ -51,6 +53,8 @@ __all__ = [
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent.parent / "reports"
 """The top-level ``reports/`` folder of the project: templates and static assets."""
+
+log = logging.getLogger(__name__)
 
 _FLOW_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
@@ -183,6 +187,24 @@ def render_index(settings: Settings, *, out_dir: Path | None = None) -> str:
     finally:
         engine.dispose()
     return report_store(settings, out_dir).put("index.html", render_index_html(index), HTML)
+
+
+def render_after_end(
+    settings: Settings, job_id: uuid.UUID, registry: Registry | None = None
+) -> None:
+    """A job just ended (whoever ended it): its report and the index, when configured.
+
+    The job's outcome is committed already; a report that cannot be rendered
+    or stored is logged (naming the bucket, for S3) and never fails or retries
+    anything.
+    """
+    if not settings.report_on_end:
+        return
+    try:
+        render_job_report(settings, job_id, registry=registry)
+        render_index(settings)
+    except Exception as exc:
+        log.warning("could not render the report of job %s: %s", job_id, exc, exc_info=True)
 
 
 def render_all(settings: Settings, *, out_dir: Path | None = None) -> list[str]:

@@ -99,19 +99,11 @@ class Executor(Failures):
         finally:
             self.heartbeat.unwatch()
             self.current = None
-        if self.ended_job is not None and self.settings.report_on_end:
-            self._render_report(self.ended_job)
+        if self.ended_job is not None:
+            from engine.reports import render_after_end  # jinja2 and SQLModel load on first use
+
+            render_after_end(self.settings, self.ended_job, self.registry)
         return outcome
-
-    def _render_report(self, job_id: uuid.UUID) -> None:
-        # the books are committed; a report that fails to render is logged, never retried
-        from engine.reports import render_index, render_job_report
-
-        try:
-            render_job_report(self.settings, job_id, registry=self.registry)
-            render_index(self.settings)
-        except Exception as exc:  # e.g. ReportStoreError: the bucket is named in the message
-            log.warning("could not render the report of job %s: %s", job_id, exc, exc_info=True)
 
     # -- the step ----------------------------------------------------------------------
 
