@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from engine import db, store
+from engine import db, logs, store
 from engine.alerts import AlertSink, log_alert
 from engine.config import Settings
 from engine.errors import ConfigError
@@ -85,7 +85,9 @@ class _Slot:
         )
         self.runner: StepRunner | None = None
         self.busy = False
-        self.thread = threading.Thread(target=self._loop, name=f"slot-{index}", daemon=True)
+        self.thread = threading.Thread(
+            target=logs.inheriting(self._loop), name=f"slot-{index}", daemon=True
+        )
 
     def _runner(self) -> StepRunner:
         if self.runner is None or self.runner.conn.closed:
@@ -229,6 +231,7 @@ class Worker:
         Configuration errors refuse to start (invariant 6); an unreachable
         database or queue does not: start-up waits for them (invariant 15).
         """
+        logs.bind(worker=self.worker_id)  # this thread's lines, and the threads it starts
         check_startup(self.settings, self._queue_visibility())
         if not self._wait_for_database("start-up"):
             return 0
