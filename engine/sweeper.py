@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from engine import store
+from engine import metrics, store
 from engine.alerts import Alert, AlertSink
 from engine.announce import announce
 from engine.config import Settings
@@ -99,6 +99,8 @@ class Sweeper:
                 )
                 # an external queue's rows are sent by the relay below, after the commit
                 announce(conn, self.transport, outbox_ids=announced)
+        for d in dead:  # committed
+            metrics.dead_lettered(None, d.step)
         for alert in alerts:
             self.alert(alert)
         self._drain_transport_dead_letters(conn)

@@ -229,3 +229,18 @@ SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
     max_attempts = attempts + %(extra_attempts)s
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
+
+-- step_select_queue_lag --
+-- Read-only, for metrics: the age of the oldest step run claimable now by the claim's own predicate (pending and due, or running with an expired lease, under the cap, of an active job), from when it became claimable; 0 when none waits.
+SELECT coalesce(extract(epoch FROM clock_timestamp() - min(
+           CASE WHEN s.status = 'pending' THEN s.available_at ELSE s.lease_expires_at END)),
+       0)::float8 AS lag_s
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
+WHERE s.attempts < s.max_attempts
+  AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
+    OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()));
+
+-- step_count_by_status --
+-- Read-only, for `engine status --json`: every step run counted once, by its status.
+SELECT status, count(*)::int AS n FROM engine_step_runs GROUP BY status;
