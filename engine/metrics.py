@@ -112,8 +112,16 @@ _lock = threading.Lock()
 def enable(registry: CollectorRegistry | None = None) -> Metrics:
     """Start counting into ``registry`` (a new one, with the process's own metrics, if None)."""
     global _current
-    from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+    from prometheus_client import (
+        CollectorRegistry,
+        PlatformCollector,
+        ProcessCollector,
+        disable_created_metrics,
+    )
 
+    # a *_created series per counter doubles the output and tells a scraper nothing
+    # a restart (process_start_time_seconds) does not
+    disable_created_metrics()  # type: ignore[no-untyped-call]
     if registry is None:
         registry = CollectorRegistry()
         ProcessCollector(registry=registry)
