@@ -1,4 +1,4 @@
-"""The database's counts: queue lag (rows aged by SQL, never slept through), status --json."""
+"""Counts: queue lag (rows aged by SQL, never slept through), status --json, lease metrics."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -18,6 +19,7 @@ from harness import (
     wait_job_ended,
     wait_until,
 )
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import metrics, store, submit
@@ -151,3 +153,34 @@ def test_status_json__counts_from_the_database(
     )
     assert (c["claimed"], c["succeeded"], c["failed"]) == (1, 1, 0)
     assert all(s["fenced"] == 0 and s["reclaimed"] == 0 for s in steps.values())
+
+
+def test_lease_metrics__renewals_then_a_lost_lease_and_the_fenced_attempt(
+    settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    registry = CollectorRegistry()
+    metrics.enable(registry)
+    hold = tmp_path / "hold"
+    labels = {"flow": "chain", "step": "b"}
+
+    def counted(name: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    try:
+        fast = fast_settings(settings, heartbeat_s=0.1)
+        job = submit("chain", {"hold_file": str(hold)}, settings=fast, registry=flows_registry())
+        with thread_worker(fast):
+            wait_until(lambda: Path(f"{hold}.started").exists(), what="step b to start")
+            wait_until(lambda: counted("engine_lease_renewals_total") >= 2, what="two renewals")
+            # another attempt takes the lease over (as a reclaim would)
+            conn.execute(
+                "UPDATE engine_step_runs SET lease_token = gen_random_uuid() "
+                "WHERE job_id = %s AND step = 'b'",
+                (job.job_id,),
+            )
+            wait_until(lambda: counted("engine_steps_fenced_total") == 1, what="b fenced")
+        assert counted("engine_lease_losses_total") >= 1
+        assert counted("engine_steps_succeeded_total") == 0
+        assert counted("engine_steps_started_total") == 1
+    finally:
+        metrics.disable()
