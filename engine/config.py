@@ -223,7 +223,18 @@ class Settings(BaseSettings):
         default=None,
         ge=0,
         le=65535,
-        description="`engine worker` serves Prometheus metrics on this port (unset: none)",
+        description=(
+            "`engine worker` serves Prometheus metrics on this port (0: a free one, logged; "
+            "unset: none)"
+        ),
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description=(
+            "address the metrics port listens on; 0.0.0.0 in a container (ECS) so that the "
+            "scraper reaches it"
+        ),
     )
     alert_sinks: Annotated[list[Literal["log", "sns", "webhook"]], NoDecode] = Field(
         default=["log"],

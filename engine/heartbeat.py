@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from engine import db, store
+from engine import db, logs, metrics, store
 from engine.config import Settings
 from engine.context import StopSignal
 from engine.outage import is_outage
@@ -67,7 +67,10 @@ class Heartbeat:
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{worker}", daemon=True)
+        # its log lines carry the worker's context, and the step run's while it renews one
+        self._thread = threading.Thread(
+            target=logs.inheriting(self._run), name=f"heartbeat-{worker}", daemon=True
+        )
         self.paused = threading.Event()  # tests: simulate a stalled heartbeat
         self._thread.start()
 
@@ -108,7 +111,8 @@ class Heartbeat:
             if self.paused.is_set():
                 continue
             try:
-                self.beat(lease)
+                with logs.step_run(lease.claimed, lease_owner=self._worker):
+                    self.beat(lease)
             except Exception as exc:
                 if is_outage(exc):
                     # logged once for the whole worker, not once per interval
@@ -148,6 +152,7 @@ class Heartbeat:
                     )
                     return False
                 lease.stop.set(f"lease on step run {claimed.id} lost (attempt {claimed.attempt})")
+                metrics.lease_lost(claimed)
                 store.step_event_insert(
                     self._conn,
                     EventKind.LEASE_LOST,
@@ -157,6 +162,7 @@ class Heartbeat:
                 )
             return False
         lease.renewals += 1
+        metrics.lease_renewed(claimed)
         store.step_event_insert(
             self._conn,
             EventKind.RENEWED,

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import psycopg
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential_jitter
 
+from engine import metrics
 from engine.config import mask_url
 from engine.errors import ConfigError, DatabaseUnavailable
 
@@ -79,6 +80,7 @@ class Outage:
             self.outages += 1
             self.probes = 0
             self._since = time.monotonic()
+        metrics.outage_started()
         log.error(
             "PostgreSQL unreachable (%s: %s); receiving paused until it answers again",
             where,
@@ -92,6 +94,7 @@ class Outage:
             self.down.clear()
             lasted = time.monotonic() - self._since
             probes = self.probes
+        metrics.outage_ended()
         log.warning(
             "PostgreSQL reachable again after %.1f s (%d failed probes); resuming", lasted, probes
         )

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from engine import db, faults, store
+from engine import db, faults, logs, store
 from engine.config import Settings
 from engine.messages import StepMessage
 from engine.outage import is_outage
@@ -100,7 +100,10 @@ class RelayListener:
         self._stop = threading.Event()
         self.relayed = 0
         self.listening = False  # tests: set once LISTEN is in place
-        self._thread = threading.Thread(target=self._run, name="outbox-relay", daemon=True)
+        # its log lines carry the worker's context (a new thread starts with none)
+        self._thread = threading.Thread(
+            target=logs.inheriting(self._run), name="outbox-relay", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from engine import store
+from engine import metrics, store
 from engine.alerts import AlertRecorder
 from engine.announce import announce
 from engine.config import Settings
@@ -101,6 +101,8 @@ class Sweeper:
                 )
                 # an external queue's rows are sent by the relay below, after the commit
                 announce(conn, self.transport, outbox_ids=announced)
+        for d in dead:  # committed
+            metrics.dead_lettered(d.flow, d.step)
         if alerted:
             self.alerts.wake()
         if ended:

@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from engine import db, store
+from engine import db, logs, store
 from engine.alerts import AlertRecorder, AlertSink
 from engine.alerts.dispatch import AlertDispatcher
 from engine.alerts.sinks import sinks_for
@@ -88,7 +88,9 @@ class _Slot:
         )
         self.runner: StepRunner | None = None
         self.busy = False
-        self.thread = threading.Thread(target=self._loop, name=f"slot-{index}", daemon=True)
+        self.thread = threading.Thread(
+            target=logs.inheriting(self._loop), name=f"slot-{index}", daemon=True
+        )
 
     def _runner(self) -> StepRunner:
         if self.runner is None or self.runner.conn.closed:
@@ -243,6 +245,7 @@ class Worker:
         Configuration errors refuse to start (invariant 6); an unreachable
         database or queue does not: start-up waits for them (invariant 15).
         """
+        logs.bind(worker=self.worker_id)  # this thread's lines, and the threads it starts
         check_startup(self.settings, self._queue_visibility())
         if not self._wait_for_database("start-up"):
             return 0

@@ -6,6 +6,7 @@ import getpass
 import json
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -16,6 +17,7 @@ from engine import admin
 from engine.cli.args import parse_job_id
 from engine.cli.output import out, print_json
 from engine.cli.state import State, current
+from engine.counts import read_counts
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
 from engine.store.models import JobStatus
@@ -153,7 +155,8 @@ def status(job_id: str | None, as_json: bool) -> None:
     state = current()
     engine = sqlalchemy_engine(state.settings)
     if job_id is None:
-        _runs(engine, None, [], as_json)
+        # for scripts: the metrics' counts, from the database, beside the recent jobs
+        _runs(engine, None, [], as_json, extra=lambda: {"counts": _counts(state)})
         return
     view = job_view(engine, parse_job_id(job_id))
     if view is None:
@@ -215,12 +218,23 @@ def runs(flow: str | None, statuses: tuple[str, ...], limit: int, as_json: bool)
     _runs(sqlalchemy_engine(state.settings), flow, [JobStatus(s) for s in statuses], as_json, limit)
 
 
+def _counts(state: State) -> dict[str, Any]:
+    return read_counts(state.settings).model_dump(mode="json")
+
+
 def _runs(
-    engine: Any, flow: str | None, statuses: list[JobStatus], as_json: bool, limit: int = 50
+    engine: Any,
+    flow: str | None,
+    statuses: list[JobStatus],
+    as_json: bool,
+    limit: int = 50,
+    extra: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     jobs = recent_jobs(engine, flow=flow, statuses=statuses, limit=limit)
     if as_json:
-        print_json({"jobs": [j.model_dump(mode="json") for j in jobs]})
+        print_json(
+            {"jobs": [j.model_dump(mode="json") for j in jobs], **(extra() if extra else {})}
+        )
         return
     table = Table("job", "flow", "status", "params", "created")
     for j in jobs:

@@ -9,14 +9,14 @@ with :func:`exit_code` and prints the one-line message. ``--json`` prints one JS
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
 import click
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
+from engine import logs
 from engine.cli import extensions
 from engine.cli.alerts import alerts
 from engine.cli.dlq import dlq
@@ -27,7 +27,6 @@ from engine.cli.queues import queues
 from engine.cli.reports import report, reports
 from engine.cli.simulate import simulate
 from engine.cli.worker import worker
-from engine.config import SecretsFilter
 from engine.errors import BadInput, ChecksFailed, EngineError, JobFailed
 
 __all__ = [
@@ -106,17 +105,24 @@ class EngineGroup(click.Group):
     cls=EngineGroup,
     context_settings={"auto_envvar_prefix": "ENGINE", "show_default": True},
 )
-@click.option("--log-level", default="WARNING", show_envvar=True, help="Python log level")
-def main(log_level: str) -> None:
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+    default="WARNING",
+    show_envvar=True,
+    help="Python log level",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_envvar=True,
+    help="readable lines, or one JSON object per line (job, flow, step, attempt, worker)",
+)
+def main(log_level: str, log_format: logs.LogFormat) -> None:
     """Workflow engine for ERP jobs: typed step graphs, leased and fenced execution."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     # every command's log lines, botocore's DEBUG requests included, are masked
-    url = os.environ.get("ENGINE_DATABASE_URL")
-    secrets = SecretsFilter(SecretStr(url) if url else None)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(secrets)
+    logs.configure(log_level, log_format, os.environ.get("ENGINE_DATABASE_URL"))
 
 
 for command in (

@@ -19,6 +19,7 @@ announces it (invariant 9). The others are announced as usual.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -27,7 +28,7 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from engine import faults, store
+from engine import faults, logs, metrics, store
 from engine.alerts import AlertRecorder
 from engine.announce import Announced, announce
 from engine.config import Settings
@@ -89,21 +90,25 @@ class Executor(Failures):
         self, flow: Flow, step: Step, claimed: Claimed, receipt: str | None, known: Outputs
     ) -> Outcome:
         """Run ``claimed`` under its lease (heartbeat-renewed) to an outcome."""
-        self.continuation = None
-        lease = Lease(claimed, receipt)
-        self.current = lease
-        self.ended_job = None
-        self.heartbeat.watch(lease)
-        try:
-            outcome = self._execute(flow, step, lease, known)
-        finally:
-            self.heartbeat.unwatch()
-            self.current = None
-        if self.ended_job is not None:
-            from engine.reports import render_after_end  # jinja2 and SQLModel load on first use
+        with logs.step_run(claimed, lease_owner=self.worker):
+            self.continuation = None
+            lease = Lease(claimed, receipt)
+            self.current = lease
+            self.ended_job = None
+            metrics.step_started(claimed)
+            started = time.monotonic()
+            self.heartbeat.watch(lease)
+            try:
+                outcome = self._execute(flow, step, lease, known)
+            finally:
+                self.heartbeat.unwatch()
+                self.current = None
+            metrics.step_ended(claimed, outcome.kind, time.monotonic() - started)
+            if self.ended_job is not None:
+                from engine.reports import render_after_end  # jinja2, SQLModel: on first use
 
-            render_after_end(self.settings, self.ended_job, self.registry)
-        return outcome
+                render_after_end(self.settings, self.ended_job, self.registry)
+            return outcome
 
     # -- the step ----------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from engine.store.alerts import (
 from engine.store.batch import Batch, Executes, Reply
 from engine.store.dead_letters import (
     Delivery,
+    dead_letter_count_open,
     dead_letter_delete_closed,
     dead_letter_insert_message_if_new,
     dead_letter_insert_message_logged,
@@ -54,6 +55,7 @@ from engine.store.dead_letters import (
     dead_letter_select_open,
 )
 from engine.store.events import (
+    event_count_by_step,
     event_insert,
     step_event_insert,
 )
@@ -107,6 +109,7 @@ from engine.store.step_runs import (
     step_cancel_by_job,
     step_cancel_if_job_ended_many,
     step_claim_if_available,
+    step_count_by_status,
     step_counts_by_job,
     step_dead_if_expired_exhausted_many,
     step_dead_if_leased,
@@ -116,6 +119,7 @@ from engine.store.step_runs import (
     step_run_insert_claimed,
     step_run_insert_many_announced,
     step_run_insert_many_with_outbox,
+    step_select_queue_lag,
     step_select_status,
 )
 
@@ -147,6 +151,7 @@ __all__ = [
     "alert_select_recent",
     "checkpoint_put_if_leased",
     "database_create_if_absent",
+    "dead_letter_count_open",
     "dead_letter_delete_closed",
     "dead_letter_insert_message_if_new",
     "dead_letter_insert_message_logged",
@@ -155,6 +160,7 @@ __all__ = [
     "dead_letter_mark_replayed_if_open",
     "dead_letter_select_one",
     "dead_letter_select_open",
+    "event_count_by_step",
     "event_insert",
     "job_cancel_if_active",
     "job_cancel_if_leased",
@@ -181,6 +187,7 @@ __all__ = [
     "step_cancel_by_job",
     "step_cancel_if_job_ended_many",
     "step_claim_if_available",
+    "step_count_by_status",
     "step_counts_by_job",
     "step_dead_if_expired_exhausted_many",
     "step_dead_if_leased",
@@ -191,6 +198,7 @@ __all__ = [
     "step_run_insert_claimed",
     "step_run_insert_many_announced",
     "step_run_insert_many_with_outbox",
+    "step_select_queue_lag",
     "step_select_status",
     "sweep_lock_try",
 ]

@@ -117,3 +117,11 @@ def dead_letter_mark_replayed_by_job(conn: psycopg.Connection[Any], job_id: uuid
 @wrap_errors
 def dead_letter_delete_closed(conn: psycopg.Connection[Any]) -> int:
     return conn.execute(_q["dead_letter_delete_closed"]).rowcount
+
+
+@wrap_errors
+def dead_letter_count_open(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """Open dead letters (not replayed) by source (``step``, ``message``)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["dead_letter_count_open"])
+        return {str(r["source"]): int(r["n"]) for r in cur}

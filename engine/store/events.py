@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
@@ -63,3 +64,11 @@ def step_event_insert(
         attempt=claimed.attempt,
         detail=detail,
     )
+
+
+@wrap_errors
+def event_count_by_step(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Per flow and step: attempts claimed, reclaimed, succeeded, failed, retried, dead, fenced."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["event_count_by_step"])
+        return [dict(r) for r in cur]

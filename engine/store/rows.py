@@ -165,6 +165,7 @@ class ExpiredExhausted:
     job_id: uuid.UUID
     attempts: int
     step: str
+    flow: str
 
 
 @dataclass(frozen=True)

@@ -285,7 +285,9 @@ def step_dead_if_leased(
 def step_dead_if_expired_exhausted_many(conn: psycopg.Connection[Any]) -> list[ExpiredExhausted]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_dead_if_expired_exhausted_many"])
-        return [ExpiredExhausted(r["id"], r["job_id"], r["attempts"], r["step"]) for r in cur]
+        return [
+            ExpiredExhausted(r["id"], r["job_id"], r["attempts"], r["step"], r["flow"]) for r in cur
+        ]
 
 
 @wrap_errors
@@ -335,3 +337,18 @@ def step_reopen_by_job(
         _q["step_reopen_by_job"], {"job_id": job_id, "extra_attempts": extra_attempts}
     ).fetchall()
     return [column(r, "id") for r in rows]
+
+
+@wrap_errors
+def step_select_queue_lag(conn: psycopg.Connection[Any]) -> float:
+    """Seconds the oldest step run claimable now has waited; 0.0 when none is."""
+    row = conn.execute(_q["step_select_queue_lag"]).fetchone()
+    return 0.0 if row is None else float(column(row, "lag_s"))
+
+
+@wrap_errors
+def step_count_by_status(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """How many step runs are in each status (statuses with none are absent)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_count_by_status"])
+        return {str(r["status"]): int(r["n"]) for r in cur}

@@ -15,6 +15,7 @@ job parameters, so worker processes need no shared memory:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -22,6 +23,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from engine import Cancel, Fail, Flow, RetryPolicy, StepContext
+
+log = logging.getLogger("testflows")
 
 EFFECTS_DDL = """
 CREATE TABLE IF NOT EXISTS test_effects (
@@ -54,6 +57,8 @@ class Out(BaseModel):
 
 def effect(ctx: StepContext, params: Params, step: str) -> Out:
     """Record the effect in the step's transaction; hold or fail when asked to."""
+    # a step's own log line: the engine adds the step run's context to it
+    log.info("step %s recording its effect", step)
     ctx.conn.execute(
         "INSERT INTO test_effects (job_id, step, fanout_key, attempt, worker) "
         "VALUES (%s, %s, %s, %s, %s)",

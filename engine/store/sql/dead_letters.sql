@@ -45,3 +45,7 @@ WHERE job_id = %(job_id)s AND source = 'step' AND replayed_at IS NULL;
 DELETE FROM engine_dead_letters
 WHERE source = 'message' OR replayed_at IS NOT NULL
 RETURNING id;
+
+-- dead_letter_count_open --
+-- Read-only, for `engine status --json`: open dead letters (not replayed), by source.
+SELECT source, count(*)::int AS n FROM engine_dead_letters WHERE replayed_at IS NULL GROUP BY source;

@@ -158,7 +158,7 @@ RETURNING s.id, s.job_id, s.attempts;
 -- step_dead_if_expired_exhausted_many --
 -- A worker died during the last allowed attempt: its lease expired and no claim may follow, so the step run is dead; the jobs are locked first, in id order (one lock order).
 WITH jobs AS (
-    SELECT j.id
+    SELECT j.id, j.flow
     FROM engine_jobs AS j
     WHERE j.id IN (
         SELECT s.job_id FROM engine_step_runs AS s
@@ -178,7 +178,7 @@ FROM jobs
 WHERE s.job_id = jobs.id
   AND s.status = 'running' AND s.lease_expires_at <= clock_timestamp()
   AND s.attempts >= s.max_attempts
-RETURNING s.id, s.job_id, s.attempts, s.step;
+RETURNING s.id, s.job_id, s.attempts, s.step, jobs.flow;
 
 -- step_cancel_if_job_ended_many --
 -- Invariant 13: a step run left pending or running under a job that ended (a dead worker's lease, an older engine) is finished as cancelled; the jobs are locked first, in id order, and re-checked as ended under the lock (a concurrent retry reopens them).
@@ -229,3 +229,18 @@ SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
     max_attempts = attempts + %(extra_attempts)s
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
+
+-- step_select_queue_lag --
+-- Read-only, for metrics: the age of the oldest step run claimable now by the claim's own predicate (pending and due, or running with an expired lease, under the cap, of an active job), from when it became claimable; 0 when none waits.
+SELECT coalesce(extract(epoch FROM clock_timestamp() - min(
+           CASE WHEN s.status = 'pending' THEN s.available_at ELSE s.lease_expires_at END)),
+       0)::float8 AS lag_s
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
+WHERE s.attempts < s.max_attempts
+  AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
+    OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()));
+
+-- step_count_by_status --
+-- Read-only, for `engine status --json`: every step run counted once, by its status.
+SELECT status, count(*)::int AS n FROM engine_step_runs GROUP BY status;
