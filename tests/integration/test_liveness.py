@@ -35,6 +35,7 @@ from engine.errors import BadInput, StoreError
 from engine.heartbeat import Heartbeat
 from engine.messages import StepMessage
 from engine.registry import Registry
+from engine.reports.links import report_link
 from engine.runner import StepRunner, claim
 from engine.store import Claimed, ClaimRefused
 from engine.sweeper import Sweeper
@@ -677,3 +678,29 @@ def test_batch__nothing_reaches_the_server_before_it_is_sent(
     assert first.fetchone() == {"n": 1}
     assert none.fetchone() is None
     assert quoted.fetchone() == {"t": "it's; -- not a comment"}
+
+
+def test_sweeper__a_job_it_fails_gets_its_report_where_the_alert_links(
+    fast: Settings, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    settings = fast.model_copy(
+        update={"report_on_end": True, "reports_dir": tmp_path, "flow_modules": ["testflows"]}
+    )
+    job = submit("chain", {}, settings=settings, registry=flows_registry())
+    with db.connect(settings, autocommit=True) as c:
+        ghost = claim(c, message_for(conn, job.job_id, "a"), "ghost", 30, ALL)
+        assert isinstance(ghost, Claimed)
+    # the worker died during the last allowed attempt: its lease has lapsed
+    conn.execute(
+        "UPDATE engine_step_runs SET max_attempts = attempts,"
+        " lease_expires_at = now() - interval '1 s' WHERE id = %s",
+        (ghost.id,),
+    )
+    with db.connect(settings, autocommit=True) as c:
+        report = Sweeper(settings, PostgresTransport(settings), "sweeper", AlertRecorder(["log"]))
+        assert report.sweep(c).dead == 1
+    link = report_link(settings, job.job_id)
+    page = Path(link.removeprefix("file://"))
+    assert page.is_file(), f"the alert links to {link}, which was never written"
+    assert "failed" in page.read_text()
+    assert (tmp_path / "index.html").is_file()
