@@ -29,7 +29,7 @@ from engine.flow import Flow
 from engine.outbox import Publisher
 from engine.registry import Registry
 from engine.schedule import root_runs
-from engine.store.models import EventKind, JobStatus
+from engine.store.status import EventKind, JobStatus
 from engine.transports import transport_for
 
 if TYPE_CHECKING:
