@@ -32,18 +32,20 @@ def wait_for_job(
     """Block until the job ends; its final status."""
     stop = stop or threading.Event()
     show = progress and sys.stdout.isatty() and importlib.util.find_spec("rich") is not None
-    with db.connect(settings, autocommit=True) as conn:
-        with _progress(f"job {str(job_id)[:8]}", show) as update:
-            while True:
-                row = store.job_progress(conn, job_id)
-                if row is None:
-                    raise NoSuchJob(job_id)
-                update(row["total"], row["done"])
-                status = JobStatus(row["status"])
-                if status in _ENDED:
-                    return status
-                if stop.wait(poll_s):
-                    return status
+    with (
+        db.connect(settings, autocommit=True) as conn,
+        _progress(f"job {str(job_id)[:8]}", show) as update,
+    ):
+        while True:
+            row = store.job_progress(conn, job_id)
+            if row is None:
+                raise NoSuchJob(job_id)
+            update(row["total"], row["done"])
+            status = JobStatus(row["status"])
+            if status in _ENDED:
+                return status
+            if stop.wait(poll_s):
+                return status
 
 
 @contextlib.contextmanager
