@@ -35,6 +35,7 @@ from engine.reports.context import (
     run_href,
 )
 from engine.reports.svg import OUTCOME_COLOURS, STATUS_COLOURS, durations_svg, gantt_svg, graph_svg
+from engine.resources import shipped_dir
 from engine.store.read import sqlalchemy_engine
 
 __all__ = [
@@ -47,7 +48,7 @@ __all__ = [
     "render_run_html",
 ]
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent.parent / "reports"
+TEMPLATES_DIR = shipped_dir("reports")
 """The top-level ``reports/`` folder of the project: templates and static assets."""
 
 _FLOW_NAME = re.compile(r"[a-z][a-z0-9_-]*")
