@@ -27,6 +27,8 @@
     │                                serialisation failure: a lost race, try again
     ├── TransportError               a queue call failed after the client's retries
     │   └── SqsError                 an SQS call (the botocore error is ``__cause__``)
+    ├── Unhealthy                    ``engine worker --check`` found a check failing
+    │                                (names each); the CLI exits 3
     └── StepInterrupted              a running step must stop (``ctx.check()``)
         ├── LeaseLost                another worker may own the step run now; also
         │                            raised by a checkpoint whose fenced write
@@ -162,6 +164,10 @@ class TransportError(EngineError):
 
 class SqsError(TransportError):
     """An SQS call failed after botocore's retries (the original is ``__cause__``)."""
+
+
+class Unhealthy(EngineError):
+    """A health check of ``engine worker --check`` failed; the message names each."""
 
 
 class StepInterrupted(EngineError):

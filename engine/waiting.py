@@ -7,7 +7,6 @@ The bar is drawn by rich, a dependency of the worker extra: on the API install
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import sys
 import threading
 import uuid
@@ -31,7 +30,7 @@ def wait_for_job(
 ) -> JobStatus:
     """Block until the job ends; its final status."""
     stop = stop or threading.Event()
-    show = progress and sys.stdout.isatty() and importlib.util.find_spec("rich") is not None
+    show = progress and sys.stdout.isatty()
     with (
         db.connect(settings, autocommit=True) as conn,
         _progress(f"job {str(job_id)[:8]}", show) as update,
@@ -51,16 +50,19 @@ def wait_for_job(
 @contextlib.contextmanager
 def _progress(description: str, show: bool) -> Iterator[Callable[[int, int], None]]:
     """``update(total, completed)`` of a progress bar, or of nothing when not ``show``."""
+    try:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+    except ImportError:
+        show = False
     if not show:
         yield lambda _total, _done: None
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
 
     bar = Progress(
         TextColumn("[bold]{task.description}"),
