@@ -1,4 +1,4 @@
-"""deploy/: the ECS task and service, IAM policies, queues and alarm agree with each other and the code.
+"""deploy/: the ECS files, IAM policies, queues and alarm agree with one another and the code.
 
 The files hold ``${AWS_REGION}``-style placeholders for ``envsubst``; they are
 substituted with example values here, then every setting that must agree is
