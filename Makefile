@@ -12,7 +12,7 @@ TEST_WORKERS ?= 4
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[worker,dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -7,7 +7,15 @@ module exports: what a flow author needs to declare, run and test flows, and
 nothing else; flows import nothing else from ``engine``. Tools around the
 engine (the CLI, the simulator, the bench, tests) import the module they need,
 e.g. :mod:`engine.processes` to start worker processes.
+
+``import engine`` and :func:`submit` need only the API install (``pip install
+erp-engine``); the report renderers need the worker extra (jinja2, SQLModel)
+and are imported on first use.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from engine.config import Settings
 from engine.context import StepContext
@@ -31,13 +39,33 @@ from engine.errors import (
 from engine.flow import Flow, MapOver, Step, StepInput
 from engine.lookup import JobInfo, active_jobs, job_info
 from engine.registry import Registry
-from engine.reports import render_index, render_job_report, write_report_file
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
 from engine.store.migrations import MigrationReport, migrate
 from engine.store.queries import Queries
 from engine.store.queries import load as load_queries
 from engine.submit import Submitted, submit
 from engine.waiting import wait_for_job
+
+if TYPE_CHECKING:
+    from engine.reports import render_index, render_job_report, write_report_file
+
+# names that need the worker extra: imported when first asked for
+_LAZY = {
+    "render_index": "engine.reports",
+    "render_job_report": "engine.reports",
+    "write_report_file": "engine.reports.storage",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")
+
 
 __all__ = [
     "BadInput",

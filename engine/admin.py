@@ -16,7 +16,7 @@ from engine import db, store
 from engine.announce import announce
 from engine.config import Settings
 from engine.errors import BadInput, NoSuchJob
-from engine.store.models import EventKind
+from engine.store.status import EventKind
 from engine.transports import transport_for
 from engine.transports.base import Transport
 

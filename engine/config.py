@@ -20,6 +20,8 @@ from urllib.parse import unquote
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from engine.resources import shipped_dir
+
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # userinfo of a URL (user:password@); the password part is what gets masked
@@ -111,7 +113,7 @@ class Settings(BaseSettings):
         default="engine", description="database created inside the embedded server"
     )
     migration_dirs: Annotated[list[Path], NoDecode] = Field(
-        default=[_PROJECT_ROOT / "migrations", _PROJECT_ROOT / "flows" / "migrations"],
+        default=[shipped_dir("migrations"), _PROJECT_ROOT / "flows" / "migrations"],
         description=(
             "folders of numbered .sql migrations, applied as one sequence "
             "(the engine's, then the flows' own tables)"

@@ -66,7 +66,22 @@ def _server_conninfo(settings: Settings) -> str:
     return _embedded(settings)
 
 
+EMBEDDED_MISSING = (
+    "ENGINE_DATABASE_URL is unset and the embedded PostgreSQL (pgserver) is not installed: "
+    "set ENGINE_DATABASE_URL=postgresql://USER@HOST:5432/DBNAME, or for development "
+    "install the dev extra: pip install 'erp-engine[dev]'"
+)
+
+
 def _embedded(settings: Settings) -> str:
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns about XDG_RUNTIME_DIR in containers; harmless here
+            warnings.simplefilter("ignore")
+            import pgserver
+    except ImportError:
+        # the API and worker installs never carry it (the dev extra does)
+        raise ConfigError(EMBEDDED_MISSING) from None
     pgdata = settings.pgdata.expanduser().resolve()
     with _embedded_lock:
         if pgdata in _embedded_conninfo:
@@ -78,10 +93,7 @@ def _embedded(settings: Settings) -> str:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             try:
                 with warnings.catch_warnings():
-                    # platformdirs warns about XDG_RUNTIME_DIR in containers; harmless here
                     warnings.simplefilter("ignore")
-                    import pgserver
-
                     server = pgserver.get_server(pgdata, cleanup_mode=None)  # type: ignore[attr-defined]
             except Exception as exc:
                 raise ConfigError(

@@ -31,6 +31,8 @@
     │                                dispatcher sends it again later)
     ├── ReportStoreError             a report could not be stored (S3 refused or was
     │                                unreachable; names the bucket; the CLI exits 3)
+    ├── Unhealthy                    ``engine worker --check`` found a check failing
+    │                                (names each); the CLI exits 3
     └── StepInterrupted              a running step must stop (``ctx.check()``)
         ├── LeaseLost                another worker may own the step run now; also
         │                            raised by a checkpoint whose fenced write
@@ -174,6 +176,10 @@ class AlertSendFailed(EngineError):
 
 class ReportStoreError(EngineError):
     """A report could not be written where reports go (the botocore error is ``__cause__``)."""
+
+
+class Unhealthy(EngineError):
+    """A health check of ``engine worker --check`` failed; the message names each."""
 
 
 class StepInterrupted(EngineError):

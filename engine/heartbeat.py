@@ -25,7 +25,7 @@ from engine.config import Settings
 from engine.context import StopSignal
 from engine.outage import is_outage
 from engine.store import Claimed
-from engine.store.models import EventKind
+from engine.store.status import EventKind
 from engine.transports.base import Transport
 
 log = logging.getLogger(__name__)

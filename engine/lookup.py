@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from engine import store
-from engine.store.models import JobStatus
+from engine.store.status import JobStatus
 
 __all__ = ["JobInfo", "active_jobs", "job_info"]
 

@@ -18,13 +18,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import psycopg
-from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential_jitter
 
 from engine import metrics
 from engine.config import mask_url
 from engine.errors import ConfigError, DatabaseUnavailable
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,9 @@ class Outage:
         Waits grow exponentially with jitter up to ``backoff_max_s``; an error
         that is not an outage is logged and probed again like one.
         """
+        # a worker's import (the worker extra): the API install imports this
+        # module only for is_outage, through the outbox relay
+        from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
 
         def counted(_state: RetryCallState) -> None:
             with self._lock:

@@ -29,7 +29,7 @@ from engine.flow import Flow
 from engine.outbox import Publisher
 from engine.registry import Registry
 from engine.schedule import root_runs
-from engine.store.models import EventKind, JobStatus
+from engine.store.status import EventKind, JobStatus
 from engine.transports import transport_for
 
 if TYPE_CHECKING:
@@ -214,11 +214,14 @@ def _driver_connection(conn: Connectable) -> psycopg.Connection[Any]:
 def _publish_after_commit(
     conn: Connectable, settings: Settings, publisher: Publisher, ids: Sequence[int]
 ) -> None:
+    if isinstance(conn, psycopg.Connection):
+        return  # no commit hook: the relay in every worker publishes these rows
+    # only a SQLAlchemy caller gets here: the API install need not have it
     from sqlalchemy import event
     from sqlalchemy.orm import Session
 
     if not isinstance(conn, Session):
-        return  # no commit hook: the relay in every worker publishes these rows
+        return
 
     def publish(_session: Session) -> None:
         # The caller's commit has happened; a failure here only delays the

@@ -27,7 +27,7 @@ from engine.alerts import AlertRecorder
 from engine.announce import announce
 from engine.config import Settings
 from engine.outbox import relay
-from engine.store.models import EventKind, JobStatus
+from engine.store.status import EventKind, JobStatus
 from engine.transports.base import Received, Transport
 
 log = logging.getLogger(__name__)

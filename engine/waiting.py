@@ -1,17 +1,21 @@
-"""Waiting for a job to end, with a progress bar of finished step runs on a terminal."""
+"""Waiting for a job to end, with a progress bar of finished step runs on a terminal.
+
+The bar is drawn by rich, a dependency of the worker extra: on the API install
+(no rich) the wait is the same, without the bar.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import uuid
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from collections.abc import Callable, Iterator
 
 from engine import db, store
 from engine.config import Settings
 from engine.errors import NoSuchJob
-from engine.store.models import JobStatus
+from engine.store.status import JobStatus
 
 _ENDED = {JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED}
 
@@ -27,23 +31,45 @@ def wait_for_job(
     """Block until the job ends; its final status."""
     stop = stop or threading.Event()
     show = progress and sys.stdout.isatty()
-    with db.connect(settings, autocommit=True) as conn:
-        bar = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            disable=not show,
+    with (
+        db.connect(settings, autocommit=True) as conn,
+        _progress(f"job {str(job_id)[:8]}", show) as update,
+    ):
+        while True:
+            row = store.job_progress(conn, job_id)
+            if row is None:
+                raise NoSuchJob(job_id)
+            update(row["total"], row["done"])
+            status = JobStatus(row["status"])
+            if status in _ENDED:
+                return status
+            if stop.wait(poll_s):
+                return status
+
+
+@contextlib.contextmanager
+def _progress(description: str, show: bool) -> Iterator[Callable[[int, int], None]]:
+    """``update(total, completed)`` of a progress bar, or of nothing when not ``show``."""
+    try:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
         )
-        with bar:
-            task = bar.add_task(f"job {str(job_id)[:8]}", total=None)
-            while True:
-                row = store.job_progress(conn, job_id)
-                if row is None:
-                    raise NoSuchJob(job_id)
-                bar.update(task, total=row["total"], completed=row["done"])
-                status = JobStatus(row["status"])
-                if status in _ENDED:
-                    return status
-                if stop.wait(poll_s):
-                    return status
+    except ImportError:
+        show = False
+    if not show:
+        yield lambda _total, _done: None
+        return
+
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with bar:
+        task = bar.add_task(description, total=None)
+        yield lambda total, done: bar.update(task, total=total, completed=done)

@@ -20,8 +20,8 @@ from engine.cli.state import State, current
 from engine.counts import read_counts
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
-from engine.store.models import JobStatus
 from engine.store.read import JobView, job_view, recent_jobs, sqlalchemy_engine
+from engine.store.status import JobStatus
 from engine.submit import Submitted, submit
 from engine.waiting import wait_for_job
 

@@ -10,6 +10,7 @@ import click
 from engine import logs
 from engine.cli.output import err
 from engine.cli.state import current
+from engine.errors import Unhealthy
 from engine.worker import Worker
 
 __all__ = ["worker"]
@@ -42,18 +43,26 @@ log = logging.getLogger(__name__)
     help="address of the metrics port (0.0.0.0 in a container) [env ENGINE_METRICS_HOST; "
     "default 127.0.0.1]",
 )
+@click.option(
+    "--check",
+    is_flag=True,
+    help=(
+        "check, then exit: settings, heartbeat/lease/visibility, flows, database reachable "
+        "and migrated, queue reachable, alert sinks configured (the container's health check)"
+    ),
+)
 def worker(
     concurrency: int | None,
     transport: str | None,
     metrics_port: int | None,
     metrics_host: str | None,
-) -> int:
+    check: bool,
+) -> int | None:
     """Run step runs until SIGTERM/SIGINT (then finish or release them; exit 0).
 
     Every connection of the worker takes ENGINE_WORKER_ROLE (no DDL, no UPDATE or
     DELETE of posted journal lines); admin commands keep the login's role.
     """
-    state = current()
     given = {
         "concurrency": concurrency,
         "transport": transport,
@@ -61,6 +70,10 @@ def worker(
         "metrics_host": metrics_host,
     }
     updates: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if check:
+        _check(updates)
+        return None
+    state = current()
     if state.settings.worker_role:
         updates["session_role"] = state.settings.worker_role
     settings = state.settings.model_copy(update=updates)
@@ -87,3 +100,17 @@ def worker(
     finally:
         if served is not None:
             served.close()
+
+
+def _check(updates: dict[str, Any]) -> None:
+    """One line per check on stdout; :class:`Unhealthy` naming each failed one."""
+    from engine.health import check_worker
+
+    results = check_worker(updates)
+    for result in results:
+        click.echo(result.line())
+    failed = [r for r in results if r.ok is False]
+    if failed:
+        raise Unhealthy(
+            "worker check failed: " + "; ".join(f"{r.name}: {r.detail}" for r in failed)
+        )

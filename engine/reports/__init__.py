@@ -18,8 +18,31 @@ ends; both only read the database.
 
 from __future__ import annotations
 
-from engine.reports.render import render_after_end, render_all, render_index, render_job_report
+from typing import TYPE_CHECKING, Any
+
 from engine.reports.storage import write_report_file
+
+if TYPE_CHECKING:
+    from engine.reports.render import (
+        render_after_end,
+        render_all,
+        render_index,
+        render_job_report,
+    )
+
+_RENDER = frozenset({"render_after_end", "render_all", "render_index", "render_job_report"})
+
+
+def __getattr__(name: str) -> Any:
+    # the renderers need jinja2 and SQLModel (the worker extra); storing a
+    # flow's side file (write_report_file) needs neither, so an API install
+    # can load every flow module
+    if name in _RENDER:
+        from engine.reports import render
+
+        return getattr(render, name)
+    raise AttributeError(f"module 'engine.reports' has no attribute {name!r}")
+
 
 __all__ = [
     "render_after_end",

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from engine.errors import EngineError, NoSuchJob
 from engine.flow import Flow
 from engine.registry import Registry
+from engine.reports.links import run_href
 from engine.store.models import Event, EventKind, StepRun, StepStatus
 from engine.store.read import job_history, recent_jobs
 
@@ -193,11 +194,6 @@ class IndexReport(BaseModel):
     flows: list[str]
     statuses: list[str]
     periods: list[str]
-
-
-def run_href(job_id: str | uuid.UUID) -> str:
-    """Where a job's report lives, relative to the reports folder."""
-    return f"runs/{job_id}.html"
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:

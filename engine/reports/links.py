@@ -11,9 +11,13 @@ import uuid
 from urllib.parse import quote
 
 from engine.config import Settings
-from engine.reports.context import run_href
 
-__all__ = ["report_link", "s3_location"]
+__all__ = ["report_link", "run_href", "s3_location"]
+
+
+def run_href(job_id: str | uuid.UUID) -> str:
+    """Where a job's report lives, relative to the reports folder (or S3 prefix)."""
+    return f"runs/{job_id}.html"
 
 
 def s3_location(reports_url: str) -> tuple[str, str]:

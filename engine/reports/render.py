@@ -34,10 +34,11 @@ from engine.reports.context import (
     RunReport,
     build_index,
     build_run_report,
-    run_href,
 )
+from engine.reports.links import run_href
 from engine.reports.storage import HTML, report_store
 from engine.reports.svg import OUTCOME_COLOURS, STATUS_COLOURS, durations_svg, gantt_svg, graph_svg
+from engine.resources import shipped_dir
 from engine.store.read import sqlalchemy_engine
 
 __all__ = [
@@ -51,7 +52,7 @@ __all__ = [
     "render_run_html",
 ]
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent.parent / "reports"
+TEMPLATES_DIR = shipped_dir("reports")
 """The top-level ``reports/`` folder of the project: templates and static assets."""
 
 log = logging.getLogger(__name__)

@@ -29,8 +29,8 @@ from engine.messages import StepMessage
 from engine.registry import Registry
 from engine.runner.execution import Executor
 from engine.runner.outcome import Continuation, Outcome
-from engine.store.models import EventKind
 from engine.store.rows import Claimed, ClaimRefused
+from engine.store.status import EventKind
 from engine.transports.base import Outgoing, Received, Transport
 
 log = logging.getLogger(__name__)

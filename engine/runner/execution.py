@@ -42,8 +42,8 @@ from engine.retry import Cancel, Fail, RetryPolicy
 from engine.runner.failures import Failures
 from engine.runner.outcome import Continuation, Outcome
 from engine.schedule import schedule_ready
-from engine.store.models import EventKind, JobStatus
 from engine.store.rows import Claimed, NewStepRun, QueuedClaim
+from engine.store.status import EventKind, JobStatus
 from engine.transports.base import Transport
 
 log = logging.getLogger(__name__)

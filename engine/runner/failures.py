@@ -27,8 +27,8 @@ from engine.heartbeat import Lease
 from engine.outage import is_outage
 from engine.retry import Fail, Retry, RetryPolicy
 from engine.runner.outcome import Outcome
-from engine.store.models import EventKind, JobStatus
 from engine.store.rows import Claimed
+from engine.store.status import EventKind, JobStatus
 from engine.transports.base import Transport
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
 from engine.store.events import event_insert
-from engine.store.models import EventKind
 from engine.store.queries import load
 from engine.store.rows import column
+from engine.store.status import EventKind
 
 _q = load("dead_letters")
 

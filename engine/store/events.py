@@ -15,9 +15,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
-from engine.store.models import EventKind
 from engine.store.queries import load
 from engine.store.rows import Claimed
+from engine.store.status import EventKind
 
 _q = load("events")
 

@@ -114,6 +114,24 @@ def apply(conn: psycopg.Connection[Any], folder: Path | Sequence[Path]) -> Migra
         conn.execute(q["migration_unlock"])
 
 
+def unapplied(conn: psycopg.Connection[Any], folder: Path | Sequence[Path]) -> list[Migration]:
+    """The migrations of ``folder`` (or folders) this database has not applied; reads only.
+
+    An applied file edited since is refused (:class:`MigrationChecksumMismatch`),
+    as :func:`apply` would. Versions applied that no file here names are not
+    reported: a newer release migrated first, which a rolling deploy does.
+    """
+    q = load("migrations")
+    migrations = discover(folder)
+    present = conn.execute(q["migration_table_exists"]).fetchone()
+    if not _field(present, "present", 0):
+        return migrations
+    applied = {_field(r, "version", 0): r for r in conn.execute(q["migration_select_all"])}
+    known = {v: r for v, r in applied.items() if v in {m.version for m in migrations}}
+    _check_applied(migrations, known)
+    return [m for m in migrations if m.version not in applied]
+
+
 def _field(row: Any, name: str, index: int) -> Any:
     return row[name] if isinstance(row, dict) else row[index]
 

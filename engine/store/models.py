@@ -19,51 +19,22 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from engine.store.status import DeadLetterSource, EventKind, JobStatus, StepStatus
 
-class JobStatus(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def active(self) -> bool:
-        """Active jobs hold their fingerprint (one active job per fingerprint)."""
-        return self in (JobStatus.PENDING, JobStatus.RUNNING)
-
-
-class StepStatus(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    DONE = "done"
-    DEAD = "dead"
-    CANCELLED = "cancelled"
-
-
-class EventKind(enum.StrEnum):
-    SUBMITTED = "submitted"
-    PUBLISHED = "published"
-    CLAIMED = "claimed"
-    CLAIM_REFUSED = "claim_refused"
-    RENEWED = "renewed"
-    LEASE_LOST = "lease_lost"
-    RECLAIMED = "reclaimed"
-    RELEASED = "released"
-    SUCCEEDED = "succeeded"
-    RETRIED = "retried"
-    DEAD_LETTERED = "dead_lettered"
-    CANCELLED = "cancelled"
-    FENCED = "fenced"
-    MESSAGE_DROPPED = "message_dropped"
-    JOB_DONE = "job_done"
-    JOB_FAILED = "job_failed"
-    REPLAYED = "replayed"
-
-
-class DeadLetterSource(enum.StrEnum):
-    STEP = "step"
-    MESSAGE = "message"
+__all__ = [
+    "ENUM_COLUMNS",
+    "DeadLetter",
+    "DeadLetterSource",
+    "EnumText",
+    "Event",
+    "EventKind",
+    "Job",
+    "JobStatus",
+    "OutboxRow",
+    "QueueMessage",
+    "StepRun",
+    "StepStatus",
+]
 
 
 class AlertDeliveryStatus(enum.StrEnum):

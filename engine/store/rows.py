@@ -16,7 +16,7 @@ import psycopg
 
 from engine.store.batch import Reply
 from engine.store.errors import wrap_errors
-from engine.store.models import JobStatus
+from engine.store.status import JobStatus
 
 
 @dataclass(frozen=True)

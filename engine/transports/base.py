@@ -37,6 +37,19 @@ class Received:
     receive_count: int
 
 
+@dataclass(frozen=True)
+class QueueProbe:
+    """What the queue answered to a health check.
+
+    ``visibility_s`` is the queue's own visibility timeout when it has one
+    (SQS), ``messages`` how many it holds (approximate on SQS).
+    """
+
+    description: str
+    messages: int
+    visibility_s: float | None = None
+
+
 class Transport(Protocol):
     """How "step run X is ready" reaches workers.
 
@@ -84,6 +97,10 @@ class Transport(Protocol):
 
     def dead_letter(self, received: Received, reason: str) -> None:
         """Move a delivery that can never be handled out of the queue (to the DLQ)."""
+        ...
+
+    def probe(self) -> QueueProbe:
+        """Ask the queue to answer (``engine worker --check``); raises if it cannot."""
         ...
 
     def close(self) -> None: ...

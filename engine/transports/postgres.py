@@ -39,7 +39,7 @@ from engine.errors import BadInput, StoreError
 from engine.store.batch import Executes
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.transports.base import Outgoing, Received
+from engine.transports.base import Outgoing, QueueProbe, Received
 
 _q = load(str(Path(__file__).with_suffix(".sql")))
 
@@ -271,6 +271,17 @@ class PostgresTransport:
         queue has no dead-letter queue of its own.
         """
         self.delete([received.receipt])
+
+    @wrap_errors
+    def probe(self) -> QueueProbe:
+        """The queue table answers: its message counts."""
+        with self._short.use() as conn:
+            row = conn.execute(_q["queue_select_depth"]).fetchone()
+        assert row is not None, "an aggregate returns one row"
+        return QueueProbe(
+            f"table engine_queue: {row['messages']} messages, {row['visible']} visible",
+            int(row["messages"]),
+        )
 
     def close(self) -> None:
         """Close the connections; a receive waiting in another thread returns ``[]``.

@@ -66,3 +66,9 @@ SELECT pg_notify('engine_queue', '');
 -- queue_receiver_commit_async --
 -- Only for the receiving connection (never claims, checkpoints or in-transaction deletes): a receive lost in a server crash only makes its message visible again, so its commit need not wait for the WAL flush.
 SET synchronous_commit = off;
+
+-- queue_select_depth --
+-- Read-only: how many messages wait and how many are visible now (health checks); it changes nothing.
+SELECT count(*)::bigint AS messages,
+       count(*) FILTER (WHERE visible_at <= clock_timestamp())::bigint AS visible
+FROM engine_queue;

@@ -53,7 +53,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from engine import faults
 from engine.errors import BadInput, ConfigError, SqsError
 from engine.messages import MAX_BODY_BYTES
-from engine.transports.base import Outgoing, Received
+from engine.transports.base import Outgoing, QueueProbe, Received
 
 log = logging.getLogger(__name__)
 
@@ -487,6 +487,23 @@ class SqsTransport:
     def queue_visibility_s(self) -> float:
         """The queue's own ``VisibilityTimeout`` attribute, read from SQS (seconds)."""
         return float(self._attributes(self.queue_url, ["VisibilityTimeout"])["VisibilityTimeout"])
+
+    def probe(self) -> QueueProbe:
+        """The queue answers ``GetQueueAttributes``: its visibility timeout and depth.
+
+        A queue that does not exist is a :class:`~engine.errors.ConfigError`
+        naming its URL.
+        """
+        found = self._attributes(
+            self.queue_url, ["VisibilityTimeout", "ApproximateNumberOfMessages"]
+        )
+        visibility = float(found["VisibilityTimeout"])
+        messages = int(found.get("ApproximateNumberOfMessages", "0"))
+        return QueueProbe(
+            f"SQS {self.queue_url}: ~{messages} messages, visibility timeout {visibility:g} s",
+            messages,
+            visibility,
+        )
 
     def dead_letter_queue_url(self) -> str | None:
         """``ENGINE_SQS_DLQ_URL``, else the target of the queue's redrive policy."""

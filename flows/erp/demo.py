@@ -25,8 +25,6 @@ from engine import (
     Settings,
     connect,
     migrate,
-    render_index,
-    render_job_report,
     submit,
     wait_for_job,
 )
@@ -43,6 +41,9 @@ from flows.erp.seed import has_erp_data, seed
 @click.option("--seed", "seed_value", default=7, show_default=True, help="demo data seed")
 def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     """Seed the demo ERP, run the month-end close through workers, print the books."""
+    # the renderers need the worker extra; the API install loads this module too
+    from engine import render_index, render_job_report
+
     settings = Settings()
     click.echo(f"database: {settings.masked_database_url()}")
     report = migrate(settings)

@@ -53,6 +53,13 @@ WORKER_SQL: dict[str, set[str]] = {
     },
     "engine/store/sql/events.sql": set(),
     "engine/store/sql/server.sql": {"database_select_exists", "database_create"},
+    # `engine worker --check` reads which migrations are applied (0008); applying is the owner's
+    "engine/store/sql/migrations.sql": {
+        "migration_lock",
+        "migration_unlock",
+        "migration_table_create",
+        "migration_insert",
+    },
     "engine/store/sql/outbox.sql": set(),
     "engine/transports/postgres.sql": set(),
     "flows/erp/sql/costing.sql": set(),
@@ -69,7 +76,7 @@ ADMIN_SQL: dict[str, list[str]] = {
     ],
     "engine/store/sql/step_runs.sql": ["step_reopen_by_job"],
     "engine/store/sql/jobs.sql": ["job_insert_if_absent"],
-    "engine/store/sql/migrations.sql": ["migration_select_all", "migration_insert"],
+    "engine/store/sql/migrations.sql": ["migration_insert"],
     "flows/erp/sql/seed.sql": ["erp_seed_lock", "erp_data_truncate"],
 }
 _EXPLAINABLE = re.compile(r"^(SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
@@ -267,7 +274,10 @@ FORBIDDEN: dict[str, str] = {
     "delete_outbox": "DELETE FROM engine_outbox",
     "delete_dead_letters": "DELETE FROM engine_dead_letters",
     "update_dead_letters": "UPDATE engine_dead_letters SET replayed_at = now()",
-    "read_migrations": "SELECT * FROM engine_migrations",
+    "insert_migration": (
+        "INSERT INTO engine_migrations (version, name, checksum) VALUES (9999, 'x', 'x')"
+    ),
+    "update_migrations": "UPDATE engine_migrations SET checksum = 'x'",
     "delete_migrations": "DELETE FROM engine_migrations",
     # ways around the above
     "skip_triggers": "SET session_replication_role = replica",

@@ -22,3 +22,7 @@ SELECT version, name, checksum, applied_at FROM engine_migrations ORDER BY versi
 -- migration_insert --
 -- Recorded in the same transaction as the migration itself.
 INSERT INTO engine_migrations (version, name, checksum) VALUES (%(version)s, %(name)s, %(checksum)s);
+
+-- migration_table_exists --
+-- Whether any migration was ever applied here (the table is created by the first `engine migrate`); asked by health checks, which never create it.
+SELECT to_regclass('engine_migrations') IS NOT NULL AS present;

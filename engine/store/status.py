@@ -1,0 +1,57 @@
+"""The statuses and event kinds of the engine's tables, as enums.
+
+Plain enums with no database library: the write side (submit, the runner)
+and the read side (:mod:`engine.store.models`, SQLModel) share them, and a
+submit from the ERP's API install needs no ORM. Each enum's values are the
+CHECK constraint of its column (``tests/integration/test_schema.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class JobStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def active(self) -> bool:
+        """Active jobs hold their fingerprint (one active job per fingerprint)."""
+        return self in (JobStatus.PENDING, JobStatus.RUNNING)
+
+
+class StepStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+class EventKind(enum.StrEnum):
+    SUBMITTED = "submitted"
+    PUBLISHED = "published"
+    CLAIMED = "claimed"
+    CLAIM_REFUSED = "claim_refused"
+    RENEWED = "renewed"
+    LEASE_LOST = "lease_lost"
+    RECLAIMED = "reclaimed"
+    RELEASED = "released"
+    SUCCEEDED = "succeeded"
+    RETRIED = "retried"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
+    FENCED = "fenced"
+    MESSAGE_DROPPED = "message_dropped"
+    JOB_DONE = "job_done"
+    JOB_FAILED = "job_failed"
+    REPLAYED = "replayed"
+
+
+class DeadLetterSource(enum.StrEnum):
+    STEP = "step"
+    MESSAGE = "message"
