@@ -1,5 +1,5 @@
 """``python -m engine`` is the ``engine`` command."""
 
-from engine.cli import main
+from engine.cli import run
 
-main()
+run()

@@ -39,10 +39,7 @@ __all__ = [
     "main",
 ]
 
-EXIT_OK = 0
-EXIT_JOB_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_ENVIRONMENT = 3
+from engine.cli.exits import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_JOB_FAILED, EXIT_OK
 
 
 def exit_code(exc: BaseException) -> int | None:

@@ -35,10 +35,20 @@ def wrap_errors(fn: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except _CONTENTION as exc:
-            raise Contention(f"{fn.__name__}: {mask_url(str(exc)).strip()}") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"{fn.__name__}: {mask_url(str(exc)).strip()}") from exc
+        except Exception as exc:
+            # psycopg's own, or one SQLAlchemy wraps (the read side) as ``orig``
+            orig = exc if isinstance(exc, psycopg.Error) else getattr(exc, "orig", None)
+            if not isinstance(orig, psycopg.Error):
+                raise
+            text = mask_url(str(orig)).strip()
+            if isinstance(orig, _CONTENTION):
+                raise Contention(f"{fn.__name__}: {text}") from exc
+            if isinstance(orig, psycopg.errors.UndefinedTable):
+                raise StoreError(
+                    f"{fn.__name__}: the database is not migrated ({text.splitlines()[0]}); "
+                    "run `engine migrate`"
+                ) from exc
+            raise StoreError(f"{fn.__name__}: {text}") from exc
 
     return wrapper
 

@@ -20,7 +20,7 @@ from sqlmodel import Session, col, select
 
 from engine import db
 from engine.config import Settings
-from engine.store.errors import connect_errors
+from engine.store.errors import connect_errors, wrap_errors
 from engine.store.models import DeadLetter, Event, Job, JobStatus, OutboxRow, StepRun
 
 
@@ -58,6 +58,7 @@ class JobView:
     unpublished: int
 
 
+@wrap_errors
 def job_view(engine: Engine, job_id: uuid.UUID) -> JobView | None:
     with Session(engine) as session:
         job = session.get(Job, job_id)
@@ -82,6 +83,7 @@ class JobHistory:
     dead_letters: list[DeadLetter]
 
 
+@wrap_errors
 def job_history(engine: Engine, job_id: uuid.UUID) -> JobHistory | None:
     """The job with its step runs, events and dead letters; ``None`` if there is no such job."""
     with Session(engine) as session:
@@ -100,6 +102,7 @@ def job_history(engine: Engine, job_id: uuid.UUID) -> JobHistory | None:
     return JobHistory(job, runs, events, dead)
 
 
+@wrap_errors
 def recent_jobs(
     engine: Engine,
     *,

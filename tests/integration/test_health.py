@@ -153,3 +153,11 @@ def test_worker_check__sqs_visibility_shorter_than_heartbeat_fails(
     assert result.exit_code == EXIT_ENVIRONMENT
     assert (lines(result)["timing"], lines(result)["queue"]) == ("ok", "FAIL")
     assert "the queue visibility timeout 10 s" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["runs"]])
+def test_cli__an_unmigrated_database_says_to_migrate(empty_db: str, command: list[str]) -> None:
+    result = CliRunner().invoke(main, command, env={"ENGINE_DATABASE_URL": empty_db})
+    assert result.exit_code == EXIT_ENVIRONMENT, result.output
+    assert "the database is not migrated" in result.stderr
+    assert "run `engine migrate`" in result.stderr

@@ -188,3 +188,38 @@ def test_api_install__leaves_sqs_messages_to_the_relay_in_callers_transaction(
         (out["job_id"],),
     ).fetchone()
     assert row is not None and row["unpublished"] == 1
+
+
+CLI_CHILD = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    BLOCKED = set(sys.argv[1].split(","))
+
+    class Blocker(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    sys.argv = ["engine", "status"]
+    from engine.cli import run
+    run()
+    """
+)
+
+
+def test_api_install__the_engine_command_names_what_to_install() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CLI_CHILD, ",".join(BLOCKED)],
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "pip install 'erp-engine[worker]'" in done.stderr
+    assert "Traceback" not in done.stderr
