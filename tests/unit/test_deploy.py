@@ -237,6 +237,8 @@ def test_deploy__metrics_port_is_mapped(monkeypatch: pytest.MonkeyPatch) -> None
     settings, _ = task_settings(monkeypatch)
     ports = {p["containerPort"] for p in container()["portMappings"]}
     assert settings.metrics_port in ports
+    # the default, 127.0.0.1, is unreachable from outside the container
+    assert settings.metrics_host == "0.0.0.0"
 
 
 def test_deploy__logs_go_to_the_template_log_group() -> None:
