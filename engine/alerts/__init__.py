@@ -53,7 +53,9 @@ class Alert:
     def of_delivery(cls, delivery: ClaimedDelivery, report_link: str | None) -> Alert:
         """The alert a claimed delivery sends (``report_link``: the job's report, if any)."""
         return cls(
-            reason=delivery.reason,
+            # first lines only: a driver's DETAIL lines may quote a document's values, which
+            # stay in the database (the report shows them) and never go to a chat or a pager
+            reason=delivery.reason.partition("\n")[0],
             job_id=delivery.job_id,
             step_run_id=delivery.step_run_id,
             flow=delivery.flow,

@@ -243,6 +243,7 @@ class Failures:
             step.name,
             claimed.attempt,
             kind,
-            error["message"][:200],
+            # the first line: a driver's DETAIL lines may quote a row's values (a document's)
+            error["message"].partition("\n")[0][:200],
         )
         return Outcome(kind, error["message"], claimed.id)

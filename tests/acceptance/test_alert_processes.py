@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import testflows
 from harness import (
     fast_settings,
     flows_registry,
@@ -114,6 +115,8 @@ def test_three_workers__a_poison_step_and_an_expired_last_attempt_alert_the_webh
     assert body["alert_id"] == alerts[poison.job_id]["id"]
     assert (body["flow"], body["step"], body["attempts"]) == ("chain", "a", 3)
     assert body["error"] == "ValueError: planned failure 3 of 99 in a"
+    # the error's DETAIL line quotes a document: it stays in the database, out of the alert
+    assert testflows.DOCUMENT_IN_ERROR not in json.dumps(body)
     assert body["report"] == (tmp_path / "runs" / f"{poison.job_id}.html").resolve().as_uri()
     for name in ("job", "flow", "step", "attempts", "error", "report"):
         assert f"\n{name}: " in body["text"]

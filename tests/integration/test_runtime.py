@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -310,12 +311,18 @@ def test_retry__backoff_follows_the_policy_then_dead_letter_and_alert(
 
 
 def test_retry__a_step_that_fails_twice_then_succeeds(
-    fast: Settings, conn: psycopg.Connection[Any]
+    fast: Settings, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     job = submit("chain", {"fail_times": 2}, settings=fast, registry=flows_registry())
-    with thread_worker(fast):
+    with caplog.at_level(logging.INFO), thread_worker(fast):
         assert wait_job_ended(conn, job.job_id) == "done"
     assert steps(conn, job.job_id)["b"]["attempts"] == 3
+    # the error's first line is logged; a line quoting a document's values is not
+    failed = [r.getMessage() for r in caplog.records if "failed (retried)" in r.getMessage()]
+    assert len(failed) == 2 and all("planned failure" in m for m in failed)
+    assert not any(testflows.DOCUMENT_IN_ERROR in r.getMessage() for r in caplog.records)
+    retried = events(conn, job.job_id, "retried")
+    assert testflows.DOCUMENT_IN_ERROR in str(retried[0]["detail"]), "the database keeps it"
     assert effects(conn, job.job_id) == [("a", "", 1), ("b", "", 3), ("c", "", 1)]
 
 

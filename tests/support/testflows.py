@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS test_effects (
 )
 """
 
+# what a failing step's second error line quotes: kept in the database, never logged
+DOCUMENT_IN_ERROR = "INV-2026-11-00042"
+
 # In-process hooks for thread-based tests: set by the test, used by steps.
 HOOKS: dict[str, threading.Barrier | threading.Event] = {}
 
@@ -75,7 +78,11 @@ def effect(ctx: StepContext, params: Params, step: str) -> Out:
         if params.hold_then == "fail":
             raise Fail(f"{step} decided to fail for good")
     if step == params.fail_step and ctx.attempt <= params.fail_times:
-        raise ValueError(f"planned failure {ctx.attempt} of {params.fail_times} in {step}")
+        # a second line as a driver's would be: it quotes a document's values
+        raise ValueError(
+            f"planned failure {ctx.attempt} of {params.fail_times} in {step}\n"
+            f"DETAIL:  Key (document_no)=({DOCUMENT_IN_ERROR}) already exists."
+        )
     return Out(step=step, n=params.n)
 
 
