@@ -1,5 +1,5 @@
 """``python -m engine`` is the ``engine`` command."""
 
-from engine.cli import run
+from engine.cli import main
 
-run()
+main()

@@ -245,7 +245,11 @@ class Worker:
         Configuration errors refuse to start (invariant 6); an unreachable
         database or queue does not: start-up waits for them (invariant 15).
         """
-        logs.bind(worker=self.worker_id)  # this thread's lines, and the threads it starts
+        # this thread's lines and the threads it starts; unbound when run returns
+        with logs.bound(worker=self.worker_id):
+            return self._run()
+
+    def _run(self) -> int:
         check_startup(self.settings, self._queue_visibility())
         if not self._wait_for_database("start-up"):
             return 0

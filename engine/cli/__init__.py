@@ -11,41 +11,28 @@ through :mod:`engine.cli.extensions`.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn
 
 from engine.cli.exits import EXIT_ENVIRONMENT
 
-if TYPE_CHECKING:
-    from engine.cli.main import main
-
-__all__ = ["main", "run"]
+__all__ = ["main"]
 
 # libraries of the `worker` extra the command line needs (the API install has none)
 _WORKER_EXTRA = frozenset({"rich", "sqlmodel", "sqlalchemy", "jinja2", "tenacity"})
 
+try:
+    from engine.cli.main import main
+except ModuleNotFoundError as exc:
+    if (exc.name or "").partition(".")[0] not in _WORKER_EXTRA:
+        raise
+    _MISSING = exc.name
 
-def __getattr__(name: str) -> Any:
-    if name == "main":  # the click group, loaded on first use
-        from engine.cli.main import main
-
-        # importing the submodule bound its name here; the group takes it back
-        globals()["main"] = main
-        return main
-    raise AttributeError(f"module 'engine.cli' has no attribute {name!r}")
-
-
-def run() -> Any:
-    """The ``engine`` console script; on the API install, a message naming what to install."""
-    try:
-        from engine.cli.main import main
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] not in _WORKER_EXTRA:
-            raise
+    def main(*_args: Any, **_kwargs: Any) -> NoReturn:  # type: ignore[misc]
+        """The ``engine`` command on the API install: what to install, exit 3."""
         print(
-            f"error: the engine command needs the worker install ({exc.name} is missing): "
+            f"error: the engine command needs the worker install ({_MISSING} is missing): "
             "pip install 'erp-engine[worker]'; the API install submits from Python "
             "(engine.submit)",
             file=sys.stderr,
         )
-        raise SystemExit(EXIT_ENVIRONMENT) from None
-    return main()
+        raise SystemExit(EXIT_ENVIRONMENT)

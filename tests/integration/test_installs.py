@@ -204,8 +204,8 @@ CLI_CHILD = textwrap.dedent(
 
     sys.meta_path.insert(0, Blocker())
     sys.argv = ["engine", "status"]
-    from engine.cli import run
-    run()
+    from engine.cli import main
+    main()
     """
 )
 
