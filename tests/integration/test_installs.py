@@ -133,8 +133,22 @@ def test_api_install__submits_on_postgres_without_worker_extra(
     assert row is not None and row["n"] == 1  # its first message, written in the same commit
 
 
-def test_api_install__relays_to_sqs_without_worker_extra(
-    settings: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("mode", "unpublished"),
+    [
+        # its own transaction: this process relays the message at once
+        ("own", 0),
+        # a psycopg caller's commit cannot be hooked: the outbox row waits for the
+        # workers' relay (woken by NOTIFY), and nothing of SQLAlchemy is imported
+        ("conn", 1),
+    ],
+)
+def test_api_install__submits_on_sqs_without_worker_extra(
+    settings: Settings,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    unpublished: int,
 ) -> None:
     with moto_server() as endpoint:
         for name, value in AWS_ENV.items():
@@ -143,7 +157,7 @@ def test_api_install__relays_to_sqs_without_worker_extra(
         made = create_queues(SqsSettings(), visibility_s=60, name=queue_name("api"), client=client)
         out = submit_without_worker_extra(
             settings,
-            "own",
+            mode,
             ENGINE_TRANSPORT="sqs",
             ENGINE_SQS_QUEUE_URL=made.url,
             AWS_ENDPOINT_URL=endpoint,
@@ -152,42 +166,14 @@ def test_api_install__relays_to_sqs_without_worker_extra(
         received = client.receive_message(QueueUrl=made.url, MaxNumberOfMessages=10)
     assert out["loaded"] == []
     bodies = [json.loads(m["Body"]) for m in received.get("Messages", [])]
-    assert [b["job_id"] for b in bodies] == [out["job_id"]]
+    assert [b["job_id"] for b in bodies] == ([out["job_id"]] if unpublished == 0 else [])
     row = conn.execute(
         "SELECT count(*) FILTER (WHERE o.published_at IS NULL) AS unpublished "
         "FROM engine_outbox o JOIN engine_step_runs s ON s.id = o.step_run_id "
         "WHERE s.job_id = %s",
         (out["job_id"],),
     ).fetchone()
-    assert row is not None and row["unpublished"] == 0
-
-
-def test_api_install__leaves_sqs_messages_to_the_relay_in_callers_transaction(
-    settings: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a psycopg caller's commit cannot be hooked: the outbox row waits for the
-    # workers' relay (woken by NOTIFY), and nothing of SQLAlchemy is imported
-    with moto_server() as endpoint:
-        for name, value in AWS_ENV.items():
-            monkeypatch.setenv(name, value)
-        client = boto3.client("sqs", region_name=REGION, endpoint_url=endpoint)
-        made = create_queues(SqsSettings(), visibility_s=60, name=queue_name("api"), client=client)
-        out = submit_without_worker_extra(
-            settings,
-            "conn",
-            ENGINE_TRANSPORT="sqs",
-            ENGINE_SQS_QUEUE_URL=made.url,
-            AWS_ENDPOINT_URL=endpoint,
-            **AWS_ENV,
-        )
-    assert out["loaded"] == []
-    row = conn.execute(
-        "SELECT count(*) FILTER (WHERE o.published_at IS NULL) AS unpublished "
-        "FROM engine_outbox o JOIN engine_step_runs s ON s.id = o.step_run_id "
-        "WHERE s.job_id = %s",
-        (out["job_id"],),
-    ).fetchone()
-    assert row is not None and row["unpublished"] == 1
+    assert row is not None and row["unpublished"] == unpublished
 
 
 CLI_CHILD = textwrap.dedent(

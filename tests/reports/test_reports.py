@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from browser import FLAGS
 from click.testing import CliRunner
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
 
@@ -368,13 +369,7 @@ def _open_in_chromium(chromium: str, page_path: Path, shot: Path, profile: Path)
     proc = subprocess.run(
         [
             chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
+            *FLAGS,
             f"--user-data-dir={profile}",
             "--enable-logging=stderr",
             "--v=0",
