@@ -41,7 +41,7 @@ from typing import Any
 
 import psycopg
 
-from engine import db, faults, store
+from engine import db, faults, logs, store
 from engine.config import Settings
 from engine.cron import Calendar, check_templates, resolve_params
 from engine.errors import BadInput, Contention
@@ -360,7 +360,10 @@ class ScheduleFirer:
 
     def start(self) -> None:
         """Run :meth:`run` in a daemon thread until :attr:`stop` is set."""
-        self._thread = threading.Thread(target=self.run, name="schedule-firer", daemon=True)
+        # its log lines carry the worker's context (the worker binds it before starting us)
+        self._thread = threading.Thread(
+            target=logs.inheriting(self.run), name="schedule-firer", daemon=True
+        )
         self._thread.start()
 
     def run(self) -> None:

@@ -105,9 +105,9 @@ def schedule_list(as_json: bool) -> None:
     if not rows:
         out.print("no schedules", highlight=False)
         return
-    table = Table(
-        "name", "flow", "cron", "timezone", "params", "next (UTC)", "next (local)", "last fired"
-    )
+    table = Table("name", "flow", "cron", "timezone", "params", "next (UTC)", "next (local)")
+    # a job id is copied into `engine status`: folded, never cut short
+    table.add_column("last fired (local)", overflow="fold")
     for s in rows:
         table.add_row(
             s.name,

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from harness import fast_settings, thread_worker, wait_until
+from harness import ExternalQueue, fast_settings, thread_worker, wait_until
 from pydantic import BaseModel, Field
 
 from engine import (
@@ -195,6 +195,25 @@ def test_schedule_fire__the_job_fingerprint_includes_the_scheduled_time(
     # the same parameters by hand, while the scheduled job is active, are another job
     by_hand = submit("monthly", {"period": "2026-11"}, settings=settings, registry=registry)
     assert by_hand.created and by_hand.job_id != fired.job_id
+
+
+def test_schedule_fire__with_an_external_queue_messages_wait_in_the_outbox_for_the_commit(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    age(conn, "now() - interval '1 minute'")
+    # ExternalQueue fails the test if anything is published before the relay
+    firer = ScheduleFirer(settings, registry, worker="w1", transport=ExternalQueue())
+    try:
+        [fired] = firer.fire_due()
+    finally:
+        firer.close(1)
+    outbox = conn.execute(
+        "SELECT o.published_at FROM engine_outbox AS o "
+        "JOIN engine_step_runs AS s ON s.id = o.step_run_id WHERE s.job_id = %s",
+        (fired.job_id,),
+    ).fetchall()
+    assert [r["published_at"] for r in outbox] == [None]
 
 
 def test_schedule_fire__missed_times_fire_once_on_return_as_the_latest(
