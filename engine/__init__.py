@@ -38,6 +38,7 @@ from engine.errors import (
 )
 from engine.flow import Flow, MapOver, Step, StepInput
 from engine.lookup import JobInfo, active_jobs, job_info
+from engine.recurring import Schedule, add_schedule, list_schedules, remove_schedule
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
 from engine.store.migrations import MigrationReport, migrate
@@ -90,6 +91,7 @@ __all__ = [
     "Registry",
     "Retry",
     "RetryPolicy",
+    "Schedule",
     "Settings",
     "Step",
     "StepContext",
@@ -98,10 +100,13 @@ __all__ = [
     "Submitted",
     "UnknownFlow",
     "active_jobs",
+    "add_schedule",
     "connect",
     "job_info",
+    "list_schedules",
     "load_queries",
     "migrate",
+    "remove_schedule",
     "render_index",
     "render_job_report",
     "submit",

@@ -177,7 +177,12 @@ class Settings(BaseSettings):
     )
     poll_wait_s: float = Field(default=5.0, ge=0, le=20, description="long-poll wait of a receive")
     sweep_interval_s: float = Field(
-        default=5.0, gt=0, description="how often each worker's sweeper looks for lost work"
+        default=5.0,
+        gt=0,
+        description=(
+            "how often each worker's sweeper looks for lost work, and its schedule firer "
+            "for due schedules"
+        ),
     )
     republish_after_s: float = Field(
         default=300.0,

@@ -31,6 +31,13 @@ The points, in the order a step run meets them:
 ``after_publish``       outbox rows published; not yet marked published
 ======================  ===========================================================
 
+And where a worker fires a schedule (:mod:`engine.recurring`):
+
+==========================  =======================================================
+``schedule_after_claim``    the schedule's row is claimed; no job is submitted yet
+``schedule_before_commit``  its jobs are submitted; the transaction is not committed
+==========================  =======================================================
+
 SQS API errors are injected below botocore (``before-send`` hooks, so its
 retries see what they would see from SQS) in every client made by
 :func:`engine.transports.sqs.sqs_client` of a process started with
@@ -59,6 +66,8 @@ POINTS = frozenset(
         "after_commit",
         "after_submit_commit",
         "after_publish",
+        "schedule_after_claim",
+        "schedule_before_commit",
     }
 )
 ACTIONS = frozenset({"kill", "raise", "pause", "stop"})

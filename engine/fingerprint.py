@@ -52,14 +52,27 @@ def sha256_hex(text: str) -> str:
 
 
 def job_fingerprint(
-    flow_name: str, flow_version: int, params: BaseModel | Mapping[str, Any]
+    flow_name: str,
+    flow_version: int,
+    params: BaseModel | Mapping[str, Any],
+    scheduled_for: datetime | None = None,
 ) -> str:
-    """Fingerprint of a job: at most one active job per fingerprint."""
-    return sha256_hex(
-        canonical_json(
-            {"kind": "job", "flow": flow_name, "version": flow_version, "params": params}
-        )
-    )
+    """Fingerprint of a job: at most one active job per fingerprint.
+
+    A job a schedule fires has its scheduled time as one more component
+    (absent otherwise, so other jobs keep their fingerprints): each time of a
+    schedule is its own job, and the same parameters submitted by hand are
+    another one.
+    """
+    identity: dict[str, Any] = {
+        "kind": "job",
+        "flow": flow_name,
+        "version": flow_version,
+        "params": params,
+    }
+    if scheduled_for is not None:
+        identity["scheduled_for"] = scheduled_for
+    return sha256_hex(canonical_json(identity))
 
 
 def step_fingerprint(job_id: str, step: str, fanout_key: str, inputs: Mapping[str, Any]) -> str:

@@ -14,6 +14,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -75,6 +76,7 @@ def submit(
     registry: Registry | None = None,
     publisher: Publisher | None = None,
     submitted_by: str | None = None,
+    scheduled_for: datetime | None = None,
 ) -> Submitted:
     """Submit ``flow`` with ``params``; see the module docstring for the guarantees.
 
@@ -86,6 +88,10 @@ def submit(
     caller's commit: in that same commit with the PostgreSQL transport, by a
     ``NOTIFY`` that wakes the workers' relay otherwise (a ``Session`` also
     publishes from its after-commit hook).
+
+    ``scheduled_for`` (an aware datetime) marks the job as the run of a
+    schedule for that time: it is part of the job's fingerprint and of its
+    ``submitted`` event (:mod:`engine.recurring` passes it).
     """
     settings = settings or Settings()
     if isinstance(flow, str):
@@ -95,13 +101,22 @@ def submit(
 
     if conn is None:
         with db.connect(settings) as own:
-            return _submit_own(own, flow, model, settings, publisher, submitted_by)
+            return _submit_own(own, flow, model, settings, publisher, submitted_by, scheduled_for)
 
     raw = _driver_connection(conn)
     if raw.autocommit:
         # each statement would commit alone: a job without its step runs could exist
-        return _submit_own(raw, flow, model, settings, publisher, submitted_by)
-    result = _submit_in(raw, flow, model, settings, submitted_by, publisher, notify=True)
+        return _submit_own(raw, flow, model, settings, publisher, submitted_by, scheduled_for)
+    result = _submit_in(
+        raw,
+        flow,
+        model,
+        settings,
+        submitted_by,
+        publisher,
+        notify=True,
+        scheduled_for=scheduled_for,
+    )
     if result.outbox_ids:
         _publish_after_commit(conn, settings, publisher, result.outbox_ids)
     return result
@@ -114,10 +129,20 @@ def _submit_own(
     settings: Settings,
     publisher: Publisher,
     submitted_by: str | None,
+    scheduled_for: datetime | None,
 ) -> Submitted:
     """Submit in a transaction of our own on ``conn``, then publish."""
     with conn.transaction():
-        result = _submit_in(conn, flow, model, settings, submitted_by, publisher, notify=False)
+        result = _submit_in(
+            conn,
+            flow,
+            model,
+            settings,
+            submitted_by,
+            publisher,
+            notify=False,
+            scheduled_for=scheduled_for,
+        )
     faults.hit("after_submit_commit")
     Announced(publisher, result.outbox_ids).publish_after_commit(conn)
     return result
@@ -143,6 +168,7 @@ def _submit_in(
     publisher: Publisher,
     *,
     notify: bool,
+    scheduled_for: datetime | None = None,
 ) -> Submitted:
     """Write the job, its first step runs and their announcements in ``conn``'s transaction.
 
@@ -154,7 +180,7 @@ def _submit_in(
     """
     admit(flow, params, conn)
     params_json = params.model_dump(mode="json")
-    fingerprint = job_fingerprint(flow.name, flow.version, params)
+    fingerprint = job_fingerprint(flow.name, flow.version, params, scheduled_for)
     for _ in range(_MAX_ROUNDS):
         job_id = uuid.uuid4()
         row = store.job_insert_if_absent(
@@ -169,12 +195,10 @@ def _submit_in(
         if row is not None:
             runs = root_runs(flow, job_id, params_json, settings)
             announced = announce(conn, publisher, job_id=job_id, new_runs=runs, notify=notify)
-            store.event_insert(
-                conn,
-                EventKind.SUBMITTED,
-                job_id=job_id,
-                detail={"flow": flow.name, "params": params_json, "by": submitted_by},
-            )
+            detail: dict[str, Any] = {"flow": flow.name, "params": params_json, "by": submitted_by}
+            if scheduled_for is not None:
+                detail["scheduled_for"] = scheduled_for.isoformat()
+            store.event_insert(conn, EventKind.SUBMITTED, job_id=job_id, detail=detail)
             return Submitted(row.id, row.flow, row.status, True, fingerprint, announced.outbox_ids)
         existing = store.job_select_active_by_fingerprint(conn, fingerprint)
         if existing is not None:

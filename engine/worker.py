@@ -1,7 +1,8 @@
 """The worker: receive deliveries, run step runs on N executor slots, sweep.
 
 The main thread receives in batches (no more than there are idle slots) and
-runs the sweeper every ``sweep_interval_s``; a slot that finishes a step first
+runs the sweeper every ``sweep_interval_s`` (a thread of its own fires due
+schedules as often, :mod:`engine.recurring`); a slot that finishes a step first
 tries to receive its next message itself, without waiting, and hands itself
 back to the main thread only when none is visible. Each executor slot is a thread
 with its own connection and its own heartbeat. On SIGTERM or SIGINT
@@ -36,6 +37,7 @@ from engine.errors import ConfigError
 from engine.heartbeat import Heartbeat
 from engine.outage import Outage, is_outage
 from engine.outbox import RelayListener
+from engine.recurring import ScheduleFirer
 from engine.registry import Registry
 from engine.runner import Outcome, StepRunner
 from engine.sweeper import Sweeper
@@ -214,6 +216,15 @@ class Worker:
         )
         # dead letters and their alerts commit together; the dispatcher is woken after
         self.alerts = AlertRecorder([sink.name for sink in sinks], wake=self.dispatcher.wake)
+        self.schedules = ScheduleFirer(
+            settings,
+            registry,
+            worker=self.worker_id,
+            transport=self.transport,
+            stop=self.stop_event,
+            outage=self.outage,
+            connect=lambda: connect_worker(settings),
+        )
         self._free = threading.Condition()
         self._idle = settings.concurrency
         self._slots: list[_Slot] = []
@@ -257,6 +268,7 @@ class Worker:
         for slot in self._slots:
             slot.thread.start()
         self.dispatcher.start()
+        self.schedules.start()
         listener: RelayListener | None = None
         if not self.transport.transactional:
             listener = RelayListener(
@@ -395,6 +407,7 @@ class Worker:
             if slot.runner is not None and not slot.thread.is_alive():
                 slot.runner.conn.close()
         self.dispatcher.close(max(1.0, deadline - time.monotonic()))
+        self.schedules.close(max(1.0, deadline - time.monotonic()))
         log.info("worker %s stopped", self.worker_id)
 
     def _release(self, stuck: list[_Slot]) -> None:

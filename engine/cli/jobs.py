@@ -89,7 +89,7 @@ def _submit_command(flow: Flow) -> click.Command:
             flow,
             given,
             settings=state.settings,
-            submitted_by=submitted_by or _whoami(),
+            submitted_by=submitted_by or whoami(),
         )
         if not (as_json and wait):  # --json --wait prints one object, at the end
             _report_submitted(result, as_json)
@@ -123,7 +123,8 @@ def _submit_command(flow: Flow) -> click.Command:
     )
 
 
-def _whoami() -> str:
+def whoami() -> str:
+    """Who runs the command: user@host (recorded as who submitted or scheduled)."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

@@ -16,6 +16,7 @@ statement that writes it, whoever calls it:
 - ``outbox``: announcements, their relay, the sweeper's re-announcements;
 - ``dead_letters``: step runs past their cap and unusable messages;
 - ``alerts``: one alert per dead letter and its deliveries, one per sink;
+- ``schedules``: calendars of jobs and each scheduled time they fired;
 - ``events``: the append-only history;
 - ``server``: the server itself (ping, the embedded database);
 - ``migrations``: the numbered schema files.
@@ -98,6 +99,21 @@ from engine.store.rows import (
     StepCounts,
     StepState,
 )
+from engine.store.schedules import (
+    DueSchedule,
+    SlotTaken,
+    schedule_claim_if_due,
+    schedule_delete_by_name,
+    schedule_fire_insert_if_new,
+    schedule_fire_select_by_schedule,
+    schedule_fire_set_outcome,
+    schedule_insert_if_absent,
+    schedule_record_fired,
+    schedule_select_all,
+    schedule_select_db_now,
+    schedule_select_due_many,
+    schedule_select_names,
+)
 from engine.store.server import (
     database_create_if_absent,
     server_ping,
@@ -131,6 +147,7 @@ __all__ = [
     "Claimed",
     "ClaimedDelivery",
     "Delivery",
+    "DueSchedule",
     "Executes",
     "ExpiredExhausted",
     "FingerprintTaken",
@@ -139,6 +156,7 @@ __all__ = [
     "PendingOutbox",
     "QueuedClaim",
     "Reply",
+    "SlotTaken",
     "StepCounts",
     "StepState",
     "alert_delivery_claim_due_many",
@@ -183,6 +201,17 @@ __all__ = [
     "outbox_mark_published_many",
     "outbox_notify",
     "outbox_wait_notified",
+    "schedule_claim_if_due",
+    "schedule_delete_by_name",
+    "schedule_fire_insert_if_new",
+    "schedule_fire_select_by_schedule",
+    "schedule_fire_set_outcome",
+    "schedule_insert_if_absent",
+    "schedule_record_fired",
+    "schedule_select_all",
+    "schedule_select_db_now",
+    "schedule_select_due_many",
+    "schedule_select_names",
     "server_ping",
     "step_cancel_by_job",
     "step_cancel_if_job_ended_many",

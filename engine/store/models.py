@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-from engine.store.status import DeadLetterSource, EventKind, JobStatus, StepStatus
+from engine.store.status import CatchUp, DeadLetterSource, EventKind, JobStatus, StepStatus
 
 __all__ = [
     "ENUM_COLUMNS",
@@ -229,6 +229,44 @@ class AlertDelivery(SQLModel, table=True):
     delivered_at: datetime | None = _ts(True)
 
 
+class ScheduleRow(SQLModel, table=True):
+    """A flow submitted on a calendar (engine/recurring.py)."""
+
+    __tablename__ = "engine_schedules"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    name: str = _text(False)
+    flow: str = _text(False)
+    cron: str = _text(False)
+    timezone: str = _text(False)
+    params: dict[str, Any] = _json(False)
+    catch_up: CatchUp = Field(sa_column=Column(EnumText(CatchUp), nullable=False))
+    next_fire_at: datetime = _ts(False)
+    last_fired_for: datetime | None = _ts(True)
+    last_fired_at: datetime | None = _ts(True)
+    last_job_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    last_error: str | None = _text(True)
+    created_by: str | None = _text(True)
+    created_at: datetime = _ts(False)
+
+
+class ScheduleFire(SQLModel, table=True):
+    """One scheduled time a schedule fired: its job, or why it was refused."""
+
+    __tablename__ = "engine_schedule_fires"
+
+    schedule_id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    scheduled_for: datetime = Field(sa_column=Column(DateTime(timezone=True), primary_key=True))
+    job_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    error: str | None = _text(True)
+    fired_by: str = _text(False)
+    fired_at: datetime = _ts(False)
+
+
 # table name -> column name -> enum; what the schema test checks against CHECKs
 ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {
     "engine_jobs": {"status": JobStatus},
@@ -237,4 +275,5 @@ ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {
     "engine_dead_letters": {"source": DeadLetterSource},
     "engine_alerts": {"source": DeadLetterSource},
     "engine_alert_deliveries": {"status": AlertDeliveryStatus},
+    "engine_schedules": {"catch_up": CatchUp},
 }

@@ -55,3 +55,10 @@ class EventKind(enum.StrEnum):
 class DeadLetterSource(enum.StrEnum):
     STEP = "step"
     MESSAGE = "message"
+
+
+class CatchUp(enum.StrEnum):
+    """What a schedule fires for times missed while no worker was up."""
+
+    LATEST = "latest"  # the latest missed time, once
+    ALL = "all"  # each missed time, up to engine.cron.CATCH_UP_LIMIT (the latest ones)

@@ -233,3 +233,44 @@ ORDER BY j.source_key, l.line_no;
 SELECT period, status
 FROM erp_periods
 ORDER BY period;
+
+-- schedule_exists --
+-- Whether the chaos schedule was added already (one per run, added by its first round).
+SELECT id FROM engine_schedules WHERE name = %(schedule)s;
+
+-- schedule_age --
+-- Makes the chaos schedule due now (time moved by ageing the row); each ageing is a new scheduled time.
+UPDATE engine_schedules
+SET next_fire_at = clock_timestamp() - interval '1 second'
+WHERE name = %(schedule)s
+RETURNING next_fire_at;
+
+-- schedule_fired --
+-- Whether a scheduled time of the chaos schedule has fired (its fire row is committed).
+SELECT f.job_id
+FROM engine_schedule_fires AS f
+JOIN engine_schedules AS s ON s.id = f.schedule_id
+WHERE s.name = %(schedule)s AND f.scheduled_for = %(at)s;
+
+-- schedule_jobs --
+-- The jobs the chaos schedule fired: expected to finish, like the harness's own.
+SELECT f.job_id
+FROM engine_schedule_fires AS f
+JOIN engine_schedules AS s ON s.id = f.schedule_id
+WHERE s.name = %(schedule)s AND f.job_id IS NOT NULL;
+
+-- oracle_schedule --
+-- Each time made due fired once with one job, and the schedule submitted no job besides its fires' (one job per scheduled time, whatever worker died while firing).
+SELECT
+    (SELECT count(*) FROM unnest(%(times)s::timestamptz[]) AS t (at)
+      WHERE NOT EXISTS (SELECT 1 FROM engine_schedule_fires AS f
+                        JOIN engine_schedules AS s ON s.id = f.schedule_id
+                        WHERE s.name = %(schedule)s AND f.scheduled_for = t.at
+                          AND f.job_id IS NOT NULL)) AS unfired,
+    (SELECT count(*) FROM engine_jobs WHERE submitted_by = 'schedule ' || %(schedule)s) AS jobs,
+    (SELECT count(DISTINCT f.job_id) FROM engine_schedule_fires AS f
+      JOIN engine_schedules AS s ON s.id = f.schedule_id
+      WHERE s.name = %(schedule)s) AS fired_jobs,
+    (SELECT count(*) FROM engine_schedule_fires AS f
+      JOIN engine_schedules AS s ON s.id = f.schedule_id
+      WHERE s.name = %(schedule)s) AS fires;

@@ -26,6 +26,7 @@ FAULT_KINDS = (
     "point_kill",  # a worker killed at a named fault point (engine/faults.py)
     "submit_kill",  # an `engine submit` killed after its commit, or after publishing
     "term_last",  # SIGTERM during the last attempt a step run is allowed
+    "schedule",  # a worker killed at a schedule's fault point while it fires; each time fires once
 )
 SQS_ONLY = frozenset({"sqs_errors"})
 

@@ -16,16 +16,19 @@ import time
 import uuid
 from typing import Any
 
-from engine import connect, submit
+from engine import add_schedule, connect, submit
 from engine.messages import StepMessage
 
 from .config import FLOW_MODULES
 from .procs import Proc, run_submit
-from .run import Fault, Run, say
+from .run import SCHEDULE, Fault, Run, say
 
 _TARGET_WAIT_S = 8.0
 _WORKER_POINTS = ("after_claim", "before_commit", "after_commit", "after_publish")
 _SUBMIT_POINTS = ("after_submit_commit", "after_publish")
+_SCHEDULE_POINTS = ("schedule_after_claim", "schedule_before_commit")
+# the job number of the chaos schedule's jobs: never one the harness submits
+_SCHEDULE_N = 1_000_000
 _MODULE_OF = {
     "costing": "flows.costing",
     "posting": "flows.posting",
@@ -368,4 +371,54 @@ class Injector:
         self._exit_or_hang(proc, run.cfg.shutdown_grace_s + run.cfg.margin_s + 5)
         self._replace(proc)
         say(f"  term_last: {fault.detail}")
+        return fault
+
+    def _schedule(self, fault: Fault, rng: random.Random) -> Fault:
+        """A worker that kills itself when it fires a schedule (claimed, not committed).
+
+        It races the full workers for each time made due, so times are made due
+        one after the other (each once the one before has fired, by whichever
+        worker) until it has won one and died. The claim it held rolls back with
+        the jobs it submitted; another worker fires that time. The oracle: every
+        time made due fired, one job each.
+        """
+        run = self.run
+        if not run.q("schedule_exists", schedule=SCHEDULE):
+            add_schedule(
+                SCHEDULE,
+                "chaos",
+                "0 3 * * *",
+                timezone="Europe/Istanbul",
+                params=run.chaos_params(_SCHEDULE_N),
+                settings=run.settings,
+                registry=run.registry,
+            )
+        point = rng.choice(_SCHEDULE_POINTS)
+        proc = self.fleet.spawn(f"point:{point}", ENGINE_FAULTS=f"{point}=kill")
+        proc.signalled = f"fault point {point}"  # its death is planned, not an exit
+        fault.victim = proc.name
+        run.wait_up(proc)
+        deadline = time.monotonic() + run.bound_s + 10
+        while proc.alive and time.monotonic() < deadline:
+            at = run.q("schedule_age", schedule=SCHEDULE)[0]["next_fire_at"]
+            run.schedule_times.append(at)
+            run.tally.schedule_times += 1
+            fired = run.wait_for(
+                lambda at=at: run.q("schedule_fired", schedule=SCHEDULE, at=at), run.bound_s
+            )
+            if not fired:
+                break  # the oracle counts it unfired; ageing again would hide it
+        if proc.alive:
+            fault.applied = False
+            fault.detail = f"{proc.name}: {point} not reached"
+            self.fleet.signal(proc, signal.SIGTERM)
+            self._exit_or_hang(proc, run.cfg.shutdown_grace_s + run.cfg.margin_s + 5)
+            return fault
+        fault.start = fault.origin = run.clock()
+        fault.detail = (
+            f"{proc.name} killed itself at {point} after {len(run.schedule_times)} "
+            f"scheduled time(s) made due"
+        )
+        run.tally.kills += 1
+        run.tally.schedule_kills += 1
         return fault

@@ -19,7 +19,7 @@ import math
 import uuid
 from typing import Any
 
-from .run import Run
+from .run import SCHEDULE, Run
 
 
 def _one(run: Run, name: str, **params: Any) -> dict[str, Any]:
@@ -70,6 +70,8 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
     by_id = {j["id"]: j for j in jobs}
     chaos_n = {j["params"].get("n"): j for j in jobs if j["flow"] == "chaos"}
     expected_ids = set(run.jobs.committed)
+    # the chaos schedule's jobs were submitted by workers: they must finish too
+    expected_ids |= {r["job_id"] for r in run.q("schedule_jobs", schedule=SCHEDULE)}
     expected_ids |= {chaos_n[n]["id"] for n in run.jobs.committed_ns if n in chaos_n}
     may_fail = {chaos_n[n]["id"] for n in run.jobs.may_fail if n in chaos_n}
     allowed_ids = expected_ids | {chaos_n[n]["id"] for n in run.jobs.ambiguous_ns if n in chaos_n}
@@ -98,6 +100,7 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
         refusal = _one(run, "oracle_refusal_attempts", workers=list(workers), flows=list(flows))[
             "claims"
         ]
+    schedule = _one(run, "oracle_schedule", schedule=SCHEDULE, times=run.schedule_times)
     timed, unrecovered = recovery(run)
     samples = [t for t, _ in timed]
     return {
@@ -123,6 +126,9 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
         "refusal_attempts": refusal,
         "dead_messages": _one(run, "oracle_dead_messages")["dead_messages"],
         "overlapping_jobs": _one(run, "oracle_overlap")["overlapping"],
+        "schedule_times_unfired": schedule["unfired"],
+        "schedule_jobs_per_time_off": abs(schedule["jobs"] - schedule["fires"])
+        + (schedule["fires"] - schedule["fired_jobs"]),
         "reclaims": events["reclaims"],
         "fenced": events["fenced"],
         "released": events["released"],
@@ -158,6 +164,8 @@ MUST_BE_ZERO = {
     "refusal_attempts": "a refusal costs no attempt",
     "dead_messages": "no message burned into a dead-letter queue",
     "overlapping_jobs": "one active job per fingerprint",
+    "schedule_times_unfired": "every scheduled time made due fires (nothing lost)",
+    "schedule_jobs_per_time_off": "each scheduled time fires exactly one job",
     "recovery_over_bound": "recovery within the bound",
     "recovery_unrecovered": "every step run a fault took away ends",
     "worker_exits": "workers outlive their dependencies' faults",

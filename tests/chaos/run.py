@@ -39,6 +39,7 @@ _q = load_queries(str(Path(__file__).with_name("chaos.sql")))
 log = logging.getLogger("chaos")
 
 _TICK_S = 0.05
+SCHEDULE = "chaos-nightly"  # the chaos schedule (the `schedule` fault kind adds it)
 
 
 def say(message: str) -> None:
@@ -75,6 +76,8 @@ class Tally:
     point_kills: int = 0
     submit_kills: int = 0
     term_lasts: int = 0
+    schedule_kills: int = 0  # workers killed while firing a schedule (claimed, not committed)
+    schedule_times: int = 0  # times of the chaos schedule made due
     worker_exits: int = 0  # workers that exited on their own (each replaced, as ECS would)
 
 
@@ -115,6 +118,7 @@ class Run:
         self.jobs = Jobs()
         self.faults: list[Fault] = []
         self.reduced: list[tuple[str, str]] = []  # (worker, flow it lacks)
+        self.schedule_times: list[datetime] = []  # the chaos schedule's times made due
         self.notes: list[str] = []
         self.sqs_env: dict[str, str] = {}
         self.sqs_gate = logdir / "sqs-errors.on"

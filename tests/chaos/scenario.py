@@ -272,6 +272,8 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         "point_kills": t.point_kills,
         "submit_kills": t.submit_kills,
         "term_lasts": t.term_lasts,
+        "schedule_kills": t.schedule_kills,
+        "schedule_times": t.schedule_times,
         "faults_not_applied": [f"{f.round + 1}:{f.kind}" for f in run.faults if not f.applied],
     }
     keys = [
@@ -281,6 +283,7 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         *("refusal_attempts", "dead_messages", "overlapping_jobs", "unbalanced_journals"),
         *("worker_exits", "worker_hangs", "books_equal", "recovery_samples", "recovery_p95_s"),
         *("recovery_max_s", "recovery_over_bound", "recovery_unrecovered"),
+        *("schedule_times_unfired", "schedule_jobs_per_time_off"),
     ]
     line.update({k: figures.get(k) for k in keys})
     line["bound_s"] = run.bound_s

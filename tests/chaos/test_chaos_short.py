@@ -20,7 +20,7 @@ pytestmark = pytest.mark.acceptance
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 KINDS = {
-    "postgres": "kill,pause,outage,rollback,submit_kill,point_kill",
+    "postgres": "kill,pause,outage,rollback,submit_kill,point_kill,schedule",
     "sqs": "term,terminate,duplicate,sqs_errors,deploy,term_last",
 }
 

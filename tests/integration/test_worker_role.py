@@ -36,8 +36,8 @@ ROLE = "engine_worker"
 # only an operator or the submitting ERP runs (with the owner's role).
 WORKER_SQL: dict[str, set[str]] = {
     "engine/store/sql/step_runs.sql": {"step_reopen_by_job"},
+    # firing a schedule submits its job (0010): the worker inserts pending jobs
     "engine/store/sql/jobs.sql": {
-        "job_insert_if_absent",
         "job_select_active_by_fingerprint",
         "job_select_status",
         "job_progress",
@@ -52,6 +52,8 @@ WORKER_SQL: dict[str, set[str]] = {
         "dead_letter_delete_closed",
     },
     "engine/store/sql/events.sql": set(),
+    # schedules are added and removed by an operator; workers fire them
+    "engine/store/sql/schedules.sql": {"schedule_insert_if_absent", "schedule_delete_by_name"},
     "engine/store/sql/server.sql": {"database_select_exists", "database_create"},
     # `engine worker --check` reads which migrations are applied (0008); applying is the owner's
     "engine/store/sql/migrations.sql": {
@@ -75,7 +77,7 @@ ADMIN_SQL: dict[str, list[str]] = {
         "dead_letter_mark_replayed_by_job",
     ],
     "engine/store/sql/step_runs.sql": ["step_reopen_by_job"],
-    "engine/store/sql/jobs.sql": ["job_insert_if_absent"],
+    "engine/store/sql/schedules.sql": ["schedule_insert_if_absent", "schedule_delete_by_name"],
     "engine/store/sql/migrations.sql": ["migration_insert"],
     "flows/erp/sql/seed.sql": ["erp_seed_lock", "erp_data_truncate"],
 }
@@ -262,9 +264,22 @@ FORBIDDEN: dict[str, str] = {
     "delete_events": "DELETE FROM engine_events",
     "update_events": "UPDATE engine_events SET detail = '{}'",
     "delete_jobs": "DELETE FROM engine_jobs",
-    "insert_job": (
-        "INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint)"
-        " VALUES (gen_random_uuid(), 'x', 1, '{}', repeat('0', 64))"
+    # it submits pending jobs (a schedule firing), never one already ended or started
+    "insert_job_ended": (
+        "INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, status, finished_at)"
+        " VALUES (gen_random_uuid(), 'x', 1, '{}', repeat('0', 64), 'done', now())"
+    ),
+    "insert_job_started": (
+        "INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, started_at)"
+        " VALUES (gen_random_uuid(), 'x', 1, '{}', repeat('0', 64), now())"
+    ),
+    "update_schedule_calendar": "UPDATE engine_schedules SET cron = '* * * * *'",
+    "update_schedule_params": "UPDATE engine_schedules SET params = '{}'",
+    "delete_schedules": "DELETE FROM engine_schedules",
+    "delete_schedule_fires": "DELETE FROM engine_schedule_fires",
+    "insert_schedule": (
+        "INSERT INTO engine_schedules (name, flow, cron, timezone, next_fire_at)"
+        " VALUES ('x', 'x', '* * * * *', 'UTC', now())"
     ),
     "update_job_params": "UPDATE engine_jobs SET params = '{}'",
     "update_job_fingerprint": "UPDATE engine_jobs SET fingerprint = repeat('1', 64)",

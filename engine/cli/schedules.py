@@ -1,0 +1,143 @@
+"""``engine schedule add|list|remove``: flows submitted on a calendar by the workers."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import click
+from rich.table import Table
+
+from engine.cli.jobs import whoami
+from engine.cli.output import out, print_json
+from engine.cli.state import current
+from engine.cron import CATCH_UP_LIMIT, TEMPLATES
+from engine.errors import BadInput
+from engine.recurring import Schedule, add_schedule, list_schedules, remove_schedule
+from engine.store.status import CatchUp
+
+__all__ = ["schedule"]
+
+
+@click.group()
+def schedule() -> None:
+    """Schedules: a flow submitted on a cron calendar; any worker fires each time once."""
+
+
+def _params(values: tuple[str, ...]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key:
+            raise BadInput(f"invalid --param {value!r}: expected KEY=VALUE, e.g. period=2026-11")
+        params[key.replace("-", "_")] = text
+    return params
+
+
+@schedule.command("add")
+@click.argument("name")
+@click.option("--flow", required=True, help="the flow to submit (engine flows list)")
+@click.option("--cron", required=True, help="minute hour day-of-month month day-of-week")
+@click.option(
+    "--timezone", default="UTC", help="IANA timezone the cron is read in, e.g. Europe/Istanbul"
+)
+@click.option(
+    "--param",
+    "param_values",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help=(
+        "a parameter of the flow (repeatable); a value may be the scheduled time's "
+        f"{', '.join(sorted(TEMPLATES))} in the timezone"
+    ),
+)
+@click.option(
+    "--catch-up",
+    type=click.Choice([c.value for c in CatchUp]),
+    default=CatchUp.LATEST.value,
+    help=(
+        "times missed while no worker was up: fire the latest once, or each "
+        f"(at most {CATCH_UP_LIMIT})"
+    ),
+)
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def schedule_add(
+    name: str,
+    flow: str,
+    cron: str,
+    timezone: str,
+    param_values: tuple[str, ...],
+    catch_up: str,
+    as_json: bool,
+) -> None:
+    """Add schedule NAME; exit 2 naming a bad flow, cron, timezone or parameter."""
+    state = current()
+    added = add_schedule(
+        name,
+        flow,
+        cron,
+        timezone=timezone,
+        params=_params(param_values),
+        catch_up=catch_up,
+        created_by=whoami(),
+        settings=state.settings,
+        registry=state.registry,
+    )
+    if as_json:
+        print_json(added.as_json())
+        return
+    out.print(
+        f"schedule {added.name}: {added.flow} at '{added.cron}' ({added.timezone}); "
+        f"next {_when(added.next_fire_at)} UTC = {_when(added.next_fire_local)} {added.timezone}",
+        highlight=False,
+        markup=False,
+    )
+
+
+@schedule.command("list")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def schedule_list(as_json: bool) -> None:
+    """List schedules: calendar, parameters, next time (UTC and local), last fire."""
+    rows = list_schedules(current().settings)
+    if as_json:
+        print_json({"schedules": [s.as_json() for s in rows]})
+        return
+    if not rows:
+        out.print("no schedules", highlight=False)
+        return
+    table = Table("name", "flow", "cron", "timezone", "params", "next (UTC)", "next (local)")
+    # a job id is copied into `engine status`: folded, never cut short
+    table.add_column("last fired (local)", overflow="fold")
+    for s in rows:
+        table.add_row(
+            s.name,
+            s.flow,
+            s.cron + ("" if s.catch_up == CatchUp.LATEST else f" (catch-up {s.catch_up})"),
+            s.timezone,
+            json.dumps(s.params, sort_keys=True),
+            _when(s.next_fire_at),
+            _when(s.next_fire_local),
+            _last(s),
+        )
+    out.print(table)
+
+
+@schedule.command("remove")
+@click.argument("name")
+def schedule_remove(name: str) -> None:
+    """Remove schedule NAME (the jobs it submitted stay)."""
+    remove_schedule(name, current().settings)
+    out.print(f"schedule {name} removed", highlight=False)
+
+
+def _when(t: datetime) -> str:
+    return f"{t:%Y-%m-%d %H:%M}"
+
+
+def _last(s: Schedule) -> str:
+    if s.last_fired_for is None:
+        return "never"
+    text = f"{_when(s.last_fired_for.astimezone(s.next_fire_local.tzinfo))} job {s.last_job_id}"
+    if s.last_error:
+        text += f"\nrefused: {s.last_error}"
+    return text

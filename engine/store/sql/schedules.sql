@@ -1,0 +1,71 @@
+-- schedule_insert_if_absent --
+-- One schedule per name (unique): zero rows means the name is taken, never a second row.
+INSERT INTO engine_schedules
+    (name, flow, cron, timezone, params, catch_up, next_fire_at, created_by)
+VALUES (%(name)s, %(flow)s, %(cron)s, %(timezone)s, %(params)s, %(catch_up)s,
+        %(next_fire_at)s, %(created_by)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING id, name, next_fire_at;
+
+-- schedule_delete_by_name --
+-- Removing a schedule removes its fire history with it (cascade); the jobs it submitted stay.
+DELETE FROM engine_schedules WHERE name = %(name)s RETURNING id;
+
+-- schedule_select_all --
+-- Every schedule with the database's time, for `engine schedule list`.
+SELECT id, name, flow, cron, timezone, params, catch_up, next_fire_at, last_fired_for,
+       last_fired_at, last_job_id, last_error, created_by, created_at, now() AS db_now
+FROM engine_schedules
+ORDER BY name;
+
+-- schedule_select_names --
+-- The names that exist, to say which are valid when one is not.
+SELECT name FROM engine_schedules ORDER BY name;
+
+-- schedule_select_db_now --
+-- The database clock: schedules are due by it, never by a worker's clock.
+SELECT now() AS db_now;
+
+-- schedule_select_due_many --
+-- Due by the database clock and of a flow this worker has loaded; reading takes no lock: the claim decides who fires.
+SELECT id, name, flow, cron, timezone, params, catch_up, next_fire_at, now() AS db_now
+FROM engine_schedules
+WHERE next_fire_at <= now() AND flow = ANY (%(flows)s::text[])
+ORDER BY next_fire_at
+LIMIT %(limit)s;
+
+-- schedule_claim_if_due --
+-- Claim is one conditional UPDATE: still due and still at the next time this worker read (compare-and-swap), it moves past the times being fired; a racer blocks on the row, then sees the new value and gets zero rows. Rolled back with the submits it guards.
+UPDATE engine_schedules
+SET next_fire_at = %(next_fire_at)s
+WHERE id = %(id)s AND next_fire_at = %(seen)s AND next_fire_at <= now()
+RETURNING id, next_fire_at;
+
+-- schedule_fire_insert_if_new --
+-- A scheduled time fires once (primary key): zero rows means it was fired already.
+INSERT INTO engine_schedule_fires (schedule_id, scheduled_for, fired_by)
+VALUES (%(schedule_id)s, %(scheduled_for)s, %(fired_by)s)
+ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+RETURNING scheduled_for;
+
+-- schedule_fire_set_outcome --
+-- The fire's job or its refusal, written in the transaction that inserted the fire (the row is this transaction's own).
+UPDATE engine_schedule_fires
+SET job_id = %(job_id)s, error = %(error)s
+WHERE schedule_id = %(schedule_id)s AND scheduled_for = %(scheduled_for)s;
+
+-- schedule_record_fired --
+-- The last fire of a schedule, by the transaction holding its claimed row; the claim's own guard already decided this worker fires.
+UPDATE engine_schedules
+SET last_fired_for = %(scheduled_for)s, last_fired_at = clock_timestamp(),
+    last_job_id = coalesce(%(job_id)s, last_job_id), last_error = %(error)s
+WHERE id = %(id)s;
+
+-- schedule_fire_select_by_schedule --
+-- A schedule's fires, newest first (what it submitted, and what was refused and why).
+SELECT f.scheduled_for, f.job_id, f.error, f.fired_by, f.fired_at
+FROM engine_schedule_fires AS f
+JOIN engine_schedules AS s ON s.id = f.schedule_id
+WHERE s.name = %(name)s
+ORDER BY f.scheduled_for DESC
+LIMIT %(limit)s;

@@ -1,0 +1,141 @@
+"""``engine schedule`` as a user runs it, and a schedule firing once with three workers up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from harness import wait_until, worker_env
+
+from engine.config import Settings
+from engine.processes import WorkerProcess, start_worker, stop_all
+
+pytestmark = pytest.mark.acceptance
+
+
+def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m engine ARGS`` with the test flows (``chain``) on the test's database."""
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        env=worker_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def add_nightly(settings: Settings, *extra: str) -> subprocess.CompletedProcess[str]:
+    return engine(
+        settings,
+        "schedule",
+        "add",
+        "nightly",
+        "--flow",
+        "chain",
+        "--cron",
+        "0 2 * * *",
+        "--timezone",
+        "Europe/Istanbul",
+        "--param",
+        "n=7",
+        *extra,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--flow", "nope", "--cron", "0 2 * * *"], "unknown flow 'nope'; known flows: chain"),
+        (["--flow", "chain", "--cron", "0 25 * * *"], "invalid cron expression '0 25 * * *'"),
+        (["--flow", "chain", "--cron", "0 2 * *"], "expected 5 fields"),
+        (
+            ["--flow", "chain", "--cron", "0 2 * * *", "--timezone", "Europe/Istambul"],
+            "unknown timezone 'Europe/Istambul' (did you mean Europe/Istanbul",
+        ),
+        (["--flow", "chain", "--cron", "0 2 * * *", "--param", "n=many"], "'many'"),
+        (["--flow", "chain", "--cron", "0 2 * * *", "--param", "n"], "invalid --param 'n'"),
+        (["--flow", "chain", "--cron", "0 2 * * *", "--param", "x=1"], "unknown parameter 'x'"),
+        (
+            ["--flow", "chain", "--cron", "0 2 * * *", "--param", "hold_file=@today"],
+            "unknown fire-time value",
+        ),
+        (["--flow", "chain", "--cron", "0 2 * * *", "--catch-up", "some"], "'some'"),
+    ],
+)
+def test_schedule_add__bad_input_exits_2_naming_the_value(
+    settings: Settings, conn: psycopg.Connection[Any], args: list[str], named: str
+) -> None:
+    result = engine(settings, "schedule", "add", "nightly", *args)
+    assert result.returncode == 2, result.stderr
+    assert named in result.stderr
+    assert conn.execute("SELECT count(*) AS n FROM engine_schedules").fetchone() == {"n": 0}
+
+
+def test_schedule__add_list_remove(settings: Settings) -> None:
+    added = add_nightly(settings, "--json")
+    assert added.returncode == 0, added.stderr
+    spec = json.loads(added.stdout)
+    assert spec["next_fire_local"].endswith("T02:00:00+03:00")
+    assert spec["next_fire_at"].endswith("T23:00:00+00:00")
+    again = add_nightly(settings)
+    assert again.returncode == 2 and "a schedule named 'nightly' exists" in again.stderr
+    listed = engine(settings, "schedule", "list", "--json")
+    [row] = json.loads(listed.stdout)["schedules"]
+    assert (row["flow"], row["cron"], row["params"]) == ("chain", "0 2 * * *", {"n": "7"})
+    assert row["last_fired_for"] is None and row["last_job_id"] is None
+    assert engine(settings, "schedule", "remove", "nightly").returncode == 0
+    gone = engine(settings, "schedule", "remove", "nightly")
+    assert gone.returncode == 2 and "no schedule named 'nightly'" in gone.stderr
+
+
+def test_schedule__fires_once_with_three_workers_up(
+    settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    assert add_nightly(settings).returncode == 0
+    workers: list[WorkerProcess] = []
+    try:
+        for i in range(3):
+            workers.append(
+                start_worker(
+                    env=worker_env(settings),
+                    output=tmp_path / f"worker{i}.log",
+                    log_level="INFO",
+                    name=f"worker{i}",
+                )
+            )
+        for w in workers:
+            wait_until(lambda w=w: "started with" in w.output(), what=f"{w.name} to start")
+        before = json.loads(engine(settings, "schedule", "list", "--json").stdout)
+        assert before["schedules"][0]["last_job_id"] is None
+        slot = conn.execute(
+            "UPDATE engine_schedules SET next_fire_at = now() - interval '1 minute' "
+            "RETURNING next_fire_at"
+        ).fetchone()
+        assert slot is not None
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM engine_jobs WHERE status = 'done' AND submitted_by = %s",
+                ("schedule nightly",),
+            ).fetchone(),
+            timeout=60,
+            what="the scheduled job to finish",
+        )
+    finally:
+        stop_all(workers, settings.shutdown_grace_s + 10)
+    jobs = conn.execute("SELECT id, flow, params, status FROM engine_jobs").fetchall()
+    assert [(j["flow"], j["params"]["n"], j["status"]) for j in jobs] == [("chain", 7, "done")]
+    fires = conn.execute("SELECT scheduled_for, job_id FROM engine_schedule_fires").fetchall()
+    assert [(f["scheduled_for"], f["job_id"]) for f in fires] == [
+        (slot["next_fire_at"], jobs[0]["id"])
+    ]
+    after = json.loads(engine(settings, "schedule", "list", "--json").stdout)["schedules"][0]
+    assert after["last_job_id"] == str(jobs[0]["id"])
+    assert after["next_fire_local"].endswith("T02:00:00+03:00")
+    fired_by = {w.name for w in workers if "schedule nightly fired for" in w.output()}
+    assert len(fired_by) == 1

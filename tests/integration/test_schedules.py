@@ -1,0 +1,353 @@
+"""Schedules on real PostgreSQL: each scheduled time fires once, whatever the race or fault.
+
+Time is moved by ageing ``engine_schedules.next_fire_at``, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from harness import ExternalQueue, fast_settings, thread_worker, wait_until
+from pydantic import BaseModel, Field
+
+from engine import (
+    BadInput,
+    Flow,
+    InvalidParameters,
+    Refused,
+    Registry,
+    UnknownFlow,
+    add_schedule,
+    db,
+    list_schedules,
+    remove_schedule,
+)
+from engine import faults as engine_faults
+from engine.config import Settings
+from engine.faults import FaultInjected
+from engine.fingerprint import job_fingerprint
+from engine.recurring import Fired, ScheduleFirer
+from engine.store.schedules import SlotTaken
+from engine.submit import submit
+
+REFUSED: set[str] = set()  # periods the flow's admission check refuses
+
+
+class MonthParams(BaseModel):
+    period: str = Field(pattern=r"^\d{4}-\d{2}$")
+    n: int = 0
+
+
+class Out(BaseModel):
+    period: str
+
+
+def make_flow() -> Flow:
+    flow = Flow("monthly", params=MonthParams)
+
+    @flow.admit
+    def admit(params: MonthParams, conn: psycopg.Connection[Any]) -> None:
+        """The period is ready."""
+        if params.period in REFUSED:
+            raise Refused(f"period {params.period} is not ready: cost it first")
+
+    @flow.step()
+    def only(params: MonthParams) -> Out:
+        return Out(period=params.period)
+
+    return flow
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry([make_flow()])
+
+
+@pytest.fixture(autouse=True)
+def _no_faults() -> Any:
+    yield
+    REFUSED.clear()
+    engine_faults.enable("")
+
+
+def add(settings: Settings, registry: Registry, **kwargs: Any) -> None:
+    spec: dict[str, Any] = {
+        "name": "nightly",
+        "flow": "monthly",
+        "cron": "0 2 * * *",
+        "timezone": "Europe/Istanbul",
+        "params": {"period": "2026-11"},
+    }
+    spec.update(kwargs)
+    add_schedule(
+        spec.pop("name"),
+        spec.pop("flow"),
+        spec.pop("cron"),
+        settings=settings,
+        registry=registry,
+        **spec,
+    )
+
+
+def age(conn: psycopg.Connection[Any], to: str, name: str = "nightly") -> datetime:
+    """Make the schedule due: its next time becomes ``to`` (an SQL expression over now())."""
+    row = conn.execute(
+        f"UPDATE engine_schedules SET next_fire_at = {to} WHERE name = %s RETURNING next_fire_at",
+        (name,),
+    ).fetchone()
+    assert row is not None
+    value: datetime = row["next_fire_at"]
+    return value
+
+
+def schedule_row(conn: psycopg.Connection[Any], name: str = "nightly") -> dict[str, Any]:
+    row = conn.execute("SELECT * FROM engine_schedules WHERE name = %s", (name,)).fetchone()
+    assert row is not None
+    return dict(row)
+
+
+def jobs(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute("SELECT * FROM engine_jobs ORDER BY created_at")]
+
+
+def fires(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return [
+        dict(r) for r in conn.execute("SELECT * FROM engine_schedule_fires ORDER BY scheduled_for")
+    ]
+
+
+def fire_once(settings: Settings, registry: Registry, worker: str = "w1") -> list[Fired]:
+    firer = ScheduleFirer(settings, registry, worker=worker)
+    try:
+        return firer.fire_due()
+    finally:
+        firer.close(1)
+
+
+def test_schedule_fire__workers_racing_on_one_due_time_fire_one_job(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    slot = age(conn, "now() - interval '1 minute'")
+    n = 8
+    barrier = threading.Barrier(n)
+    outcomes: list[list[Fired] | SlotTaken] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def race(i: int) -> None:
+        firer = ScheduleFirer(settings, registry, worker=f"w{i}")
+        try:
+            with db.connect(settings) as own:
+                due = firer.due(own)
+                assert [d.next_fire_at for d in due] == [slot]
+                barrier.wait(timeout=30)  # every racer read the same due time
+                outcome = firer.fire(own, due[0])
+            with lock:
+                outcomes.append(outcome)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    won = [o for o in outcomes if not isinstance(o, SlotTaken)]
+    assert len(won) == 1 and len(outcomes) == n
+    assert [(f.scheduled_for, f.created) for f in won[0]] == [(slot, True)]
+    assert [j["id"] for j in jobs(conn)] == [won[0][0].job_id]
+    assert [(f["scheduled_for"], f["job_id"]) for f in fires(conn)] == [(slot, won[0][0].job_id)]
+    row = schedule_row(conn)
+    assert row["next_fire_at"] > slot and row["last_job_id"] == won[0][0].job_id
+    assert row["last_fired_for"] == slot and row["last_error"] is None
+
+
+def test_schedule_fire__a_time_not_due_yet_fires_nothing(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    age(conn, "now() + interval '1 second'")
+    assert fire_once(settings, registry) == []
+    assert jobs(conn) == []
+
+
+def test_schedule_fire__the_job_fingerprint_includes_the_scheduled_time(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    slot = age(conn, "now() - interval '1 minute'")
+    [fired] = fire_once(settings, registry)
+    [job] = jobs(conn)
+    params = MonthParams(period="2026-11")
+    assert job["fingerprint"] == job_fingerprint("monthly", 1, params, slot)
+    assert job["fingerprint"] != job_fingerprint("monthly", 1, params)
+    assert job["submitted_by"] == "schedule nightly"
+    event = conn.execute(
+        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'submitted'", (job["id"],)
+    ).fetchone()
+    assert event is not None and event["detail"]["scheduled_for"] == slot.isoformat()
+    # the same parameters by hand, while the scheduled job is active, are another job
+    by_hand = submit("monthly", {"period": "2026-11"}, settings=settings, registry=registry)
+    assert by_hand.created and by_hand.job_id != fired.job_id
+
+
+def test_schedule_fire__with_an_external_queue_messages_wait_in_the_outbox_for_the_commit(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    age(conn, "now() - interval '1 minute'")
+    # ExternalQueue fails the test if anything is published before the relay
+    firer = ScheduleFirer(settings, registry, worker="w1", transport=ExternalQueue())
+    try:
+        [fired] = firer.fire_due()
+    finally:
+        firer.close(1)
+    outbox = conn.execute(
+        "SELECT o.published_at FROM engine_outbox AS o "
+        "JOIN engine_step_runs AS s ON s.id = o.step_run_id WHERE s.job_id = %s",
+        (fired.job_id,),
+    ).fetchall()
+    assert [r["published_at"] for r in outbox] == [None]
+
+
+def test_schedule_fire__missed_times_fire_once_on_return_as_the_latest(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry, cron="0 * * * *", timezone="UTC")
+    age(conn, "date_trunc('hour', now()) - interval '5 hours'")
+    latest = conn.execute("SELECT date_trunc('hour', now()) AS t").fetchone()
+    assert latest is not None
+    fired = fire_once(settings, registry)
+    assert [f.scheduled_for for f in fired] == [latest["t"]]
+    assert len(jobs(conn)) == 1
+    assert fire_once(settings, registry, worker="w2") == []  # the next time is ahead
+    assert schedule_row(conn)["next_fire_at"] == latest["t"] + timedelta(hours=1)
+
+
+def test_schedule_fire__catch_up_all_fires_each_missed_time_once(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry, cron="0 * * * *", timezone="UTC", catch_up="all")
+    first = age(conn, "date_trunc('hour', now()) - interval '5 hours'")
+    fired = fire_once(settings, registry)
+    assert len(fired) == 6 and fired[0].scheduled_for == first
+    assert len({f.job_id for f in fired}) == 6
+    assert {j["id"] for j in jobs(conn)} == {f.job_id for f in fired}
+    assert [f["scheduled_for"] for f in fires(conn)] == [f.scheduled_for for f in fired]
+    assert fire_once(settings, registry, worker="w2") == []
+
+
+def test_schedule_fire__a_refused_submit_is_recorded_and_the_schedule_moves_on(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    REFUSED.add("2026-11")
+    add(settings, registry)
+    slot = age(conn, "now() - interval '1 minute'")
+    [fired] = fire_once(settings, registry)
+    assert fired.job_id is None and "period 2026-11 is not ready" in (fired.error or "")
+    assert jobs(conn) == []
+    [fire] = fires(conn)
+    assert fire["scheduled_for"] == slot and fire["job_id"] is None
+    assert fire["error"] == fired.error
+    row = schedule_row(conn)
+    assert row["last_error"] == fired.error and row["next_fire_at"] > slot
+    # once the period is ready, the next time fires a job and clears the error
+    REFUSED.clear()
+    age(conn, "now() - interval '1 second'")
+    [again] = fire_once(settings, registry)
+    assert again.job_id is not None and schedule_row(conn)["last_error"] is None
+
+
+@pytest.mark.parametrize("point", ["schedule_after_claim", "schedule_before_commit"])
+def test_schedule_fire__a_failure_between_claim_and_commit_rolls_the_claim_back(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry, point: str
+) -> None:
+    add(settings, registry)
+    slot = age(conn, "now() - interval '1 minute'")
+    firer = ScheduleFirer(settings, registry, worker="w1")
+    engine_faults.enable(f"{point}=raise")
+    with db.connect(settings) as own:
+        [due] = firer.due(own)
+        with pytest.raises(FaultInjected):
+            firer.fire(own, due)
+    assert jobs(conn) == [] and fires(conn) == []
+    assert schedule_row(conn)["next_fire_at"] == slot  # still due at the same time
+    engine_faults.enable("")
+    [fired] = fire_once(settings, registry, worker="w2")
+    assert fired.scheduled_for == slot and [j["id"] for j in jobs(conn)] == [fired.job_id]
+
+
+def test_schedule_fire__fire_time_parameters_are_resolved_in_the_timezone(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry, cron="30 1 1 * *", params={"period": "@previous_month"})
+    # 2026-12-01 01:30 in Istanbul (UTC+3)
+    age(conn, "'2026-11-30T22:30:00+00:00'::timestamptz")
+    fire_once(settings, registry)
+    [job] = jobs(conn)
+    assert job["params"] == {"period": "2026-11", "n": 0}
+
+
+def test_schedule_fire__a_flow_this_worker_lacks_is_left_for_another(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    age(conn, "now() - interval '1 minute'")
+    assert fire_once(settings, Registry([])) == []
+    assert schedule_row(conn)["last_fired_for"] is None
+
+
+def test_schedule_fire__under_the_worker_role(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    age(conn, "now() - interval '1 minute'")
+    as_worker = settings.model_copy(update={"session_role": "engine_worker"})
+    [fired] = fire_once(as_worker, registry)
+    assert fired.job_id is not None and len(jobs(conn)) == 1
+
+
+def test_worker__fires_a_due_schedule_and_runs_its_job(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    with thread_worker(fast_settings(settings), registry):
+        age(conn, "now() - interval '1 minute'")
+        wait_until(
+            lambda: [j["status"] for j in jobs(conn)] == ["done"], what="the scheduled job done"
+        )
+    assert len(fires(conn)) == 1
+
+
+def test_add_schedule__bad_input_names_the_value(settings: Settings, registry: Registry) -> None:
+    with pytest.raises(UnknownFlow, match=r"'nope'.*known flows: monthly"):
+        add(settings, registry, flow="nope")
+    with pytest.raises(InvalidParameters, match="period"):
+        add(settings, registry, params={"period": "november"})
+    with pytest.raises(InvalidParameters, match="unknown parameter 'store'"):
+        add(settings, registry, params={"period": "2026-11", "store": "ST001"})
+    with pytest.raises(BadInput, match="invalid schedule name 'no spaces'"):
+        add(settings, registry, name="no spaces")
+    with pytest.raises(BadInput, match="invalid catch-up 'some'"):
+        add(settings, registry, catch_up="some")
+    add(settings, registry)
+    with pytest.raises(BadInput, match="a schedule named 'nightly' exists"):
+        add(settings, registry)
+
+
+def test_schedules__list_and_remove(settings: Settings, registry: Registry) -> None:
+    add(settings, registry)
+    [listed] = list_schedules(settings)
+    assert (listed.name, listed.flow, listed.timezone) == ("nightly", "monthly", "Europe/Istanbul")
+    assert listed.next_fire_local.hour == 2 and listed.next_fire_local.minute == 0
+    assert listed.next_fire_at.astimezone(UTC).hour == 23
+    remove_schedule("nightly", settings)
+    assert list_schedules(settings) == []
+    with pytest.raises(BadInput, match="no schedule named 'nightly'"):
+        remove_schedule("nightly", settings)
