@@ -73,6 +73,7 @@ from engine.store.jobs import (
     job_select_status,
 )
 from engine.store.outbox import (
+    outbox_insert_after,
     outbox_insert_delayed,
     outbox_insert_for_claimable,
     outbox_insert_many,
@@ -175,6 +176,7 @@ __all__ = [
     "job_select_status",
     "lease_extend_if_owner",
     "lease_release_if_owner",
+    "outbox_insert_after",
     "outbox_insert_delayed",
     "outbox_insert_for_claimable",
     "outbox_insert_many",
