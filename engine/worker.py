@@ -37,6 +37,7 @@ from engine.heartbeat import Heartbeat
 from engine.outage import Outage, is_outage
 from engine.outbox import RelayListener
 from engine.registry import Registry
+from engine.roster import Roster
 from engine.runner import Outcome, StepRunner
 from engine.sweeper import Sweeper
 from engine.transports import transport_for
@@ -50,6 +51,12 @@ _RECEIVE_BATCH = 10  # SQS's limit per receive
 def check_startup(settings: Settings, queue_visibility_s: float | None = None) -> None:
     """Invariant 6: heartbeat < lease and heartbeat < visibility, or refuse to start."""
     visibility = queue_visibility_s if queue_visibility_s is not None else settings.visibility_s
+    if settings.worker_live_s <= settings.sweep_interval_s:
+        # the beat rides the sweep: a live worker would look gone between two beats
+        raise ConfigError(
+            f"refusing to start: ENGINE_WORKER_LIVE_S {settings.worker_live_s:g} s must exceed "
+            f"ENGINE_SWEEP_INTERVAL_S {settings.sweep_interval_s:g} s (the worker's beat)"
+        )
     if settings.heartbeat_s < settings.lease_s and settings.heartbeat_s < visibility:
         return
     raise ConfigError(
@@ -214,6 +221,8 @@ class Worker:
         )
         # dead letters and their alerts commit together; the dispatcher is woken after
         self.alerts = AlertRecorder([sink.name for sink in sinks], wake=self.dispatcher.wake)
+        # engine_workers: what this worker runs, seen at every sweep (engine flows show)
+        self.roster = Roster(settings, self.worker_id, registry.runnable())
         self._free = threading.Condition()
         self._idle = settings.concurrency
         self._slots: list[_Slot] = []
@@ -249,6 +258,7 @@ class Worker:
         check_startup(self.settings, self._queue_visibility())
         if not self._wait_for_database("start-up"):
             return 0
+        self._register()
         self._slots = [_Slot(self, i) for i in range(self.settings.concurrency)]
         for slot in self._slots:
             slot.thread.start()
@@ -285,6 +295,17 @@ class Worker:
                     return None
                 backoff.failed("reading the queue's visibility timeout", exc)
                 self.stop_event.wait(backoff.next_s())
+
+    def _register(self) -> None:
+        try:
+            with connect_worker(self.settings) as conn:
+                conn.autocommit = True
+                self.roster.register(conn)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # the first beat writes the row once the database is back
+            self.outage.failed(exc, "registration")
 
     def _probe(self) -> None:  # one round trip: can a new connection run a statement?
         with db.connect(self.settings, autocommit=True) as conn:
@@ -323,6 +344,7 @@ class Worker:
                         if sweep_conn is None or sweep_conn.closed:
                             sweep_conn = connect_worker(self.settings)
                             sweep_conn.autocommit = True
+                        self.roster.beat(sweep_conn)
                         sweeper.sweep(sweep_conn)
                     except Exception as exc:
                         if sweep_conn is not None:
@@ -391,6 +413,12 @@ class Worker:
             if slot.runner is not None and not slot.thread.is_alive():
                 slot.runner.conn.close()
         self.dispatcher.close(max(1.0, deadline - time.monotonic()))
+        try:
+            with db.connect(self.settings, autocommit=True) as conn:
+                self.roster.stop(conn)
+        except Exception:
+            # the database is gone: the row stops being seen and ages out of "live"
+            log.warning("could not mark worker %s stopped", self.worker_id)
         log.info("worker %s stopped", self.worker_id)
 
     def _release(self, stuck: list[_Slot]) -> None:

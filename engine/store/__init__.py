@@ -18,7 +18,9 @@ statement that writes it, whoever calls it:
 - ``alerts``: one alert per dead letter and its deliveries, one per sink;
 - ``events``: the append-only history;
 - ``server``: the server itself (ping, the embedded database);
-- ``migrations``: the numbered schema files.
+- ``migrations``: the numbered schema files;
+- ``workers``: each worker's row (started, last seen, the flow versions it
+  runs) and the versions in flight.
 
 ``rows`` holds the types they return, ``errors`` the driver-error wrapping,
 ``queries`` the ``.sql`` loader, ``batch`` the one-message sending of
@@ -39,6 +41,7 @@ from engine.store.alerts import (
     alert_delivery_select_by_alert,
     alert_exists,
     alert_insert_for_dead_letter,
+    alert_insert_for_orphaned_versions,
     alert_select_recent,
 )
 from engine.store.batch import Batch, Executes, Reply
@@ -123,6 +126,14 @@ from engine.store.step_runs import (
     step_select_queue_lag,
     step_select_status,
 )
+from engine.store.workers import (
+    LiveWorker,
+    VersionInFlight,
+    version_select_in_flight,
+    worker_select_live,
+    worker_stop_if_running,
+    worker_upsert_seen,
+)
 
 __all__ = [
     "Batch",
@@ -136,12 +147,14 @@ __all__ = [
     "ExpiredExhausted",
     "FingerprintTaken",
     "JobRow",
+    "LiveWorker",
     "NewStepRun",
     "PendingOutbox",
     "QueuedClaim",
     "Reply",
     "StepCounts",
     "StepState",
+    "VersionInFlight",
     "alert_delivery_claim_due_many",
     "alert_delivery_mark_delivered_if_claimed",
     "alert_delivery_mark_failed_if_claimed",
@@ -149,6 +162,7 @@ __all__ = [
     "alert_delivery_select_by_alert",
     "alert_exists",
     "alert_insert_for_dead_letter",
+    "alert_insert_for_orphaned_versions",
     "alert_select_recent",
     "checkpoint_put_if_leased",
     "database_create_if_absent",
@@ -203,4 +217,8 @@ __all__ = [
     "step_select_queue_lag",
     "step_select_status",
     "sweep_lock_try",
+    "version_select_in_flight",
+    "worker_select_live",
+    "worker_stop_if_running",
+    "worker_upsert_seen",
 ]

@@ -55,3 +55,16 @@ class EventKind(enum.StrEnum):
 class DeadLetterSource(enum.StrEnum):
     STEP = "step"
     MESSAGE = "message"
+
+
+class AlertSource(enum.StrEnum):
+    """What an alert is about: a dead step run, a dead message, an orphaned flow version."""
+
+    STEP = "step"
+    MESSAGE = "message"
+    VERSION = "version"
+
+
+class WorkerStatus(enum.StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"
