@@ -89,9 +89,9 @@ def flows_show(name: str, as_json: bool) -> None:
 def _who(v: VersionInFlight) -> str:
     if v.workers:
         return ", ".join(v.workers)
-    if v.last_loaded_at is None:
-        return "NONE (never loaded)"
-    return f"NONE (last seen {v.last_loaded_at:%Y-%m-%d %H:%M:%S %Z})"
+    if v.last_loaded_s_ago is None:
+        return "none (never loaded)"
+    return f"none (last seen {_age(v.last_loaded_s_ago)} ago)"
 
 
 def _age(seconds: float | None) -> str:

@@ -48,6 +48,7 @@ class VersionInFlight:
     oldest_age_s: float | None  # the oldest active job's age; None without active jobs
     workers: list[str]  # live workers with it loaded
     last_loaded_at: datetime | None  # when any worker that had it was last seen
+    last_loaded_s_ago: float | None
 
 
 @wrap_errors

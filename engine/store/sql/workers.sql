@@ -53,7 +53,11 @@ WITH live AS (
 )
 SELECT v.flow, v.version, v.active_jobs, v.workers,
        extract(epoch FROM clock_timestamp() - v.oldest_created_at)::float8 AS oldest_age_s,
-       (SELECT max(w.last_seen_at) FROM engine_workers AS w
-        WHERE (v.flow || ':' || v.version) = ANY (w.runnable)) AS last_loaded_at
+       seen.at AS last_loaded_at,
+       extract(epoch FROM clock_timestamp() - seen.at)::float8 AS last_loaded_s_ago
 FROM versions AS v
+CROSS JOIN LATERAL (
+    SELECT max(w.last_seen_at) AS at FROM engine_workers AS w
+    WHERE (v.flow || ':' || v.version) = ANY (w.runnable)
+) AS seen
 ORDER BY v.flow, v.version;
