@@ -197,8 +197,8 @@ class Settings(BaseSettings):
         default=60.0,
         gt=0,
         description=(
-            "a worker counts as live while the database saw its beat (every SWEEP_INTERVAL_S) "
-            "within this long; must exceed SWEEP_INTERVAL_S"
+            "a worker counts as live while the database saw its beat (every quarter of this, "
+            "or every SWEEP_INTERVAL_S if shorter) within this long"
         ),
     )
     version_orphan_alert_s: float = Field(

@@ -51,12 +51,6 @@ _RECEIVE_BATCH = 10  # SQS's limit per receive
 def check_startup(settings: Settings, queue_visibility_s: float | None = None) -> None:
     """Invariant 6: heartbeat < lease and heartbeat < visibility, or refuse to start."""
     visibility = queue_visibility_s if queue_visibility_s is not None else settings.visibility_s
-    if settings.worker_live_s <= settings.sweep_interval_s:
-        # the beat rides the sweep: a live worker would look gone between two beats
-        raise ConfigError(
-            f"refusing to start: ENGINE_WORKER_LIVE_S {settings.worker_live_s:g} s must exceed "
-            f"ENGINE_SWEEP_INTERVAL_S {settings.sweep_interval_s:g} s (the worker's beat)"
-        )
     if settings.heartbeat_s < settings.lease_s and settings.heartbeat_s < visibility:
         return
     raise ConfigError(
@@ -328,6 +322,9 @@ class Worker:
         sweep_conn: psycopg.Connection[Any] | None = None
         receive_backoff = _Backoff(self.settings.outage_backoff_max_s)
         next_sweep = 0.0
+        # the beat keeps this worker live (seen within worker_live_s) however rare sweeps are
+        beat_s = min(self.settings.sweep_interval_s, self.settings.worker_live_s / 4)
+        next_beat = 0.0
         try:
             while not self.stop_event.is_set():
                 if self.outage.down.is_set():
@@ -338,14 +335,18 @@ class Worker:
                     next_sweep = 0.0  # leases ran out meanwhile: sweep at once
                     continue
                 now = time.monotonic()
-                if now >= next_sweep:
-                    next_sweep = now + self.settings.sweep_interval_s
+                if now >= next_sweep or now >= next_beat:
+                    sweeping = now >= next_sweep
+                    next_beat = now + beat_s
+                    if sweeping:
+                        next_sweep = now + self.settings.sweep_interval_s
                     try:
                         if sweep_conn is None or sweep_conn.closed:
                             sweep_conn = connect_worker(self.settings)
                             sweep_conn.autocommit = True
                         self.roster.beat(sweep_conn)
-                        sweeper.sweep(sweep_conn)
+                        if sweeping:
+                            sweeper.sweep(sweep_conn)
                     except Exception as exc:
                         if sweep_conn is not None:
                             sweep_conn.close()
@@ -361,7 +362,8 @@ class Worker:
                         self._free.wait(timeout=min(1.0, self.settings.sweep_interval_s))
                         continue
                     room = min(self._idle, _RECEIVE_BATCH)
-                wait = max(0.0, min(self.settings.poll_wait_s, next_sweep - time.monotonic()))
+                due = min(next_sweep, next_beat) - time.monotonic()
+                wait = max(0.0, min(self.settings.poll_wait_s, due))
                 try:
                     batch = self.transport.receive(room, self.settings.visibility_s, wait)
                 except Exception as exc:

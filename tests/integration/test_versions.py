@@ -21,7 +21,6 @@ from harness import engine_cli, fast_settings, flows_registry, run_of, thread_wo
 from engine import db, store, submit
 from engine.alerts import Alert, AlertRecorder
 from engine.config import Settings
-from engine.errors import ConfigError
 from engine.heartbeat import Heartbeat
 from engine.registry import Registry
 from engine.roster import Roster
@@ -29,7 +28,7 @@ from engine.runner import StepRunner
 from engine.store.rows import ClaimedDelivery
 from engine.sweeper import Sweeper
 from engine.transports.postgres import PostgresTransport
-from engine.worker import check_startup, connect_worker
+from engine.worker import connect_worker
 
 CHAIN_V1 = "chain:1"
 
@@ -192,10 +191,18 @@ def test_roster__a_restart_under_the_same_id_reuses_the_row_with_its_new_version
     assert (row["status"], row["runnable"], row["stopped_at"]) == ("running", ["chain:2"], None)
 
 
-def test_startup__worker_live_s_must_exceed_the_sweep_interval(fast: Settings) -> None:
-    bad = fast.model_copy(update={"worker_live_s": 5.0, "sweep_interval_s": 5.0})
-    with pytest.raises(ConfigError, match="ENGINE_WORKER_LIVE_S 5 s must exceed"):
-        check_startup(bad)
+def test_roster__a_worker_whose_sweeps_are_rare_still_beats_within_worker_live_s(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    rare = fast.model_copy(update={"sweep_interval_s": 600.0, "worker_live_s": 2.0})
+    with thread_worker(rare, flows_registry(), worker_id="w-rare"):
+        wait_until(lambda: workers(conn).get("w-rare"), what="the registration")
+        for _ in range(3):  # each time the row looks old, a beat renews it (no sweep came)
+            age_worker(conn, "w-rare", 600)
+            wait_until(
+                lambda: [w.id for w in store.worker_select_live(conn, live_s=2.0)] == ["w-rare"],
+                what="a beat",
+            )
 
 
 def test_worker_role__registers_beats_and_stops_under_its_role(
