@@ -11,6 +11,7 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -161,9 +162,9 @@ def test_roster__a_worker_registers_at_start_beats_and_is_marked_stopped_on_shut
             what="a beat",
         )
         again = workers(conn)["w-roster"]
-        assert again["started_at"] == row["started_at"] - __import__("datetime").timedelta(
-            seconds=600
-        ), "a beat keeps started_at"
+        assert again["started_at"] == row["started_at"] - timedelta(seconds=600), (
+            "a beat keeps started_at"
+        )
     stopped = workers(conn)["w-roster"]
     assert stopped["status"] == "stopped" and stopped["stopped_at"] is not None
 
