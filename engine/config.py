@@ -198,6 +198,22 @@ class Settings(BaseSettings):
             "deploy) is not claimed; its message comes back after this long"
         ),
     )
+    worker_live_s: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "a worker counts as live while the database saw its beat (every quarter of this, "
+            "or every SWEEP_INTERVAL_S if shorter) within this long"
+        ),
+    )
+    version_orphan_alert_s: float = Field(
+        default=600.0,
+        ge=0,
+        description=(
+            "one alert when a flow version that active jobs need has been loaded by no live "
+            "worker for this long (a rolling deploy that left it behind)"
+        ),
+    )
     outage_backoff_max_s: float = Field(
         default=30.0,
         gt=0,

@@ -11,7 +11,10 @@ the relay hands each outbox row on once via SKIP LOCKED). Each round:
 2. claimable step runs (due, or running with an expired lease) that were not
    announced since they became claimable get a new outbox row;
 3. the outbox is relayed: rows never published (a crash between commit and
-   publish) and due retries reach the transport.
+   publish) and due retries reach the transport;
+4. a flow version that active jobs need and no live worker has loaded for
+   ``version_orphan_alert_s`` gets its one alert of the episode
+   (:mod:`engine.versions`).
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ class Sweeper:
                 announced = store.outbox_insert_for_claimable(
                     conn, republish_after_s=self.settings.republish_after_s, limit=1000
                 )
+                alerted += self._alert_orphaned_versions(conn)
                 # an external queue's rows are sent by the relay below, after the commit
                 announce(conn, self.transport, outbox_ids=announced)
         for d in dead:  # committed
@@ -127,6 +131,22 @@ class Sweeper:
                 orphans,
             )
         return SweepReport(len(dead), len(announced), published, orphans)
+
+    def _alert_orphaned_versions(self, conn: psycopg.Connection[Any]) -> int:
+        made = self.alerts.record_orphaned_versions(
+            conn,
+            live_s=self.settings.worker_live_s,
+            alert_after_s=self.settings.version_orphan_alert_s,
+        )
+        for alert_id, flow, version in made:
+            log.warning(
+                "flow %s version %d: active jobs need it and no live worker has it loaded "
+                "(alert %d)",
+                flow,
+                version,
+                alert_id,
+            )
+        return len(made)
 
     def record_transport_dead_letters(self, conn: psycopg.Connection[Any]) -> int:
         """Record what the queue itself dead-lettered (SQS redrive), once each, with an alert.

@@ -39,6 +39,7 @@ from engine.outage import Outage, is_outage
 from engine.outbox import RelayListener
 from engine.recurring import ScheduleFirer
 from engine.registry import Registry
+from engine.roster import Roster
 from engine.runner import Outcome, StepRunner
 from engine.sweeper import Sweeper
 from engine.transports import transport_for
@@ -225,6 +226,8 @@ class Worker:
             outage=self.outage,
             connect=lambda: connect_worker(settings),
         )
+        # engine_workers: what this worker runs, seen at every sweep (engine flows show)
+        self.roster = Roster(settings, self.worker_id, registry.runnable())
         self._free = threading.Condition()
         self._idle = settings.concurrency
         self._slots: list[_Slot] = []
@@ -264,6 +267,7 @@ class Worker:
         check_startup(self.settings, self._queue_visibility())
         if not self._wait_for_database("start-up"):
             return 0
+        self._register()
         self._slots = [_Slot(self, i) for i in range(self.settings.concurrency)]
         for slot in self._slots:
             slot.thread.start()
@@ -302,6 +306,17 @@ class Worker:
                 backoff.failed("reading the queue's visibility timeout", exc)
                 self.stop_event.wait(backoff.next_s())
 
+    def _register(self) -> None:
+        try:
+            with connect_worker(self.settings) as conn:
+                conn.autocommit = True
+                self.roster.register(conn)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # the first beat writes the row once the database is back
+            self.outage.failed(exc, "registration")
+
     def _probe(self) -> None:  # one round trip: can a new connection run a statement?
         with db.connect(self.settings, autocommit=True) as conn:
             store.server_ping(conn)
@@ -323,6 +338,9 @@ class Worker:
         sweep_conn: psycopg.Connection[Any] | None = None
         receive_backoff = _Backoff(self.settings.outage_backoff_max_s)
         next_sweep = 0.0
+        # the beat keeps this worker live (seen within worker_live_s) however rare sweeps are
+        beat_s = min(self.settings.sweep_interval_s, self.settings.worker_live_s / 4)
+        next_beat = 0.0
         try:
             while not self.stop_event.is_set():
                 if self.outage.down.is_set():
@@ -333,13 +351,18 @@ class Worker:
                     next_sweep = 0.0  # leases ran out meanwhile: sweep at once
                     continue
                 now = time.monotonic()
-                if now >= next_sweep:
-                    next_sweep = now + self.settings.sweep_interval_s
+                if now >= next_sweep or now >= next_beat:
+                    sweeping = now >= next_sweep
+                    next_beat = now + beat_s
+                    if sweeping:
+                        next_sweep = now + self.settings.sweep_interval_s
                     try:
                         if sweep_conn is None or sweep_conn.closed:
                             sweep_conn = connect_worker(self.settings)
                             sweep_conn.autocommit = True
-                        sweeper.sweep(sweep_conn)
+                        self.roster.beat(sweep_conn)
+                        if sweeping:
+                            sweeper.sweep(sweep_conn)
                     except Exception as exc:
                         if sweep_conn is not None:
                             sweep_conn.close()
@@ -355,7 +378,8 @@ class Worker:
                         self._free.wait(timeout=min(1.0, self.settings.sweep_interval_s))
                         continue
                     room = min(self._idle, _RECEIVE_BATCH)
-                wait = max(0.0, min(self.settings.poll_wait_s, next_sweep - time.monotonic()))
+                due = min(next_sweep, next_beat) - time.monotonic()
+                wait = max(0.0, min(self.settings.poll_wait_s, due))
                 try:
                     batch = self.transport.receive(room, self.settings.visibility_s, wait)
                 except Exception as exc:
@@ -408,6 +432,12 @@ class Worker:
                 slot.runner.conn.close()
         self.dispatcher.close(max(1.0, deadline - time.monotonic()))
         self.schedules.close(max(1.0, deadline - time.monotonic()))
+        try:
+            with db.connect(self.settings, autocommit=True) as conn:
+                self.roster.stop(conn)
+        except Exception:
+            # the database is gone: the row stops being seen and ages out of "live"
+            log.warning("could not mark worker %s stopped", self.worker_id)
         log.info("worker %s stopped", self.worker_id)
 
     def _release(self, stuck: list[_Slot]) -> None:

@@ -1,5 +1,10 @@
 """Alerts: exactly one per dead letter, recorded with it, delivered to every sink.
 
+One more kind (``source: version``): a flow version that active jobs need
+and no live worker has loaded for ``ENGINE_VERSION_ORPHAN_ALERT_S`` gets one
+alert per orphan episode, recorded by the sweeper (:mod:`engine.versions`)
+and delivered the same way.
+
 A dead letter (a step run past its attempt cap, a message that can never be
 handled) is written together with its alert, in one transaction, by
 :class:`AlertRecorder`: one alert row per dead letter (a unique key), and one
@@ -48,6 +53,7 @@ class Alert:
     alert_id: int | None = None
     source: str = "step"
     created_at: datetime | None = None
+    flow_version: int | None = None
 
     @classmethod
     def of_delivery(cls, delivery: ClaimedDelivery, report_link: str | None) -> Alert:
@@ -66,6 +72,7 @@ class Alert:
             alert_id=delivery.alert_id,
             source=delivery.source,
             created_at=delivery.created_at,
+            flow_version=delivery.flow_version,
         )
 
     @property
@@ -73,6 +80,8 @@ class Alert:
         """One line: what died where."""
         if self.source == "message":
             return "dead letter: a message that can never be handled"
+        if self.source == "version":
+            return f"flow {self.flow} version {self.flow_version}: loaded by no live worker"
         where = f"{self.flow or '?'}/{self.step or '?'}"
         return f"dead letter: {where} of job {self.job_id}"
 
@@ -83,6 +92,7 @@ class Alert:
             "source": self.source,
             "job_id": None if self.job_id is None else str(self.job_id),
             "flow": self.flow,
+            "flow_version": self.flow_version,
             "step": self.step,
             "step_run_id": None if self.step_run_id is None else str(self.step_run_id),
             "attempts": self.attempts,
@@ -96,13 +106,15 @@ class Alert:
         """A few readable lines: the title, then each field that is known."""
         lines = [self.title]
         for name, value in (
-            ("job", self.job_id),
+            ("job", self.job_id if self.source != "version" else None),
+            ("oldest job", self.job_id if self.source == "version" else None),
             ("flow", self.flow),
+            ("version", self.flow_version),
             ("step", self.step),
             ("attempts", self.attempts),
-            ("error", self.error),
+            ("error", self.error if self.source != "version" else None),
             ("report", self.report_link),
-            ("reason", self.reason if self.source == "message" else None),
+            ("reason", self.reason if self.source in ("message", "version") else None),
             ("alert", self.alert_id),
         ):
             if value not in (None, ""):
@@ -142,3 +154,15 @@ class AlertRecorder:
         if dead_letter_id is None:
             return False
         return store.alert_insert_for_dead_letter(conn, dead_letter_id, self.sinks) is not None
+
+    def record_orphaned_versions(
+        self, conn: psycopg.Connection[Any], *, live_s: float, alert_after_s: float
+    ) -> list[tuple[int, str, int]]:
+        """Alert every flow version orphaned past ``alert_after_s``, once per orphan episode.
+
+        ``(alert_id, flow, version)`` of each alert this call made (none for a
+        version some sweeper alerted already in its episode).
+        """
+        return store.alert_insert_for_orphaned_versions(
+            conn, live_s=live_s, alert_after_s=alert_after_s, sinks=self.sinks
+        )

@@ -15,7 +15,7 @@ __all__ = ["alerts"]
 
 @click.group()
 def alerts() -> None:
-    """Alerts: one per dead letter, delivered to every sink of ENGINE_ALERT_SINKS."""
+    """Alerts: one per dead letter (and per orphaned flow version), delivered to every sink."""
 
 
 @alerts.command("list")
@@ -43,6 +43,9 @@ def _block(r: dict[str, Any]) -> str:
         what = f"  job {r['job_id']}  {r['flow'] or '?'}/{r['step'] or '?'}"
         if r["attempts"] is not None:
             what += f"  attempts {r['attempts']}"
+    elif r["source"] == "version":
+        what = f"  flow {r['flow']} version {r['flow_version']} loaded by no live worker"
+        what += f"  oldest job {r['job_id']}"
     else:
         what = "  a message that can never be handled"
     lines = [head, what, f"  error: {r['error_line']}"]

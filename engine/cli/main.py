@@ -20,7 +20,7 @@ from engine import logs
 from engine.cli import extensions
 from engine.cli.alerts import alerts
 from engine.cli.dlq import dlq
-from engine.cli.flows import flows
+from engine.cli.flows import flows, workers
 from engine.cli.jobs import cancel, retry, runs, status, submit_group
 from engine.cli.migrate import migrate
 from engine.cli.queues import queues
@@ -139,5 +139,6 @@ for command in (
     status,
     submit_group,
     worker,
+    workers,
 ):
     main.add_command(command)

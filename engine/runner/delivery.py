@@ -21,6 +21,7 @@ import psycopg
 
 from engine import faults, store
 from engine.alerts import AlertRecorder
+from engine.announce import announce
 from engine.config import Settings
 from engine.errors import Contention, MalformedMessage, UnknownFlow
 from engine.heartbeat import Heartbeat, Lease
@@ -198,6 +199,31 @@ class StepRunner:
             self.transport.publish(None, [Outgoing(message)])
         return True
 
+    def _leave_for_another_deploy(self, received: Received, message: StepMessage) -> None:
+        """Replace the delivery by a fresh copy due after ``refusal_delay_s``.
+
+        A worker of another deploy (a rolling update) can run it. Returning
+        the same copy would count receives, and SQS would move it to its
+        dead-letter queue. The copy is an outbox row like any announcement,
+        which the sweeper reads as "announced": otherwise it would add a copy
+        every ``republish_after_s`` while the step run waits, each refused
+        and sent round again. On the PostgreSQL transport the copy and the
+        delete commit together; on SQS the delete follows the publish.
+        """
+        conn = self.conn
+        inside = self.transport.transactional
+        with conn.transaction():
+            outbox_id = store.outbox_insert_after(
+                conn, message.step_run_id, self.settings.refusal_delay_s
+            )
+            announced = announce(conn, self.transport, outbox_ids=[outbox_id])
+            if inside:
+                self.transport.delete([received.receipt], conn)
+        announced.publish_after_commit(conn)
+        if not inside:
+            # a failed publish is relayed by the sweeper: the outbox row is committed
+            self.transport.delete([received.receipt])
+
     def _malformed(self, received: Received, reason: str) -> Outcome:
         with self.conn.transaction():  # the dead letter and its alert commit together
             dead_letter = store.dead_letter_insert_message_logged(
@@ -229,11 +255,7 @@ class StepRunner:
         if refused.reason == "finished":
             self.transport.delete([received.receipt])
         elif refused.reason == "not_runnable":
-            # A worker of another deploy (rolling update) can run it. A fresh
-            # copy, delayed, replaces this one: returning the same copy would
-            # count receives, and SQS would move it to its dead-letter queue.
-            self.transport.publish(None, [Outgoing(message, self.settings.refusal_delay_s)])
-            self.transport.delete([received.receipt])
+            self._leave_for_another_deploy(received, message)
         elif refused.reason == "race":
             # a lock wait or a deadlock lost to another transaction: soon again
             self.transport.extend([received.receipt], 1.0)

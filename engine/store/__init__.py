@@ -19,7 +19,9 @@ statement that writes it, whoever calls it:
 - ``schedules``: calendars of jobs and each scheduled time they fired;
 - ``events``: the append-only history;
 - ``server``: the server itself (ping, the embedded database);
-- ``migrations``: the numbered schema files.
+- ``migrations``: the numbered schema files;
+- ``workers``: each worker's row (started, last seen, the flow versions it
+  runs) and the versions in flight.
 
 ``rows`` holds the types they return, ``errors`` the driver-error wrapping,
 ``queries`` the ``.sql`` loader, ``batch`` the one-message sending of
@@ -40,6 +42,7 @@ from engine.store.alerts import (
     alert_delivery_select_by_alert,
     alert_exists,
     alert_insert_for_dead_letter,
+    alert_insert_for_orphaned_versions,
     alert_select_recent,
 )
 from engine.store.batch import Batch, Executes, Reply
@@ -74,6 +77,7 @@ from engine.store.jobs import (
     job_select_status,
 )
 from engine.store.outbox import (
+    outbox_insert_after,
     outbox_insert_delayed,
     outbox_insert_for_claimable,
     outbox_insert_many,
@@ -138,6 +142,14 @@ from engine.store.step_runs import (
     step_select_queue_lag,
     step_select_status,
 )
+from engine.store.workers import (
+    LiveWorker,
+    VersionInFlight,
+    version_select_in_flight,
+    worker_select_live,
+    worker_stop_if_running,
+    worker_upsert_seen,
+)
 
 __all__ = [
     "Batch",
@@ -152,6 +164,7 @@ __all__ = [
     "ExpiredExhausted",
     "FingerprintTaken",
     "JobRow",
+    "LiveWorker",
     "NewStepRun",
     "PendingOutbox",
     "QueuedClaim",
@@ -159,6 +172,7 @@ __all__ = [
     "SlotTaken",
     "StepCounts",
     "StepState",
+    "VersionInFlight",
     "alert_delivery_claim_due_many",
     "alert_delivery_mark_delivered_if_claimed",
     "alert_delivery_mark_failed_if_claimed",
@@ -166,6 +180,7 @@ __all__ = [
     "alert_delivery_select_by_alert",
     "alert_exists",
     "alert_insert_for_dead_letter",
+    "alert_insert_for_orphaned_versions",
     "alert_select_recent",
     "checkpoint_put_if_leased",
     "database_create_if_absent",
@@ -193,6 +208,7 @@ __all__ = [
     "job_select_status",
     "lease_extend_if_owner",
     "lease_release_if_owner",
+    "outbox_insert_after",
     "outbox_insert_delayed",
     "outbox_insert_for_claimable",
     "outbox_insert_many",
@@ -230,4 +246,8 @@ __all__ = [
     "step_select_queue_lag",
     "step_select_status",
     "sweep_lock_try",
+    "version_select_in_flight",
+    "worker_select_live",
+    "worker_stop_if_running",
+    "worker_upsert_seen",
 ]

@@ -35,6 +35,23 @@ def alert_insert_for_dead_letter(
 
 
 @wrap_errors
+def alert_insert_for_orphaned_versions(
+    conn: psycopg.Connection[Any], *, live_s: float, alert_after_s: float, sinks: Sequence[str]
+) -> list[tuple[int, str, int]]:
+    """Alert each flow version orphaned past ``alert_after_s``, once per episode.
+
+    Returns ``(alert_id, flow, version)`` of the alerts this call made; a
+    version alerted already in this episode (by any sweeper) is not again.
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["alert_insert_for_orphaned_versions"],
+            {"live_s": live_s, "alert_after_s": alert_after_s, "sinks": list(sinks)},
+        )
+        return [(int(r["id"]), str(r["flow"]), int(r["flow_version"])) for r in cur.fetchall()]
+
+
+@wrap_errors
 def alert_delivery_claim_due_many(
     conn: psycopg.Connection[Any],
     *,
@@ -129,5 +146,6 @@ __all__ = [
     "alert_delivery_select_by_alert",
     "alert_exists",
     "alert_insert_for_dead_letter",
+    "alert_insert_for_orphaned_versions",
     "alert_select_recent",
 ]

@@ -15,11 +15,19 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, Column, DateTime, Dialect, Integer, Text
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-from engine.store.status import CatchUp, DeadLetterSource, EventKind, JobStatus, StepStatus
+from engine.store.status import (
+    AlertSource,
+    CatchUp,
+    DeadLetterSource,
+    EventKind,
+    JobStatus,
+    StepStatus,
+    WorkerStatus,
+)
 
 __all__ = [
     "ENUM_COLUMNS",
@@ -34,6 +42,8 @@ __all__ = [
     "QueueMessage",
     "StepRun",
     "StepStatus",
+    "WorkerRecord",
+    "WorkerStatus",
 ]
 
 
@@ -187,13 +197,13 @@ class QueueMessage(SQLModel, table=True):
 
 
 class AlertRow(SQLModel, table=True):
-    """The one alert of a dead letter."""
+    """The one alert of a dead letter, or of an orphaned flow version's episode."""
 
     __tablename__ = "engine_alerts"
 
     id: int = Field(sa_column=Column(BigInteger, primary_key=True))
     dead_letter_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
-    source: DeadLetterSource = Field(sa_column=Column(EnumText(DeadLetterSource), nullable=False))
+    source: AlertSource = Field(sa_column=Column(EnumText(AlertSource), nullable=False))
     job_id: uuid.UUID | None = Field(
         default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
     )
@@ -206,6 +216,8 @@ class AlertRow(SQLModel, table=True):
     error_line: str = _text(False)
     reason: str = _text(False)
     created_at: datetime = _ts(False)
+    flow_version: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    episode: datetime | None = _ts(True)
 
 
 class AlertDelivery(SQLModel, table=True):
@@ -267,13 +279,31 @@ class ScheduleFire(SQLModel, table=True):
     fired_at: datetime = _ts(False)
 
 
+class WorkerRecord(SQLModel, table=True):
+    """A worker: where it runs, the flow versions it claims, when the database last saw it."""
+
+    __tablename__ = "engine_workers"
+
+    id: str = Field(sa_column=Column(Text, primary_key=True))
+    host: str = _text(False)
+    pid: int = Field(sa_column=Column(Integer, nullable=False))
+    transport: str = _text(False)
+    concurrency: int = Field(sa_column=Column(Integer, nullable=False))
+    runnable: list[str] = Field(sa_column=Column(ARRAY(Text), nullable=False))
+    status: WorkerStatus = Field(sa_column=Column(EnumText(WorkerStatus), nullable=False))
+    started_at: datetime = _ts(False)
+    last_seen_at: datetime = _ts(False)
+    stopped_at: datetime | None = _ts(True)
+
+
 # table name -> column name -> enum; what the schema test checks against CHECKs
 ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {
     "engine_jobs": {"status": JobStatus},
     "engine_step_runs": {"status": StepStatus},
     "engine_events": {"kind": EventKind},
     "engine_dead_letters": {"source": DeadLetterSource},
-    "engine_alerts": {"source": DeadLetterSource},
+    "engine_alerts": {"source": AlertSource},
+    "engine_workers": {"status": WorkerStatus},
     "engine_alert_deliveries": {"status": AlertDeliveryStatus},
     "engine_schedules": {"catch_up": CatchUp},
 }

@@ -80,6 +80,18 @@ def outbox_insert_delayed(
 
 
 @wrap_errors
+def outbox_insert_after(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, delay_s: float
+) -> int:
+    """An announcement of ``step_run_id`` due ``delay_s`` from now by the database clock."""
+    row = conn.execute(
+        _q["outbox_insert_after"], {"step_run_id": step_run_id, "delay_s": delay_s}
+    ).fetchone()
+    assert row is not None
+    return int(column(row, "id"))
+
+
+@wrap_errors
 def outbox_insert_many(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> list[int]:
     if not ids:
         return []

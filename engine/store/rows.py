@@ -208,6 +208,7 @@ class ClaimedDelivery:
     error_line: str
     reason: str
     created_at: datetime
+    flow_version: int | None = None  # an orphaned version's alert
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ClaimedDelivery:
@@ -226,6 +227,7 @@ class ClaimedDelivery:
             error_line=row["error_line"],
             reason=row["reason"],
             created_at=row["created_at"],
+            flow_version=row.get("flow_version"),
         )
 
 

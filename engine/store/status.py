@@ -62,3 +62,16 @@ class CatchUp(enum.StrEnum):
 
     LATEST = "latest"  # the latest missed time, once
     ALL = "all"  # each missed time, up to engine.cron.CATCH_UP_LIMIT (the latest ones)
+
+
+class AlertSource(enum.StrEnum):
+    """What an alert is about: a dead step run, a dead message, an orphaned flow version."""
+
+    STEP = "step"
+    MESSAGE = "message"
+    VERSION = "version"
+
+
+class WorkerStatus(enum.StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"

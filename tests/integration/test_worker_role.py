@@ -63,6 +63,8 @@ WORKER_SQL: dict[str, set[str]] = {
         "migration_insert",
     },
     "engine/store/sql/outbox.sql": set(),
+    "engine/store/sql/workers.sql": set(),
+    "engine/store/sql/alerts.sql": {"alert_delivery_reset_abandoned"},
     "engine/transports/postgres.sql": set(),
     "flows/erp/sql/costing.sql": set(),
     "flows/erp/sql/posting.sql": set(),
@@ -287,6 +289,9 @@ FORBIDDEN: dict[str, str] = {
     "update_step_run_cap": "UPDATE engine_step_runs SET max_attempts = 100",
     "update_step_run_job": "UPDATE engine_step_runs SET job_id = job_id",
     "delete_outbox": "DELETE FROM engine_outbox",
+    "delete_workers": "DELETE FROM engine_workers",
+    "truncate_workers": "TRUNCATE engine_workers",
+    "update_alerts": "UPDATE engine_alerts SET episode = now()",
     "delete_dead_letters": "DELETE FROM engine_dead_letters",
     "update_dead_letters": "UPDATE engine_dead_letters SET replayed_at = now()",
     "insert_migration": (

@@ -48,7 +48,7 @@ WHERE d.alert_id = due.alert_id AND d.sink = due.sink
        OR (d.status = 'sending' AND d.claimed_until <= clock_timestamp()))
 RETURNING d.alert_id, d.sink, d.attempts AS delivery_attempts, d.claim_token,
           a.dead_letter_id, a.source, a.job_id, a.step_run_id, a.flow, a.step, a.attempts,
-          a.error_line, a.reason, a.created_at;
+          a.error_line, a.reason, a.created_at, a.flow_version;
 
 -- alert_delivery_mark_delivered_if_claimed --
 -- Only the dispatcher holding the claim token records the delivery; zero rows: its claim lapsed and another took it over.
@@ -79,7 +79,7 @@ RETURNING alert_id, sink;
 -- alert_select_recent --
 -- Alerts newest first, each with all its deliveries' state, for `engine alerts list` (pending_only: those with a delivery not delivered yet).
 SELECT a.id, a.dead_letter_id, a.source, a.job_id, a.step_run_id, a.flow, a.step, a.attempts,
-       a.error_line, a.reason, a.created_at,
+       a.error_line, a.reason, a.created_at, a.flow_version,
        coalesce(jsonb_agg(jsonb_build_object(
                     'sink', d.sink, 'status', d.status, 'attempts', d.attempts,
                     'delivered_at', d.delivered_at, 'next_attempt_at', d.next_attempt_at,
@@ -105,3 +105,48 @@ ORDER BY d.sink;
 -- alert_exists --
 -- Whether an alert of that id was recorded (an operator's retry names one).
 SELECT 1 FROM engine_alerts WHERE id = %(alert_id)s;
+
+-- alert_insert_for_orphaned_versions --
+-- One alert per orphan episode (unique flow, version, episode) of a flow version that active jobs need and no live worker has loaded for alert_after_s; the episode is the last time any worker that had it was seen ('epoch', 1970: none ever did), stable while it stays orphaned, so any number of sweepers make one alert, with one pending delivery per sink.
+WITH live AS (
+    SELECT runnable
+    FROM engine_workers
+    WHERE status = 'running'
+      AND last_seen_at >= clock_timestamp() - make_interval(secs => %(live_s)s)
+), needed AS (
+    SELECT flow, flow_version, count(*)::int AS active_jobs, min(created_at) AS oldest_created_at,
+           (array_agg(id ORDER BY created_at, id))[1] AS oldest_job
+    FROM engine_jobs
+    WHERE status IN ('pending', 'running')
+    GROUP BY flow, flow_version
+), orphaned AS (
+    SELECT n.*,
+           coalesce((SELECT max(w.last_seen_at) FROM engine_workers AS w
+                     WHERE (n.flow || ':' || n.flow_version) = ANY (w.runnable)),
+                    'epoch') AS episode
+    FROM needed AS n
+    WHERE NOT EXISTS (SELECT FROM live AS l
+                      WHERE (n.flow || ':' || n.flow_version) = ANY (l.runnable))
+), due AS (
+    SELECT o.*,
+           format('flow %%s version %%s is needed by %%s active job(s) and loaded by no live worker %%s',
+                  o.flow, o.flow_version, o.active_jobs,
+                  CASE WHEN o.episode = 'epoch' THEN 'ever'
+                       ELSE 'since ' || to_char(o.episode AT TIME ZONE 'UTC',
+                                                'YYYY-MM-DD"T"HH24:MI:SS"Z"') END) AS line
+    FROM orphaned AS o
+    WHERE greatest(o.episode, o.oldest_created_at)
+          <= clock_timestamp() - make_interval(secs => %(alert_after_s)s)
+), a AS (
+    INSERT INTO engine_alerts
+        (source, job_id, flow, flow_version, episode, error_line, reason)
+    SELECT 'version', oldest_job, flow, flow_version, episode, line,
+           line || ': start a worker that has it loaded, or cancel its jobs'
+    FROM due
+    ON CONFLICT (flow, flow_version, episode) WHERE source = 'version' DO NOTHING
+    RETURNING id, flow, flow_version
+), deliveries AS (
+    INSERT INTO engine_alert_deliveries (alert_id, sink)
+    SELECT a.id, sink FROM a, unnest(%(sinks)s::text[]) AS sink
+)
+SELECT id, flow, flow_version FROM a;

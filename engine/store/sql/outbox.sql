@@ -59,3 +59,9 @@ RETURNING id, step_run_id;
 -- sweep_lock_try --
 -- One sweeper at a time republishes; the others skip this round (the relay itself is safe concurrently).
 SELECT pg_try_advisory_xact_lock(hashtextextended('engine.sweeper', 0)) AS locked;
+
+-- outbox_insert_after --
+-- A step run left for a worker of another deploy is announced again after delay_s (database clock), through the outbox like any announcement, so the sweeper reads it as announced and sends no copy of its own: one copy per waiting step run goes round.
+INSERT INTO engine_outbox (step_run_id, deliver_at)
+VALUES (%(step_run_id)s, clock_timestamp() + make_interval(secs => %(delay_s)s))
+RETURNING id;
