@@ -21,6 +21,7 @@ import psycopg
 
 from engine import faults, store
 from engine.alerts import AlertRecorder
+from engine.announce import Announced, announce_freed
 from engine.config import Settings
 from engine.errors import Contention, MalformedMessage, UnknownFlow
 from engine.heartbeat import Heartbeat, Lease
@@ -69,7 +70,8 @@ def claim(
                     job_id=message.job_id,
                     step_run_id=message.step_run_id,
                     worker=worker,
-                    detail={"reason": result.reason},
+                    detail={"reason": result.reason}
+                    | ({"key": result.key} if result.key is not None else {}),
                 )
             return result
     except Contention:
@@ -184,6 +186,7 @@ class StepRunner:
         is announced with a new message. ``False``: the lease was lost already.
         """
         conn = conn if conn is not None else self.conn
+        freed = Announced(self.transport)
         with conn.transaction():
             # the attempt comes back with the lease: giving back is not the step's fault
             if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
@@ -191,6 +194,9 @@ class StepRunner:
             store.step_event_insert(
                 conn, EventKind.RELEASED, claimed, worker=self.worker, detail={"reason": reason}
             )
+            if claimed.concurrency_key is not None:
+                freed = announce_freed(conn, self.transport, [claimed.job_id])
+        freed.publish_after_commit(conn)
         if receipt is not None:
             self.transport.release([receipt])
         else:
@@ -233,6 +239,13 @@ class StepRunner:
             # copy, delayed, replaces this one: returning the same copy would
             # count receives, and SQS would move it to its dead-letter queue.
             self.transport.publish(None, [Outgoing(message, self.settings.refusal_delay_s)])
+            self.transport.delete([received.receipt])
+        elif refused.reason == "over_limit":
+            # Waiting for a slot of its key is not a failure: a fresh copy, delayed,
+            # replaces this one (no receive counted towards SQS's redrive). It is a
+            # backstop only: a holder of the key that finishes announces the next
+            # waiting step run in its own commit, so nobody polls in a tight loop.
+            self.transport.publish(None, [Outgoing(message, self.settings.over_limit_delay_s)])
             self.transport.delete([received.receipt])
         elif refused.reason == "race":
             # a lock wait or a deadlock lost to another transaction: soon again

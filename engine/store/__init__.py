@@ -75,6 +75,7 @@ from engine.store.jobs import (
 from engine.store.outbox import (
     outbox_insert_delayed,
     outbox_insert_for_claimable,
+    outbox_insert_for_freed_keys,
     outbox_insert_many,
     outbox_listen,
     outbox_lock_unpublished_many,
@@ -177,6 +178,7 @@ __all__ = [
     "lease_release_if_owner",
     "outbox_insert_delayed",
     "outbox_insert_for_claimable",
+    "outbox_insert_for_freed_keys",
     "outbox_insert_many",
     "outbox_listen",
     "outbox_lock_unpublished_many",
