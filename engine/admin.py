@@ -48,9 +48,7 @@ def cancel(
                 raise BadInput(
                     f"job {job_id} is {status}; only pending or running jobs can be cancelled"
                 )
-            store.event_insert(
-                conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason}
-            )
+            store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
             freed = announce_freed(conn, transport, [job_id])
         freed.publish_after_commit(conn)
 

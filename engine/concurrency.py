@@ -55,8 +55,7 @@ class Concurrency:
             )
         if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
             raise DefinitionError(
-                f"concurrency limit must be an integer >= 1, got {self.limit!r} "
-                f"(key {self.key!r})"
+                f"concurrency limit must be an integer >= 1, got {self.limit!r} (key {self.key!r})"
             )
         self.fields()  # a malformed template fails at declaration
 

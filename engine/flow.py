@@ -300,9 +300,7 @@ class Flow:
             return name
 
         def decorator(fn: StepFn) -> StepFn:
-            self._register(
-                fn, name, after, map_over, sys._getframe(1).f_locals, retry, concurrency
-            )
+            self._register(fn, name, after, map_over, sys._getframe(1).f_locals, retry, concurrency)
             return fn
 
         return decorator

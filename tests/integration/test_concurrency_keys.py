@@ -210,14 +210,12 @@ def test_eager__a_successor_over_its_limit_is_created_pending_and_runs_when_free
     fast: Settings, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     hold = tmp_path / "hold"
-    holder = submit_keyed(fast, "keyed_chain", group="chain-g", hold_file=str(hold))
+    submit_keyed(fast, "keyed_chain", group="chain-g", hold_file=str(hold))  # the holder
     with thread_worker(fast, REGISTRY):
         # the holder's b (its eager successor) holds chain:chain-g
         wait_until(lambda: (tmp_path / "hold.started").exists(), what="the holder to start")
         job = submit_keyed(fast, "keyed_chain", group="chain-g", n=1)
-        wait_until(
-            lambda: events(conn, job, "claim_refused"), what="the eager successor's refusal"
-        )
+        wait_until(lambda: events(conn, job, "claim_refused"), what="the eager successor's refusal")
         b = run_of(conn, job, "b")
         assert (b["status"], b["attempts"]) == ("pending", 0)
         [refused] = events(conn, job, "claim_refused")

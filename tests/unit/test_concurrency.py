@@ -120,7 +120,7 @@ def test_concurrency__limit_must_be_a_positive_integer(limit: object) -> None:
 
 
 def test_concurrency__not_a_concurrency_object_is_refused() -> None:
-    with pytest.raises(DefinitionError, match="must be an engine.Concurrency"):
+    with pytest.raises(DefinitionError, match=r"must be an engine\.Concurrency"):
         Flow("f", params=Params, concurrency="period:{period}")  # type: ignore[arg-type]
 
 
