@@ -298,3 +298,36 @@ def test_sweeper__a_holders_expired_lease_announces_the_waiter(
         )
         c.execute("UPDATE engine_step_runs SET available_at = now() - interval '1 min'")
         assert store.step_select_queue_lag(c) == 0.0
+
+
+def test_lease__an_expired_holder_can_neither_renew_nor_checkpoint_beside_the_next(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    holder, waiter = (submit_keyed(fast, "keyed", group="zombie", n=i) for i in range(2))
+    free = submit("chain", {}, settings=fast, registry=REGISTRY).job_id
+    with db.connect(fast, autocommit=True) as c:
+        paused = claim(c, message(conn, holder), "paused", 30, ALL)
+        unkeyed = claim(c, message(conn, free, "a"), "paused", 30, ALL)
+        assert isinstance(paused, Claimed) and isinstance(unkeyed, Claimed)
+        # the holder's worker is paused past its lease; the waiter takes the slot
+        conn.execute(
+            "UPDATE engine_step_runs SET lease_expires_at = now() - interval '1 s' "
+            "WHERE job_id IN (%s, %s)",
+            (holder, free),
+        )
+        assert isinstance(claim(c, message(conn, waiter), "next", 30, ALL), Claimed)
+        # the paused holder wakes up: its lease stays lost, its checkpoint is refused
+        assert store.lease_extend_if_owner(c, paused.id, paused.token, 30) is None
+        with c.transaction():
+            refused = store.checkpoint_put_if_leased(
+                c,
+                step_run_id=paused.id,
+                job_id=holder,
+                token=paused.token,
+                output={"step": "b", "n": 0},
+                worker="paused",
+            )
+        assert refused is None
+        # a step run without a key keeps the old rule: renewable until reclaimed
+        assert store.lease_extend_if_owner(c, unkeyed.id, unkeyed.token, 30) is not None
+    assert run_of(conn, holder, "b")["status"] == "running"  # reclaimable, by the sweeper

@@ -115,10 +115,11 @@ WITH slot AS (
 SELECT * FROM claimed;
 
 -- lease_extend_if_owner --
--- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost.
+-- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost. A lease holding a concurrency slot is never renewed once expired: its slot may have gone to the next holder, so it stays lost.
 UPDATE engine_step_runs
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s)
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+  AND (concurrency_key IS NULL OR lease_expires_at > clock_timestamp())
 RETURNING lease_expires_at;
 
 -- lease_release_if_owner --
@@ -137,7 +138,7 @@ JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE s.id = %(id)s;
 
 -- checkpoint_put_if_leased --
--- Invariant 5: the output commits only while our token is current (zero rows rolls back the whole step transaction); the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint.
+-- Invariant 5: the output commits only while our token is current, and for a step run holding a concurrency slot only while its lease is live (an expired slot may have gone to the next holder); zero rows rolls back the whole step transaction; the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint.
 WITH job AS (
     SELECT id, status FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
 ), done AS (
@@ -147,6 +148,7 @@ WITH job AS (
     FROM job
     WHERE s.id = %(id)s AND s.job_id = job.id
       AND s.lease_token = %(token)s AND s.status = 'running'
+      AND (s.concurrency_key IS NULL OR s.lease_expires_at > clock_timestamp())
     RETURNING s.id, s.job_id, s.attempts, s.output
 ), logged AS (
     INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt)
