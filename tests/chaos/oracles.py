@@ -98,6 +98,7 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
         refusal = _one(run, "oracle_refusal_attempts", workers=list(workers), flows=list(flows))[
             "claims"
         ]
+    keys = _one(run, "oracle_key_overlap")
     timed, unrecovered = recovery(run)
     samples = [t for t, _ in timed]
     return {
@@ -123,6 +124,9 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
         "refusal_attempts": refusal,
         "dead_messages": _one(run, "oracle_dead_messages")["dead_messages"],
         "overlapping_jobs": _one(run, "oracle_overlap")["overlapping"],
+        "key_overlaps": keys["overlapping"],
+        "key_spans": keys["spans"],
+        "waited_for_key": keys["waited"],
         "reclaims": events["reclaims"],
         "fenced": events["fenced"],
         "released": events["released"],
@@ -158,6 +162,7 @@ MUST_BE_ZERO = {
     "refusal_attempts": "a refusal costs no attempt",
     "dead_messages": "no message burned into a dead-letter queue",
     "overlapping_jobs": "one active job per fingerprint",
+    "key_overlaps": "concurrency keys: no two jobs of one key hold it at once",
     "recovery_over_bound": "recovery within the bound",
     "recovery_unrecovered": "every step run a fault took away ends",
     "worker_exits": "workers outlive their dependencies' faults",

@@ -157,3 +157,23 @@ def test_concurrency__the_erp_book_flows_share_the_period_key_per_job() -> None:
 
     keys = {f.concurrency for f in (close.flow, costing.flow, posting.flow)}
     assert keys == {Concurrency("period:{period}", limit=1, per_job=True)}
+
+
+def test_concurrency__flows_sharing_a_key_must_agree_on_its_limit() -> None:
+    from engine import Registry
+
+    def flow_with(name: str, limit: int) -> Flow:
+        flow = Flow(name, params=Params, concurrency=Concurrency("period:{period}", limit=limit))
+
+        @flow.step()
+        def one(params: Params) -> Out:
+            return Out()
+
+        return flow
+
+    Registry([flow_with("a", 1), flow_with("b", 1)])  # the same declaration: shared
+    with pytest.raises(DefinitionError) as err:
+        Registry([flow_with("a", 1), flow_with("b", 2)])
+    assert "flow 'b'" in str(err.value)
+    assert "concurrency key 'period:{period}' with limit 2" in str(err.value)
+    assert "flow 'a' declares it with limit 1" in str(err.value)
