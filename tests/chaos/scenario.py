@@ -281,6 +281,7 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         *("refusal_attempts", "dead_messages", "overlapping_jobs", "unbalanced_journals"),
         *("worker_exits", "worker_hangs", "books_equal", "recovery_samples", "recovery_p95_s"),
         *("recovery_max_s", "recovery_over_bound", "recovery_unrecovered"),
+        *("key_overlaps", "key_spans", "waited_for_key"),
     ]
     line.update({k: figures.get(k) for k in keys})
     line["bound_s"] = run.bound_s

@@ -80,7 +80,8 @@ WHERE s.id = %(id)s AND s.job_id = %(job_id)s;
 -- step_run_insert_claimed --
 -- An eager successor: created already leased (attempts 1, a fresh token) to the worker whose checkpoint made it ready, in that checkpoint's transaction and under the job's row lock, so no other worker can have seen it pending; the insert is conditional on the step key, and zero rows (it exists already) means "not ours". Over its concurrency limit (or its key locked by a claim: only tried, never waited for under the job lock) it is created pending instead, costs no attempt, and waits for its key's holder to announce it. The claimed (or claim_refused) event is written only for the row it returns. No outbox row: should the worker die, the lease lapses and the sweeper announces it (invariant 9).
 WITH slot AS (
-    SELECT engine_concurrency_slot_free(%(concurrency_key)s::text, %(concurrency_limit)s::int,
+    SELECT %(concurrency_key)s::text IS NULL
+        OR engine_concurrency_slot_free(%(concurrency_key)s::text, %(concurrency_limit)s::int,
                                         %(concurrency_per_job)s::boolean, %(job_id)s::uuid,
                                         %(id)s::uuid, 'try') AS free
 ), claimed AS (
