@@ -85,8 +85,10 @@ def test_sqs__a_step_run_over_its_limit_waits_without_burning_receives(
         "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'",
         (waiter,),
     ).fetchall()
-    assert len(refusals) >= 3
-    assert {r["detail"]["reason"] for r in refusals} == {"over_limit"}
+    reasons = [r["detail"]["reason"] for r in refusals]
+    assert reasons.count("over_limit") >= 3
+    # a delayed copy arriving after the waiter ran is refused as finished and deleted
+    assert set(reasons) <= {"over_limit", "finished"}
     # nothing reached SQS's dead-letter queue (the sweeper records what it finds there)
     dead = conn.execute("SELECT count(*) AS n FROM engine_dead_letters").fetchone()
     assert dead is not None and dead["n"] == 0
