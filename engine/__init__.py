@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.concurrency import Concurrency
 from engine.config import Settings
 from engine.context import StepContext
 from engine.db import connect
@@ -72,6 +73,7 @@ __all__ = [
     "BadInput",
     "Cancel",
     "ChecksFailed",
+    "Concurrency",
     "ConfigError",
     "DefinitionError",
     "EngineError",

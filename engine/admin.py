@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from engine import db, store
-from engine.announce import announce
+from engine.announce import announce, announce_freed
 from engine.config import Settings
 from engine.errors import BadInput, NoSuchJob
 from engine.store.status import EventKind
@@ -28,15 +28,29 @@ def _status_or_missing(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
     return status
 
 
-def cancel(settings: Settings, job_id: uuid.UUID, reason: str = "cancelled by operator") -> None:
-    """Cancel an active job: its running steps stop at their next check or commit."""
-    with db.connect(settings) as conn, conn.transaction():
-        if not store.job_cancel_if_active(conn, job_id, reason):
-            status = _status_or_missing(conn, job_id)
-            raise BadInput(
-                f"job {job_id} is {status}; only pending or running jobs can be cancelled"
-            )
-        store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
+def cancel(
+    settings: Settings,
+    job_id: uuid.UUID,
+    reason: str = "cancelled by operator",
+    *,
+    transport: Transport | None = None,
+) -> None:
+    """Cancel an active job: its running steps stop at their next check or commit.
+
+    The concurrency slots its step runs held are free at the commit: the
+    step runs waiting for them are announced with it.
+    """
+    transport = transport or transport_for(settings)
+    with db.connect(settings) as conn:
+        with conn.transaction():
+            if not store.job_cancel_if_active(conn, job_id, reason):
+                status = _status_or_missing(conn, job_id)
+                raise BadInput(
+                    f"job {job_id} is {status}; only pending or running jobs can be cancelled"
+                )
+            store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
+            freed = announce_freed(conn, transport, [job_id])
+        freed.publish_after_commit(conn)
 
 
 @dataclass(frozen=True)

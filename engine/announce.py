@@ -2,9 +2,9 @@
 
 Every path that makes a step run claimable (submit, a checkpoint's
 successors, a retry's backoff, an operator's replay, the sweeper's
-re-announcement) says so through :func:`announce` in the transaction that
-made it ready, then calls :meth:`Announced.publish_after_commit` once that
-transaction has committed:
+re-announcement, a concurrency slot freed: :func:`announce_freed`) says so
+through :func:`announce` in the transaction that made it ready, then calls
+:meth:`Announced.publish_after_commit` once that transaction has committed:
 
 - a transport whose queue lives in this database (``transactional``) gets
   the messages inside the transaction, so they exist exactly when it
@@ -60,6 +60,10 @@ class Announced:
             log.warning("publish after commit failed; the outbox relay will send", exc_info=True)
             return 0
 
+    def __add__(self, other: Announced) -> Announced:
+        """Both announcements' rows, relayed together after the commit."""
+        return Announced(self.publisher, self.outbox_ids + other.outbox_ids)
+
 
 def announce(
     conn: store.Executes,
@@ -98,6 +102,29 @@ def announce(
     if notify and ids:
         store.outbox_notify(conn)
     return Announced(publisher, tuple(ids))
+
+
+def announce_freed(
+    conn: psycopg.Connection[Any],
+    publisher: Publisher,
+    job_ids: Sequence[uuid.UUID],
+    *,
+    expired: bool = False,
+) -> Announced:
+    """Announce, in ``conn``'s open transaction, the step runs waiting for a slot these jobs freed.
+
+    Called by every path that stops a step run holding a concurrency key
+    (checkpoint, retry, dead letter, cancel, give-back, the sweeper), after
+    its status changed in that transaction: for each key of the jobs' step
+    runs with a slot free now, the next waiting step runs only (as many as
+    slots are free), so a waiter runs as soon as its holder commits and
+    nobody polls. A key still full announces nothing. With ``expired`` (the
+    sweeper) the keys whose holders died, their leases expired, count too.
+    """
+    ids = store.outbox_insert_for_freed_keys(conn, job_ids, expired=expired)
+    if not ids:
+        return Announced(publisher)
+    return announce(conn, publisher, outbox_ids=ids)
 
 
 def _reads(conn: store.Executes) -> psycopg.Connection[Any]:

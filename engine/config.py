@@ -214,6 +214,16 @@ class Settings(BaseSettings):
             "worker for this long (a rolling deploy that left it behind)"
         ),
     )
+    over_limit_delay_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=900,
+        description=(
+            "a step run over its concurrency limit is not claimed (no attempt); its message "
+            "comes back after this long, a backstop: a holder of its key that finishes "
+            "announces the next waiting step run at once"
+        ),
+    )
     outage_backoff_max_s: float = Field(
         default=30.0,
         gt=0,

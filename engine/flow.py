@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeGuard, TypeVar, get_args, get_origin, get_t
 import networkx as nx
 from pydantic import BaseModel, ValidationError
 
+from engine.concurrency import Concurrency
 from engine.errors import DefinitionError, InvalidParameters
 from engine.retry import RetryPolicy
 
@@ -97,6 +98,7 @@ class Step:
     inputs: Mapping[str, StepInput] = dataclasses.field(hash=False)
     map_over: MapOver | None = None
     retry: RetryPolicy | None = None
+    concurrency: Concurrency | None = None  # the step's own, else the flow's
 
     @property
     def is_mapped(self) -> bool:
@@ -115,6 +117,7 @@ class _Declared:
     hints: tuple[tuple[str, Any], ...]
     map_over: MapOver | None
     retry: RetryPolicy | None = None
+    concurrency: Concurrency | None = None
 
 
 def _valid_name(name: object) -> bool:
@@ -154,7 +157,13 @@ class Flow:
     """
 
     def __init__(
-        self, name: str, *, params: type[BaseModel], version: int = 1, description: str = ""
+        self,
+        name: str,
+        *,
+        params: type[BaseModel],
+        version: int = 1,
+        description: str = "",
+        concurrency: Concurrency | None = None,
     ) -> None:
         if not _valid_name(name):
             raise DefinitionError(
@@ -166,6 +175,16 @@ class Flow:
             )
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise DefinitionError(f"version must be an integer >= 1, got {version!r}", flow=name)
+        if concurrency is not None:
+            if not isinstance(concurrency, Concurrency):
+                raise DefinitionError(
+                    f"concurrency must be an engine.Concurrency, got {concurrency!r}", flow=name
+                )
+            try:
+                concurrency.check(params, None)
+            except DefinitionError as exc:
+                raise DefinitionError(str(exc), flow=name) from None
+        self._concurrency = concurrency
         self._name = name
         self._params = params
         self._version = version
@@ -199,6 +218,11 @@ class Flow:
 
     def __repr__(self) -> str:
         return f"Flow({self._name!r}, version={self._version}, steps={list(self._declared)})"
+
+    @property
+    def concurrency(self) -> Concurrency | None:
+        """The concurrency key every step of the flow holds, unless a step declares its own."""
+        return self._concurrency
 
     @property
     def admission(self) -> Callable[..., None] | None:
@@ -244,6 +268,7 @@ class Flow:
         after: Sequence[str] = (),
         map_over: str | None = None,
         retry: RetryPolicy | None = None,
+        concurrency: Concurrency | None = None,
     ) -> Callable[[StepFn], StepFn]: ...
 
     def step(
@@ -253,6 +278,7 @@ class Flow:
         after: Sequence[str] = (),
         map_over: str | None = None,
         retry: RetryPolicy | None = None,
+        concurrency: Concurrency | None = None,
     ) -> StepFn | Callable[[StepFn], StepFn]:
         """Register the decorated function as a step and return it unchanged.
 
@@ -262,6 +288,9 @@ class Flow:
         is added to ``after`` if it is not there already. Usable bare
         (``@flow.step``) or called (``@flow.step(after=["plan"])``). ``retry``
         overrides the configured retry policy (attempts, backoff) for this step.
+        ``concurrency`` replaces the flow's concurrency key for this step; its
+        template may also name fields of the mapped item (see
+        :mod:`engine.concurrency`).
         """
         # The annotations of steps declared inside a function refer to that
         # function's local classes; get_type_hints only sees them through the
@@ -271,7 +300,7 @@ class Flow:
             return name
 
         def decorator(fn: StepFn) -> StepFn:
-            self._register(fn, name, after, map_over, sys._getframe(1).f_locals, retry)
+            self._register(fn, name, after, map_over, sys._getframe(1).f_locals, retry, concurrency)
             return fn
 
         return decorator
@@ -284,6 +313,7 @@ class Flow:
         map_over: str | None,
         localns: Mapping[str, Any],
         retry: RetryPolicy | None,
+        concurrency: Concurrency | None = None,
     ) -> None:
         step_name = name if name is not None else getattr(fn, "__name__", "")
         fail = self._failer(step_name)
@@ -293,6 +323,11 @@ class Flow:
             raise fail(f"invalid step name {step_name!r}: expected {NAME_PATTERN}")
         if step_name in self._declared:
             raise fail(f"duplicate step name {step_name!r}")
+        if concurrency is not None and not isinstance(concurrency, Concurrency):
+            raise fail(
+                f"step {step_name!r}: concurrency must be an engine.Concurrency, "
+                f"got {concurrency!r}"
+            )
         deps = (after,) if isinstance(after, str) else tuple(after)
         mapping = self._parse_map_over(step_name, map_over)
         if mapping is not None and mapping.step not in deps:
@@ -321,7 +356,14 @@ class Flow:
                 f"got {type_name(output) if 'return' in hints else 'none'}"
             )
         self._declared[step_name] = _Declared(
-            step_name, fn, tuple(dict.fromkeys(deps)), output, tuple(params), mapping, retry
+            step_name,
+            fn,
+            tuple(dict.fromkeys(deps)),
+            output,
+            tuple(params),
+            mapping,
+            retry,
+            concurrency,
         )
         self._steps = self._graph = None
 
@@ -422,10 +464,17 @@ class Flow:
             (f"the runtime ({type_name(t)})", StepInput("context", t))
             for t in sorted(INJECTABLE_TYPES, key=type_name)
         ]
+        item: Any = None
         if decl.map_over is not None:
             item = self._item_type(decl, decl.map_over)
             label = f"one item of {str(decl.map_over)!r} ({type_name(item)})"
             providers.append((label, StepInput("item", item, decl.map_over.step)))
+        concurrency = decl.concurrency if decl.concurrency is not None else self._concurrency
+        if decl.concurrency is not None:
+            try:
+                decl.concurrency.check(self.params, item)
+            except DefinitionError as exc:
+                raise self._failer(decl.name)(f"step {decl.name!r}: {exc}") from None
         for dep in decl.after:
             up = self._declared[dep]
             if up.map_over is not None:
@@ -458,6 +507,7 @@ class Flow:
             MappingProxyType(inputs),
             decl.map_over,
             decl.retry,
+            concurrency,
         )
 
     def _hint(self, decl: _Declared, ann: Any) -> str:
@@ -561,6 +611,8 @@ class Flow:
             lines.append(
                 f"  --{pname.replace('_', '-')}: {type_name(info.annotation)}, {default}{about}"
             )
+        if self._concurrency is not None:
+            lines.append(f"concurrency: {_describe_concurrency(self._concurrency)}")
         if self._admission is not None:
             doc = (inspect.getdoc(self._admission) or "").split("\n", 1)[0]
             lines.append(f"admission: {getattr(self._admission, '__name__', '?')}  {doc}".rstrip())
@@ -568,6 +620,9 @@ class Flow:
         for step in self.steps.values():
             fanout = f", one run per item of {str(step.map_over)!r}" if step.map_over else ""
             lines.append(f"  {step.name} -> {type_name(step.output)}{fanout}")
+            own = self._declared[step.name].concurrency
+            if own is not None:
+                lines.append(f"    concurrency: {_describe_concurrency(own)}")
             for pname, si in step.inputs.items():
                 source = {
                     "params": "parameters",
@@ -580,6 +635,11 @@ class Flow:
         lines.append("edges:")
         lines += [f"  {u} -> {v}" for u, v in self.graph.edges] or ["  (none)"]
         return "\n".join(lines)
+
+
+def _describe_concurrency(c: Concurrency) -> str:
+    held = "per job" if c.per_job else "per step run"
+    return f"key {c.key!r}, limit {c.limit} ({held})"
 
 
 def _problem(error: Mapping[str, Any]) -> str:

@@ -77,8 +77,28 @@ class Registry:
                 flow=flow.name,
             )
         flow.freeze()
+        self._check_keys(flow)
         self._flows[flow.name] = flow
         self._origins[flow.name] = origin
+
+    def _check_keys(self, flow: Flow) -> None:
+        """Flows that share a concurrency key template must agree on its limit and counting."""
+        for step in flow.steps.values():
+            mine = step.concurrency
+            if mine is None:
+                continue
+            for other in self._flows.values():
+                for theirs in (s.concurrency for s in other.steps.values()):
+                    if theirs is None or theirs.key != mine.key or theirs == mine:
+                        continue
+                    raise DefinitionError(
+                        f"step {step.name!r} declares concurrency key {mine.key!r} with limit "
+                        f"{mine.limit} (per_job={mine.per_job}), but flow {other.name!r} declares "
+                        f"it with limit {theirs.limit} (per_job={theirs.per_job}); a shared key "
+                        "needs one limit",
+                        flow=flow.name,
+                        steps=(step.name,),
+                    )
 
     def get(self, name: str) -> Flow:
         """The flow called ``name``; :class:`UnknownFlow` (listing known flows) otherwise."""

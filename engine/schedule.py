@@ -41,7 +41,8 @@ def root_runs(
 ) -> list[store.NewStepRun]:
     """The step runs that exist from the start: one per root step."""
     return [
-        _new_run(step, job_id, "", {"params": params_json}, None, settings) for step in flow.roots()
+        _new_run(step, job_id, "", {"params": params_json}, None, settings, params_json)
+        for step in flow.roots()
     ]
 
 
@@ -89,11 +90,11 @@ def _expand(
     outputs = upstream_outputs(conn, job_id, step.after, known)
     shared = raw_inputs(step, params_json, outputs)
     if step.map_over is None:
-        return [_new_run(step, job_id, "", shared, None, settings)]
+        return [_new_run(step, job_id, "", shared, None, settings, params_json)]
     items = outputs[step.map_over.step][0][1][step.map_over.field]
     item_param = next(p for p, s in step.inputs.items() if s.kind == "item")
     return [
-        _new_run(step, job_id, str(i), {**shared, item_param: item}, item, settings)
+        _new_run(step, job_id, str(i), {**shared, item_param: item}, item, settings, params_json)
         for i, item in enumerate(items)
     ]
 
@@ -105,7 +106,10 @@ def _new_run(
     inputs: dict[str, Any],
     item: Any,
     settings: Settings,
+    params_json: dict[str, Any],
 ) -> store.NewStepRun:
+    # the key is rendered once, here: the claim compares stored strings only
+    limit = step.concurrency
     return store.NewStepRun(
         id=uuid.uuid4(),
         step=step.name,
@@ -113,4 +117,7 @@ def _new_run(
         fingerprint=step_fingerprint(str(job_id), step.name, fanout_key, inputs),
         max_attempts=max_attempts_for(step, settings),
         item=item,
+        concurrency_key=None if limit is None else limit.render(params_json, item),
+        concurrency_limit=None if limit is None else limit.limit,
+        concurrency_per_job=limit is not None and limit.per_job,
     )

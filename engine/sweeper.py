@@ -9,7 +9,10 @@ the relay hands each outbox row on once via SKIP LOCKED). Each round:
    cancelled); step runs still active under a job that ended are cancelled, so
    nothing rests in a state no worker will ever leave (invariant 13);
 2. claimable step runs (due, or running with an expired lease) that were not
-   announced since they became claimable get a new outbox row;
+   announced since they became claimable get a new outbox row, and so do the
+   next waiters of concurrency keys that have a slot free (a holder died or
+   ended here); a step run over its limit stays claimable later, announced
+   again like any other, never stranded;
 3. the outbox is relayed: rows never published (a crash between commit and
    publish) and due retries reach the transport;
 4. a flow version that active jobs need and no live worker has loaded for
@@ -27,7 +30,7 @@ import psycopg
 
 from engine import metrics, store
 from engine.alerts import AlertRecorder
-from engine.announce import announce
+from engine.announce import announce, announce_freed
 from engine.config import Settings
 from engine.outbox import relay
 from engine.store.status import EventKind, JobStatus
@@ -61,6 +64,7 @@ class Sweeper:
         ended: list[Any] = []  # jobs this round failed: their reports follow the commit
         announced: list[int] = []
         dead = []
+        cancelled_jobs: list[Any] = []
         orphans = 0
         with conn.transaction():
             if store.sweep_lock_try(conn):
@@ -89,6 +93,7 @@ class Sweeper:
                         store.step_cancel_by_job(conn, d.job_id)
                         ended.append(d.job_id)
                 for c in store.step_cancel_if_job_ended_many(conn):
+                    cancelled_jobs.append(c.job_id)
                     orphans += 1
                     store.event_insert(
                         conn,
@@ -105,6 +110,10 @@ class Sweeper:
                 alerted += self._alert_orphaned_versions(conn)
                 # an external queue's rows are sent by the relay below, after the commit
                 announce(conn, self.transport, outbox_ids=announced)
+                # concurrency slots freed by the dead, the cancelled, and holders whose
+                # lease expired: their next waiters (nothing while every key is full)
+                ended_jobs = sorted({d.job_id for d in dead} | set(cancelled_jobs))
+                announce_freed(conn, self.transport, ended_jobs, expired=True)
         for d in dead:  # committed
             metrics.dead_lettered(d.flow, d.step)
         if alerted:

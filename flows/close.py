@@ -1,7 +1,12 @@
 """The month-end close as one job: ``engine submit close --period 2026-11``.
 
 Steps, each a step run with its own checkpoint, so a worker killed at any
-point leaves the job to resume where it stopped:
+point leaves the job to resume where it stopped. The job holds the
+period's concurrency key (``period:{period}``, limit 1 per job, as posting
+and costing do): its own chunks and stores run side by side, and never
+beside a posting or costing job of the period. It cannot deadlock on its
+own key: its step runs share one slot, and its ``close`` step, waiting for
+another job of the period, retries (freeing the slot) rather than waits.
 
 1. ``plan``: the period exists and is not closed, every store has its
    starting point for it (as :mod:`flows.costing` requires); the period's
@@ -101,7 +106,10 @@ class MonthEnd(BaseModel):
 flow = Flow(
     "close",
     params=CloseParams,
+    # 2: holds the period's concurrency key, like the posting and costing it runs
+    version=2,
     description="Month-end close: post, cost every store, check the books, close the period.",
+    concurrency=periods.PERIOD_KEY,
 )
 
 

@@ -31,6 +31,12 @@ next period's opening balances are written in the step's fenced transaction,
 so they commit exactly once, together with its checkpoint. The period is
 marked costed once every store is, by whichever job costs the last one.
 
+Costing, posting and the close of one period never run side by side: they
+share the concurrency key ``period:{period}`` with limit 1, counted per job
+(:data:`flows.erp.periods.PERIOD_KEY`), so a job's stores are costed in
+parallel, another period's jobs run meanwhile, and a posting of the same
+period waits for a free slot (no attempt used) and is announced when it frees.
+
 Periods are costed in order, per store (:mod:`flows.erp.periods`): a store
 is costed for P only from its starting point for P, loaded for its first
 period or carried forward by costing P-1 for it. A submit whose scope holds
@@ -100,8 +106,10 @@ class CostingSummary(BaseModel):
 flow = Flow(
     "costing",
     params=CostingParams,
-    version=2,
+    # 3: holds the period's concurrency key (a job of version 2 in flight runs without it)
+    version=3,
     description="Periodic weighted-average inventory costing per store; COGS journals.",
+    concurrency=periods.PERIOD_KEY,
 )
 
 

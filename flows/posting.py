@@ -25,6 +25,11 @@ Method:
    journal of the period balances in the database, and that posted + rejected
    equals the number selected; it fails the job loudly otherwise.
 
+A posting job holds the period's concurrency key with the costing and close
+jobs of that period (:data:`flows.erp.periods.PERIOD_KEY`: its chunks run
+side by side, no step of another book job of the period beside them).
+Chunks are id ranges, not stores, so they carry no ``store`` key.
+
 Posting twice is impossible: the source key is unique (``ON CONFLICT DO
 NOTHING``), only documents whose journal the statement inserted are marked
 posted, and every update restates ``status = 'unposted'``. A retried chunk, a
@@ -130,8 +135,10 @@ class PostingSummary(BaseModel):
 flow = Flow(
     "posting",
     params=PostingParams,
-    version=2,
+    # 3: holds the period's concurrency key (a job of version 2 in flight runs without it)
+    version=3,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
+    concurrency=periods.PERIOD_KEY,
 )
 
 

@@ -184,7 +184,7 @@ def _print_view(view: JobView) -> None:
     )
     out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
     out.print(f"created {job.created_at:%Y-%m-%d %H:%M:%S}  by {job.submitted_by or '-'}")
-    table = Table("step", "key", "status", "attempts", "lease owner", "error")
+    table = Table("step", "key", "status", "attempts", "lease owner", "concurrency", "error")
     for s in view.steps:
         error = (s.error or {}).get("message", "") if s.error else ""
         table.add_row(
@@ -193,6 +193,7 @@ def _print_view(view: JobView) -> None:
             s.status,
             f"{s.attempts}/{s.max_attempts}",
             s.lease_owner or "",
+            f"{s.concurrency_key} (limit {s.concurrency_limit})" if s.concurrency_key else "",
             str(error),
         )
     out.print(table)

@@ -21,7 +21,7 @@ import psycopg
 
 from engine import faults, store
 from engine.alerts import AlertRecorder
-from engine.announce import announce
+from engine.announce import Announced, announce, announce_freed
 from engine.config import Settings
 from engine.errors import Contention, MalformedMessage, UnknownFlow
 from engine.heartbeat import Heartbeat, Lease
@@ -70,7 +70,8 @@ def claim(
                     job_id=message.job_id,
                     step_run_id=message.step_run_id,
                     worker=worker,
-                    detail={"reason": result.reason},
+                    detail={"reason": result.reason}
+                    | ({"key": result.key} if result.key is not None else {}),
                 )
             return result
     except Contention:
@@ -185,6 +186,7 @@ class StepRunner:
         is announced with a new message. ``False``: the lease was lost already.
         """
         conn = conn if conn is not None else self.conn
+        freed = Announced(self.transport)
         with conn.transaction():
             # the attempt comes back with the lease: giving back is not the step's fault
             if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
@@ -192,6 +194,9 @@ class StepRunner:
             store.step_event_insert(
                 conn, EventKind.RELEASED, claimed, worker=self.worker, detail={"reason": reason}
             )
+            if claimed.concurrency_key is not None:
+                freed = announce_freed(conn, self.transport, [claimed.job_id])
+        freed.publish_after_commit(conn)
         if receipt is not None:
             self.transport.release([receipt])
         else:
@@ -199,12 +204,11 @@ class StepRunner:
             self.transport.publish(None, [Outgoing(message)])
         return True
 
-    def _leave_for_another_deploy(self, received: Received, message: StepMessage) -> None:
-        """Replace the delivery by a fresh copy due after ``refusal_delay_s``.
+    def _send_round_again(self, received: Received, message: StepMessage, delay_s: float) -> None:
+        """Replace the delivery by a fresh copy due after ``delay_s`` (a refusal at no attempt).
 
-        A worker of another deploy (a rolling update) can run it. Returning
-        the same copy would count receives, and SQS would move it to its
-        dead-letter queue. The copy is an outbox row like any announcement,
+        Returning the same copy would count receives, and SQS would move it to
+        its dead-letter queue. The copy is an outbox row like any announcement,
         which the sweeper reads as "announced": otherwise it would add a copy
         every ``republish_after_s`` while the step run waits, each refused
         and sent round again. On the PostgreSQL transport the copy and the
@@ -213,9 +217,7 @@ class StepRunner:
         conn = self.conn
         inside = self.transport.transactional
         with conn.transaction():
-            outbox_id = store.outbox_insert_after(
-                conn, message.step_run_id, self.settings.refusal_delay_s
-            )
+            outbox_id = store.outbox_insert_after(conn, message.step_run_id, delay_s)
             announced = announce(conn, self.transport, outbox_ids=[outbox_id])
             if inside:
                 self.transport.delete([received.receipt], conn)
@@ -255,7 +257,13 @@ class StepRunner:
         if refused.reason == "finished":
             self.transport.delete([received.receipt])
         elif refused.reason == "not_runnable":
-            self._leave_for_another_deploy(received, message)
+            # a worker of another deploy (a rolling update) can run it
+            self._send_round_again(received, message, self.settings.refusal_delay_s)
+        elif refused.reason == "over_limit":
+            # Waiting for a slot of its key is not a failure. The delayed copy is a
+            # backstop only: a holder of the key that finishes announces the next
+            # waiting step run in its own commit, so nobody polls in a tight loop.
+            self._send_round_again(received, message, self.settings.over_limit_delay_s)
         elif refused.reason == "race":
             # a lock wait or a deadlock lost to another transaction: soon again
             self.transport.extend([received.receipt], 1.0)

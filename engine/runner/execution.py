@@ -30,7 +30,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from engine import faults, logs, metrics, store
 from engine.alerts import AlertRecorder
-from engine.announce import Announced, announce
+from engine.announce import Announced, announce, announce_freed
 from engine.config import Settings
 from engine.context import StepContext
 from engine.errors import JobCancelled, LeaseLost
@@ -242,6 +242,13 @@ class Executor(Failures):
         eager = runs[0] if runs and self.settings.eager_successors and self.may_continue() else None
         published = runs[1:] if eager is not None else runs
         queued: QueuedClaim | None = None
+        freed = Announced(self.transport)
+        if claimed.concurrency_key is not None and (
+            eager is None or eager.concurrency_key != claimed.concurrency_key
+        ):
+            # the slot this step run held is free in this commit: its next waiter
+            # is announced with it (an eager successor of the same key keeps it)
+            freed = announce_freed(conn, self.transport, [claimed.job_id])
         # Inside a transport's own transaction nothing that follows needs an
         # answer: it goes as one batch, one message (not a pipeline, whose
         # statements reach the server one by one: see engine.store.batch), then
@@ -255,7 +262,9 @@ class Executor(Failures):
             self._finish_job(claimed, sink)
         if eager is not None:
             queued = self._claim_eager(claimed, eager, sink)
-        announced = announce(sink, self.transport, job_id=claimed.job_id, new_runs=published)
+        announced = freed + announce(
+            sink, self.transport, job_id=claimed.job_id, new_runs=published
+        )
         self._ack_in_commit(lease, sink)
         faults.hit("in_commit")
         if isinstance(sink, store.Batch):
@@ -287,9 +296,11 @@ class Executor(Failures):
             return
         eager = queued.result()
         if eager is None:
-            # its step key existed: scheduling under the job lock makes that
-            # impossible, and were it to happen that run is someone else's
-            log.warning("eager successor existed already; not running it here")
+            # Over its concurrency limit it was created pending, to be announced
+            # by its key's holder. Otherwise its step key existed: scheduling
+            # under the job lock makes that impossible, and were it to happen
+            # that run is someone else's.
+            log.info("eager successor not claimed here (over its concurrency limit, or taken)")
             return
         self.continuation = Continuation(eager, known, check_lease)
 

@@ -19,7 +19,7 @@ import psycopg
 
 from engine import db, store
 from engine.alerts import AlertRecorder
-from engine.announce import Announced, announce
+from engine.announce import Announced, announce, announce_freed
 from engine.config import Settings
 from engine.errors import DefinitionError
 from engine.flow import Step
@@ -141,10 +141,12 @@ class Failures:
 
     def _cancel_job(self, lease: Lease, reason: str) -> Outcome:
         claimed = lease.claimed
+        freed = Announced(self.transport)
         with self.conn.transaction():
             # fenced like a checkpoint: a stale attempt cancels nothing (invariant 16)
             cancelled = store.job_cancel_if_leased(self.conn, claimed, reason)
             if cancelled:
+                freed = announce_freed(self.conn, self.transport, [claimed.job_id])
                 store.event_insert(
                     self.conn,
                     EventKind.CANCELLED,
@@ -156,6 +158,7 @@ class Failures:
                 self.ended_job = claimed.job_id
         if not cancelled:
             return self.fenced(claimed, f"lease lost before cancelling the job: {reason}", lease)
+        freed.publish_after_commit(self.conn)
         self.delete_delivery(lease)
         return Outcome("cancelled", reason, claimed.id)
 
@@ -229,6 +232,10 @@ class Failures:
                     self.ended_job = claimed.job_id
                 kind = "dead"
             if not raise_fenced:
+                if claimed.concurrency_key is not None or kind == "dead":
+                    # a slot held by this step run (or, a job failing, by its
+                    # cancelled siblings) is free in this commit
+                    announced += announce_freed(conn, self.transport, [claimed.job_id])
                 self._ack_in_commit(lease, conn)
         if raise_fenced:
             return self.fenced(claimed, f"lease lost before recording failure: {exc}", lease)

@@ -14,7 +14,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, Dialect, Integer, Text
+from sqlalchemy import BigInteger, Boolean, Column, DateTime, Dialect, Integer, Text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
@@ -127,6 +127,9 @@ class StepRun(SQLModel, table=True):
     started_at: datetime | None = _ts(True)
     finished_at: datetime | None = _ts(True)
     claimed_at: datetime | None = _ts(True)
+    concurrency_key: str | None = _text(True)
+    concurrency_limit: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    concurrency_per_job: bool = Field(sa_column=Column(Boolean, nullable=False))
 
 
 class OutboxRow(SQLModel, table=True):

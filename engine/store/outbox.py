@@ -111,6 +111,28 @@ def outbox_insert_for_claimable(
 
 
 @wrap_errors
+def outbox_insert_for_freed_keys(
+    conn: psycopg.Connection[Any],
+    job_ids: Sequence[uuid.UUID],
+    *,
+    expired: bool = False,
+    limit: int = 100,
+) -> list[int]:
+    """Announce the next waiting step runs of the concurrency keys of ``job_ids`` with a slot free.
+
+    With ``expired``, also of the keys whose holders' leases expired (the
+    sweeper). The outbox ids; none when no key is concerned or all are full.
+    """
+    if not job_ids and not expired:
+        return []
+    rows = conn.execute(
+        _q["outbox_insert_for_freed_keys"],
+        {"job_ids": list(job_ids), "expired": expired, "limit": limit},
+    ).fetchall()
+    return [int(column(r, "id")) for r in rows]
+
+
+@wrap_errors
 def sweep_lock_try(conn: psycopg.Connection[Any]) -> bool:
     row = conn.execute(_q["sweep_lock_try"]).fetchone()
     return bool(row is not None and column(row, "locked"))

@@ -41,6 +41,10 @@ class NewStepRun:
     fingerprint: str
     max_attempts: int
     item: Any = None
+    # rendered from the flow's (or step's) Concurrency when the run is created
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    concurrency_per_job: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Claimed:
     lease_expires_at: datetime
     item: Any
     reclaimed_from: str | None  # the previous owner, when its lease had expired
+    concurrency_key: str | None = None  # the slot this claim holds, if its step declares one
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Claimed:
@@ -78,6 +83,7 @@ class Claimed:
             lease_expires_at=row["lease_expires_at"],
             item=row["item"],
             reclaimed_from=reclaimed,
+            concurrency_key=row.get("concurrency_key"),
         )
 
 
@@ -92,11 +98,22 @@ class ClaimRefused:
       worker (a rolling deploy): leave it for a worker that has it, at no attempt;
     - ``not_due``: a retry whose backoff has not ended: leave it;
     - ``exhausted``: the last attempt's holder died; the sweeper dead-letters it;
+    - ``over_limit``: over its concurrency limit (``key`` has as many holders
+      with live leases as its limit allows): not an error and no attempt; it
+      is announced again when a holder of ``key`` finishes;
     - ``race``: a lock wait timed out, a deadlock or serialisation failure: try later.
     """
 
     reason: str
     retry_in_s: float = 0.0
+    key: str | None = None  # the concurrency key, for ``over_limit``
+
+    @property
+    def explanation(self) -> str:
+        """The reason in words, for logs and events."""
+        if self.reason == "over_limit":
+            return f"over its concurrency limit (key {self.key!r})"
+        return self.reason
 
 
 class QueuedClaim:
@@ -114,12 +131,13 @@ class QueuedClaim:
 
     @wrap_errors
     def result(self) -> Claimed | None:
-        """The claim, or ``None``: the step run existed already (not ours)."""
+        """The claim, or ``None``: the step run existed already (not ours), or was
+        created pending because its concurrency key had no slot free."""
         try:
             row = self._cur.fetchone()
         finally:
             self._cur.close()
-        if row is None:
+        if row is None or row.get("status", "running") != "running":
             return None
         return Claimed.from_row(
             {**row, **self._job, "previous_status": "pending", "previous_owner": None}

@@ -50,6 +50,9 @@ def _runs_params(
         "fingerprints": [r.fingerprint for r in runs],
         "max_attempts": [r.max_attempts for r in runs],
         "items": [None if r.item is None else Jsonb(r.item) for r in runs],
+        "concurrency_keys": [r.concurrency_key for r in runs],
+        "concurrency_limits": [r.concurrency_limit for r in runs],
+        "concurrency_per_job": [r.concurrency_per_job for r in runs],
     }
 
 
@@ -136,6 +139,8 @@ def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefuse
         return ClaimRefused("not_runnable")
     if row["attempts"] >= row["max_attempts"]:
         return ClaimRefused("exhausted")
+    if row["due_in_s"] <= 0 and row["over_limit"]:
+        return ClaimRefused("over_limit", key=row["concurrency_key"])
     return ClaimRefused("not_due", retry_in_s=row["due_in_s"])
 
 
@@ -154,6 +159,9 @@ def step_run_insert_claimed(
 
     For a step run the caller's checkpoint has just made ready: it is created
     and claimed together, and commits with that checkpoint or not at all.
+    Over its concurrency limit it is created pending (no attempt) instead,
+    to be announced by its key's holder; :meth:`QueuedClaim.result` is then
+    ``None``.
     """
     values = {
         "id": run.id,
@@ -163,6 +171,9 @@ def step_run_insert_claimed(
         "fingerprint": run.fingerprint,
         "max_attempts": run.max_attempts,
         "item": None if run.item is None else Jsonb(run.item),
+        "concurrency_key": run.concurrency_key,
+        "concurrency_limit": run.concurrency_limit,
+        "concurrency_per_job": run.concurrency_per_job,
         "worker": worker,
         "lease_s": lease_s,
     }

@@ -30,7 +30,7 @@ import psycopg
 from psycopg.rows import dict_row
 from pydantic import BaseModel
 
-from engine import BadInput, Refused, active_jobs, load_queries
+from engine import BadInput, Concurrency, Refused, active_jobs, load_queries
 from flows.erp import checks
 from flows.types import next_period
 
@@ -58,6 +58,14 @@ _q = load_queries(str(Path(__file__).parent / "sql" / "periods.sql"))
 
 BOOK_FLOWS = ("posting", "costing", "close")
 """Flows whose jobs write a period's books: a close waits until none of them is active."""
+
+PERIOD_KEY = Concurrency("period:{period}", limit=1, per_job=True)
+"""The concurrency key the book flows share: one job of a period writes its books at a time.
+
+Counted per job (``per_job``): a job's own step runs (every chunk, every
+store) run side by side, while no step run of another posting, costing or
+close job of the same period runs beside them; periods run in parallel.
+"""
 
 Status = Literal["open", "costed", "closed"]
 

@@ -200,6 +200,24 @@ JOIN engine_jobs AS b ON b.fingerprint = a.fingerprint AND b.id > a.id
 WHERE tstzrange(a.created_at, coalesce(a.finished_at, 'infinity'))
    && tstzrange(b.created_at, coalesce(b.finished_at, 'infinity'));
 
+-- oracle_key_overlap --
+-- Concurrency keys counted per job: the attempts that checkpointed (from their claim to their checkpoint, a live lease throughout) of two different jobs of one key never overlap; and how often a step run waited for its key (over_limit refusals, its eager form included).
+WITH spans AS (
+    SELECT s.concurrency_key AS key, s.job_id, d.at AS ended,
+           (SELECT max(c.at) FROM engine_events AS c
+            WHERE c.step_run_id = d.step_run_id AND c.kind IN ('claimed', 'reclaimed')
+              AND c.at <= d.at) AS claimed
+    FROM engine_step_runs AS s
+    JOIN engine_events AS d ON d.step_run_id = s.id AND d.kind = 'succeeded'
+    WHERE s.concurrency_key IS NOT NULL AND s.concurrency_per_job
+)
+SELECT (SELECT count(*) FROM spans AS a
+        JOIN spans AS b ON b.key = a.key AND b.job_id > a.job_id
+        WHERE a.claimed < b.ended AND b.claimed < a.ended) AS overlapping,
+       (SELECT count(*) FROM spans) AS spans,
+       (SELECT count(*) FROM engine_events
+        WHERE kind = 'claim_refused' AND detail ->> 'reason' = 'over_limit') AS waited;
+
 -- books_item_costs --
 -- Oracle 3: item costs, to the cent, compared with the clean run.
 SELECT period, store_id, item_id, opening_qty, opening_value, receipt_qty, receipt_value,

@@ -101,6 +101,7 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
             "claims"
         ]
     schedule = _one(run, "oracle_schedule", schedule=SCHEDULE, times=run.schedule_times)
+    keys = _one(run, "oracle_key_overlap")
     timed, unrecovered = recovery(run)
     samples = [t for t, _ in timed]
     return {
@@ -129,6 +130,9 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
         "schedule_times_unfired": schedule["unfired"],
         "schedule_jobs_per_time_off": abs(schedule["jobs"] - schedule["fires"])
         + (schedule["fires"] - schedule["fired_jobs"]),
+        "key_overlaps": keys["overlapping"],
+        "key_spans": keys["spans"],
+        "waited_for_key": keys["waited"],
         "reclaims": events["reclaims"],
         "fenced": events["fenced"],
         "released": events["released"],
@@ -166,6 +170,7 @@ MUST_BE_ZERO = {
     "overlapping_jobs": "one active job per fingerprint",
     "schedule_times_unfired": "every scheduled time made due fires (nothing lost)",
     "schedule_jobs_per_time_off": "each scheduled time fires exactly one job",
+    "key_overlaps": "concurrency keys: no two jobs of one key hold it at once",
     "recovery_over_bound": "recovery within the bound",
     "recovery_unrecovered": "every step run a fault took away ends",
     "worker_exits": "workers outlive their dependencies' faults",

@@ -61,7 +61,46 @@ RETURNING id, step_run_id;
 SELECT pg_try_advisory_xact_lock(hashtextextended('engine.sweeper', 0)) AS locked;
 
 -- outbox_insert_after --
--- A step run left for a worker of another deploy is announced again after delay_s (database clock), through the outbox like any announcement, so the sweeper reads it as announced and sends no copy of its own: one copy per waiting step run goes round.
+-- A step run refused at no attempt (left for a worker of another deploy, or over its concurrency limit) is announced again after delay_s (database clock), through the outbox like any announcement, so the sweeper reads it as announced and sends no copy of its own: one copy per waiting step run goes round.
 INSERT INTO engine_outbox (step_run_id, deliver_at)
 VALUES (%(step_run_id)s, clock_timestamp() + make_interval(secs => %(delay_s)s))
+RETURNING id;
+
+-- outbox_insert_for_freed_keys --
+-- No polling storm: for each concurrency key of these jobs' step runs (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending, due, under the cap, of an active job) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job; a key still full announces nothing.
+WITH keys AS (
+    SELECT DISTINCT s.concurrency_key AS key
+    FROM engine_step_runs AS s
+    WHERE s.job_id = ANY (%(job_ids)s::uuid[]) AND s.concurrency_key IS NOT NULL
+    UNION
+    SELECT s.concurrency_key
+    FROM engine_step_runs AS s
+    WHERE %(expired)s AND s.status = 'running' AND s.lease_expires_at <= clock_timestamp()
+      AND s.concurrency_key IS NOT NULL
+), holders AS (
+    SELECT k.key, count(h.id) AS runs, count(DISTINCT h.job_id) AS jobs
+    FROM keys AS k
+    LEFT JOIN engine_step_runs AS h
+      ON h.concurrency_key = k.key AND h.status = 'running'
+     AND h.lease_expires_at > clock_timestamp()
+    GROUP BY k.key
+), waiting AS (
+    SELECT w.id, w.job_id, w.concurrency_limit, w.concurrency_per_job, h.runs, h.jobs,
+           row_number() OVER key_order AS n,
+           first_value(w.job_id) OVER key_order AS first_job
+    FROM holders AS h
+    JOIN engine_step_runs AS w
+      ON w.concurrency_key = h.key AND w.status = 'pending'
+     AND w.available_at <= clock_timestamp() AND w.attempts < w.max_attempts
+    JOIN engine_jobs AS j ON j.id = w.job_id AND j.status IN ('pending', 'running')
+    WINDOW key_order AS (PARTITION BY h.key ORDER BY w.available_at, w.created_at, w.id)
+)
+INSERT INTO engine_outbox (step_run_id)
+SELECT w.id
+FROM waiting AS w
+WHERE CASE WHEN w.concurrency_per_job
+           THEN w.jobs < w.concurrency_limit AND w.job_id = w.first_job
+           ELSE w.n <= w.concurrency_limit - w.runs END
+ORDER BY w.n
+LIMIT %(limit)s
 RETURNING id;

@@ -1,11 +1,16 @@
 -- step_run_insert_many --
 -- A step key exists once per job: a step run already inserted is skipped, and only the new ones get an outbox row, in the caller's transaction (invariant 8); written already published (published = true) for a transport that publishes in this same transaction, so the sweeper counts it as announced and no relay sends it again.
 WITH new_runs AS (
-    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item)
-    SELECT r.id, %(job_id)s, r.step, r.fanout_key, r.fingerprint, r.max_attempts, r.item
+    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item,
+                                  concurrency_key, concurrency_limit, concurrency_per_job)
+    SELECT r.id, %(job_id)s, r.step, r.fanout_key, r.fingerprint, r.max_attempts, r.item,
+           r.concurrency_key, r.concurrency_limit, r.concurrency_per_job
     FROM unnest(%(ids)s::uuid[], %(steps)s::text[], %(fanout_keys)s::text[],
-                %(fingerprints)s::text[], %(max_attempts)s::int[], %(items)s::jsonb[])
-         AS r (id, step, fanout_key, fingerprint, max_attempts, item)
+                %(fingerprints)s::text[], %(max_attempts)s::int[], %(items)s::jsonb[],
+                %(concurrency_keys)s::text[], %(concurrency_limits)s::int[],
+                %(concurrency_per_job)s::boolean[])
+         AS r (id, step, fanout_key, fingerprint, max_attempts, item,
+               concurrency_key, concurrency_limit, concurrency_per_job)
     ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
     RETURNING id
 )
@@ -14,7 +19,7 @@ SELECT n.id, CASE WHEN %(published)s THEN clock_timestamp() END FROM new_runs AS
 RETURNING id, step_run_id;
 
 -- step_claim_if_available --
--- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap) takes a fresh token and attempts + 1; the job row is locked first (the one lock order: job, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
+-- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap, with a slot of its concurrency key free) takes a fresh token and attempts + 1; the job row is locked first (the one lock order: job, then its key's advisory lock, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
 WITH job AS (
     SELECT j.id, j.flow, j.params
     FROM engine_jobs AS j
@@ -38,8 +43,12 @@ WITH job AS (
       AND s.attempts < s.max_attempts
       AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
         OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
+      -- last, and over j: the key is locked (waited for) only once the job row is
+      AND (s.concurrency_key IS NULL
+        OR engine_concurrency_slot_free(s.concurrency_key, s.concurrency_limit,
+                                        s.concurrency_per_job, j.id, s.id, 'wait'))
     RETURNING s.id, s.job_id, s.step, s.fanout_key, s.fingerprint, s.attempts, s.max_attempts,
-              s.lease_token, s.lease_expires_at, s.item, j.flow, j.params,
+              s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
               prev.status AS previous_status, prev.lease_owner AS previous_owner
 ), started AS (
     UPDATE engine_jobs
@@ -61,36 +70,57 @@ SELECT s.status, s.attempts, s.max_attempts, s.job_id, j.flow, j.flow_version,
        s.status = 'running' AND s.lease_expires_at > clock_timestamp() AS lease_live,
        greatest(0, extract(epoch FROM s.available_at - clock_timestamp()))::float8 AS due_in_s,
        greatest(0, extract(epoch FROM s.lease_expires_at - clock_timestamp()))::float8 AS lease_left_s,
-       j.status AS job_status
+       j.status AS job_status, s.concurrency_key,
+       NOT engine_concurrency_slot_free(s.concurrency_key, s.concurrency_limit,
+                                        s.concurrency_per_job, s.job_id, s.id, 'none') AS over_limit
 FROM engine_step_runs AS s
 JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE s.id = %(id)s AND s.job_id = %(job_id)s;
 
 -- step_run_insert_claimed --
--- An eager successor: created already leased (attempts 1, a fresh token) to the worker whose checkpoint made it ready, in that checkpoint's transaction and under the job's row lock, so no other worker can have seen it pending; the insert is conditional on the step key, and zero rows (it exists already) means "not ours". The claimed event is written only for the row it returns. No outbox row: should the worker die, the lease lapses and the sweeper announces it (invariant 9).
-WITH claimed AS (
+-- An eager successor: created already leased (attempts 1, a fresh token) to the worker whose checkpoint made it ready, in that checkpoint's transaction and under the job's row lock, so no other worker can have seen it pending; the insert is conditional on the step key, and zero rows (it exists already) means "not ours". Over its concurrency limit (or its key locked by a claim: only tried, never waited for under the job lock) it is created pending instead, costs no attempt, and waits for its key's holder to announce it. The claimed (or claim_refused) event is written only for the row it returns. No outbox row: should the worker die, the lease lapses and the sweeper announces it (invariant 9).
+WITH slot AS (
+    SELECT %(concurrency_key)s::text IS NULL
+        OR engine_concurrency_slot_free(%(concurrency_key)s::text, %(concurrency_limit)s::int,
+                                        %(concurrency_per_job)s::boolean, %(job_id)s::uuid,
+                                        %(id)s::uuid, 'try') AS free
+), claimed AS (
     INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item,
+                                  concurrency_key, concurrency_limit, concurrency_per_job,
                                   status, attempts, lease_owner, lease_token, lease_expires_at,
                                   started_at, claimed_at)
-    VALUES (%(id)s, %(job_id)s, %(step)s, %(fanout_key)s, %(fingerprint)s, %(max_attempts)s,
-            %(item)s, 'running', 1, %(worker)s, gen_random_uuid(),
-            clock_timestamp() + make_interval(secs => %(lease_s)s),
-            clock_timestamp(), clock_timestamp())
+    SELECT %(id)s::uuid, %(job_id)s::uuid, %(step)s::text, %(fanout_key)s::text,
+           %(fingerprint)s::text, %(max_attempts)s::int,
+           %(item)s::jsonb, %(concurrency_key)s::text, %(concurrency_limit)s::int,
+           %(concurrency_per_job)s::boolean,
+           CASE WHEN slot.free THEN 'running' ELSE 'pending' END,
+           CASE WHEN slot.free THEN 1 ELSE 0 END,
+           CASE WHEN slot.free THEN %(worker)s END,
+           CASE WHEN slot.free THEN gen_random_uuid() END,
+           CASE WHEN slot.free THEN clock_timestamp() + make_interval(secs => %(lease_s)s) END,
+           CASE WHEN slot.free THEN clock_timestamp() END,
+           CASE WHEN slot.free THEN clock_timestamp() END
+    FROM slot
     ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
     RETURNING id, job_id, step, fanout_key, fingerprint, attempts, max_attempts,
-              lease_token, lease_expires_at, item
+              lease_token, lease_expires_at, item, concurrency_key, status
 ), logged AS (
     INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
-    SELECT 'claimed', c.job_id, c.id, %(worker)s, c.attempts, '{"eager": true}'::jsonb
+    SELECT CASE WHEN c.status = 'running' THEN 'claimed' ELSE 'claim_refused' END,
+           c.job_id, c.id, %(worker)s, c.attempts,
+           CASE WHEN c.status = 'running' THEN '{"eager": true}'::jsonb
+                ELSE jsonb_build_object('reason', 'over_limit', 'key', c.concurrency_key,
+                                        'eager', true) END
     FROM claimed AS c
 )
 SELECT * FROM claimed;
 
 -- lease_extend_if_owner --
--- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost.
+-- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost. A lease holding a concurrency slot is never renewed once expired: its slot may have gone to the next holder, so it stays lost.
 UPDATE engine_step_runs
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s)
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+  AND (concurrency_key IS NULL OR lease_expires_at > clock_timestamp())
 RETURNING lease_expires_at;
 
 -- lease_release_if_owner --
@@ -109,7 +139,7 @@ JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE s.id = %(id)s;
 
 -- checkpoint_put_if_leased --
--- Invariant 5: the output commits only while our token is current (zero rows rolls back the whole step transaction); the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint.
+-- Invariant 5: the output commits only while our token is current, and for a step run holding a concurrency slot only while its lease is live (an expired slot may have gone to the next holder); zero rows rolls back the whole step transaction; the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint.
 WITH job AS (
     SELECT id, status FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
 ), done AS (
@@ -119,6 +149,7 @@ WITH job AS (
     FROM job
     WHERE s.id = %(id)s AND s.job_id = job.id
       AND s.lease_token = %(token)s AND s.status = 'running'
+      AND (s.concurrency_key IS NULL OR s.lease_expires_at > clock_timestamp())
     RETURNING s.id, s.job_id, s.attempts, s.output
 ), logged AS (
     INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt)
@@ -231,7 +262,7 @@ WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
 
 -- step_select_queue_lag --
--- Read-only, for metrics: the age of the oldest step run claimable now by the claim's own predicate (pending and due, or running with an expired lease, under the cap, of an active job), from when it became claimable; 0 when none waits.
+-- Read-only, for metrics: the age of the oldest step run claimable now by the claim's own predicate (pending and due, or running with an expired lease, under the cap, of an active job, with a slot of its concurrency key free: waiting for a limit is not lag), from when it became claimable; 0 when none waits.
 SELECT coalesce(extract(epoch FROM clock_timestamp() - min(
            CASE WHEN s.status = 'pending' THEN s.available_at ELSE s.lease_expires_at END)),
        0)::float8 AS lag_s
@@ -239,7 +270,10 @@ FROM engine_step_runs AS s
 JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
 WHERE s.attempts < s.max_attempts
   AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
-    OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()));
+    OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
+  AND (s.concurrency_key IS NULL
+    OR engine_concurrency_slot_free(s.concurrency_key, s.concurrency_limit,
+                                    s.concurrency_per_job, s.job_id, s.id, 'none'));
 
 -- step_count_by_status --
 -- Read-only, for `engine status --json`: every step run counted once, by its status.

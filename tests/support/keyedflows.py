@@ -1,0 +1,121 @@
+"""Flows with concurrency keys, for the tests of ``engine.concurrency``.
+
+Loaded with ENGINE_FLOW_MODULES=keyedflows (or next to testflows). Each step
+records its effect and holds like :mod:`testflows` (``hold_file``), so a test
+can keep a holder running, kill it, or let it finish.
+
+- ``keyed``: one step ``b`` under ``group:{group}``, limit 1;
+- ``keyed_pair``: one step ``b`` under ``pair:{group}``, limit 2;
+- ``keyed_chain``: ``a`` -> ``b``, only ``b`` under ``chain:{group}``, limit 1 (an
+  eager successor);
+- ``keyed_jobs``: plan -> part (fan-out) -> gather under ``jobs:{group}``,
+  limit 1 per job: one job's parts run side by side, another job's wait;
+- ``keyed_items``: plan -> part, the part keyed by its item's ``store`` field.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from testflows import Out, Params, effect
+
+from engine import Concurrency, Flow, StepContext
+
+
+class KeyParams(Params):
+    group: str = "g"
+
+
+class A(Out):
+    pass
+
+
+class B(Out):
+    pass
+
+
+keyed = Flow("keyed", params=KeyParams, concurrency=Concurrency("group:{group}", limit=1))
+
+
+@keyed.step()
+def b(params: KeyParams, ctx: StepContext) -> B:
+    return B(**effect(ctx, params, "b").model_dump())
+
+
+keyed_pair = Flow("keyed_pair", params=KeyParams, concurrency=Concurrency("pair:{group}", limit=2))
+
+
+@keyed_pair.step(name="b")
+def pair_b(params: KeyParams, ctx: StepContext) -> B:
+    return B(**effect(ctx, params, "b").model_dump())
+
+
+keyed_chain = Flow("keyed_chain", params=KeyParams)
+
+
+@keyed_chain.step(name="a")
+def chain_a(params: KeyParams, ctx: StepContext) -> A:
+    return A(**effect(ctx, params, "a").model_dump())
+
+
+@keyed_chain.step(name="b", after=["a"], concurrency=Concurrency("chain:{group}", limit=1))
+def chain_b(prev: A, params: KeyParams, ctx: StepContext) -> B:
+    return B(**effect(ctx, params, "b").model_dump())
+
+
+class Part(BaseModel):
+    index: int
+    store: str
+
+
+class Plan(BaseModel):
+    parts: list[Part]
+
+
+class PartOut(BaseModel):
+    index: int
+
+
+class Gathered(BaseModel):
+    count: int
+
+
+keyed_jobs = Flow(
+    "keyed_jobs",
+    params=KeyParams,
+    concurrency=Concurrency("jobs:{group}", limit=1, per_job=True),
+)
+
+
+@keyed_jobs.step(name="plan")
+def jobs_plan(params: KeyParams) -> Plan:
+    return Plan(parts=[Part(index=i, store=f"S{i % 2}") for i in range(params.n)])
+
+
+@keyed_jobs.step(name="part", map_over="plan.parts")
+def jobs_part(item: Part, params: KeyParams, ctx: StepContext) -> PartOut:
+    effect(ctx, params, "part")
+    return PartOut(index=item.index)
+
+
+@keyed_jobs.step(name="gather", after=["part"])
+def jobs_gather(parts: list[PartOut]) -> Gathered:
+    return Gathered(count=len(parts))
+
+
+keyed_items = Flow("keyed_items", params=KeyParams)
+
+
+@keyed_items.step(name="plan")
+def items_plan(params: KeyParams) -> Plan:
+    return Plan(parts=[Part(index=i, store=f"S{i % 2}") for i in range(params.n)])
+
+
+@keyed_items.step(
+    name="part", map_over="plan.parts", concurrency=Concurrency("store:{group}:{store}", limit=1)
+)
+def items_part(item: Part, params: KeyParams, ctx: StepContext) -> PartOut:
+    effect(ctx, params, "part")
+    return PartOut(index=item.index)
+
+
+flows = [keyed, keyed_pair, keyed_chain, keyed_jobs, keyed_items]
