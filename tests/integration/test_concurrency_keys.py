@@ -60,8 +60,11 @@ def events(conn: psycopg.Connection[Any], job_id: uuid.UUID, kind: str) -> list[
 
 
 def announced(conn: psycopg.Connection[Any], step_run_id: uuid.UUID) -> int:
+    """Announcements due at once: a refusal's delayed copy (its backstop) does not count."""
     row = conn.execute(
-        "SELECT count(*) AS n FROM engine_outbox WHERE step_run_id = %s", (step_run_id,)
+        "SELECT count(*) AS n FROM engine_outbox WHERE step_run_id = %s"
+        " AND deliver_at < created_at + interval '0.5 s'",
+        (step_run_id,),
     ).fetchone()
     assert row is not None
     return int(row["n"])
