@@ -40,11 +40,13 @@ from engine.flow import Flow, MapOver, Step, StepInput
 from engine.lookup import JobInfo, active_jobs, job_info
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
+from engine.signals import Signalled, signal
 from engine.store.migrations import MigrationReport, migrate
 from engine.store.queries import Queries
 from engine.store.queries import load as load_queries
 from engine.submit import Submitted, submit
 from engine.waiting import wait_for_job
+from engine.waits import Signal, SignalTimeout
 
 if TYPE_CHECKING:
     from engine.reports import render_index, render_job_report, write_report_file
@@ -91,6 +93,9 @@ __all__ = [
     "Retry",
     "RetryPolicy",
     "Settings",
+    "Signal",
+    "SignalTimeout",
+    "Signalled",
     "Step",
     "StepContext",
     "StepInput",
@@ -104,6 +109,7 @@ __all__ = [
     "migrate",
     "render_index",
     "render_job_report",
+    "signal",
     "submit",
     "wait_for_job",
     "write_report_file",

@@ -8,9 +8,12 @@ the relay hands each outbox row on once via SKIP LOCKED). Each round:
    dead-lettered with their alert, their job failed (its other step runs
    cancelled); step runs still active under a job that ended are cancelled, so
    nothing rests in a state no worker will ever leave (invariant 13);
-2. claimable step runs (due, or running with an expired lease) that were not
+2. waiting step runs whose deadline passed (a signal's timeout, a durable
+   sleep) become pending: a waiting step run is claimable *later*, and this
+   is when (invariant 13);
+3. claimable step runs (due, or running with an expired lease) that were not
    announced since they became claimable get a new outbox row;
-3. the outbox is relayed: rows never published (a crash between commit and
+4. the outbox is relayed: rows never published (a crash between commit and
    publish) and due retries reach the transport.
 """
 
@@ -42,6 +45,7 @@ class SweepReport:
     announced: int = 0
     published: int = 0
     cancelled: int = 0  # step runs left active under ended jobs
+    woken: int = 0  # waiting step runs past their deadline, made pending
 
 
 class Sweeper:
@@ -59,6 +63,7 @@ class Sweeper:
         announced: list[int] = []
         dead = []
         orphans = 0
+        woken: list[Any] = []
         with conn.transaction():
             if store.sweep_lock_try(conn):
                 dead = store.step_dead_if_expired_exhausted_many(conn)
@@ -96,6 +101,8 @@ class Sweeper:
                         attempt=c.attempts,
                         detail={"reason": "its job had ended", "by": "sweeper"},
                     )
+                # before the announcements below, which then include them
+                woken = store.step_wake_if_due_many(conn, self.worker)
                 announced = store.outbox_insert_for_claimable(
                     conn, republish_after_s=self.settings.republish_after_s, limit=1000
                 )
@@ -118,15 +125,17 @@ class Sweeper:
             published += n
             if n < _RELAY_BATCH:
                 break
-        if dead or announced or orphans:
+        if dead or announced or orphans or woken:
             log.info(
-                "sweep: %d dead, %d re-announced, %d published, %d left under ended jobs cancelled",
+                "sweep: %d dead, %d woken past their deadline, %d re-announced, %d published, "
+                "%d left under ended jobs cancelled",
                 len(dead),
+                len(woken),
                 len(announced),
                 published,
                 orphans,
             )
-        return SweepReport(len(dead), len(announced), published, orphans)
+        return SweepReport(len(dead), len(announced), published, orphans, len(woken))
 
     def record_transport_dead_letters(self, conn: psycopg.Connection[Any]) -> int:
         """Record what the queue itself dead-lettered (SQS redrive), once each, with an alert.

@@ -16,6 +16,7 @@ statement that writes it, whoever calls it:
 - ``outbox``: announcements, their relay, the sweeper's re-announcements;
 - ``dead_letters``: step runs past their cap and unusable messages;
 - ``alerts``: one alert per dead letter and its deliveries, one per sink;
+- ``signals``: one signal per job and name, and what a waiting step finds;
 - ``events``: the append-only history;
 - ``server``: the server itself (ping, the embedded database);
 - ``migrations``: the numbered schema files.
@@ -65,6 +66,7 @@ from engine.store.jobs import (
     job_finish_if_active,
     job_finish_if_active_logged,
     job_insert_if_absent,
+    job_lock_if_active,
     job_progress,
     job_reopen_if_ended,
     job_select_active_by_fingerprint,
@@ -93,14 +95,24 @@ from engine.store.rows import (
     FingerprintTaken,
     JobRow,
     NewStepRun,
+    Parked,
     PendingOutbox,
     QueuedClaim,
+    SignalRow,
     StepCounts,
     StepState,
+    WaitState,
 )
 from engine.store.server import (
+    clock_select,
     database_create_if_absent,
     server_ping,
+)
+from engine.store.signals import (
+    signal_insert_if_absent,
+    signal_select,
+    signal_select_by_job,
+    signal_select_for_wait,
 )
 from engine.store.step_runs import (
     checkpoint_put_if_leased,
@@ -121,6 +133,9 @@ from engine.store.step_runs import (
     step_run_insert_many_with_outbox,
     step_select_queue_lag,
     step_select_status,
+    step_wait_if_leased,
+    step_wake_by_signal,
+    step_wake_if_due_many,
 )
 
 __all__ = [
@@ -136,11 +151,14 @@ __all__ = [
     "FingerprintTaken",
     "JobRow",
     "NewStepRun",
+    "Parked",
     "PendingOutbox",
     "QueuedClaim",
     "Reply",
+    "SignalRow",
     "StepCounts",
     "StepState",
+    "WaitState",
     "alert_delivery_claim_due_many",
     "alert_delivery_mark_delivered_if_claimed",
     "alert_delivery_mark_failed_if_claimed",
@@ -150,6 +168,7 @@ __all__ = [
     "alert_insert_for_dead_letter",
     "alert_select_recent",
     "checkpoint_put_if_leased",
+    "clock_select",
     "database_create_if_absent",
     "dead_letter_count_open",
     "dead_letter_delete_closed",
@@ -167,6 +186,7 @@ __all__ = [
     "job_finish_if_active",
     "job_finish_if_active_logged",
     "job_insert_if_absent",
+    "job_lock_if_active",
     "job_progress",
     "job_reopen_if_ended",
     "job_select_active_by_fingerprint",
@@ -184,6 +204,10 @@ __all__ = [
     "outbox_notify",
     "outbox_wait_notified",
     "server_ping",
+    "signal_insert_if_absent",
+    "signal_select",
+    "signal_select_by_job",
+    "signal_select_for_wait",
     "step_cancel_by_job",
     "step_cancel_if_job_ended_many",
     "step_claim_if_available",
@@ -200,5 +224,8 @@ __all__ = [
     "step_run_insert_many_with_outbox",
     "step_select_queue_lag",
     "step_select_status",
+    "step_wait_if_leased",
+    "step_wake_by_signal",
+    "step_wake_if_due_many",
     "sweep_lock_try",
 ]

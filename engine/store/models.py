@@ -29,6 +29,7 @@ __all__ = [
     "Event",
     "EventKind",
     "Job",
+    "JobSignal",
     "JobStatus",
     "OutboxRow",
     "QueueMessage",
@@ -117,6 +118,21 @@ class StepRun(SQLModel, table=True):
     started_at: datetime | None = _ts(True)
     finished_at: datetime | None = _ts(True)
     claimed_at: datetime | None = _ts(True)
+    wait_signal: str | None = _text(True)
+    wait_until: datetime | None = _ts(True)
+
+
+class JobSignal(SQLModel, table=True):
+    """A signal a job received (one per job and name), woken waits read it."""
+
+    __tablename__ = "engine_signals"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    job_id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), nullable=False))
+    name: str = _text(False)
+    data: Any = _json(False)
+    sent_by: str | None = _text(True)
+    created_at: datetime = _ts(False)
 
 
 class OutboxRow(SQLModel, table=True):
