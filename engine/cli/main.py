@@ -25,6 +25,7 @@ from engine.cli.jobs import cancel, retry, runs, status, submit_group
 from engine.cli.migrate import migrate
 from engine.cli.queues import queues
 from engine.cli.reports import report, reports
+from engine.cli.signals import signal
 from engine.cli.simulate import simulate
 from engine.cli.worker import worker
 from engine.errors import BadInput, ChecksFailed, EngineError, JobFailed
@@ -133,6 +134,7 @@ for command in (
     reports,
     retry,
     runs,
+    signal,
     simulate,
     status,
     submit_group,
