@@ -197,7 +197,9 @@ def _print_view(view: JobView) -> None:
     )
     out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
     out.print(f"created {job.created_at:%Y-%m-%d %H:%M:%S}  by {job.submitted_by or '-'}")
-    table = Table("step", "key", "status", "attempts", "lease owner", "waits for", "error")
+    table = Table("step", "key", "status", "attempts", "lease owner")
+    table.add_column("waits for", no_wrap=True)
+    table.add_column("error")
     for s in view.steps:
         error = (s.error or {}).get("message", "") if s.error else ""
         table.add_row(
