@@ -42,11 +42,13 @@ from engine.lookup import JobInfo, active_jobs, job_info
 from engine.recurring import Schedule, add_schedule, list_schedules, remove_schedule
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, Retry, RetryPolicy
+from engine.signals import Signalled, signal
 from engine.store.migrations import MigrationReport, migrate
 from engine.store.queries import Queries
 from engine.store.queries import load as load_queries
 from engine.submit import Submitted, submit
 from engine.waiting import wait_for_job
+from engine.waits import Signal, SignalTimeout
 
 if TYPE_CHECKING:
     from engine.reports import render_index, render_job_report, write_report_file
@@ -95,6 +97,9 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "Settings",
+    "Signal",
+    "SignalTimeout",
+    "Signalled",
     "Step",
     "StepContext",
     "StepInput",
@@ -111,6 +116,7 @@ __all__ = [
     "remove_schedule",
     "render_index",
     "render_job_report",
+    "signal",
     "submit",
     "wait_for_job",
     "write_report_file",

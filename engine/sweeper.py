@@ -8,14 +8,17 @@ the relay hands each outbox row on once via SKIP LOCKED). Each round:
    dead-lettered with their alert, their job failed (its other step runs
    cancelled); step runs still active under a job that ended are cancelled, so
    nothing rests in a state no worker will ever leave (invariant 13);
-2. claimable step runs (due, or running with an expired lease) that were not
+2. waiting step runs whose deadline passed (a signal's timeout, a durable
+   sleep) become pending: a waiting step run is claimable *later*, and this
+   is when (invariant 13);
+3. claimable step runs (due, or running with an expired lease) that were not
    announced since they became claimable get a new outbox row, and so do the
    next waiters of concurrency keys that have a slot free (a holder died or
    ended here); a step run over its limit stays claimable later, announced
    again like any other, never stranded;
-3. the outbox is relayed: rows never published (a crash between commit and
+4. the outbox is relayed: rows never published (a crash between commit and
    publish) and due retries reach the transport;
-4. a flow version that active jobs need and no live worker has loaded for
+5. a flow version that active jobs need and no live worker has loaded for
    ``version_orphan_alert_s`` gets its one alert of the episode
    (:mod:`engine.versions`).
 """
@@ -48,6 +51,7 @@ class SweepReport:
     announced: int = 0
     published: int = 0
     cancelled: int = 0  # step runs left active under ended jobs
+    woken: int = 0  # waiting step runs past their deadline, made pending
 
 
 class Sweeper:
@@ -66,6 +70,7 @@ class Sweeper:
         dead = []
         cancelled_jobs: list[Any] = []
         orphans = 0
+        woken: list[Any] = []
         with conn.transaction():
             if store.sweep_lock_try(conn):
                 dead = store.step_dead_if_expired_exhausted_many(conn)
@@ -104,6 +109,8 @@ class Sweeper:
                         attempt=c.attempts,
                         detail={"reason": "its job had ended", "by": "sweeper"},
                     )
+                # before the announcements below, which then include them
+                woken = store.step_wake_if_due_many(conn, self.worker)
                 announced = store.outbox_insert_for_claimable(
                     conn, republish_after_s=self.settings.republish_after_s, limit=1000
                 )
@@ -131,15 +138,17 @@ class Sweeper:
             published += n
             if n < _RELAY_BATCH:
                 break
-        if dead or announced or orphans:
+        if dead or announced or orphans or woken:
             log.info(
-                "sweep: %d dead, %d re-announced, %d published, %d left under ended jobs cancelled",
+                "sweep: %d dead, %d woken past their deadline, %d re-announced, %d published, "
+                "%d left under ended jobs cancelled",
                 len(dead),
+                len(woken),
                 len(announced),
                 published,
                 orphans,
             )
-        return SweepReport(len(dead), len(announced), published, orphans)
+        return SweepReport(len(dead), len(announced), published, orphans, len(woken))
 
     def _alert_orphaned_versions(self, conn: psycopg.Connection[Any]) -> int:
         made = self.alerts.record_orphaned_versions(

@@ -23,7 +23,11 @@ Method:
    lines (store of the document) and status ``posted``.
 3. ``reconcile`` checks that this job's journals balance, that every document
    journal of the period balances in the database, and that posted + rejected
-   equals the number selected; it fails the job loudly otherwise.
+   equals the number selected; it fails the job loudly otherwise. With
+   ``--approve-rejects-over N``, a batch that rejected more than N documents
+   first waits for an accountant's approval, the signal ``approve`` (``engine
+   signal JOB_ID approve --data '{"by": "name"}'``), holding no worker while
+   it waits; the summary records who approved and when.
 
 A posting job holds the period's concurrency key with the costing and close
 jobs of that period (:data:`flows.erp.periods.PERIOD_KEY`: its chunks run
@@ -40,6 +44,7 @@ chunk and makes ``reconcile`` report the count mismatch.
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -47,14 +52,16 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel, Field
 
-from engine import Fail, Flow, Refused, StepContext, load_queries
+from engine import Fail, Flow, Refused, Signal, StepContext, load_queries
 from flows.erp import periods
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.types import Period
 
 __all__ = [
+    "APPROVAL_SIGNAL",
     "MAX_REJECTIONS",
+    "Approval",
     "Chunk",
     "ChunkResult",
     "PostingParams",
@@ -70,11 +77,30 @@ _q = load_queries(str(Path(__file__).parent / "erp" / "sql" / "posting.sql"))
 MAX_REJECTIONS = 200
 """Rejected documents listed per chunk result and in the summary (counts stay exact)."""
 
+APPROVAL_SIGNAL = "approve"
+"""The signal a batch with too many rejections waits for before it is reconciled."""
+
 
 class PostingParams(BaseModel):
     """Parameters of a posting job."""
 
     period: Period
+    approve_rejects_over: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "wait for the signal 'approve' before closing a batch that rejected more than "
+            "this many documents (default: never wait)"
+        ),
+    )
+
+
+class Approval(BaseModel):
+    """Who let a batch with many rejections close, and when (the signal's data and time)."""
+
+    by: str
+    at: datetime
+    threshold: int
 
 
 class Chunk(BaseModel):
@@ -130,13 +156,17 @@ class PostingSummary(BaseModel):
     rejections: list[Rejection] = Field(
         description=f"the first {MAX_REJECTIONS} by id; `rejected` is the full count"
     )
+    approval: Approval | None = Field(
+        default=None, description="set when the rejections needed an approval"
+    )
 
 
 flow = Flow(
     "posting",
     params=PostingParams,
     # 3: holds the period's concurrency key (a job of version 2 in flight runs without it)
-    version=3,
+    # 4: the approval wait (approve_rejects_over) and PostingSummary.approval
+    version=4,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,
 )
@@ -247,6 +277,10 @@ def reconcile(
         )
     if problems:
         raise Fail(f"posting {params.period} does not reconcile: " + "; ".join(problems))
+    approval = None
+    if params.approve_rejects_over is not None and rejected > params.approve_rejects_over:
+        # waits here (no worker held) until approved; then this step runs again from the top
+        approval = _approval(ctx.wait_for_signal(APPROVAL_SIGNAL), params.approve_rejects_over)
     rejections = sorted((j for r in results for j in r.rejections), key=lambda j: j.id)
     return PostingSummary(
         period=params.period,
@@ -260,4 +294,12 @@ def reconcile(
         period_debit=books["debit"],
         period_credit=books["credit"],
         rejections=rejections[:MAX_REJECTIONS],
+        approval=approval,
     )
+
+
+def _approval(signal: Signal, threshold: int) -> Approval:
+    data = signal.data if isinstance(signal.data, dict) else {}
+    by = data.get("by") or signal.sent_by or "unknown"
+    # to the second: the report shows it as written
+    return Approval(by=str(by), at=signal.at.replace(microsecond=0), threshold=threshold)

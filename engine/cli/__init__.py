@@ -3,9 +3,10 @@
 :mod:`engine.cli.main` holds the click group, the named exit codes and the one
 place that turns exceptions into them; commands raise and return, never exit.
 Each other module is one command group: ``jobs`` (submit, status, runs, cancel,
-retry), ``schedules`` (``engine schedule``), ``dlq``, ``flows``, ``queues``,
-``reports``, ``worker``, ``migrate``, ``simulate``. Flow modules add their own
-(``engine books``, ``seed``, ``demo``) through :mod:`engine.cli.extensions`.
+retry), ``schedules`` (``engine schedule``), ``signals`` (``engine signal``),
+``dlq``, ``flows``, ``queues``, ``reports``, ``worker``, ``migrate``,
+``simulate``. Flow modules add their own (``engine books``, ``seed``,
+``demo``) through :mod:`engine.cli.extensions`.
 """
 
 from __future__ import annotations

@@ -20,8 +20,9 @@ from engine.cli.state import State, current
 from engine.counts import read_counts
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
+from engine.store.models import StepRun
 from engine.store.read import JobView, job_view, recent_jobs, sqlalchemy_engine
-from engine.store.status import JobStatus
+from engine.store.status import JobStatus, StepStatus
 from engine.submit import Submitted, submit
 from engine.waiting import wait_for_job
 
@@ -173,7 +174,19 @@ def _view_json(view: JobView) -> dict[str, Any]:
         "job": view.job.model_dump(mode="json"),
         "steps": [s.model_dump(mode="json", exclude={"output"}) for s in view.steps],
         "unpublished_messages": view.unpublished,
+        "signals": [
+            sig.model_dump(mode="json", include={"name", "data", "sent_by", "created_at"})
+            for sig in view.signals
+        ],
     }
+
+
+def _waits_for(run: StepRun) -> str:
+    """What a waiting step run waits for: a signal (until a deadline), or a time."""
+    until = f"{run.wait_until:%Y-%m-%d %H:%M:%S}" if run.wait_until else None
+    if run.wait_signal:
+        return f"signal {run.wait_signal}" + (f" until {until}" if until else "")
+    return f"until {until}"
 
 
 def _print_view(view: JobView) -> None:
@@ -184,7 +197,9 @@ def _print_view(view: JobView) -> None:
     )
     out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
     out.print(f"created {job.created_at:%Y-%m-%d %H:%M:%S}  by {job.submitted_by or '-'}")
-    table = Table("step", "key", "status", "attempts", "lease owner", "concurrency", "error")
+    table = Table("step", "key", "status", "attempts", "lease owner", "concurrency")
+    table.add_column("waits for", no_wrap=True)
+    table.add_column("error")
     for s in view.steps:
         error = (s.error or {}).get("message", "") if s.error else ""
         table.add_row(
@@ -194,9 +209,17 @@ def _print_view(view: JobView) -> None:
             f"{s.attempts}/{s.max_attempts}",
             s.lease_owner or "",
             f"{s.concurrency_key} (limit {s.concurrency_limit})" if s.concurrency_key else "",
+            _waits_for(s) if s.status == StepStatus.WAITING else "",
             str(error),
         )
     out.print(table)
+    for sig in view.signals:
+        out.print(
+            f"signal {sig.name} from {sig.sent_by or '-'} at {sig.created_at:%Y-%m-%d %H:%M:%S}: "
+            f"{json.dumps(sig.data, sort_keys=True)}",
+            highlight=False,
+            markup=False,
+        )
     if view.unpublished:
         out.print(f"{view.unpublished} message(s) not published yet")
 

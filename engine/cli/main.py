@@ -26,6 +26,7 @@ from engine.cli.migrate import migrate
 from engine.cli.queues import queues
 from engine.cli.reports import report, reports
 from engine.cli.schedules import schedule
+from engine.cli.signals import signal
 from engine.cli.simulate import simulate
 from engine.cli.worker import worker
 from engine.errors import BadInput, ChecksFailed, EngineError, JobFailed
@@ -135,6 +136,7 @@ for command in (
     retry,
     runs,
     schedule,
+    signal,
     simulate,
     status,
     submit_group,

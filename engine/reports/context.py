@@ -49,10 +49,11 @@ _ENDINGS: dict[EventKind, str] = {
     EventKind.FENCED: "fenced",
     EventKind.RELEASED: "released",
     EventKind.CANCELLED: "cancelled",
+    EventKind.WAITING: "waiting",
 }
 _STARTS = (EventKind.CLAIMED, EventKind.RECLAIMED)
 # worst first: the colour of a graph node with several runs
-_NODE_ORDER = ("dead", "running", "pending", "cancelled", "done")
+_NODE_ORDER = ("dead", "running", "waiting", "pending", "cancelled", "done")
 
 
 class GraphNode(BaseModel):
@@ -92,6 +93,23 @@ class StepRunView(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     duration_s: float | None
+
+
+class WaitView(BaseModel):
+    """A step run waiting now, and for what."""
+
+    label: str
+    signal: str | None
+    until: datetime | None
+
+
+class SignalView(BaseModel):
+    """A signal the job received."""
+
+    name: str
+    data: str  # JSON
+    sent_by: str | None
+    at: datetime
 
 
 class Attempt(BaseModel):
@@ -170,6 +188,8 @@ class RunReport(BaseModel):
     dead_letters: list[DeadLetterView]
     summary_step: str | None
     summary: dict[str, Any] | None
+    waits: list[WaitView]
+    signals: list[SignalView]
 
 
 class IndexRow(BaseModel):
@@ -418,6 +438,20 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         ],
         summary_step=summary_step,
         summary=summary,
+        waits=[
+            WaitView(label=_label(r), signal=r.wait_signal, until=r.wait_until)
+            for r in runs
+            if r.status == StepStatus.WAITING
+        ],
+        signals=[
+            SignalView(
+                name=g.name,
+                data=json.dumps(g.data, sort_keys=True, default=str),
+                sent_by=g.sent_by,
+                at=g.created_at,
+            )
+            for g in history.signals
+        ],
     )
 
 

@@ -21,6 +21,7 @@ STATUS_COLOURS: dict[str, str] = {
     "done": "#2e7d32",
     "running": "#1565c0",
     "pending": "#8d8d8d",
+    "waiting": "#00838f",
     "dead": "#c62828",
     "failed": "#c62828",
     "cancelled": "#ef6c00",

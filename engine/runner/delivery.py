@@ -254,7 +254,8 @@ class StepRunner:
             log.info("dropped message for unknown step run %s", message.step_run_id)
             self.transport.delete([received.receipt])
             return Outcome("dropped", "unknown step run", message.step_run_id)
-        if refused.reason == "finished":
+        if refused.reason in ("finished", "waiting"):
+            # a waiting step run is announced anew when its signal or deadline wakes it
             self.transport.delete([received.receipt])
         elif refused.reason == "not_runnable":
             # a worker of another deploy (a rolling update) can run it

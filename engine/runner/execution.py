@@ -39,17 +39,18 @@ from engine.heartbeat import Heartbeat, Lease
 from engine.inputs import Outputs, raw_inputs, sources, upstream_outputs
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, RetryPolicy
-from engine.runner.failures import Failures
 from engine.runner.outcome import Continuation, Outcome
+from engine.runner.waits import Waits
 from engine.schedule import schedule_ready
 from engine.store.rows import Claimed, NewStepRun, QueuedClaim
 from engine.store.status import EventKind, JobStatus
 from engine.transports.base import Transport
+from engine.waits import Wait
 
 log = logging.getLogger(__name__)
 
 
-class Executor(Failures):
+class Executor(Waits):
     """Runs claimed step runs on one slot (one connection, one heartbeat)."""
 
     def __init__(
@@ -161,6 +162,10 @@ class Executor(Failures):
             return Outcome("cancelled", str(exc), claimed.id)
         except Cancel as exc:
             return self._cancel_job(lease, exc.reason)
+        except Wait as exc:
+            if conn.broken or conn.closed:
+                return self._disconnected(claimed, exc)
+            return self._wait(lease, exc)
         except Exception as exc:
             if conn.broken or conn.closed:
                 # the server ended our session (idle-in-transaction timeout

@@ -13,7 +13,9 @@ from engine.store.rows import Claimed
 class Outcome:
     """What handling one delivery came to (for logs, tests and metrics)."""
 
-    kind: str  # done | retried | dead | fenced | cancelled | refused | dropped | malformed
+    kind: (
+        str  # done | retried | dead | fenced | cancelled | waiting | refused | dropped | malformed
+    )
     detail: str = ""
     step_run_id: uuid.UUID | None = None
 

@@ -17,6 +17,7 @@ statement that writes it, whoever calls it:
 - ``dead_letters``: step runs past their cap and unusable messages;
 - ``alerts``: one alert per dead letter and its deliveries, one per sink;
 - ``schedules``: calendars of jobs and each scheduled time they fired;
+- ``signals``: one signal per job and name, and what a waiting step finds;
 - ``events``: the append-only history;
 - ``server``: the server itself (ping, the embedded database);
 - ``migrations``: the numbered schema files;
@@ -69,6 +70,7 @@ from engine.store.jobs import (
     job_finish_if_active,
     job_finish_if_active_logged,
     job_insert_if_absent,
+    job_lock_if_active,
     job_progress,
     job_reopen_if_ended,
     job_select_active_by_fingerprint,
@@ -99,10 +101,13 @@ from engine.store.rows import (
     FingerprintTaken,
     JobRow,
     NewStepRun,
+    Parked,
     PendingOutbox,
     QueuedClaim,
+    SignalRow,
     StepCounts,
     StepState,
+    WaitState,
 )
 from engine.store.schedules import (
     DueSchedule,
@@ -120,8 +125,15 @@ from engine.store.schedules import (
     schedule_select_names,
 )
 from engine.store.server import (
+    clock_select,
     database_create_if_absent,
     server_ping,
+)
+from engine.store.signals import (
+    signal_insert_if_absent,
+    signal_select,
+    signal_select_by_job,
+    signal_select_for_wait,
 )
 from engine.store.step_runs import (
     checkpoint_put_if_leased,
@@ -142,6 +154,9 @@ from engine.store.step_runs import (
     step_run_insert_many_with_outbox,
     step_select_queue_lag,
     step_select_status,
+    step_wait_if_leased,
+    step_wake_by_signal,
+    step_wake_if_due_many,
 )
 from engine.store.workers import (
     LiveWorker,
@@ -167,13 +182,16 @@ __all__ = [
     "JobRow",
     "LiveWorker",
     "NewStepRun",
+    "Parked",
     "PendingOutbox",
     "QueuedClaim",
     "Reply",
+    "SignalRow",
     "SlotTaken",
     "StepCounts",
     "StepState",
     "VersionInFlight",
+    "WaitState",
     "alert_delivery_claim_due_many",
     "alert_delivery_mark_delivered_if_claimed",
     "alert_delivery_mark_failed_if_claimed",
@@ -184,6 +202,7 @@ __all__ = [
     "alert_insert_for_orphaned_versions",
     "alert_select_recent",
     "checkpoint_put_if_leased",
+    "clock_select",
     "database_create_if_absent",
     "dead_letter_count_open",
     "dead_letter_delete_closed",
@@ -201,6 +220,7 @@ __all__ = [
     "job_finish_if_active",
     "job_finish_if_active_logged",
     "job_insert_if_absent",
+    "job_lock_if_active",
     "job_progress",
     "job_reopen_if_ended",
     "job_select_active_by_fingerprint",
@@ -231,6 +251,10 @@ __all__ = [
     "schedule_select_due_many",
     "schedule_select_names",
     "server_ping",
+    "signal_insert_if_absent",
+    "signal_select",
+    "signal_select_by_job",
+    "signal_select_for_wait",
     "step_cancel_by_job",
     "step_cancel_if_job_ended_many",
     "step_claim_if_available",
@@ -247,6 +271,9 @@ __all__ = [
     "step_run_insert_many_with_outbox",
     "step_select_queue_lag",
     "step_select_status",
+    "step_wait_if_leased",
+    "step_wake_by_signal",
+    "step_wake_if_due_many",
     "sweep_lock_try",
     "version_select_in_flight",
     "worker_select_live",

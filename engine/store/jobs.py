@@ -173,3 +173,13 @@ def job_reopen_if_ended(
     reopened_runs = step_reopen_by_job(conn, job_id, extra_attempts)
     dead_letter_mark_replayed_by_job(conn, job_id)
     return reopened_runs
+
+
+@wrap_errors
+def job_lock_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> bool:
+    """Lock the job row for the rest of the transaction; ``False``: it is not active (or absent).
+
+    A statement of its own, so the statements after it see what the previous
+    holder of the lock committed (a signal, a step run starting to wait).
+    """
+    return conn.execute(_q["job_lock_if_active"], {"job_id": job_id}).fetchone() is not None

@@ -37,6 +37,7 @@ __all__ = [
     "Event",
     "EventKind",
     "Job",
+    "JobSignal",
     "JobStatus",
     "OutboxRow",
     "QueueMessage",
@@ -130,6 +131,21 @@ class StepRun(SQLModel, table=True):
     concurrency_key: str | None = _text(True)
     concurrency_limit: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
     concurrency_per_job: bool = Field(sa_column=Column(Boolean, nullable=False))
+    wait_signal: str | None = _text(True)
+    wait_until: datetime | None = _ts(True)
+
+
+class JobSignal(SQLModel, table=True):
+    """A signal a job received (one per job and name), woken waits read it."""
+
+    __tablename__ = "engine_signals"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    job_id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), nullable=False))
+    name: str = _text(False)
+    data: Any = _json(False)
+    sent_by: str | None = _text(True)
+    created_at: datetime = _ts(False)
 
 
 class OutboxRow(SQLModel, table=True):

@@ -21,7 +21,15 @@ from sqlmodel import Session, col, select
 from engine import db
 from engine.config import Settings
 from engine.store.errors import connect_errors, wrap_errors
-from engine.store.models import DeadLetter, Event, Job, JobStatus, OutboxRow, StepRun
+from engine.store.models import (
+    DeadLetter,
+    Event,
+    Job,
+    JobSignal,
+    JobStatus,
+    OutboxRow,
+    StepRun,
+)
 
 
 def sqlalchemy_engine(settings: Settings, **kwargs: Any) -> Engine:
@@ -56,6 +64,15 @@ class JobView:
     job: Job
     steps: list[StepRun]
     unpublished: int
+    signals: list[JobSignal]
+
+
+def _signals(session: Session, job_id: uuid.UUID) -> list[JobSignal]:
+    return list(
+        session.exec(
+            select(JobSignal).where(JobSignal.job_id == job_id).order_by(col(JobSignal.id))
+        ).all()
+    )
 
 
 @wrap_errors
@@ -70,7 +87,7 @@ def job_view(engine: Engine, job_id: uuid.UUID) -> JobView | None:
             .join(StepRun, col(StepRun.id) == col(OutboxRow.step_run_id))
             .where(StepRun.job_id == job_id, col(OutboxRow.published_at).is_(None))
         ).all()
-        return JobView(job, steps, len(unpublished))
+        return JobView(job, steps, len(unpublished), _signals(session, job_id))
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,7 @@ class JobHistory:
     runs: list[StepRun]
     events: list[Event]  # in the order they were written
     dead_letters: list[DeadLetter]
+    signals: list[JobSignal]
 
 
 @wrap_errors
@@ -99,7 +117,8 @@ def job_history(engine: Engine, job_id: uuid.UUID) -> JobHistory | None:
                 select(DeadLetter).where(DeadLetter.job_id == job_id).order_by(col(DeadLetter.id))
             ).all()
         )
-    return JobHistory(job, runs, events, dead)
+        signals = _signals(session, job_id)
+    return JobHistory(job, runs, events, dead, signals)
 
 
 @wrap_errors

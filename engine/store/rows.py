@@ -97,6 +97,7 @@ class ClaimRefused:
     - ``not_runnable``: its flow, or that flow's version, is not loaded in this
       worker (a rolling deploy): leave it for a worker that has it, at no attempt;
     - ``not_due``: a retry whose backoff has not ended: leave it;
+    - ``waiting``: it waits for a signal or a time; its wake announces it anew: delete the message;
     - ``exhausted``: the last attempt's holder died; the sweeper dead-letters it;
     - ``over_limit``: over its concurrency limit (``key`` has as many holders
       with live leases as its limit allows): not an error and no attempt; it
@@ -254,3 +255,35 @@ def column(row: Any, name: str) -> Any:
     if isinstance(row, dict):
         return row[name]
     return row[0]
+
+
+@dataclass(frozen=True)
+class SignalRow:
+    """A signal as recorded: one per job and name."""
+
+    name: str
+    data: Any
+    sent_by: str | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> SignalRow:
+        return cls(row["name"], row["data"], row["sent_by"], row["created_at"])
+
+
+@dataclass(frozen=True)
+class WaitState:
+    """What a step asking for a signal finds: the signal, or whether its wait ran out."""
+
+    signal: SignalRow | None
+    timed_out: bool
+    wait_until: datetime | None
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A step run its lease holder parked: ``waiting``, or ``pending`` (its signal had come)."""
+
+    status: str
+    wait_signal: str | None
+    wait_until: datetime | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -10,6 +11,7 @@ from psycopg import sql
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
+from engine.store.rows import column
 
 _q = load("server")
 
@@ -27,3 +29,11 @@ def database_create_if_absent(conn: psycopg.Connection[Any], name: str) -> None:
         return
     with contextlib.suppress(psycopg.errors.DuplicateDatabase):
         conn.execute(sql.SQL(_q["database_create"]).format(name=sql.Identifier(name)))
+
+
+@wrap_errors
+def clock_select(conn: psycopg.Connection[Any]) -> datetime:
+    """The database clock (``clock_timestamp()``), the only clock waits are measured by."""
+    row = conn.execute(_q["clock_select"]).fetchone()
+    assert row is not None, "SELECT clock_timestamp() returns one row"
+    return column(row, "now")  # type: ignore[no-any-return]

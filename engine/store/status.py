@@ -27,6 +27,7 @@ class JobStatus(enum.StrEnum):
 class StepStatus(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
+    WAITING = "waiting"  # for a signal or a time: no lease, no attempt held, woken later
     DONE = "done"
     DEAD = "dead"
     CANCELLED = "cancelled"
@@ -50,6 +51,9 @@ class EventKind(enum.StrEnum):
     JOB_DONE = "job_done"
     JOB_FAILED = "job_failed"
     REPLAYED = "replayed"
+    WAITING = "waiting"  # a step run began to wait (its attempt ended, given back)
+    SIGNALLED = "signalled"  # a signal was recorded for the job
+    WOKEN = "woken"  # a waiting step run became pending (by its signal or its deadline)
 
 
 class DeadLetterSource(enum.StrEnum):

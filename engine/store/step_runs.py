@@ -29,6 +29,7 @@ from engine.store.rows import (
     ClaimRefused,
     ExpiredExhausted,
     NewStepRun,
+    Parked,
     QueuedClaim,
     StepCounts,
     StepState,
@@ -133,6 +134,8 @@ def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefuse
         "cancelled",
     ):
         return ClaimRefused("finished")
+    if row["status"] == "waiting":
+        return ClaimRefused("waiting")
     if row["lease_live"]:
         return ClaimRefused("held", retry_in_s=row["lease_left_s"])
     if f"{row['flow']}:{row['flow_version']}" not in runnable:
@@ -363,3 +366,52 @@ def step_count_by_status(conn: psycopg.Connection[Any]) -> dict[str, int]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_count_by_status"])
         return {str(r["status"]): int(r["n"]) for r in cur}
+
+
+@wrap_errors
+def step_wait_if_leased(
+    conn: psycopg.Connection[Any],
+    claimed: Claimed,
+    *,
+    signal: str | None,
+    timeout_s: float | None,
+    until: datetime | None,
+) -> Parked | None:
+    """Park the step run (lease gone, attempt back) until ``signal`` or ``until``/``timeout_s``.
+
+    Run after :func:`engine.store.job_lock_if_active` in the same transaction.
+    ``Parked.status`` is ``pending`` when the signal had been recorded already
+    (announce it); ``None``: the lease was lost (invariant 16).
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["step_wait_if_leased"],
+            {
+                "id": claimed.id,
+                "job_id": claimed.job_id,
+                "token": claimed.token,
+                "signal": signal,
+                "timeout_s": timeout_s,
+                "until": until,
+            },
+        )
+        row = cur.fetchone()
+    return None if row is None else Parked(row["status"], row["wait_signal"], row["wait_until"])
+
+
+@wrap_errors
+def step_wake_by_signal(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, name: str
+) -> list[uuid.UUID]:
+    """Make the job's step runs waiting for ``name`` pending (job row locked before): their ids."""
+    rows = conn.execute(_q["step_wake_by_signal"], {"job_id": job_id, "name": name}).fetchall()
+    return [column(r, "id") for r in rows]
+
+
+@wrap_errors
+def step_wake_if_due_many(
+    conn: psycopg.Connection[Any], worker: str, limit: int = 100
+) -> list[uuid.UUID]:
+    """Make waiting step runs past their deadline pending (up to ``limit`` jobs): their ids."""
+    rows = conn.execute(_q["step_wake_if_due_many"], {"worker": worker, "limit": limit}).fetchall()
+    return [column(r, "id") for r in rows]

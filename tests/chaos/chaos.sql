@@ -143,25 +143,27 @@ FROM engine_events
 WHERE kind IN ('retried', 'dead_lettered') AND detail::text LIKE '%%duplicate key%%';
 
 -- oracle_stranded_steps --
--- Oracles 5 and 13: once workers are quiet, nothing runs under an expired lease, nothing rests pending at its cap, and an ended job has no step run left active.
+-- Oracles 5 and 13: once workers are quiet, nothing runs under an expired lease, nothing rests pending (or waiting) at its cap, no wait is past its deadline unwoken, and an ended job has no step run left active (waiting included).
 SELECT count(*) FILTER (WHERE s.status = 'running' AND s.lease_expires_at <= clock_timestamp())
          AS expired_running,
-       count(*) FILTER (WHERE s.status = 'pending' AND s.attempts >= s.max_attempts)
+       count(*) FILTER (WHERE s.status IN ('pending', 'waiting') AND s.attempts >= s.max_attempts)
          AS pending_at_cap,
-       count(*) FILTER (WHERE s.status IN ('pending', 'running')
+       count(*) FILTER (WHERE s.status = 'waiting' AND s.wait_until <= clock_timestamp())
+         AS waiting_past_deadline,
+       count(*) FILTER (WHERE s.status IN ('pending', 'running', 'waiting')
                           AND j.status NOT IN ('pending', 'running')) AS left_in_ended_jobs
 FROM engine_step_runs AS s
 JOIN engine_jobs AS j ON j.id = s.job_id;
 
 -- oracle_attempts --
--- Oracle 6: attempts go up by exactly one per claim (claimed and reclaimed events), come back only with a recorded release (invariant 14), and never pass the cap.
+-- Oracle 6: attempts go up by exactly one per claim (claimed and reclaimed events), come back only with a recorded release or a wait (invariant 14: waiting is not running the step), and never pass the cap.
 SELECT count(*) FILTER (WHERE s.attempts > s.max_attempts) AS over_cap,
        count(*) FILTER (WHERE s.attempts <> c.claims - c.released) AS miscounted,
        coalesce(max(s.attempts), 0) AS max_used
 FROM engine_step_runs AS s
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE v.kind IN ('claimed', 'reclaimed')) AS claims,
-           count(*) FILTER (WHERE v.kind = 'released') AS released
+           count(*) FILTER (WHERE v.kind IN ('released', 'waiting')) AS released
     FROM engine_events AS v
     WHERE v.step_run_id = s.id
 ) AS c;

@@ -8,6 +8,12 @@ through ``ctx.conn``: the row commits with the step's fenced checkpoint or
 not at all. The table has no unique key on purpose, so a second effect is
 counted by the oracles instead of being refused.
 
+``nap_ms`` makes ``end`` first wait durably (``ctx.sleep_until``) until that
+long after its step run first started: it rests ``waiting``, holding no
+lease, slot or attempt, until the sweeper wakes it, whatever the faults
+meanwhile (the oracles count the attempt it gives back, and a wait left
+past its deadline as stranded).
+
 ``fail_first`` makes ``begin`` raise on its first attempts and ``last_ms``
 makes the attempt after them long: the harness SIGTERMs the worker during
 that attempt, the last one allowed when ``fail_first = max_attempts - 1``.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import random
 import time
+from datetime import timedelta
 
 from pydantic import BaseModel, Field
 
@@ -43,6 +50,7 @@ class ChaosParams(BaseModel):
     max_ms: int = Field(default=600, ge=0, le=60_000)
     fail_first: int = Field(default=0, ge=0, description="attempts of `begin` that raise")
     last_ms: int = Field(default=0, ge=0, le=600_000, description="`begin` after the failures")
+    nap_ms: int = Field(default=0, ge=0, le=60_000, description="`end` waits this long first")
 
 
 class Item(BaseModel):
@@ -104,5 +112,12 @@ def work(item: Item, params: ChaosParams, ctx: StepContext) -> Part:
 
 @flow.step(after=["work"])
 def end(parts: list[Part], params: ChaosParams, ctx: StepContext) -> Total:
+    if params.nap_ms:
+        row = ctx.conn.execute(
+            "SELECT started_at FROM engine_step_runs WHERE id = %s", (ctx.step_run_id,)
+        ).fetchone()
+        assert row is not None
+        started = row["started_at"] if isinstance(row, dict) else row[0]
+        ctx.sleep_until(started + timedelta(milliseconds=params.nap_ms))
     _work(ctx, step_seconds(params, "end"))
     return Total(n=params.n, parts=len(parts))

@@ -112,6 +112,7 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
         "stranded_steps": {
             "expired_running": steps["expired_running"],
             "pending_at_cap": steps["pending_at_cap"],
+            "waiting_past_deadline": steps["waiting_past_deadline"],
             "left_in_ended_jobs": steps["left_in_ended_jobs"],
         },
         "phantoms": len(phantom_jobs) + effects["orphans"] + events["unknown_messages"],
@@ -181,7 +182,7 @@ MUST_BE_ZERO = {
 def failures(figures: dict[str, Any]) -> list[str]:
     failed = [f"{key} ({why})" for key, why in MUST_BE_ZERO.items() if figures.get(key)]
     stuck = figures.get("stranded_steps", {})
-    for key in ("expired_running", "pending_at_cap"):
+    for key in ("expired_running", "pending_at_cap", "waiting_past_deadline"):
         if stuck.get(key):
             failed.append(f"{key} (nothing stranded)")
     if not figures.get("books_equal", False):

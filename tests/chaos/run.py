@@ -321,6 +321,8 @@ class Run:
             "fan": fan,
             "min_ms": self.cfg.step_min_ms,
             "max_ms": self.cfg.step_max_ms,
+            # every other job's last step waits durably first (the waiting state under faults)
+            "nap_ms": self.cfg.step_max_ms if n % 2 == 0 else 0,
             **extra,
         }
 

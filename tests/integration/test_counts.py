@@ -126,6 +126,7 @@ def test_status_json__counts_from_the_database(
     assert counts["step_runs"] == {
         "pending": 1,
         "running": 0,
+        "waiting": 0,
         "done": 3,
         "dead": 1,
         "cancelled": 0,

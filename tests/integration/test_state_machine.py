@@ -4,10 +4,13 @@ Hypothesis drives the engine's own functions (``engine.submit``, the runner's
 ``claim``, the store's fenced writes, the sweeper, ``engine.admin``) against a
 fresh PostgreSQL database per example, in any order: submit, claim, renew,
 expire, reclaim, give back, complete, retry, dead-letter, cancel (by the
-operator, or by a step through its lease), duplicate delivery, sweep and
-operator retry. A model of the legal states (per step run: status, attempts,
-cap, current token; per job: status) predicts every outcome, and after every
-rule the database is checked against it and against the invariants of
+operator, or by a step through its lease), duplicate delivery, sweep,
+operator retry, and durable waits: a holder parks its step run waiting for a
+signal (with or without a deadline), the signal is sent (before or after),
+the deadline passes and the sweeper wakes it. A model of the legal states
+(per step run: status, attempts, cap, current token, wait; per job: status)
+predicts every outcome, and after every rule the database is checked
+against it and against the invariants of
 ../shared/DESIGN.md (2, 5, 7, 10, 13, 14, 16). A failure shrinks to a minimal
 sequence of rules.
 
@@ -40,7 +43,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
-from engine import admin, db, store, submit
+from engine import admin, db, signal, store, submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import BadInput
@@ -65,7 +68,9 @@ LEASE_S = 30.0
 MAX_ATTEMPTS = 2  # the default cap, small so it is reached (chain's c has 3)
 MAX_ACTIVE_JOBS = 3  # a new job arrives whenever fewer are active
 ACTIVE = ("pending", "running")
+RUN_ACTIVE = ("pending", "running", "waiting")  # a step run's: waiting is "later"
 FINISHED = ("done", "dead", "cancelled")
+SIGNAL = "go"
 
 
 class _Fenced(Exception):
@@ -79,6 +84,7 @@ class JobModel:
     flow: str
     n: int
     status: str = "pending"
+    signalled: bool = False  # the signal SIGNAL was sent to it
 
 
 @dataclass
@@ -95,6 +101,9 @@ class RunModel:
     owner: str | None = None
     expired: bool = False  # running: the lease was aged past its expiry
     due: bool = True  # pending: available now (a retry's backoff has ended)
+    wait_signal: str | None = None  # the last wait's signal (kept after its wake)
+    deadline: bool = False  # waiting: the last wait has a deadline
+    deadline_passed: bool = False  # waiting: that deadline was aged into the past
 
 
 @dataclass(frozen=True)
@@ -268,7 +277,7 @@ class StepRunMachine(RuleBasedStateMachine):
 
     def _cancel_active_runs(self, job: JobModel) -> None:
         for r in self.runs.values():
-            if r.job is job and r.status in ACTIVE:
+            if r.job is job and r.status in RUN_ACTIVE:
                 r.status, r.token, r.owner, r.expired = "cancelled", None, None, False
 
     def _learn_new_runs(
@@ -344,6 +353,8 @@ class StepRunMachine(RuleBasedStateMachine):
         version = REGISTRY.get(run.job.flow).version
         if run.job.status not in ACTIVE or run.status in FINISHED:
             return "finished"
+        if run.status == "waiting":
+            return "waiting"
         if run.status == "running" and not run.expired:
             return "held"
         if f"{run.job.flow}:{version}" not in WORKERS[worker]:
@@ -506,6 +517,21 @@ class StepRunMachine(RuleBasedStateMachine):
             store.step_cancel_by_job(self.conn, c.job_id)
         return True
 
+    def _wait(self, h: Held, deadline: bool) -> bool:
+        """The runner's wait: the job row locked, then the step run parked under our token."""
+        c = h.claimed
+        with self.conn.transaction():
+            parked = None
+            if store.job_lock_if_active(self.conn, c.job_id):
+                parked = store.step_wait_if_leased(
+                    self.conn, c, signal=SIGNAL, timeout_s=600.0 if deadline else None, until=None
+                )
+            if parked is not None:
+                if parked.status == "pending":
+                    store.outbox_insert_many(self.conn, [c.id])
+                store.step_event_insert(self.conn, EventKind.WAITING, c, worker=h.worker)
+        return parked is not None
+
     def _cancel_by_step(self, h: Held) -> bool:
         with self.conn.transaction():
             return store.job_cancel_if_leased(self.conn, h.claimed, "the step cancelled its job")
@@ -558,7 +584,15 @@ class StepRunMachine(RuleBasedStateMachine):
             return False, None
         return True, None if queued is None else queued.result()
 
-    def _write(self, kind: str, h: Held, *, eager: bool = False, delay_s: float = 0.0) -> None:
+    def _write(
+        self,
+        kind: str,
+        h: Held,
+        *,
+        eager: bool = False,
+        delay_s: float = 0.0,
+        deadline: bool = False,
+    ) -> None:
         """Do one fenced write; the model predicts whether it takes effect, and what it does."""
         run = self.runs[h.claimed.id]
         job = run.job
@@ -570,6 +604,7 @@ class StepRunMachine(RuleBasedStateMachine):
             "retry": current and run.attempts < run.max_attempts,
             "dead_letter": current,
             "cancel_by_step": current and job.status in ACTIVE,
+            "wait": current and job.status in ACTIVE,
         }[kind]
         before = self._snapshot()
         successor: Claimed | None = None
@@ -583,6 +618,8 @@ class StepRunMachine(RuleBasedStateMachine):
             ok = self._retry(h, delay_s)
         elif kind == "dead_letter":
             ok = self._dead_letter(h)
+        elif kind == "wait":
+            ok = self._wait(h, deadline)
         else:
             ok = self._cancel_by_step(h)
         what = f"{kind} with {h.label} ({'current' if current else 'stale'} token)"
@@ -600,6 +637,11 @@ class StepRunMachine(RuleBasedStateMachine):
             run.status, run.attempts, run.due = "pending", run.attempts - 1, True
         elif kind == "retry":
             run.status, run.due = "pending", delay_s == 0
+        elif kind == "wait":
+            # the attempt comes back (invariant 14); a signal sent already: pending at once
+            run.attempts -= 1
+            run.wait_signal, run.deadline, run.deadline_passed = SIGNAL, deadline, False
+            run.status, run.due = ("pending", True) if job.signalled else ("waiting", True)
         elif kind == "dead_letter":
             run.status = "dead"
             if job.status in ACTIVE:
@@ -675,12 +717,71 @@ class StepRunMachine(RuleBasedStateMachine):
     def cancel_by_step(self, data: st.DataObject) -> None:
         self._write("cancel_by_step", self._pick(data, self._holding(), "claim"))
 
+    @precondition(lambda self: bool(self._holding()))
+    @rule(data=st.data(), deadline=st.booleans())
+    def wait(self, data: st.DataObject, deadline: bool) -> None:
+        """The step waits for SIGNAL (with a deadline or none): parked, its attempt back."""
+        self._write("wait", self._pick(data, self._holding(), "claim"), deadline=deadline)
+
+    @rule(data=st.data())
+    def send_signal(self, data: st.DataObject) -> None:
+        """SIGNAL to any job: recorded once, waking its waiters; refused for an ended job."""
+        job = self._pick(data, list(self.jobs.values()), "job")
+        before = self._snapshot()
+        try:
+            sent = signal(job.id, SIGNAL, settings=self.settings, publisher=self.transport)
+        except BadInput:
+            assert job.status not in ACTIVE, f"signal to active {job.label} refused"
+            self._unchanged(before, f"a refused signal to {job.label}")
+            return
+        assert job.status in ACTIVE, f"{job.label} was {job.status}, yet signalled"
+        assert sent.created == (not job.signalled)
+        if not sent.created:
+            self._unchanged(before, f"a second signal to {job.label}")
+            return
+        job.signalled = True
+        woken = [
+            r
+            for r in self.runs.values()
+            if r.job is job and r.status == "waiting" and r.wait_signal == SIGNAL
+        ]
+        assert sent.woken == len(woken)
+        for r in woken:
+            r.status, r.due = "pending", True
+        event(f"signal woke {len(woken)}")
+
+    def _waiting_with_deadline(self) -> list[RunModel]:
+        return [
+            r
+            for r in self.runs.values()
+            if r.status == "waiting" and r.deadline and not r.deadline_passed
+        ]
+
+    @precondition(lambda self: bool(self._waiting_with_deadline()))
+    @rule(data=st.data())
+    def deadline_passes(self, data: st.DataObject) -> None:
+        run = self._pick(data, self._waiting_with_deadline(), "run")
+        self.conn.execute(
+            "UPDATE engine_step_runs SET wait_until = clock_timestamp() - interval '1 s' "
+            "WHERE id = %s",
+            (run.id,),
+        )
+        run.deadline_passed = True
+
     @precondition(lambda self: bool(self._stale()))
     @rule(data=st.data())
     def stale_writes(self, data: st.DataObject) -> None:
         """A zombie wakes up: every write it tries with its old token changes nothing."""
         h = self._pick(data, self._stale(), "stale claim")
-        for kind in ("renew", "complete", "retry", "dead_letter", "give_back", "cancel_by_step"):
+        for kind in (
+            "renew",
+            "complete",
+            "retry",
+            "dead_letter",
+            "give_back",
+            "cancel_by_step",
+            "wait",
+        ):
             self._write(kind, h)
 
     # -- the operator and the sweeper ------------------------------------------------
@@ -722,6 +823,8 @@ class StepRunMachine(RuleBasedStateMachine):
         for r in back:
             r.status, r.due = "pending", True
             r.max_attempts = r.attempts + self.settings.max_attempts
+            # a fresh wait (reopen clears the last one)
+            r.wait_signal, r.deadline, r.deadline_passed = None, False, False
 
     @rule(sweepers=st.integers(1, 2))
     def sweep(self, sweepers: int) -> None:
@@ -737,18 +840,29 @@ class StepRunMachine(RuleBasedStateMachine):
             if r.job.status in ACTIVE:
                 r.job.status = "failed"
                 self._cancel_active_runs(r.job)
-        event(f"sweep: {len(dead)} dead")
+        # waits past their deadline are woken (jobs the dead letters above failed are not)
+        woken = [
+            r
+            for r in self.runs.values()
+            if r.status == "waiting" and r.deadline_passed and r.job.status in ACTIVE
+        ]
+        for r in woken:
+            r.status, r.due = "pending", True
+        event(f"sweep: {len(dead)} dead, {len(woken)} woken")
         alerts = self._alert_count()
         for i in range(sweepers):
             report = self.sweeper.sweep(self.conn)
             expected = len(dead) if i == 0 else 0
             assert report.dead == expected, f"sweep {i + 1}: {report}, expected {expected} dead"
+            assert report.woken == (len(woken) if i == 0 else 0), f"sweep {i + 1}: {report}"
             assert report.cancelled == 0, f"sweep found step runs left under ended jobs: {report}"
         assert self._alert_count() - alerts == len(dead), "one alert per dead letter"
         # after a sweep: nothing active under an ended job, nothing expired at its cap
         left = self.conn.execute(
             "SELECT s.id FROM engine_step_runs AS s JOIN engine_jobs AS j ON j.id = s.job_id "
-            "WHERE (j.status NOT IN ('pending', 'running') AND s.status IN ('pending', 'running'))"
+            "WHERE (j.status NOT IN ('pending', 'running')"
+            "       AND s.status IN ('pending', 'running', 'waiting'))"
+            "   OR (s.status = 'waiting' AND s.wait_until <= clock_timestamp())"
             "   OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()"
             "       AND s.attempts >= s.max_attempts)"
         ).fetchall()
@@ -798,6 +912,10 @@ class StepRunMachine(RuleBasedStateMachine):
                 # one current token, the last claim's; its lease live unless aged
                 assert row["lease_token"] is not None
                 assert row["lease_live"] == (not run.expired), run.label
+            if row["status"] == "waiting":
+                # no lease, no attempt held, and what it waits for (invariant 13: "later")
+                assert row["lease_token"] is None and row["wait_signal"] == run.wait_signal
+                assert (row["wait_until"] is not None) == run.deadline, run.label
             if row["status"] == "done":
                 full = {k: v for k, v in row.items() if k not in ("lease_live", "is_due")}
                 frozen = self.done_rows.setdefault(run.id, full)
@@ -809,7 +927,7 @@ class StepRunMachine(RuleBasedStateMachine):
     def jobs_match_model(self) -> None:
         rows = self.conn.execute(
             "SELECT j.id, j.status, j.fingerprint, "
-            "count(*) FILTER (WHERE s.status IN ('pending', 'running')) AS active_runs, "
+            "count(*) FILTER (WHERE s.status IN ('pending', 'running', 'waiting')) AS active_runs, "
             "count(*) FILTER (WHERE s.status = 'dead') AS dead_runs "
             "FROM engine_jobs AS j LEFT JOIN engine_step_runs AS s ON s.job_id = j.id "
             "GROUP BY j.id"

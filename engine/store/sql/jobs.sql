@@ -98,3 +98,9 @@ ORDER BY created_at, id;
 SELECT id, flow, status, params, submitted_by, created_at
 FROM engine_jobs
 WHERE id = %(job_id)s;
+
+-- job_lock_if_active --
+-- The one lock order (the job row first) in a statement of its own: the statements after it in the transaction see everything committed by whoever held the lock before (a signal and a step starting to wait serialise here); zero rows when the job is not active.
+SELECT id, status FROM engine_jobs
+WHERE id = %(job_id)s AND status IN ('pending', 'running')
+FOR UPDATE;

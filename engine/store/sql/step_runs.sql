@@ -212,14 +212,16 @@ WHERE s.job_id = jobs.id
 RETURNING s.id, s.job_id, s.attempts, s.step, jobs.flow;
 
 -- step_cancel_if_job_ended_many --
--- Invariant 13: a step run left pending or running under a job that ended (a dead worker's lease, an older engine) is finished as cancelled; the jobs are locked first, in id order, and re-checked as ended under the lock (a concurrent retry reopens them).
+-- Invariant 13: a step run left pending, running or waiting under a job that ended (a dead worker's lease, an older engine) is finished as cancelled; the jobs are locked first, in id order, and re-checked as ended under the lock (a concurrent retry reopens them).
 WITH ended AS (
     SELECT j.id
     FROM engine_jobs AS j
     WHERE j.id IN (
         SELECT job_id FROM engine_step_runs WHERE status = 'running'
         UNION
-        SELECT job_id FROM engine_step_runs WHERE status = 'pending')
+        SELECT job_id FROM engine_step_runs WHERE status = 'pending'
+        UNION
+        SELECT job_id FROM engine_step_runs WHERE status = 'waiting')
       AND j.status IN ('done', 'failed', 'cancelled')
     ORDER BY j.id
     LIMIT %(limit)s
@@ -229,7 +231,7 @@ UPDATE engine_step_runs AS s
 SET status = 'cancelled', finished_at = clock_timestamp(),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
 FROM ended
-WHERE s.job_id = ended.id AND s.status IN ('pending', 'running')
+WHERE s.job_id = ended.id AND s.status IN ('pending', 'running', 'waiting')
 RETURNING s.id, s.job_id, s.attempts;
 
 -- step_counts_by_job --
@@ -246,18 +248,18 @@ FROM engine_step_runs
 WHERE job_id = %(job_id)s AND step = ANY (%(steps)s::text[]) AND status = 'done';
 
 -- step_cancel_by_job --
--- Clearing the tokens fences every running step of the job (ended, under its row lock): their commits are refused, and their heartbeats read "cancelled".
+-- Clearing the tokens fences every running step of the job (ended, under its row lock): their commits are refused, and their heartbeats read "cancelled"; a waiting one waits no more.
 UPDATE engine_step_runs
 SET status = 'cancelled', finished_at = clock_timestamp(),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-WHERE job_id = %(job_id)s AND status IN ('pending', 'running')
+WHERE job_id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
 RETURNING id;
 
 -- step_reopen_by_job --
--- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, with a fresh attempt budget; done ones are never rerun.
+-- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, with a fresh attempt budget and a fresh wait (a timed-out wait waits again); done ones are never rerun.
 UPDATE engine_step_runs
 SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
-    max_attempts = attempts + %(extra_attempts)s
+    max_attempts = attempts + %(extra_attempts)s, wait_signal = NULL, wait_until = NULL
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
 
@@ -278,3 +280,64 @@ WHERE s.attempts < s.max_attempts
 -- step_count_by_status --
 -- Read-only, for `engine status --json`: every step run counted once, by its status.
 SELECT status, count(*)::int AS n FROM engine_step_runs GROUP BY status;
+
+-- step_wait_if_leased --
+-- Invariants 14 and 16: only the lease holder parks its step run, in a statement after the one that locked the job row (so a signal committed by whoever held that lock is seen); the attempt comes back (waiting is not running the step) and the lease goes; if the awaited signal exists already it is pending again at once rather than waiting for a wake that has happened.
+WITH signalled AS (
+    SELECT EXISTS (
+        SELECT 1 FROM engine_signals
+        WHERE job_id = %(job_id)s AND name = %(signal)s) AS found
+)
+UPDATE engine_step_runs AS s
+SET status = CASE WHEN signalled.found THEN 'pending' ELSE 'waiting' END,
+    attempts = s.attempts - 1,
+    available_at = clock_timestamp(),
+    wait_signal = %(signal)s,
+    wait_until = coalesce(%(until)s::timestamptz,
+                          clock_timestamp() + make_interval(secs => %(timeout_s)s::float8)),
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+FROM signalled
+WHERE s.id = %(id)s AND s.job_id = %(job_id)s AND s.lease_token = %(token)s
+  AND s.status = 'running'
+RETURNING s.status, s.wait_signal, s.wait_until;
+
+-- step_wake_by_signal --
+-- A signal wakes its job's step runs waiting for it (the job row locked by the statement before, the one lock order); each wake is logged by this statement; attempts are untouched (they came back when the wait began).
+WITH woken AS (
+    UPDATE engine_step_runs
+    SET status = 'pending', available_at = clock_timestamp()
+    WHERE job_id = %(job_id)s AND status = 'waiting' AND wait_signal = %(name)s
+    RETURNING id, job_id, attempts
+), logged AS (
+    INSERT INTO engine_events (kind, job_id, step_run_id, attempt, detail)
+    SELECT 'woken', w.job_id, w.id, w.attempts,
+           jsonb_build_object('by', 'signal', 'signal', %(name)s::text)
+    FROM woken AS w
+)
+SELECT id FROM woken;
+
+-- step_wake_if_due_many --
+-- Invariant 13: a waiting step run is claimable later, at its deadline: the sweeper makes it pending once wait_until has passed (the step then finds its timeout); jobs are locked first, in id order, and a wake a signal did meanwhile is not repeated (the row is re-checked as waiting).
+WITH jobs AS (
+    SELECT j.id
+    FROM engine_jobs AS j
+    WHERE j.id IN (
+        SELECT job_id FROM engine_step_runs
+        WHERE status = 'waiting' AND wait_until <= clock_timestamp())
+      AND j.status IN ('pending', 'running')
+    ORDER BY j.id
+    LIMIT %(limit)s
+    FOR UPDATE
+), woken AS (
+    UPDATE engine_step_runs AS s
+    SET status = 'pending', available_at = clock_timestamp()
+    FROM jobs
+    WHERE s.job_id = jobs.id AND s.status = 'waiting' AND s.wait_until <= clock_timestamp()
+    RETURNING s.id, s.job_id, s.attempts, s.wait_signal, s.wait_until
+), logged AS (
+    INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
+    SELECT 'woken', w.job_id, w.id, %(worker)s, w.attempts,
+           jsonb_build_object('by', 'timeout', 'signal', w.wait_signal, 'until', w.wait_until)
+    FROM woken AS w
+)
+SELECT id, job_id FROM woken;

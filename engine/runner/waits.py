@@ -1,0 +1,68 @@
+"""A step that waits: its step run parked, fenced, holding no lease, slot or attempt.
+
+The step raised :class:`~engine.waits.Wait` (its transaction rolled back:
+nothing it wrote commits). One transaction then locks the job row (the one
+lock order; a signal sent at the same moment serialises on it), moves the
+step run from running to ``waiting`` under our lease token (a stale attempt
+parks nothing: invariant 16), gives its attempt back (invariant 14), records
+the ``waiting`` event and, on the PostgreSQL transport, deletes the delivery.
+Should the awaited signal have been recorded already, the step run goes back
+to pending instead and is announced at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from engine import store
+from engine.announce import Announced, announce
+from engine.heartbeat import Lease
+from engine.runner.failures import Failures
+from engine.runner.outcome import Outcome
+from engine.store.status import EventKind
+from engine.waits import Wait
+
+log = logging.getLogger(__name__)
+
+
+class Waits(Failures):
+    """The waiting half of :class:`~engine.runner.execution.Executor`."""
+
+    conn: psycopg.Connection[Any]
+
+    def _wait(self, lease: Lease, wait: Wait) -> Outcome:
+        claimed = lease.claimed
+        conn = self.conn
+        announced = Announced(self.transport)
+        with conn.transaction():
+            parked = None
+            if store.job_lock_if_active(conn, claimed.job_id):
+                parked = store.step_wait_if_leased(
+                    conn, claimed, signal=wait.signal, timeout_s=wait.timeout_s, until=wait.until
+                )
+            if parked is not None:
+                resumed = parked.status == "pending"
+                if resumed:  # the signal came between the step's look and now
+                    announced = announce(
+                        conn,
+                        self.transport,
+                        outbox_ids=store.outbox_insert_many(conn, [claimed.id]),
+                    )
+                until = parked.wait_until.isoformat() if parked.wait_until else None
+                store.step_event_insert(
+                    conn,
+                    EventKind.WAITING,
+                    claimed,
+                    worker=self.worker,
+                    detail={"signal": parked.wait_signal, "until": until, "resumed": resumed},
+                )
+                self._ack_in_commit(lease, conn)
+        if parked is None:
+            return self.fenced(claimed, f"lease lost before the step could wait: {wait}", lease)
+        announced.publish_after_commit(conn)
+        self._ack_after_commit(lease)
+        log.info("step run %s (%s) %s", claimed.id, claimed.step, wait)
+        return Outcome("waiting", str(wait), claimed.id)

@@ -1,0 +1,117 @@
+"""``engine signal`` as a user runs it; a posting batch waiting for approval, resumed by it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from harness import engine_cli as engine
+from harness import start_worker_process, wait_job_ended, wait_until
+
+from engine.config import Settings
+from engine.processes import WorkerProcess
+from flows.erp.seed import seed
+
+pytestmark = pytest.mark.acceptance
+
+PERIOD = "2026-11"
+
+
+def _stop(proc: WorkerProcess) -> str:
+    proc.stop(grace_s=30)
+    assert proc.stdout is not None
+    return proc.stdout.read()
+
+
+def test_cli__signal_bad_input_exits_2_naming_the_value(settings: Settings) -> None:
+    job = json.loads(engine(settings, "submit", "example", "--period", "2026-11", "--json").stdout)
+    job_id = job["job_id"]
+    cases = [
+        (("not-a-uuid", "approve"), "invalid job id 'not-a-uuid'"),
+        ((str(uuid.UUID(int=7)), "approve"), f"no job with id {uuid.UUID(int=7)}"),
+        ((job_id, "approve", "--data", "{by: acct}"), "invalid --data '{by: acct}': not JSON"),
+        ((job_id, "Approve!"), "invalid signal name 'Approve!'"),
+    ]
+    for args, message in cases:
+        result = engine(settings, "signal", *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+
+    sent = engine(settings, "signal", job_id, "approve", "--data", '{"by": "a"}', "--json")
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout) | {"at": None} == {
+        "job_id": job_id,
+        "name": "approve",
+        "data": {"by": "a"},
+        "sent_by": json.loads(sent.stdout)["sent_by"],
+        "at": None,
+        "created": True,
+        "woken": 0,
+    }
+    same = engine(settings, "signal", job_id, "approve", "--data", '{"by": "a"}')
+    assert same.returncode == 0, same.stderr
+    assert "already" in same.stdout and "nothing changed" in same.stdout
+    other = engine(settings, "signal", job_id, "approve", "--data", '{"by": "b"}')
+    assert other.returncode == 2
+    assert f"signal 'approve' was sent to job {job_id} already" in other.stderr
+
+    assert engine(settings, "cancel", job_id).returncode == 0
+    ended = engine(settings, "signal", job_id, "later")
+    assert ended.returncode == 2
+    assert f"job {job_id} is cancelled; only a pending or running job can be signalled" in (
+        ended.stderr
+    )
+
+
+def test_cli__posting_waits_for_approval_and_resumes_by_engine_signal(
+    settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    made = seed(
+        conn, stores=3, brands=1, employees=6, items=10, period=PERIOD, documents=60, seed=2
+    )
+    assert made.bad_documents.get("unbalanced", 0) + made.bad_documents.get("unknown_account", 0)
+    workers = [
+        start_worker_process(settings, flow_modules=["flows.posting"], concurrency=2)
+        for _ in range(2)
+    ]
+    try:
+        submitted = engine(
+            settings, "submit", "posting", "--period", PERIOD, "--approve-rejects-over", "0",
+            "--json",
+        )  # fmt: skip
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = json.loads(submitted.stdout)["job_id"]
+
+        def reconcile() -> dict[str, Any]:
+            view = json.loads(engine(settings, "status", job_id, "--json").stdout)
+            return next((s for s in view["steps"] if s["step"] == "reconcile"), {})
+
+        wait_until(
+            lambda: reconcile().get("status") == "waiting", timeout=120, what="the approval wait"
+        )
+        waiting = reconcile()
+        assert (waiting["wait_signal"], waiting["attempts"], waiting["lease_owner"]) == (
+            "approve",
+            0,
+            None,
+        )
+        shown = engine(settings, "status", job_id)
+        assert "signal approve" in shown.stdout, shown.stdout
+
+        approved = engine(settings, "signal", job_id, "approve", "--data", '{"by":"acct"}')
+        assert approved.returncode == 0, approved.stderr
+        assert "1 waiting step run(s) resumed" in approved.stdout
+        assert wait_job_ended(conn, uuid.UUID(job_id), timeout=120) == "done"
+    finally:
+        outputs = [_stop(w) for w in workers]
+    status = json.loads(engine(settings, "status", job_id, "--json").stdout)
+    assert status["job"]["status"] == "done", outputs
+    assert [s["name"] for s in status["signals"]] == ["approve"]
+    report = engine(settings, "report", job_id)
+    assert report.returncode == 0, report.stderr
+    page = Path(report.stdout.strip()).read_text(encoding="utf-8")
+    assert "Approved by <strong>acct</strong>" in page
