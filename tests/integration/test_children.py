@@ -214,3 +214,71 @@ def test_children__the_reports_link_parent_and_children(
     assert "Child job <code>0</code> of" in child_text
     # the link resolves beside the report
     assert (parent_html.parent / f"{kids[0]['id']}.html").exists()
+
+
+def test_children__the_deadline_holds_across_wakes_and_then_times_the_wait_out(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=2, hold=True, timeout_s=3 * 86400)
+
+    def parks() -> int:
+        row = conn.execute(
+            "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'waiting'",
+            (job,),
+        ).fetchone()
+        return 0 if row is None else int(row["n"])
+
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        deadline = spawn_run(conn, job)["wait_until"]
+        assert deadline is not None
+        first, second = children_of(conn, job)
+        wait_until(lambda: waiting_for(conn, first["id"], "work"), what="a child to hold")
+        signal(first["id"], "release", settings=fast)
+        # woken by the first child's end, the step parks again for the second
+        wait_until(lambda: parks() == 2 and waiting_for(conn, job, "spawn"), what="a re-park")
+        assert spawn_run(conn, job)["wait_until"] == deadline, "a wake does not move it"
+        conn.execute(
+            "UPDATE engine_step_runs SET wait_until = now() - interval '1 s' WHERE id = %s",
+            (spawn_run(conn, job)["id"],),
+        )
+        assert wait_job_ended(conn, job) == "done"
+    spawn = spawn_run(conn, job)
+    assert spawn["output"]["timed_out"] is True
+    assert status_of(conn, second["id"]) in ("pending", "running"), "the step decides about it"
+
+
+def test_status__shows_a_parents_children_and_a_childs_parent(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from engine.cli.main import main
+
+    job = brood(fast, registry, children=2, hold=True)
+    assert fast.database_url is not None
+    env = {
+        "ENGINE_DATABASE_URL": fast.database_url.get_secret_value(),
+        "ENGINE_FLOW_MODULES": ",".join(MODULES),
+        "COLUMNS": "160",
+    }
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        kids = children_of(conn, job)
+        shown = CliRunner().invoke(main, ["status", str(job)], env=env)
+        assert shown.exit_code == 0, shown.output
+        print(shown.output)
+        assert "children" in shown.output
+        for k in kids:
+            assert str(k["id"]) in shown.output
+        as_json = CliRunner().invoke(main, ["status", str(job), "--json"], env=env)
+        data = json.loads(as_json.output)
+        assert [c["job_id"] for c in data["children"]] == [str(k["id"]) for k in kids]
+        assert [c["key"] for c in data["children"]] == ["0", "1"]
+        assert data["parent"] is None
+        child = CliRunner().invoke(main, ["status", str(kids[0]["id"])], env=env)
+        print(child.output)
+        assert f"child 0 of brood job {job}" in child.output
+        admin.cancel(fast, job)
