@@ -71,7 +71,12 @@ def check_child_key(key: str) -> str:
 
 @dataclass(frozen=True)
 class Child:
-    """A child job as its parent step sees it once it ended (or, in status, at any time)."""
+    """A child job as its parent step sees it once it ended.
+
+    ``output`` is a done child's result: the checkpoint of its step run that
+    finished last (its flow's last step, for a flow that ends in one step);
+    ``None`` for a failed or cancelled child, whose ``error`` says why.
+    """
 
     job_id: uuid.UUID
     key: str
@@ -79,6 +84,7 @@ class Child:
     status: JobStatus
     error: str | None
     finished_at: datetime | None
+    output: dict[str, Any] | None = None  # a done child's last checkpoint
 
     @property
     def ok(self) -> bool:
@@ -93,6 +99,7 @@ class Child:
             "status": self.status.value,
             "error": self.error,
             "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
+            "output": self.output,
         }
 
 
@@ -161,7 +168,9 @@ def wait_for_children(
     rows = store.job_select_children(conn, step_run_id)
     active = [r.id for r in rows if r.status not in _ENDED]
     if not active:
-        return [Child(r.id, r.key, r.flow, r.status, r.error, r.finished_at) for r in rows]
+        return [
+            Child(r.id, r.key, r.flow, r.status, r.error, r.finished_at, r.output) for r in rows
+        ]
     timed_out, deadline = store.step_select_children_timed_out(conn, step_run_id)
     if timed_out:
         raise ChildrenTimeout(active, deadline)

@@ -96,6 +96,7 @@ class Sweeper:
                         store.event_insert(
                             conn, EventKind.JOB_FAILED, job_id=d.job_id, worker=self.worker
                         )
+                        store.job_cancel_descendants(conn, d.job_id, "parent failed")
                         store.step_cancel_by_job(conn, d.job_id)
                         ended.append(d.job_id)
                         # its parent, waiting for it, runs again (the relay below sends)

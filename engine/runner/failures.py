@@ -228,8 +228,10 @@ class Failures:
                         worker=self.worker,
                         error=f"step {step.name}: {reason}",
                     )
-                    # a failed job leaves nothing running: siblings are cancelled
-                    # (their heartbeats and checkpoints then read "cancelled")
+                    # a failed job leaves nothing running: its children and the
+                    # step's siblings are cancelled (their heartbeats and
+                    # checkpoints then read "cancelled")
+                    store.job_cancel_descendants(conn, claimed.job_id, "parent failed")
                     store.step_cancel_by_job(conn, claimed.job_id)
                     self.ended_job = claimed.job_id
                     announced += wake_parent(conn, self.transport, claimed.job_id)

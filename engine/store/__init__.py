@@ -65,6 +65,7 @@ from engine.store.events import (
     step_event_insert,
 )
 from engine.store.jobs import (
+    job_cancel_descendants,
     job_cancel_if_active,
     job_cancel_if_leased,
     job_finish_if_active,
@@ -225,6 +226,7 @@ __all__ = [
     "dead_letter_select_open",
     "event_count_by_step",
     "event_insert",
+    "job_cancel_descendants",
     "job_cancel_if_active",
     "job_cancel_if_leased",
     "job_finish_if_active",

@@ -139,7 +139,7 @@ def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reaso
     Job rows first (the job's, then its children's), then the step runs.
     """
     if conn.execute(_q["job_cancel_if_active"], {"job_id": job_id, "reason": reason}).rowcount:
-        _cancel_descendants(conn, job_id, reason)
+        job_cancel_descendants(conn, job_id, f"parent cancelled: {reason}")
         step_cancel_by_job(conn, job_id)
         return True
     return False
@@ -153,18 +153,25 @@ def job_cancel_if_leased(conn: psycopg.Connection[Any], claimed: Claimed, reason
         {"job_id": claimed.job_id, "id": claimed.id, "token": claimed.token, "reason": reason},
     )
     if cur.rowcount:
-        _cancel_descendants(conn, claimed.job_id, reason)
+        job_cancel_descendants(conn, claimed.job_id, f"parent cancelled: {reason}")
         step_cancel_by_job(conn, claimed.job_id)
         return True
     return False
 
 
-def _cancel_descendants(conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str) -> None:
-    rows = conn.execute(
-        _q["job_cancel_descendants"], {"job_id": job_id, "reason": f"parent cancelled: {reason}"}
-    ).fetchall()
-    for row in rows:
-        step_cancel_by_job(conn, column(row, "id"))
+@wrap_errors
+def job_cancel_descendants(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str
+) -> list[uuid.UUID]:
+    """Cancel the active children of ``job_id`` (ended or ending, its row locked), theirs, ...
+
+    Their step runs too; ``reason`` is their error. The ids of the jobs cancelled.
+    """
+    rows = conn.execute(_q["job_cancel_descendants"], {"job_id": job_id, "reason": reason})
+    cancelled = [column(r, "id") for r in rows.fetchall()]
+    for child in cancelled:
+        step_cancel_by_job(conn, child)
+    return cancelled
 
 
 @wrap_errors

@@ -309,6 +309,7 @@ class ChildRow:
     error: str | None
     created_at: datetime
     finished_at: datetime | None
+    output: dict[str, Any] | None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ChildRow:
@@ -320,4 +321,5 @@ class ChildRow:
             row["error"],
             row["created_at"],
             row["finished_at"],
+            row["output"],
         )

@@ -84,9 +84,9 @@ def test_children__run_on_a_one_slot_worker_while_the_parent_waits_holding_nothi
     assert {k["parent_step_run_id"] for k in kids} == {spawn["id"]}
     assert spawn["attempts"] == 1, "waiting for children costs no attempt"
     outcomes = spawn["output"]["outcomes"]
-    assert [(o["key"], o["job_id"], o["status"]) for o in outcomes] == [
-        ("0", str(kids[0]["id"]), "done"),
-        ("1", str(kids[1]["id"]), "done"),
+    assert [(o["key"], o["job_id"], o["status"], o["output"]) for o in outcomes] == [
+        ("0", str(kids[0]["id"]), "done", {"value": 0}),
+        ("1", str(kids[1]["id"]), "done", {"value": 10}),
     ]
     tally = conn.execute(
         "SELECT output FROM engine_step_runs WHERE job_id = %s AND step = 'tally'", (job,)
@@ -131,6 +131,7 @@ def test_children__a_failed_child_is_reported_to_the_parent_which_decides(
         assert wait_job_ended(conn, job) == "done"
     outcomes = spawn_run(conn, job)["output"]["outcomes"]
     assert [o["status"] for o in outcomes] == ["done", "failed"]
+    assert outcomes[1]["output"] is None
     assert "child 1 fails" in (outcomes[1]["error"] or "")
 
 
@@ -282,3 +283,20 @@ def test_status__shows_a_parents_children_and_a_childs_parent(
         print(child.output)
         assert f"child 0 of brood job {job}" in child.output
         admin.cancel(fast, job)
+
+
+def test_children__a_parent_failing_elsewhere_cancels_its_active_children(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=2, hold=True, fail_sibling=True)
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        kids = children_of(conn, job)
+        for k in kids:
+            wait_until(lambda k=k: waiting_for(conn, k["id"], "work"), what="a child to hold")
+        wait_until(lambda: waiting_for(conn, job, "sibling"), what="the sibling to wait")
+        signal(job, "boom", settings=fast)
+        assert wait_job_ended(conn, job) == "failed"
+    for k in kids:
+        assert status_of(conn, k["id"]) == "cancelled"
+    assert spawn_run(conn, job)["status"] == "cancelled"

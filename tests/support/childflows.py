@@ -7,6 +7,8 @@
   the one numbered ``fail_child`` fails; every one holds with ``hold``) and
   waits for them, returning their outcomes; with ``retry_after_submit`` its
   first attempt raises ``Retry`` after submitting; then ``tally`` counts.
+  Beside them ``sibling``, with ``fail_sibling``, waits for the signal
+  ``boom`` of its job, then fails (and the job with it).
 
 ``HOOKS["before_wait"]`` (a callable), when set, runs after ``spawn`` found
 a child still active and before its step run is parked.
@@ -54,6 +56,7 @@ class BroodParams(BaseModel):
     hold: bool = False
     retry_after_submit: bool = False
     timeout_s: float | None = None
+    fail_sibling: bool = False
 
 
 class Outcome(BaseModel):
@@ -61,6 +64,7 @@ class Outcome(BaseModel):
     job_id: str
     status: str
     error: str | None
+    output: dict[str, Any] | None
 
 
 class Spawned(BaseModel):
@@ -94,10 +98,24 @@ def spawn(params: BroodParams, ctx: StepContext) -> Spawned:
             hook(ctx)
         raise
     outcomes = [
-        Outcome(key=c.key, job_id=str(c.job_id), status=c.status.value, error=c.error)
+        Outcome(
+            key=c.key, job_id=str(c.job_id), status=c.status.value, error=c.error, output=c.output
+        )
         for c in children
     ]
     return Spawned(outcomes=outcomes, attempt=ctx.attempt)
+
+
+class Nothing(BaseModel):
+    pass
+
+
+@brood.step()
+def sibling(params: BroodParams, ctx: StepContext) -> Nothing:
+    if params.fail_sibling:
+        ctx.wait_for_signal("boom")
+        raise Fail("the sibling fails")
+    return Nothing()
 
 
 @brood.step(after=["spawn"])

@@ -114,11 +114,15 @@ FROM engine_jobs
 WHERE parent_step_run_id = %(parent_step_run_id)s AND child_key = %(child_key)s;
 
 -- job_select_children --
--- Read by the waiting step in its fenced transaction (and by status): the children of a step run, in the order they were submitted; writes nothing.
-SELECT id, flow, status, child_key, error, created_at, finished_at
-FROM engine_jobs
-WHERE parent_step_run_id = %(parent_step_run_id)s
-ORDER BY created_at, id;
+-- Read by the waiting step in its fenced transaction: the children of a step run, in the order they were submitted, each done one with the checkpoint of its step run that finished last (its result, for a flow that ends in one step); writes nothing.
+SELECT c.id, c.flow, c.status, c.child_key, c.error, c.created_at, c.finished_at,
+       (SELECT s.output FROM engine_step_runs AS s
+        WHERE s.job_id = c.id AND s.status = 'done' AND c.status = 'done'
+        ORDER BY s.finished_at DESC, s.id
+        LIMIT 1) AS output
+FROM engine_jobs AS c
+WHERE c.parent_step_run_id = %(parent_step_run_id)s
+ORDER BY c.created_at, c.id;
 
 -- job_lock_children --
 -- A parent step about to park waits here for any child ending at that moment (its transaction holds the child row) to commit, so the park sees that end; taken after the parent job row, before the parent step run (the one lock order: parent job, child jobs, step runs).
@@ -128,7 +132,7 @@ ORDER BY id
 FOR SHARE;
 
 -- job_cancel_descendants --
--- Cancelling a job cancels its active children, theirs, and so on, in the transaction that cancelled it (after its row, before any step run); the ones cancelled are returned so their step runs follow.
+-- A job cancelled or failed leaves no child running: its active children, theirs, and so on are cancelled in the transaction that ended it (after its row, before any step run: the one lock order); the ones cancelled are returned so their step runs follow.
 WITH RECURSIVE tree AS (
     SELECT id FROM engine_jobs WHERE parent_job_id = %(job_id)s
     UNION
