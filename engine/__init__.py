@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from engine.children import Child, ChildrenTimeout
 from engine.concurrency import Concurrency
 from engine.config import Settings
 from engine.context import StepContext
@@ -75,6 +76,8 @@ __all__ = [
     "BadInput",
     "Cancel",
     "ChecksFailed",
+    "Child",
+    "ChildrenTimeout",
     "Concurrency",
     "ConfigError",
     "DefinitionError",

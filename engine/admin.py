@@ -14,6 +14,7 @@ import psycopg
 
 from engine import db, store
 from engine.announce import announce, announce_freed
+from engine.children import wake_parent
 from engine.config import Settings
 from engine.errors import BadInput, NoSuchJob
 from engine.store.status import EventKind
@@ -37,6 +38,8 @@ def cancel(
 ) -> None:
     """Cancel an active job: its running steps stop at their next check or commit.
 
+    Its active child jobs (and theirs) are cancelled with it.
+
     The concurrency slots its step runs held are free at the commit: the
     step runs waiting for them are announced with it.
     """
@@ -50,6 +53,8 @@ def cancel(
                 )
             store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
             freed = announce_freed(conn, transport, [job_id])
+            # a child cancelled on its own: its parent step, waiting for it, runs again
+            freed += wake_parent(conn, transport, job_id)
         freed.publish_after_commit(conn)
 
 

@@ -5,22 +5,33 @@ it commits together with its checkpoint, and only if the lease token is still
 current (invariant 5). A costing step's rows therefore commit if and only if
 its checkpoint does. ``ctx.check()`` raises when the lease was lost or the job
 cancelled; long steps call it between chunks of work. ``ctx.wait_for_signal``
-and ``ctx.sleep_until`` wait durably, holding no lease (:mod:`engine.waits`).
+and ``ctx.sleep_until`` wait durably, holding no lease (:mod:`engine.waits`);
+``ctx.submit_child`` and ``ctx.wait_for_children`` run child jobs and wait for
+them the same way (:mod:`engine.children`).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+from pydantic import BaseModel
 
-from engine.errors import JobCancelled, LeaseLost
+from engine import store
+from engine.children import Child, ChildSubmitter, wait_for_children
+from engine.errors import EngineError, JobCancelled, LeaseLost
 from engine.flow import register_injectable
 from engine.waits import Signal, sleep_until, wait_for_signal
+
+if TYPE_CHECKING:
+    from engine.flow import Flow
+    from engine.submit import Submitted
 
 
 @dataclass
@@ -54,6 +65,8 @@ class StepContext:
     fingerprint: str
     worker: str
     stop: StopSignal = field(default_factory=StopSignal, compare=False)
+    children: ChildSubmitter | None = field(default=None, compare=False)
+    _child_index: Iterator[int] = field(default_factory=itertools.count, compare=False)
 
     @property
     def stopping(self) -> bool:
@@ -84,6 +97,38 @@ class StepContext:
         its start once ``until`` has passed (woken by the sweeper).
         """
         sleep_until(self.conn, until)
+
+    def submit_child(
+        self,
+        flow: str | Flow,
+        params: Mapping[str, Any] | BaseModel,
+        *,
+        key: str | None = None,
+    ) -> Submitted:
+        """Submit a child job of this step run, in the step's transaction; once per key.
+
+        ``key`` names the child within this step run (default: its index,
+        ``"0"``, ``"1"``, ... in the order of the calls). A rerun of the step
+        gets the child submitted under that key before (``created=False``),
+        whatever its status. Follow with :meth:`wait_for_children`.
+        """
+        if self.children is None:
+            raise EngineError("this step context cannot submit child jobs (no worker behind it)")
+        name = str(next(self._child_index)) if key is None else key
+        parent = store.ChildOf(self.job_id, self.step_run_id, name)
+        return self.children.submit(self.conn, parent, flow, params)
+
+    def wait_for_children(self, timeout: timedelta | None = None) -> list[Child]:
+        """The outcomes of this step run's children, once every one has ended.
+
+        Until then the step stops here and what it wrote so far (the children
+        it submitted) commits with its step run parked, holding no lease, slot
+        or attempt; each child's end runs the step again from its start. After
+        ``timeout`` (``None``: never) a rerun's call raises
+        :class:`~engine.children.ChildrenTimeout`. A failed child is an
+        outcome like any other (``child.ok`` is false): the step decides.
+        """
+        return wait_for_children(self.conn, self.step_run_id, timeout)
 
 
 register_injectable(StepContext)

@@ -56,13 +56,15 @@ def job_fingerprint(
     flow_version: int,
     params: BaseModel | Mapping[str, Any],
     scheduled_for: datetime | None = None,
+    child_of: tuple[UUID, str] | None = None,
 ) -> str:
     """Fingerprint of a job: at most one active job per fingerprint.
 
     A job a schedule fires has its scheduled time as one more component
     (absent otherwise, so other jobs keep their fingerprints): each time of a
     schedule is its own job, and the same parameters submitted by hand are
-    another one.
+    another one. A child job has its parent step run and its key (``child_of``):
+    each child of each step run is its own job, whatever its parameters.
     """
     identity: dict[str, Any] = {
         "kind": "job",
@@ -72,6 +74,9 @@ def job_fingerprint(
     }
     if scheduled_for is not None:
         identity["scheduled_for"] = scheduled_for
+    if child_of is not None:
+        identity["parent_step_run"] = child_of[0]
+        identity["child_key"] = child_of[1]
     return sha256_hex(canonical_json(identity))
 
 

@@ -169,6 +169,7 @@ def _submit_in(
     *,
     notify: bool,
     scheduled_for: datetime | None = None,
+    parent: store.ChildOf | None = None,
 ) -> Submitted:
     """Write the job, its first step runs and their announcements in ``conn``'s transaction.
 
@@ -180,7 +181,8 @@ def _submit_in(
     """
     admit(flow, params, conn)
     params_json = params.model_dump(mode="json")
-    fingerprint = job_fingerprint(flow.name, flow.version, params, scheduled_for)
+    child_of = None if parent is None else (parent.step_run_id, parent.key)
+    fingerprint = job_fingerprint(flow.name, flow.version, params, scheduled_for, child_of)
     for _ in range(_MAX_ROUNDS):
         job_id = uuid.uuid4()
         row = store.job_insert_if_absent(
@@ -191,6 +193,7 @@ def _submit_in(
             params=params_json,
             fingerprint=fingerprint,
             submitted_by=submitted_by,
+            parent=parent,
         )
         if row is not None:
             runs = root_runs(flow, job_id, params_json, settings)
@@ -198,6 +201,9 @@ def _submit_in(
             detail: dict[str, Any] = {"flow": flow.name, "params": params_json, "by": submitted_by}
             if scheduled_for is not None:
                 detail["scheduled_for"] = scheduled_for.isoformat()
+            if parent is not None:
+                detail["parent_job"] = str(parent.job_id)
+                detail["child_key"] = parent.key
             store.event_insert(conn, EventKind.SUBMITTED, job_id=job_id, detail=detail)
             return Submitted(row.id, row.flow, row.status, True, fingerprint, announced.outbox_ids)
         existing = store.job_select_active_by_fingerprint(conn, fingerprint)

@@ -34,6 +34,7 @@ import psycopg
 from engine import metrics, store
 from engine.alerts import AlertRecorder
 from engine.announce import announce, announce_freed
+from engine.children import wake_parent
 from engine.config import Settings
 from engine.outbox import relay
 from engine.store.status import EventKind, JobStatus
@@ -95,8 +96,11 @@ class Sweeper:
                         store.event_insert(
                             conn, EventKind.JOB_FAILED, job_id=d.job_id, worker=self.worker
                         )
+                        store.job_cancel_descendants(conn, d.job_id, "parent failed")
                         store.step_cancel_by_job(conn, d.job_id)
                         ended.append(d.job_id)
+                        # its parent, waiting for it, runs again (the relay below sends)
+                        wake_parent(conn, self.transport, d.job_id)
                 for c in store.step_cancel_if_job_ended_many(conn):
                     cancelled_jobs.append(c.job_id)
                     orphans += 1

@@ -59,8 +59,9 @@ class Signal:
 class Wait(StepControl):
     """Park this step run until ``signal`` arrives or ``until``/``timeout_s`` passes.
 
-    Raised by :meth:`StepContext.wait_for_signal` and :meth:`StepContext.sleep_until`;
-    a step does not raise it itself.
+    Raised by :meth:`StepContext.wait_for_signal`, :meth:`StepContext.sleep_until`
+    and, with ``children``, :meth:`StepContext.wait_for_children`
+    (:mod:`engine.children`); a step does not raise it itself.
     """
 
     def __init__(
@@ -69,11 +70,19 @@ class Wait(StepControl):
         signal: str | None = None,
         timeout_s: float | None = None,
         until: datetime | None = None,
+        children: bool = False,
     ) -> None:
         self.signal = signal
         self.timeout_s = timeout_s
         self.until = until
-        what = f"signal {signal!r}" if signal else f"the time {until}"
+        self.children = children
+        what = (
+            "its child jobs"
+            if children
+            else f"signal {signal!r}"
+            if signal
+            else f"the time {until}"
+        )
         super().__init__(f"waiting for {what}")
 
 

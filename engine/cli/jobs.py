@@ -20,7 +20,7 @@ from engine.cli.state import State, current
 from engine.counts import read_counts
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
-from engine.store.models import StepRun
+from engine.store.models import Job, StepRun
 from engine.store.read import JobView, job_view, recent_jobs, sqlalchemy_engine
 from engine.store.status import JobStatus, StepStatus
 from engine.submit import Submitted, submit
@@ -178,12 +178,26 @@ def _view_json(view: JobView) -> dict[str, Any]:
             sig.model_dump(mode="json", include={"name", "data", "sent_by", "created_at"})
             for sig in view.signals
         ],
+        "parent": None if view.parent is None else _job_json(view.parent),
+        "children": [_job_json(c) for c in view.children],
+    }
+
+
+def _job_json(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": str(job.id),
+        "flow": job.flow,
+        "status": str(job.status),
+        "key": job.child_key,
+        "finished_at": None if job.finished_at is None else job.finished_at.isoformat(),
     }
 
 
 def _waits_for(run: StepRun) -> str:
-    """What a waiting step run waits for: a signal (until a deadline), or a time."""
+    """What a waiting step run waits for: its children or a signal (until a deadline), or a time."""
     until = f"{run.wait_until:%Y-%m-%d %H:%M:%S}" if run.wait_until else None
+    if run.wait_children and not run.wait_signal:
+        return "children" + (f" until {until}" if until else "")
     if run.wait_signal:
         return f"signal {run.wait_signal}" + (f" until {until}" if until else "")
     return f"until {until}"
@@ -197,6 +211,13 @@ def _print_view(view: JobView) -> None:
     )
     out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
     out.print(f"created {job.created_at:%Y-%m-%d %H:%M:%S}  by {job.submitted_by or '-'}")
+    if view.parent is not None:
+        p = view.parent
+        out.print(
+            f"child {job.child_key} of {p.flow} job {p.id} ({p.status})",
+            highlight=False,
+            markup=False,
+        )
     table = Table("step", "key", "status", "attempts", "lease owner", "concurrency")
     table.add_column("waits for", no_wrap=True)
     table.add_column("error")
@@ -220,6 +241,12 @@ def _print_view(view: JobView) -> None:
             highlight=False,
             markup=False,
         )
+    if view.children:
+        kids = Table("child", "flow", "job", "status", "finished")
+        for c in view.children:
+            finished = f"{c.finished_at:%Y-%m-%d %H:%M:%S}" if c.finished_at else ""
+            kids.add_row(c.child_key or "", c.flow, str(c.id), str(c.status), finished)
+        out.print(kids)
     if view.unpublished:
         out.print(f"{view.unpublished} message(s) not published yet")
 

@@ -23,7 +23,7 @@ from engine.errors import EngineError, NoSuchJob
 from engine.flow import Flow
 from engine.registry import Registry
 from engine.reports.links import run_href
-from engine.store.models import Event, EventKind, StepRun, StepStatus
+from engine.store.models import Event, EventKind, Job, StepRun, StepStatus
 from engine.store.read import job_history, recent_jobs
 
 __all__ = [
@@ -101,6 +101,7 @@ class WaitView(BaseModel):
     label: str
     signal: str | None
     until: datetime | None
+    children: bool = False
 
 
 class SignalView(BaseModel):
@@ -110,6 +111,19 @@ class SignalView(BaseModel):
     data: str  # JSON
     sent_by: str | None
     at: datetime
+
+
+class JobLink(BaseModel):
+    """A parent or child job, linked from a run report (``href`` beside this report's).
+
+    ``key`` is the child's key: a child's own, or for a parent this job's.
+    """
+
+    job_id: str
+    flow: str
+    status: str
+    key: str | None
+    href: str
 
 
 class Attempt(BaseModel):
@@ -190,6 +204,8 @@ class RunReport(BaseModel):
     summary: dict[str, Any] | None
     waits: list[WaitView]
     signals: list[SignalView]
+    parent: JobLink | None = None
+    children: list[JobLink] = []
 
 
 class IndexRow(BaseModel):
@@ -439,7 +455,9 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         summary_step=summary_step,
         summary=summary,
         waits=[
-            WaitView(label=_label(r), signal=r.wait_signal, until=r.wait_until)
+            WaitView(
+                label=_label(r), signal=r.wait_signal, until=r.wait_until, children=r.wait_children
+            )
             for r in runs
             if r.status == StepStatus.WAITING
         ],
@@ -452,6 +470,20 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
             )
             for g in history.signals
         ],
+        parent=None if history.parent is None else _job_link(history.parent, job.child_key),
+        children=[_job_link(c) for c in history.children],
+    )
+
+
+def _job_link(job: Job, key: str | None = None) -> JobLink:
+    """A link to ``job``; ``key``: this job's key as the parent's child (else ``job``'s own)."""
+    # a run report is runs/<id>.html: another run's is beside it
+    return JobLink(
+        job_id=str(job.id),
+        flow=job.flow,
+        status=str(job.status),
+        key=key or job.child_key,
+        href=f"../{run_href(job.id)}",
     )
 
 

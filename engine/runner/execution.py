@@ -31,6 +31,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from engine import faults, logs, metrics, store
 from engine.alerts import AlertRecorder
 from engine.announce import Announced, announce, announce_freed
+from engine.children import ChildSubmitter, wake_parent
 from engine.config import Settings
 from engine.context import StepContext
 from engine.errors import JobCancelled, LeaseLost
@@ -73,6 +74,7 @@ class Executor(Waits):
         self.conn = conn
         self.heartbeat = heartbeat
         self.alerts = alerts
+        self.children = ChildSubmitter(settings, registry, transport)
         self.current: Lease | None = None
         # asked before claiming an eager successor (the worker says no once stopping)
         self.may_continue = may_continue
@@ -141,8 +143,15 @@ class Executor(Waits):
                     fingerprint=claimed.fingerprint,
                     worker=self.worker,
                     stop=lease.stop,
+                    children=self.children,
                 )
-                output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
+                try:
+                    output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
+                except Wait as exc:
+                    if not exc.children or conn.broken or conn.closed:
+                        raise
+                    # its children commit with the park, in this transaction
+                    return self._wait_children(lease, exc, transaction.close)
                 if not isinstance(output, step.output):
                     raise Fail(
                         f"step {step.name!r} returned {type(output).__name__}, "
@@ -262,9 +271,10 @@ class Executor(Waits):
         # back) and the publish and delete come after the commit.
         inside = self.transport.transactional
         faults.hit("before_commit")
-        sink: store.Executes = store.Batch(conn) if inside else conn
+        # a job's end (once per job) reads rows back: it wakes a parent waiting for it
+        sink: store.Executes = store.Batch(conn) if inside and not job_complete else conn
         if job_complete:
-            self._finish_job(claimed, sink)
+            freed += self._finish_job(claimed, conn)
         if eager is not None:
             queued = self._claim_eager(claimed, eager, sink)
         announced = freed + announce(
@@ -309,8 +319,9 @@ class Executor(Waits):
             return
         self.continuation = Continuation(eager, known, check_lease)
 
-    def _finish_job(self, claimed: Claimed, sink: store.Executes) -> None:
+    def _finish_job(self, claimed: Claimed, conn: psycopg.Connection[Any]) -> Announced:
         store.job_finish_if_active_logged(
-            sink, claimed.job_id, JobStatus.DONE, event=EventKind.JOB_DONE, worker=self.worker
+            conn, claimed.job_id, JobStatus.DONE, event=EventKind.JOB_DONE, worker=self.worker
         )
         self.ended_job = claimed.job_id
+        return wake_parent(conn, self.transport, claimed.job_id)

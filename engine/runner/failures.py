@@ -20,6 +20,7 @@ import psycopg
 from engine import db, store
 from engine.alerts import AlertRecorder
 from engine.announce import Announced, announce, announce_freed
+from engine.children import wake_parent
 from engine.config import Settings
 from engine.errors import DefinitionError
 from engine.flow import Step
@@ -147,6 +148,7 @@ class Failures:
             cancelled = store.job_cancel_if_leased(self.conn, claimed, reason)
             if cancelled:
                 freed = announce_freed(self.conn, self.transport, [claimed.job_id])
+                freed += wake_parent(self.conn, self.transport, claimed.job_id)
                 store.event_insert(
                     self.conn,
                     EventKind.CANCELLED,
@@ -226,10 +228,13 @@ class Failures:
                         worker=self.worker,
                         error=f"step {step.name}: {reason}",
                     )
-                    # a failed job leaves nothing running: siblings are cancelled
-                    # (their heartbeats and checkpoints then read "cancelled")
+                    # a failed job leaves nothing running: its children and the
+                    # step's siblings are cancelled (their heartbeats and
+                    # checkpoints then read "cancelled")
+                    store.job_cancel_descendants(conn, claimed.job_id, "parent failed")
                     store.step_cancel_by_job(conn, claimed.job_id)
                     self.ended_job = claimed.job_id
+                    announced += wake_parent(conn, self.transport, claimed.job_id)
                 kind = "dead"
             if not raise_fenced:
                 if claimed.concurrency_key is not None or kind == "dead":

@@ -8,17 +8,23 @@ parks nothing: invariant 16), gives its attempt back (invariant 14), records
 the ``waiting`` event and, on the PostgreSQL transport, deletes the delivery.
 Should the awaited signal have been recorded already, the step run goes back
 to pending instead and is announced at once.
+
+A wait for child jobs (:mod:`engine.children`) parks in the step's own
+transaction instead, which commits: the children the step submitted commit
+with the park, or neither does (a lost lease rolls both back).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from engine import store
 from engine.announce import Announced, announce
+from engine.errors import LeaseLost
 from engine.heartbeat import Lease
 from engine.runner.failures import Failures
 from engine.runner.outcome import Outcome
@@ -62,6 +68,42 @@ class Waits(Failures):
                 self._ack_in_commit(lease, conn)
         if parked is None:
             return self.fenced(claimed, f"lease lost before the step could wait: {wait}", lease)
+        announced.publish_after_commit(conn)
+        self._ack_after_commit(lease)
+        log.info("step run %s (%s) %s", claimed.id, claimed.step, wait)
+        return Outcome("waiting", str(wait), claimed.id)
+
+    def _wait_children(self, lease: Lease, wait: Wait, commit: Callable[[], None]) -> Outcome:
+        """Park for the children in the step's open transaction, then ``commit`` it.
+
+        Raises :class:`LeaseLost` (the caller rolls back) when the job is no
+        longer active or the lease token changed: the children go too.
+        """
+        claimed = lease.claimed
+        conn = self.conn
+        announced = Announced(self.transport)
+        # the one lock order: the job row, the children rows, then the step run
+        if not store.job_lock_if_active(conn, claimed.job_id):
+            raise LeaseLost(f"job {claimed.job_id} ended before step run {claimed.id} could wait")
+        store.job_lock_children(conn, claimed.id)
+        parked = store.step_wait_children_if_leased(conn, claimed, timeout_s=wait.timeout_s)
+        if parked is None:
+            raise LeaseLost(f"lease lost before the step could wait: {wait}")
+        resumed = parked.status == "pending"
+        if resumed:  # the last child ended between the step's look and now
+            announced = announce(
+                conn, self.transport, outbox_ids=store.outbox_insert_many(conn, [claimed.id])
+            )
+        until = parked.wait_until.isoformat() if parked.wait_until else None
+        store.step_event_insert(
+            conn,
+            EventKind.WAITING,
+            claimed,
+            worker=self.worker,
+            detail={"children": True, "until": until, "resumed": resumed},
+        )
+        self._ack_in_commit(lease, conn)
+        commit()
         announced.publish_after_commit(conn)
         self._ack_after_commit(lease)
         log.info("step run %s (%s) %s", claimed.id, claimed.step, wait)

@@ -18,7 +18,7 @@ from engine.store.batch import Executes
 from engine.store.dead_letters import dead_letter_mark_replayed_by_job
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.rows import Claimed, FingerprintTaken, JobRow
+from engine.store.rows import ChildOf, ChildRow, Claimed, FingerprintTaken, JobRow, column
 from engine.store.step_runs import step_cancel_by_job, step_reopen_by_job
 
 _q = load("jobs")
@@ -34,8 +34,9 @@ def job_insert_if_absent(
     params: dict[str, Any],
     fingerprint: str,
     submitted_by: str | None,
+    parent: ChildOf | None = None,
 ) -> JobRow | None:
-    """Insert a job; ``None`` when an active job with this fingerprint already exists."""
+    """Insert a job (a child of ``parent``); ``None``: an active job has this fingerprint."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             _q["job_insert_if_absent"],
@@ -46,6 +47,9 @@ def job_insert_if_absent(
                 "params": Jsonb(params),
                 "fingerprint": fingerprint,
                 "submitted_by": submitted_by,
+                "parent_job_id": None if parent is None else parent.job_id,
+                "parent_step_run_id": None if parent is None else parent.step_run_id,
+                "child_key": None if parent is None else parent.key,
             },
         )
         row = cur.fetchone()
@@ -130,8 +134,12 @@ def job_finish_if_active_logged(
 
 @wrap_errors
 def job_cancel_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str) -> bool:
-    """Cancel an active job and its step runs (job row first, then the step runs)."""
+    """Cancel an active job, its active descendants, and their step runs.
+
+    Job rows first (the job's, then its children's), then the step runs.
+    """
     if conn.execute(_q["job_cancel_if_active"], {"job_id": job_id, "reason": reason}).rowcount:
+        job_cancel_descendants(conn, job_id, f"parent cancelled: {reason}")
         step_cancel_by_job(conn, job_id)
         return True
     return False
@@ -145,9 +153,25 @@ def job_cancel_if_leased(conn: psycopg.Connection[Any], claimed: Claimed, reason
         {"job_id": claimed.job_id, "id": claimed.id, "token": claimed.token, "reason": reason},
     )
     if cur.rowcount:
+        job_cancel_descendants(conn, claimed.job_id, f"parent cancelled: {reason}")
         step_cancel_by_job(conn, claimed.job_id)
         return True
     return False
+
+
+@wrap_errors
+def job_cancel_descendants(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, reason: str
+) -> list[uuid.UUID]:
+    """Cancel the active children of ``job_id`` (ended or ending, its row locked), theirs, ...
+
+    Their step runs too; ``reason`` is their error. The ids of the jobs cancelled.
+    """
+    rows = conn.execute(_q["job_cancel_descendants"], {"job_id": job_id, "reason": reason})
+    cancelled = [column(r, "id") for r in rows.fetchall()]
+    for child in cancelled:
+        step_cancel_by_job(conn, child)
+    return cancelled
 
 
 @wrap_errors
@@ -183,3 +207,32 @@ def job_lock_if_active(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> bool
     holder of the lock committed (a signal, a step run starting to wait).
     """
     return conn.execute(_q["job_lock_if_active"], {"job_id": job_id}).fetchone() is not None
+
+
+@wrap_errors
+def job_select_child(
+    conn: psycopg.Connection[Any], parent_step_run_id: uuid.UUID, key: str
+) -> JobRow | None:
+    """The child ``key`` of the step run, whatever its status; ``None``: not submitted yet."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["job_select_child"], {"parent_step_run_id": parent_step_run_id, "child_key": key}
+        )
+        row = cur.fetchone()
+    return None if row is None else JobRow.from_row(row)
+
+
+@wrap_errors
+def job_select_children(
+    conn: psycopg.Connection[Any], parent_step_run_id: uuid.UUID
+) -> list[ChildRow]:
+    """The children the step run submitted, oldest first."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_children"], {"parent_step_run_id": parent_step_run_id})
+        return [ChildRow.from_row(r) for r in cur]
+
+
+@wrap_errors
+def job_lock_children(conn: psycopg.Connection[Any], parent_step_run_id: uuid.UUID) -> None:
+    """Share-lock the step run's children (after its job row): a child ending now commits first."""
+    conn.execute(_q["job_lock_children"], {"parent_step_run_id": parent_step_run_id})

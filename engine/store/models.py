@@ -100,6 +100,13 @@ class Job(SQLModel, table=True):
     created_at: datetime = _ts(False)
     started_at: datetime | None = _ts(True)
     finished_at: datetime | None = _ts(True)
+    parent_job_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    parent_step_run_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    child_key: str | None = _text(True)
 
 
 class StepRun(SQLModel, table=True):
@@ -133,6 +140,7 @@ class StepRun(SQLModel, table=True):
     concurrency_per_job: bool = Field(sa_column=Column(Boolean, nullable=False))
     wait_signal: str | None = _text(True)
     wait_until: datetime | None = _ts(True)
+    wait_children: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
 
 
 class JobSignal(SQLModel, table=True):

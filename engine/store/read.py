@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -65,6 +65,17 @@ class JobView:
     steps: list[StepRun]
     unpublished: int
     signals: list[JobSignal]
+    parent: Job | None = None  # the job whose step submitted this one, if a child
+    children: list[Job] = field(default_factory=list)
+
+
+def _family(session: Session, job: Job) -> tuple[Job | None, list[Job]]:
+    """The job's parent (if it is a child job) and its children, oldest first."""
+    parent = None if job.parent_job_id is None else session.get(Job, job.parent_job_id)
+    children = session.exec(
+        select(Job).where(Job.parent_job_id == job.id).order_by(col(Job.created_at), col(Job.id))
+    ).all()
+    return parent, list(children)
 
 
 def _signals(session: Session, job_id: uuid.UUID) -> list[JobSignal]:
@@ -87,7 +98,8 @@ def job_view(engine: Engine, job_id: uuid.UUID) -> JobView | None:
             .join(StepRun, col(StepRun.id) == col(OutboxRow.step_run_id))
             .where(StepRun.job_id == job_id, col(OutboxRow.published_at).is_(None))
         ).all()
-        return JobView(job, steps, len(unpublished), _signals(session, job_id))
+        parent, children = _family(session, job)
+        return JobView(job, steps, len(unpublished), _signals(session, job_id), parent, children)
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,8 @@ class JobHistory:
     events: list[Event]  # in the order they were written
     dead_letters: list[DeadLetter]
     signals: list[JobSignal]
+    parent: Job | None = None
+    children: list[Job] = field(default_factory=list)
 
 
 @wrap_errors
@@ -118,7 +132,8 @@ def job_history(engine: Engine, job_id: uuid.UUID) -> JobHistory | None:
             ).all()
         )
         signals = _signals(session, job_id)
-    return JobHistory(job, runs, events, dead, signals)
+        parent, children = _family(session, job)
+    return JobHistory(job, runs, events, dead, signals, parent, children)
 
 
 @wrap_errors

@@ -287,3 +287,39 @@ class Parked:
     status: str
     wait_signal: str | None
     wait_until: datetime | None
+
+
+@dataclass(frozen=True)
+class ChildOf:
+    """Who submits a child job: the parent job, its step run, the child's key."""
+
+    job_id: uuid.UUID
+    step_run_id: uuid.UUID
+    key: str
+
+
+@dataclass(frozen=True)
+class ChildRow:
+    """A child job as its parent step sees it."""
+
+    id: uuid.UUID
+    flow: str
+    status: JobStatus
+    key: str
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    output: dict[str, Any] | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ChildRow:
+        return cls(
+            row["id"],
+            row["flow"],
+            JobStatus(row["status"]),
+            row["child_key"],
+            row["error"],
+            row["created_at"],
+            row["finished_at"],
+            row["output"],
+        )

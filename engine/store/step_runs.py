@@ -415,3 +415,48 @@ def step_wake_if_due_many(
     """Make waiting step runs past their deadline pending (up to ``limit`` jobs): their ids."""
     rows = conn.execute(_q["step_wake_if_due_many"], {"worker": worker, "limit": limit}).fetchall()
     return [column(r, "id") for r in rows]
+
+
+@wrap_errors
+def step_wait_children_if_leased(
+    conn: psycopg.Connection[Any], claimed: Claimed, *, timeout_s: float | None
+) -> Parked | None:
+    """Park the step run (lease gone, attempt back) until its children end or ``timeout_s``.
+
+    Run after :func:`engine.store.job_lock_if_active` and
+    :func:`engine.store.job_lock_children` in the same transaction.
+    ``Parked.status`` is ``pending`` when no child is active any more
+    (announce it); ``None``: the lease was lost (invariant 16).
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["step_wait_children_if_leased"],
+            {
+                "id": claimed.id,
+                "job_id": claimed.job_id,
+                "token": claimed.token,
+                "timeout_s": timeout_s,
+            },
+        )
+        row = cur.fetchone()
+    return None if row is None else Parked(row["status"], row["wait_signal"], row["wait_until"])
+
+
+@wrap_errors
+def step_wake_parent(conn: psycopg.Connection[Any], child_job_id: uuid.UUID) -> list[uuid.UUID]:
+    """Make the step run waiting for the children of ``child_job_id``'s parent pending: its id."""
+    rows = conn.execute(_q["step_wake_parent"], {"child_job_id": child_job_id}).fetchall()
+    return [column(r, "id") for r in rows]
+
+
+@wrap_errors
+def step_select_children_timed_out(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID
+) -> tuple[bool, datetime | None]:
+    """Whether the step run's wait for its children ran out, and its deadline."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_select_children_timed_out"], {"id": step_run_id})
+        row = cur.fetchone()
+    if row is None:
+        return False, None
+    return bool(row["timed_out"]), row["wait_until"]

@@ -1,7 +1,9 @@
 -- job_insert_if_absent --
 -- Invariant 7: the conflict target repeats the partial index's predicate, so a second active job with this fingerprint inserts nothing (zero rows: someone else's job exists).
-INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, submitted_by)
-VALUES (%(id)s, %(flow)s, %(flow_version)s, %(params)s, %(fingerprint)s, %(submitted_by)s)
+INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, submitted_by,
+                         parent_job_id, parent_step_run_id, child_key)
+VALUES (%(id)s, %(flow)s, %(flow_version)s, %(params)s, %(fingerprint)s, %(submitted_by)s,
+        %(parent_job_id)s, %(parent_step_run_id)s, %(child_key)s)
 ON CONFLICT (fingerprint) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING id, flow, status, created_at;
 
@@ -104,3 +106,40 @@ WHERE id = %(job_id)s;
 SELECT id, status FROM engine_jobs
 WHERE id = %(job_id)s AND status IN ('pending', 'running')
 FOR UPDATE;
+
+-- job_select_child --
+-- At most one row (unique per parent step run and key, whatever its status): the child a rerun of its parent step finds instead of submitting another.
+SELECT id, flow, status, created_at
+FROM engine_jobs
+WHERE parent_step_run_id = %(parent_step_run_id)s AND child_key = %(child_key)s;
+
+-- job_select_children --
+-- Read by the waiting step in its fenced transaction: the children of a step run, in the order they were submitted, each done one with the checkpoint of its step run that finished last (its result, for a flow that ends in one step); writes nothing.
+SELECT c.id, c.flow, c.status, c.child_key, c.error, c.created_at, c.finished_at,
+       (SELECT s.output FROM engine_step_runs AS s
+        WHERE s.job_id = c.id AND s.status = 'done' AND c.status = 'done'
+        ORDER BY s.finished_at DESC, s.id
+        LIMIT 1) AS output
+FROM engine_jobs AS c
+WHERE c.parent_step_run_id = %(parent_step_run_id)s
+ORDER BY c.created_at, c.id;
+
+-- job_lock_children --
+-- A parent step about to park waits here for any child ending at that moment (its transaction holds the child row) to commit, so the park sees that end; taken after the parent job row, before the parent step run (the one lock order: parent job, child jobs, step runs).
+SELECT id FROM engine_jobs
+WHERE parent_step_run_id = %(parent_step_run_id)s
+ORDER BY id
+FOR SHARE;
+
+-- job_cancel_descendants --
+-- A job cancelled or failed leaves no child running: its active children, theirs, and so on are cancelled in the transaction that ended it (after its row, before any step run: the one lock order); the ones cancelled are returned so their step runs follow.
+WITH RECURSIVE tree AS (
+    SELECT id FROM engine_jobs WHERE parent_job_id = %(job_id)s
+    UNION
+    SELECT c.id FROM engine_jobs AS c JOIN tree ON c.parent_job_id = tree.id
+)
+UPDATE engine_jobs AS j
+SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
+FROM tree
+WHERE j.id = tree.id AND j.status IN ('pending', 'running')
+RETURNING j.id;

@@ -259,7 +259,8 @@ RETURNING id;
 -- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, with a fresh attempt budget and a fresh wait (a timed-out wait waits again); done ones are never rerun.
 UPDATE engine_step_runs
 SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
-    max_attempts = attempts + %(extra_attempts)s, wait_signal = NULL, wait_until = NULL
+    max_attempts = attempts + %(extra_attempts)s, wait_signal = NULL, wait_until = NULL,
+    wait_children = false
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
 
@@ -292,7 +293,7 @@ UPDATE engine_step_runs AS s
 SET status = CASE WHEN signalled.found THEN 'pending' ELSE 'waiting' END,
     attempts = s.attempts - 1,
     available_at = clock_timestamp(),
-    wait_signal = %(signal)s,
+    wait_signal = %(signal)s, wait_children = false,
     wait_until = coalesce(%(until)s::timestamptz,
                           clock_timestamp() + make_interval(secs => %(timeout_s)s::float8)),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
@@ -341,3 +342,50 @@ WITH jobs AS (
     FROM woken AS w
 )
 SELECT id, job_id FROM woken;
+
+-- step_wait_children_if_leased --
+-- Invariants 14 and 16: only the lease holder parks its step run for its children, after the parent job row and the children rows were locked (job_lock_children: a child's end committed meanwhile is seen); the attempt comes back and the lease goes; with no child active any more it is pending again at once; a deadline set by an earlier park of this wait is kept (each child's end wakes the step, which must not move it).
+WITH active AS (
+    SELECT EXISTS (
+        SELECT 1 FROM engine_jobs
+        WHERE parent_step_run_id = %(id)s AND status IN ('pending', 'running')) AS any
+)
+UPDATE engine_step_runs AS s
+SET status = CASE WHEN active.any THEN 'waiting' ELSE 'pending' END,
+    attempts = s.attempts - 1,
+    available_at = clock_timestamp(),
+    wait_until = CASE
+        WHEN s.wait_children AND s.wait_signal IS NULL AND s.wait_until IS NOT NULL
+            THEN s.wait_until
+        ELSE clock_timestamp() + make_interval(secs => %(timeout_s)s::float8) END,
+    wait_signal = NULL, wait_children = true,
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+FROM active
+WHERE s.id = %(id)s AND s.job_id = %(job_id)s AND s.lease_token = %(token)s
+  AND s.status = 'running'
+RETURNING s.status, s.wait_signal, s.wait_until;
+
+-- step_wake_parent --
+-- A child job's end wakes the parent step run waiting for its children, in the transaction that ended the child (which holds the child row: a park taking job_lock_children waits for it); each end wakes it, and the step, run again, parks again while children are active; the wake is logged by this statement.
+WITH woken AS (
+    UPDATE engine_step_runs AS s
+    SET status = 'pending', available_at = clock_timestamp()
+    FROM engine_jobs AS c
+    WHERE c.id = %(child_job_id)s AND s.id = c.parent_step_run_id
+      AND s.status = 'waiting' AND s.wait_children
+    RETURNING s.id, s.job_id, s.attempts
+), logged AS (
+    INSERT INTO engine_events (kind, job_id, step_run_id, attempt, detail)
+    SELECT 'woken', w.job_id, w.id, w.attempts,
+           jsonb_build_object('by', 'child', 'child', %(child_job_id)s::text)
+    FROM woken AS w
+)
+SELECT id FROM woken;
+
+-- step_select_children_timed_out --
+-- Read by a running step in its fenced transaction: whether its last wait for its children ran out (its deadline, by the database clock); writes nothing.
+SELECT coalesce(wait_children AND wait_signal IS NULL AND wait_until <= clock_timestamp(), false)
+           AS timed_out,
+       wait_until
+FROM engine_step_runs
+WHERE id = %(id)s;

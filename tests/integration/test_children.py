@@ -1,0 +1,302 @@
+"""Child jobs on PostgreSQL: a step submits jobs and waits for them, holding no slot."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import childflows
+import psycopg
+import pytest
+from harness import fast_settings, thread_worker, wait_job_ended, wait_until
+
+from engine import StepContext, admin, signal, submit
+from engine.config import Settings
+from engine.registry import Registry
+
+MODULES = ["testflows", "childflows"]
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return fast_settings(settings, flow_modules=MODULES)
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry.load(MODULES)
+
+
+@pytest.fixture(autouse=True)
+def _no_hooks() -> Iterator[None]:
+    yield
+    childflows.HOOKS.clear()
+
+
+def children_of(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT id, status, child_key, parent_step_run_id FROM engine_jobs "
+        "WHERE parent_job_id = %s ORDER BY child_key",
+        (job_id,),
+    ).fetchall()
+    return [dict(r) for r in rows]
+
+
+def spawn_run(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT * FROM engine_step_runs WHERE job_id = %s AND step = 'spawn'", (job_id,)
+    ).fetchone()
+    assert row is not None
+    return dict(row)
+
+
+def status_of(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
+    row = conn.execute("SELECT status FROM engine_jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return str(row["status"])
+
+
+def waiting_for(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM engine_step_runs WHERE job_id = %s AND step = %s AND status = 'waiting'",
+        (job_id, step),
+    ).fetchone()
+    return row is not None
+
+
+def brood(fast: Settings, registry: Registry, **params: Any) -> uuid.UUID:
+    return submit("brood", params, settings=fast, registry=registry).job_id
+
+
+def test_children__run_on_a_one_slot_worker_while_the_parent_waits_holding_nothing(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=2)
+    # one slot: were the waiting parent to hold it, no child could ever run
+    with thread_worker(fast, registry, worker_id="one-slot"):
+        assert wait_job_ended(conn, job) == "done"
+    kids = children_of(conn, job)
+    assert [k["child_key"] for k in kids] == ["0", "1"]
+    assert {k["status"] for k in kids} == {"done"}
+    spawn = spawn_run(conn, job)
+    assert {k["parent_step_run_id"] for k in kids} == {spawn["id"]}
+    assert spawn["attempts"] == 1, "waiting for children costs no attempt"
+    outcomes = spawn["output"]["outcomes"]
+    assert [(o["key"], o["job_id"], o["status"], o["output"]) for o in outcomes] == [
+        ("0", str(kids[0]["id"]), "done", {"value": 0}),
+        ("1", str(kids[1]["id"]), "done", {"value": 10}),
+    ]
+    tally = conn.execute(
+        "SELECT output FROM engine_step_runs WHERE job_id = %s AND step = 'tally'", (job,)
+    ).fetchone()
+    assert tally is not None and tally["output"] == {"done": 2, "failed": 0}
+    woken = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'woken' "
+        "AND detail->>'by' = 'child'",
+        (job,),
+    ).fetchone()
+    assert woken is not None and woken["n"] >= 1
+
+
+def test_children__a_rerun_of_the_step_gets_the_same_children_not_new_ones(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    # held children: the parent parks, then reruns once per child's end and
+    # submits again each time; its first attempt also crashes after submitting
+    job = brood(fast, registry, children=2, hold=True, retry_after_submit=True)
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        kids = children_of(conn, job)
+        assert len(kids) == 2, "the crashed attempt's children rolled back with it"
+        for k in kids:
+            wait_until(lambda k=k: waiting_for(conn, k["id"], "work"), what="a child to hold")
+            signal(k["id"], "release", settings=fast)
+        assert wait_job_ended(conn, job) == "done"
+    after = children_of(conn, job)
+    assert [k["id"] for k in after] == [k["id"] for k in kids]
+    assert conn.execute("SELECT count(*) AS n FROM engine_jobs WHERE flow = 'kid'").fetchone() == {
+        "n": 2
+    }
+    spawn = spawn_run(conn, job)
+    assert spawn["attempts"] == 2, "the Retry cost one attempt, the waits none"
+
+
+def test_children__a_failed_child_is_reported_to_the_parent_which_decides(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=2, fail_child=1)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job) == "done"
+    outcomes = spawn_run(conn, job)["output"]["outcomes"]
+    assert [o["status"] for o in outcomes] == ["done", "failed"]
+    assert outcomes[1]["output"] is None
+    assert "child 1 fails" in (outcomes[1]["error"] or "")
+
+
+def test_children__cancelling_the_parent_cancels_its_active_children(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=2, hold=True)
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        kids = children_of(conn, job)
+        for k in kids:
+            wait_until(lambda k=k: waiting_for(conn, k["id"], "work"), what="a child to hold")
+        admin.cancel(fast, job, "not needed")
+        assert status_of(conn, job) == "cancelled"
+        for k in kids:
+            assert status_of(conn, k["id"]) == "cancelled"
+            run = conn.execute(
+                "SELECT status FROM engine_step_runs WHERE job_id = %s", (k["id"],)
+            ).fetchone()
+            assert run is not None and run["status"] == "cancelled"
+    error = conn.execute("SELECT error FROM engine_jobs WHERE id = %s", (kids[0]["id"],)).fetchone()
+    assert error is not None and error["error"] == "parent cancelled: not needed"
+
+
+def test_children__a_child_cancelled_alone_wakes_the_parent_with_its_outcome(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=1, hold=True)
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        (kid,) = children_of(conn, job)
+        admin.cancel(fast, kid["id"], "operator")
+        assert wait_job_ended(conn, job) == "done"
+    assert [o["status"] for o in spawn_run(conn, job)["output"]["outcomes"]] == ["cancelled"]
+
+
+def test_children__a_child_ending_between_the_look_and_the_park_is_not_missed(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=2, hold=True)
+    two_slots = fast.model_copy(update={"concurrency": 2})
+    with thread_worker(two_slots, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        first, second = children_of(conn, job)
+        for k in (first, second):
+            wait_until(lambda k=k: waiting_for(conn, k["id"], "work"), what="a child to hold")
+
+        def end_second(ctx: StepContext) -> None:
+            # the rerun found the second child active; it ends before the park
+            childflows.HOOKS.pop("before_wait")
+            signal(second["id"], "release", settings=fast)
+            assert wait_job_ended(conn, second["id"]) == "done"
+
+        childflows.HOOKS["before_wait"] = end_second
+        signal(first["id"], "release", settings=fast)
+        assert wait_job_ended(conn, job) == "done"
+    details = conn.execute(
+        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'waiting' ORDER BY id",
+        (job,),
+    ).fetchall()
+    assert [d["detail"]["resumed"] for d in details] == [False, True]
+    assert [o["status"] for o in spawn_run(conn, job)["output"]["outcomes"]] == ["done", "done"]
+
+
+def test_children__the_reports_link_parent_and_children(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    from engine.reports import render_job_report
+
+    job = brood(fast, registry, children=2)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job) == "done"
+    kids = children_of(conn, job)
+    parent_html = Path(render_job_report(fast, job, out_dir=tmp_path, registry=registry))
+    parent_text = parent_html.read_text(encoding="utf-8")
+    for k in kids:
+        assert f'href="../runs/{k["id"]}.html"' in parent_text
+    child_html = Path(render_job_report(fast, kids[0]["id"], out_dir=tmp_path, registry=registry))
+    child_text = child_html.read_text(encoding="utf-8")
+    assert f'href="../runs/{job}.html"' in child_text
+    assert "Child job <code>0</code> of" in child_text
+    # the link resolves beside the report
+    assert (parent_html.parent / f"{kids[0]['id']}.html").exists()
+
+
+def test_children__the_deadline_holds_across_wakes_and_then_times_the_wait_out(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=2, hold=True, timeout_s=3 * 86400)
+
+    def parks() -> int:
+        row = conn.execute(
+            "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'waiting'",
+            (job,),
+        ).fetchone()
+        return 0 if row is None else int(row["n"])
+
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        deadline = spawn_run(conn, job)["wait_until"]
+        assert deadline is not None
+        first, second = children_of(conn, job)
+        wait_until(lambda: waiting_for(conn, first["id"], "work"), what="a child to hold")
+        signal(first["id"], "release", settings=fast)
+        # woken by the first child's end, the step parks again for the second
+        wait_until(lambda: parks() == 2 and waiting_for(conn, job, "spawn"), what="a re-park")
+        assert spawn_run(conn, job)["wait_until"] == deadline, "a wake does not move it"
+        conn.execute(
+            "UPDATE engine_step_runs SET wait_until = now() - interval '1 s' WHERE id = %s",
+            (spawn_run(conn, job)["id"],),
+        )
+        assert wait_job_ended(conn, job) == "done"
+    spawn = spawn_run(conn, job)
+    assert spawn["output"]["timed_out"] is True
+    assert status_of(conn, second["id"]) in ("pending", "running"), "the step decides about it"
+
+
+def test_status__shows_a_parents_children_and_a_childs_parent(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from engine.cli.main import main
+
+    job = brood(fast, registry, children=2, hold=True)
+    assert fast.database_url is not None
+    env = {
+        "ENGINE_DATABASE_URL": fast.database_url.get_secret_value(),
+        "ENGINE_FLOW_MODULES": ",".join(MODULES),
+        "COLUMNS": "160",
+    }
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        kids = children_of(conn, job)
+        shown = CliRunner().invoke(main, ["status", str(job)], env=env)
+        assert shown.exit_code == 0, shown.output
+        print(shown.output)
+        assert "children" in shown.output
+        for k in kids:
+            assert str(k["id"]) in shown.output
+        as_json = CliRunner().invoke(main, ["status", str(job), "--json"], env=env)
+        data = json.loads(as_json.output)
+        assert [c["job_id"] for c in data["children"]] == [str(k["id"]) for k in kids]
+        assert [c["key"] for c in data["children"]] == ["0", "1"]
+        assert data["parent"] is None
+        child = CliRunner().invoke(main, ["status", str(kids[0]["id"])], env=env)
+        print(child.output)
+        assert f"child 0 of brood job {job}" in child.output
+        admin.cancel(fast, job)
+
+
+def test_children__a_parent_failing_elsewhere_cancels_its_active_children(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=2, hold=True, fail_sibling=True)
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        kids = children_of(conn, job)
+        for k in kids:
+            wait_until(lambda k=k: waiting_for(conn, k["id"], "work"), what="a child to hold")
+        wait_until(lambda: waiting_for(conn, job, "sibling"), what="the sibling to wait")
+        signal(job, "boom", settings=fast)
+        assert wait_job_ended(conn, job) == "failed"
+    for k in kids:
+        assert status_of(conn, k["id"]) == "cancelled"
+    assert spawn_run(conn, job)["status"] == "cancelled"

@@ -1,0 +1,70 @@
+"""Child jobs on the SQS transport (moto in-process, real PostgreSQL, a worker in a thread).
+
+The children's first messages leave through the outbox (a NOTIFY wakes the
+relay at the park's commit); each child's end announces the parent's wake
+the same way, relayed after the commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from harness import fast_settings, thread_worker, wait_job_ended
+from sqs_support import queue_name
+
+from engine import submit
+from engine.config import Settings
+from engine.registry import Registry
+from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
+
+MODULES = ["testflows", "childflows"]
+
+
+@pytest.fixture
+def queues(client: Any) -> Queues:
+    return create_queues(
+        SqsSettings(max_receive_count=100), visibility_s=60, name=queue_name("ch"), client=client
+    )
+
+
+@pytest.fixture
+def transports(queues: Queues) -> Iterator[list[SqsTransport]]:
+    made: list[SqsTransport] = []
+    yield made
+    for t in made:
+        t.close()
+
+
+def new(transports: list[SqsTransport], queues: Queues) -> SqsTransport:
+    transport = SqsTransport(SqsSettings(queue_url=queues.url, max_receive_count=100))
+    transports.append(transport)
+    return transport
+
+
+def test_children__over_sqs_run_on_one_slot_and_wake_their_parent(
+    settings: Settings, conn: psycopg.Connection[Any], queues: Queues, transports: Any
+) -> None:
+    fast = fast_settings(settings, flow_modules=MODULES)  # one slot
+    registry = Registry.load(MODULES)
+    job = submit(
+        "brood",
+        {"children": 2, "fail_child": 0},
+        settings=fast,
+        registry=registry,
+        publisher=new(transports, queues),
+    ).job_id
+    with thread_worker(fast, registry, transport=new(transports, queues)):
+        assert wait_job_ended(conn, job) == "done"
+    row = conn.execute(
+        "SELECT output, attempts FROM engine_step_runs WHERE job_id = %s AND step = 'spawn'",
+        (job,),
+    ).fetchone()
+    assert row is not None and row["attempts"] == 1
+    assert [o["status"] for o in row["output"]["outcomes"]] == ["failed", "done"]
+    left = conn.execute(
+        "SELECT count(*) AS n FROM engine_outbox WHERE published_at IS NULL"
+    ).fetchone()
+    assert left == {"n": 0}

@@ -1,0 +1,129 @@
+"""Flows with child jobs. Loaded with ENGINE_FLOW_MODULES=testflows,childflows.
+
+- ``kid``: one step ``work`` that, with ``hold``, first waits for the signal
+  ``release`` of its job, with ``fail`` fails permanently, else returns
+  ``n * 10``;
+- ``brood``: ``spawn`` submits ``children`` ``kid`` jobs (``n`` = 0, 1, ...;
+  the one numbered ``fail_child`` fails; every one holds with ``hold``) and
+  waits for them, returning their outcomes; with ``retry_after_submit`` its
+  first attempt raises ``Retry`` after submitting; then ``tally`` counts.
+  Beside them ``sibling``, with ``fail_sibling``, waits for the signal
+  ``boom`` of its job, then fails (and the job with it).
+
+``HOOKS["before_wait"]`` (a callable), when set, runs after ``spawn`` found
+a child still active and before its step run is parked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from engine import ChildrenTimeout, Fail, Flow, Retry, StepContext
+from engine.waits import Wait
+
+HOOKS: dict[str, Callable[[StepContext], Any]] = {}
+
+
+class KidParams(BaseModel):
+    n: int
+    fail: bool = False
+    hold: bool = False
+
+
+class Worked(BaseModel):
+    value: int
+
+
+kid = Flow("kid", params=KidParams, description="a child job: waits, fails or works")
+
+
+@kid.step()
+def work(params: KidParams, ctx: StepContext) -> Worked:
+    if params.hold:
+        ctx.wait_for_signal("release")
+    if params.fail:
+        raise Fail(f"child {params.n} fails")
+    return Worked(value=params.n * 10)
+
+
+class BroodParams(BaseModel):
+    children: int = 2
+    fail_child: int | None = None
+    hold: bool = False
+    retry_after_submit: bool = False
+    timeout_s: float | None = None
+    fail_sibling: bool = False
+
+
+class Outcome(BaseModel):
+    key: str
+    job_id: str
+    status: str
+    error: str | None
+    output: dict[str, Any] | None
+
+
+class Spawned(BaseModel):
+    outcomes: list[Outcome]
+    attempt: int
+    timed_out: bool = False
+
+
+class Tally(BaseModel):
+    done: int
+    failed: int
+
+
+brood = Flow("brood", params=BroodParams, description="a step that runs child jobs")
+
+
+@brood.step()
+def spawn(params: BroodParams, ctx: StepContext) -> Spawned:
+    for n in range(params.children):
+        ctx.submit_child("kid", {"n": n, "fail": n == params.fail_child, "hold": params.hold})
+    if params.retry_after_submit and ctx.attempt == 1:
+        raise Retry(0, "crash after submitting")
+    timeout = None if params.timeout_s is None else timedelta(seconds=params.timeout_s)
+    try:
+        children = ctx.wait_for_children(timeout=timeout)
+    except ChildrenTimeout:
+        return Spawned(outcomes=[], attempt=ctx.attempt, timed_out=True)
+    except Wait:
+        hook = HOOKS.get("before_wait")
+        if hook is not None:
+            hook(ctx)
+        raise
+    outcomes = [
+        Outcome(
+            key=c.key, job_id=str(c.job_id), status=c.status.value, error=c.error, output=c.output
+        )
+        for c in children
+    ]
+    return Spawned(outcomes=outcomes, attempt=ctx.attempt)
+
+
+class Nothing(BaseModel):
+    pass
+
+
+@brood.step()
+def sibling(params: BroodParams, ctx: StepContext) -> Nothing:
+    if params.fail_sibling:
+        ctx.wait_for_signal("boom")
+        raise Fail("the sibling fails")
+    return Nothing()
+
+
+@brood.step(after=["spawn"])
+def tally(s: Spawned) -> Tally:
+    return Tally(
+        done=sum(o.status == "done" for o in s.outcomes),
+        failed=sum(o.status == "failed" for o in s.outcomes),
+    )
+
+
+flows = [kid, brood]
