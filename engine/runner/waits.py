@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from engine import store
-from engine.announce import Announced, announce
+from engine.announce import Announced, announce, announce_freed
 from engine.errors import LeaseLost
 from engine.heartbeat import Lease
 from engine.runner.failures import Failures
@@ -57,6 +57,9 @@ class Waits(Failures):
                         self.transport,
                         outbox_ids=store.outbox_insert_many(conn, [claimed.id]),
                     )
+                elif claimed.concurrency_key is not None:
+                    # a waiting step run holds no slot: its key's next waiter runs now
+                    announced += announce_freed(conn, self.transport, [claimed.job_id])
                 until = parked.wait_until.isoformat() if parked.wait_until else None
                 store.step_event_insert(
                     conn,
@@ -94,6 +97,9 @@ class Waits(Failures):
             announced = announce(
                 conn, self.transport, outbox_ids=store.outbox_insert_many(conn, [claimed.id])
             )
+        elif claimed.concurrency_key is not None:
+            # a waiting step run holds no slot: its key's next waiter runs now
+            announced += announce_freed(conn, self.transport, [claimed.job_id])
         until = parked.wait_until.isoformat() if parked.wait_until else None
         store.step_event_insert(
             conn,

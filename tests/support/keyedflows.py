@@ -10,7 +10,9 @@ can keep a holder running, kill it, or let it finish.
   eager successor);
 - ``keyed_jobs``: plan -> part (fan-out) -> gather under ``jobs:{group}``,
   limit 1 per job: one job's parts run side by side, another job's wait;
-- ``keyed_items``: plan -> part, the part keyed by its item's ``store`` field.
+- ``keyed_items``: plan -> part, the part keyed by its item's ``store`` field;
+- ``keyed_gate``: one step ``b`` under ``gate:{group}``, limit 1, that holds,
+  then waits for the signal ``go`` (a waiting step run holds no slot).
 """
 
 from __future__ import annotations
@@ -118,4 +120,14 @@ def items_part(item: Part, params: KeyParams, ctx: StepContext) -> PartOut:
     return PartOut(index=item.index)
 
 
-flows = [keyed, keyed_pair, keyed_chain, keyed_jobs, keyed_items]
+keyed_gate = Flow("keyed_gate", params=KeyParams, concurrency=Concurrency("gate:{group}", limit=1))
+
+
+@keyed_gate.step(name="b")
+def gate_b(params: KeyParams, ctx: StepContext) -> B:
+    out = effect(ctx, params, "b")
+    ctx.wait_for_signal("go")
+    return B(**out.model_dump())
+
+
+flows = [keyed, keyed_pair, keyed_chain, keyed_jobs, keyed_items, keyed_gate]
