@@ -7,41 +7,17 @@ the same way, relayed after the commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-import pytest
 from harness import fast_settings, thread_worker, wait_job_ended
-from sqs_support import queue_name
 
 from engine import submit
 from engine.config import Settings
 from engine.registry import Registry
-from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import Queues
 
 MODULES = ["testflows", "childflows"]
-
-
-@pytest.fixture
-def queues(client: Any) -> Queues:
-    return create_queues(
-        SqsSettings(max_receive_count=100), visibility_s=60, name=queue_name("ch"), client=client
-    )
-
-
-@pytest.fixture
-def transports(queues: Queues) -> Iterator[list[SqsTransport]]:
-    made: list[SqsTransport] = []
-    yield made
-    for t in made:
-        t.close()
-
-
-def new(transports: list[SqsTransport], queues: Queues) -> SqsTransport:
-    transport = SqsTransport(SqsSettings(queue_url=queues.url, max_receive_count=100))
-    transports.append(transport)
-    return transport
 
 
 def test_children__over_sqs_run_on_one_slot_and_wake_their_parent(
@@ -54,9 +30,9 @@ def test_children__over_sqs_run_on_one_slot_and_wake_their_parent(
         {"children": 2, "fail_child": 0},
         settings=fast,
         registry=registry,
-        publisher=new(transports, queues),
+        publisher=transports(),
     ).job_id
-    with thread_worker(fast, registry, transport=new(transports, queues)):
+    with thread_worker(fast, registry, transport=transports()):
         assert wait_job_ended(conn, job) == "done"
     row = conn.execute(
         "SELECT output, attempts FROM engine_step_runs WHERE job_id = %s AND step = 'spawn'",

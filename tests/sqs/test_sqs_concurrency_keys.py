@@ -8,50 +8,33 @@ waiter through the outbox, relayed after its commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from harness import fast_settings, run_of, thread_worker, wait_job_ended, wait_until
-from sqs_support import queue_name
 
 from engine import submit
 from engine.config import Settings
 from engine.registry import Registry
-from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import Queues, SqsTransport
 
 REGISTRY = Registry.load(["testflows", "keyedflows"])
 
 
 @pytest.fixture
-def queues(client: Any) -> Queues:
+def max_receive_count() -> int:
     # SQS moves a message to the dead-letter queue on its second receive
-    return create_queues(
-        SqsSettings(max_receive_count=1), visibility_s=60, name=queue_name("k"), client=client
-    )
-
-
-@pytest.fixture
-def transports(queues: Queues) -> Iterator[list[SqsTransport]]:
-    made: list[SqsTransport] = []
-    yield made
-    for t in made:
-        t.close()
-
-
-def new(transports: list[SqsTransport], queues: Queues) -> SqsTransport:
-    transport = SqsTransport(SqsSettings(queue_url=queues.url, max_receive_count=1))
-    transports.append(transport)
-    return transport
+    return 1
 
 
 def test_sqs__a_step_run_over_its_limit_waits_without_burning_receives(
     settings: Settings,
     conn: psycopg.Connection[Any],
     queues: Queues,
-    transports: list[SqsTransport],
+    transports: Callable[[], SqsTransport],
     tmp_path: Path,
 ) -> None:
     fast = fast_settings(
@@ -61,7 +44,7 @@ def test_sqs__a_step_run_over_its_limit_waits_without_burning_receives(
         flow_modules=["testflows", "keyedflows"],
         over_limit_delay_s=1.0,  # refused again and again while the holder runs
     )
-    publisher = new(transports, queues)
+    publisher = transports()
     hold = tmp_path / "hold"
     holder = submit(
         "keyed",
@@ -70,7 +53,7 @@ def test_sqs__a_step_run_over_its_limit_waits_without_burning_receives(
         registry=REGISTRY,
         publisher=publisher,
     ).job_id
-    with thread_worker(fast, REGISTRY, transport=new(transports, queues)) as worker:
+    with thread_worker(fast, REGISTRY, transport=transports()) as worker:
         wait_until(lambda: (tmp_path / "hold.started").exists(), what="the holder to start")
         waiter = submit(
             "keyed", {"group": "q", "n": 1}, settings=fast, registry=REGISTRY, publisher=publisher

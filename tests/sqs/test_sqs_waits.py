@@ -8,43 +8,19 @@ step run's message arriving while it waits is deleted, not looped.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
-import pytest
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
-from sqs_support import queue_name
 
 from engine import db, signal, submit
 from engine.config import Settings
 from engine.messages import StepMessage
 from engine.registry import Registry
-from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import Queues
 
 MODULES = ["testflows", "waitflows"]
-
-
-@pytest.fixture
-def queues(client: Any) -> Queues:
-    return create_queues(
-        SqsSettings(max_receive_count=100), visibility_s=60, name=queue_name("wt"), client=client
-    )
-
-
-@pytest.fixture
-def transports(queues: Queues) -> Iterator[list[SqsTransport]]:
-    made: list[SqsTransport] = []
-    yield made
-    for t in made:
-        t.close()
-
-
-def new(transports: list[SqsTransport], queues: Queues) -> SqsTransport:
-    transport = SqsTransport(SqsSettings(queue_url=queues.url, max_receive_count=100))
-    transports.append(transport)
-    return transport
 
 
 def gate(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any]:
@@ -59,9 +35,9 @@ def test_wait__over_sqs_frees_the_slot_and_the_signal_resumes_it(
 ) -> None:
     fast = fast_settings(settings, flow_modules=MODULES)  # one slot
     registry = Registry.load(MODULES)
-    publisher = new(transports, queues)
+    publisher = transports()
     job = submit("approval", {}, settings=fast, registry=registry, publisher=publisher).job_id
-    with thread_worker(fast, registry, transport=new(transports, queues)):
+    with thread_worker(fast, registry, transport=transports()):
         wait_until(lambda: gate(conn, job).get("status") == "waiting", what="the gate to wait")
         run = gate(conn, job)
         assert (run["attempts"], run["lease_token"]) == (0, None)
@@ -87,7 +63,7 @@ def test_wait__over_sqs_a_timeout_is_woken_by_the_sweeper(
 ) -> None:
     fast = fast_settings(settings, flow_modules=MODULES)
     registry = Registry.load(MODULES)
-    publisher = new(transports, queues)
+    publisher = transports()
     job = submit(
         "approval",
         {"timeout_s": timedelta(days=3).total_seconds(), "handle_timeout": True},
@@ -95,7 +71,7 @@ def test_wait__over_sqs_a_timeout_is_woken_by_the_sweeper(
         registry=registry,
         publisher=publisher,
     ).job_id
-    with thread_worker(fast, registry, transport=new(transports, queues)):
+    with thread_worker(fast, registry, transport=transports()):
         wait_until(lambda: gate(conn, job).get("status") == "waiting", what="the gate to wait")
         conn.execute(
             "UPDATE engine_step_runs SET wait_until = now() - interval '1 s' "

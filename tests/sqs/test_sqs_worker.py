@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,28 +32,6 @@ from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queu
 from engine.worker import check_startup
 
 
-@pytest.fixture
-def queues(client: Any) -> Queues:
-    return create_queues(
-        SqsSettings(max_receive_count=100), visibility_s=60, name=queue_name("w"), client=client
-    )
-
-
-@pytest.fixture
-def transports(queues: Queues) -> Iterator[list[SqsTransport]]:
-    """Each worker (and the test) gets its own client of the same queue."""
-    made: list[SqsTransport] = []
-    yield made
-    for t in made:
-        t.close()
-
-
-def new(transports: list[SqsTransport], queues: Queues) -> SqsTransport:
-    transport = SqsTransport(SqsSettings(queue_url=queues.url, max_receive_count=100))
-    transports.append(transport)
-    return transport
-
-
 def effects(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[tuple[str, int]]:
     rows = conn.execute(
         "SELECT step, attempt FROM test_effects WHERE job_id = %s ORDER BY step", (job_id,)
@@ -76,14 +54,14 @@ def test_worker__chain_jobs_finish_over_sqs_with_every_first_message_sent_twice(
     settings: Settings, conn: psycopg.Connection[Any], queues: Queues, transports: Any
 ) -> None:
     fast = fast_settings(settings, concurrency=2)
-    publisher = new(transports, queues)
+    publisher = transports()
     jobs = []
     for n in range(6):
         job_id, first = submit_chain(fast, conn, publisher, n=n)
         publisher.send_raw(first.encode())  # a duplicate of every first message
         jobs.append(job_id)
 
-    with thread_worker(fast, transport=new(transports, queues)):
+    with thread_worker(fast, transport=transports()):
         for job_id in jobs:
             assert wait_job_ended(conn, job_id) == "done"
 
@@ -99,8 +77,8 @@ def test_worker__a_delete_failing_after_the_commit_loses_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fast = fast_settings(settings)
-    job_id, _ = submit_chain(fast, conn, new(transports, queues))
-    worker_transport = new(transports, queues)
+    job_id, _ = submit_chain(fast, conn, transports())
+    worker_transport = transports()
     failed: list[str] = []
     delete = SqsTransport.delete
 
@@ -137,11 +115,11 @@ def test_worker__visibility_shorter_than_the_step_without_heartbeat_the_second_r
     # step b must come as a delivery (an eager successor has no message to copy)
     fast = fast_settings(settings, visibility_s=1.0, heartbeat_s=0.5, eager_successors=False)
     hold = tmp_path / "hold"
-    job_id, _ = submit_chain(fast, conn, new(transports, queues), hold_file=str(hold))
+    job_id, _ = submit_chain(fast, conn, transports(), hold_file=str(hold))
 
     with (
-        thread_worker(fast, transport=new(transports, queues), worker_id="first"),
-        thread_worker(fast, transport=new(transports, queues), worker_id="second"),
+        thread_worker(fast, transport=transports(), worker_id="first"),
+        thread_worker(fast, transport=transports(), worker_id="second"),
     ):
         wait_until(lambda: Path(f"{hold}.started").exists(), what="step b to start")
         # b's message came back after 1 s and was received again: its holder's lease won
@@ -193,11 +171,11 @@ def test_worker__malformed_bodies_are_dead_lettered_with_their_reason_and_alert_
         client.send_message(QueueUrl=queues.url, MessageBody=body)
     fast = fast_settings(settings)
 
-    with thread_worker(fast, transport=new(transports, queues)):
+    with thread_worker(fast, transport=transports()):
         wait_until(
             lambda: len(admin.dead_letters(fast)) == len(MALFORMED), what="every dead letter"
         )
-        job_id, _ = submit_chain(fast, conn, new(transports, queues))
+        job_id, _ = submit_chain(fast, conn, transports())
         assert wait_job_ended(conn, job_id) == "done"  # the worker kept going
 
     letters = admin.dead_letters(fast)
@@ -211,14 +189,11 @@ def test_worker__malformed_bodies_are_dead_lettered_with_their_reason_and_alert_
     assert moto_messages(queues.name) == []
 
 
+@pytest.mark.parametrize("max_receive_count", [2])
 def test_dlq__a_message_sqs_redrove_ends_in_dlq_list_and_replays(
-    settings: Settings, conn: psycopg.Connection[Any], client: Any, transports: Any
+    settings: Settings, conn: psycopg.Connection[Any], transports: Callable[[], SqsTransport]
 ) -> None:
-    made = create_queues(
-        SqsSettings(max_receive_count=2), visibility_s=60, name=queue_name("r"), client=client
-    )
-    transport = SqsTransport(SqsSettings(queue_url=made.url, max_receive_count=2))
-    transports.append(transport)
+    transport = transports()  # SQS redrives on the third receive
     body = StepMessage(job_id=uuid.uuid4(), step_run_id=uuid.uuid4()).encode()
     transport.send_raw(body)
     while transport.receive(10, 0, 0):  # received twice, never deleted
@@ -253,8 +228,8 @@ def test_startup__the_queues_own_visibility_timeout_is_checked(
 def test_close__ends_a_waiting_receive_after_its_poll_and_hands_back_what_it_got(
     queues: Queues, transports: Any
 ) -> None:
-    receiver = new(transports, queues)
-    sender = new(transports, queues)
+    receiver = transports()
+    sender = transports()
     polling = threading.Event()
     receiver.client.meta.events.register(
         "before-send.sqs.ReceiveMessage", lambda **_: polling.set()
@@ -277,7 +252,7 @@ def test_heartbeat__a_lost_copy_is_not_extended_again(
     settings: Settings, queues: Queues, transports: Any, conn: psycopg.Connection[Any]
 ) -> None:
     """A stale receipt is "lost this copy" for the heartbeat, not an error."""
-    transport = new(transports, queues)
+    transport = transports()
     fast = fast_settings(settings)
     job_id, _ = submit_chain(fast, conn, transport)
     [got] = transport.receive(1, 30, 1)
