@@ -27,8 +27,18 @@ import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, Literal, TypeGuard, TypeVar, get_args, get_origin, get_type_hints, overload
+from types import MappingProxyType, UnionType
+from typing import (
+    Any,
+    Literal,
+    TypeGuard,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    overload,
+)
 
 import networkx as nx
 from pydantic import BaseModel, ValidationError
@@ -128,6 +138,8 @@ def type_name(tp: Any) -> str:
     """Short human name of an annotation: ``Plan``, ``list[ChunkResult]``, ``int``."""
     args = get_args(tp)
     origin = get_origin(tp)
+    if origin in (Union, UnionType) and args:  # int | None, Optional[int]
+        return " | ".join("None" if a is type(None) else type_name(a) for a in args)
     if origin is not None and args:
         return f"{type_name(origin)}[{', '.join(type_name(a) for a in args)}]"
     return str(getattr(tp, "__name__", tp))

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Optional
 
 import networkx as nx
 import pytest
 from pydantic import BaseModel
 
 from engine import DefinitionError, Flow, InvalidParameters, MapOver, StepInput
-from engine.flow import INJECTABLE_TYPES, register_injectable
+from engine.flow import INJECTABLE_TYPES, register_injectable, type_name
 from flows import example
 
 
@@ -501,3 +502,17 @@ def test_parse_params__every_problem_is_reported() -> None:
         "--period: required, none given",
         "--chunks: invalid value 101: expected less than or equal to 100",
     ]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "shown"),
+    [
+        (int | None, "int | None"),
+        (Optional[int], "int | None"),  # noqa: UP045 (the old spelling must read the same)
+        (list[int], "list[int]"),
+        (dict[str, int | None], "dict[str, int | None]"),
+    ],
+)
+def test_type_name__optional_parameters_read_as_python(annotation: object, shown: str) -> None:
+    # `engine flows show` printed `UnionType[int, NoneType]` for `int | None`
+    assert type_name(annotation) == shown
