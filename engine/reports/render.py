@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -154,6 +155,40 @@ def _registry(settings: Settings) -> Registry | None:
         return None  # reports still render, without graphs
 
 
+def _render(
+    settings: Settings,
+    jobs: Sequence[uuid.UUID] | None,
+    *,
+    index: bool,
+    out_dir: Path | None = None,
+    registry: Registry | None = None,
+) -> list[str]:
+    """Render these jobs' reports (``None``: every job's) and the index, where reports go.
+
+    One database engine, one template environment and one store for the whole
+    call (a job's end used to open two of each); returns where each page went,
+    the index first when rendered.
+    """
+    engine = sqlalchemy_engine(settings)
+    env = environment()
+    store = report_store(settings, out_dir)
+    stored: list[str] = []
+    try:
+        built = build_index(engine) if index or jobs is None else None
+        ids = [uuid.UUID(r.job_id) for r in built.rows] if jobs is None and built else jobs
+        if ids:
+            flows = registry or _registry(settings)
+            for job in ids:
+                report = build_run_report(engine, job, flows)
+                stored.append(store.put(run_href(job), render_run_html(report, env), HTML))
+        if built is not None and index:
+            # the pages first: the index never links a page that is not there yet
+            stored.insert(0, store.put("index.html", render_index_html(built, env), HTML))
+    finally:
+        engine.dispose()
+    return stored
+
+
 def render_job_report(
     settings: Settings,
     job_id: uuid.UUID | str,
@@ -172,22 +207,12 @@ def render_job_report(
     does not know is rendered without its graph.
     """
     job = job_id if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id))
-    engine = sqlalchemy_engine(settings)
-    try:
-        report = build_run_report(engine, job, registry or _registry(settings))
-    finally:
-        engine.dispose()
-    return report_store(settings, out_dir).put(run_href(job), render_run_html(report), HTML)
+    return _render(settings, [job], index=False, out_dir=out_dir, registry=registry)[0]
 
 
 def render_index(settings: Settings, *, out_dir: Path | None = None) -> str:
     """Render ``index.html`` listing every job where reports go; return where it was stored."""
-    engine = sqlalchemy_engine(settings)
-    try:
-        index = build_index(engine)
-    finally:
-        engine.dispose()
-    return report_store(settings, out_dir).put("index.html", render_index_html(index), HTML)
+    return _render(settings, [], index=True, out_dir=out_dir)[0]
 
 
 def render_after_end(
@@ -202,24 +227,11 @@ def render_after_end(
     if not settings.report_on_end:
         return
     try:
-        render_job_report(settings, job_id, registry=registry)
-        render_index(settings)
+        _render(settings, [job_id], index=True, registry=registry)
     except Exception as exc:
         log.warning("could not render the report of job %s: %s", job_id, exc, exc_info=True)
 
 
 def render_all(settings: Settings, *, out_dir: Path | None = None) -> list[str]:
     """Render the index and every job's report where reports go; the index's location first."""
-    registry = _registry(settings)
-    engine = sqlalchemy_engine(settings)
-    env = environment()
-    store = report_store(settings, out_dir)
-    try:
-        index = build_index(engine)
-        stored = [store.put("index.html", render_index_html(index, env), HTML)]
-        for row in index.rows:
-            report = build_run_report(engine, uuid.UUID(row.job_id), registry)
-            stored.append(store.put(row.href, render_run_html(report, env), HTML))
-    finally:
-        engine.dispose()
-    return stored
+    return _render(settings, None, index=True, out_dir=out_dir)
