@@ -39,6 +39,35 @@ class Waits(Failures):
 
     conn: psycopg.Connection[Any]
 
+    def _parked(self, lease: Lease, parked: store.Parked, detail: dict[str, Any]) -> Announced:
+        """What follows a park, in its transaction: what it resumes or frees, its event, the ack.
+
+        ``parked`` came back ``pending`` when what it waits for arrived meanwhile:
+        it is announced at once. Otherwise a waiting step run holds no slot, so
+        its concurrency key's next waiter is announced.
+        """
+        claimed = lease.claimed
+        conn = self.conn
+        resumed = parked.status == "pending"
+        if resumed:
+            announced = announce(
+                conn, self.transport, outbox_ids=store.outbox_insert_many(conn, [claimed.id])
+            )
+        elif claimed.concurrency_key is not None:
+            announced = announce_freed(conn, self.transport, [claimed.job_id])
+        else:
+            announced = Announced(self.transport)
+        until = parked.wait_until.isoformat() if parked.wait_until else None
+        store.step_event_insert(
+            conn,
+            EventKind.WAITING,
+            claimed,
+            worker=self.worker,
+            detail={**detail, "until": until, "resumed": resumed},
+        )
+        self._ack_in_commit(lease, conn)
+        return announced
+
     def _wait(self, lease: Lease, wait: Wait) -> Outcome:
         claimed = lease.claimed
         conn = self.conn
@@ -49,26 +78,8 @@ class Waits(Failures):
                 parked = store.step_wait_if_leased(
                     conn, claimed, signal=wait.signal, timeout_s=wait.timeout_s, until=wait.until
                 )
-            if parked is not None:
-                resumed = parked.status == "pending"
-                if resumed:  # the signal came between the step's look and now
-                    announced = announce(
-                        conn,
-                        self.transport,
-                        outbox_ids=store.outbox_insert_many(conn, [claimed.id]),
-                    )
-                elif claimed.concurrency_key is not None:
-                    # a waiting step run holds no slot: its key's next waiter runs now
-                    announced += announce_freed(conn, self.transport, [claimed.job_id])
-                until = parked.wait_until.isoformat() if parked.wait_until else None
-                store.step_event_insert(
-                    conn,
-                    EventKind.WAITING,
-                    claimed,
-                    worker=self.worker,
-                    detail={"signal": parked.wait_signal, "until": until, "resumed": resumed},
-                )
-                self._ack_in_commit(lease, conn)
+            if parked is not None:  # the signal may have come between the step's look and now
+                announced = self._parked(lease, parked, {"signal": parked.wait_signal})
         if parked is None:
             return self.fenced(claimed, f"lease lost before the step could wait: {wait}", lease)
         announced.publish_after_commit(conn)
@@ -84,7 +95,6 @@ class Waits(Failures):
         """
         claimed = lease.claimed
         conn = self.conn
-        announced = Announced(self.transport)
         # the one lock order: the job row, the children rows, then the step run
         if not store.job_lock_if_active(conn, claimed.job_id):
             raise LeaseLost(f"job {claimed.job_id} ended before step run {claimed.id} could wait")
@@ -92,23 +102,8 @@ class Waits(Failures):
         parked = store.step_wait_children_if_leased(conn, claimed, timeout_s=wait.timeout_s)
         if parked is None:
             raise LeaseLost(f"lease lost before the step could wait: {wait}")
-        resumed = parked.status == "pending"
-        if resumed:  # the last child ended between the step's look and now
-            announced = announce(
-                conn, self.transport, outbox_ids=store.outbox_insert_many(conn, [claimed.id])
-            )
-        elif claimed.concurrency_key is not None:
-            # a waiting step run holds no slot: its key's next waiter runs now
-            announced += announce_freed(conn, self.transport, [claimed.job_id])
-        until = parked.wait_until.isoformat() if parked.wait_until else None
-        store.step_event_insert(
-            conn,
-            EventKind.WAITING,
-            claimed,
-            worker=self.worker,
-            detail={"children": True, "until": until, "resumed": resumed},
-        )
-        self._ack_in_commit(lease, conn)
+        # the last child may have ended between the step's look and now
+        announced = self._parked(lease, parked, {"children": True})
         commit()
         announced.publish_after_commit(conn)
         self._ack_after_commit(lease)
