@@ -168,6 +168,25 @@ class Settings(BaseSettings):
             "commit and runs it next, without a queue round trip; the others are published"
         ),
     )
+    claim_batch: int = Field(
+        default=10,
+        ge=1,
+        le=10,
+        description=(
+            "deliveries an executor slot receives and claims at once (one statement); "
+            "1: one at a time"
+        ),
+    )
+    group_commit_ms: float = Field(
+        default=50.0,
+        ge=0,
+        le=5000,
+        description=(
+            "quick step runs a slot holds together (a claimed batch, their eager successors) "
+            "share one COMMIT, each in its own savepoint; a step whose recent median on this "
+            "worker is longer, or a group open this long, commits first; 0: one commit per step"
+        ),
+    )
     lease_s: float = Field(default=60.0, gt=0, description="lease duration of a claimed step run")
     heartbeat_s: float = Field(
         default=15.0, gt=0, description="lease renewal interval; must be < lease and visibility"

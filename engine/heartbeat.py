@@ -1,8 +1,10 @@
 """The heartbeat: renews the lease and the message's visibility while a step runs.
 
 One heartbeat thread accompanies each executor slot and has its own database
-connection. Every ``heartbeat_s`` it renews the slot's current lease, fenced by
-owner token (invariant 4), and extends the delivery's visibility. When the
+connection. Every ``heartbeat_s`` it renews each lease the slot holds (the
+step running now, and the step runs claimed with it in one batch that wait
+their turn), fenced by owner token (invariant 4), and extends the
+deliveries' visibility. When the
 database says the lease is gone the step is told to stop (``ctx.check()``
 raises) and its commit would be refused anyway (invariant 5). A visibility
 extension that fails only means "this copy of the message is lost": the
@@ -49,7 +51,7 @@ class Lease:
 
 
 class Heartbeat:
-    """Renews the lease of one executor slot; :meth:`watch` it while a step runs."""
+    """Renews the leases of one executor slot; :meth:`watch` each while the slot holds it."""
 
     def __init__(
         self,
@@ -63,7 +65,7 @@ class Heartbeat:
         self._transport = transport
         self._worker = worker
         self._lock = threading.Lock()
-        self._lease: Lease | None = None
+        self._leases: dict[int, Lease] = {}  # by id(): a Lease is a mutable dataclass
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
@@ -80,11 +82,23 @@ class Heartbeat:
         # later than this lease's first beat, and it looks again then.
         lease.next_beat = time.monotonic() + self._settings.heartbeat_s
         with self._lock:
-            self._lease = lease
+            self._leases[id(lease)] = lease
 
-    def unwatch(self) -> None:
+    def unwatch(self, lease: Lease | None = None) -> None:
+        """Stop renewing ``lease`` (every lease when ``None``)."""
         with self._lock:
-            self._lease = None
+            if lease is None:
+                self._leases.clear()
+            else:
+                self._leases.pop(id(lease), None)
+
+    def watched(self) -> list[Lease]:
+        """The leases renewed now (the slot's running step run and those waiting their turn)."""
+        with self._lock:
+            return list(self._leases.values())
+
+    def _watching(self, lease: Lease) -> bool:
+        return self._leases.get(id(lease)) is lease
 
     def close(self) -> None:
         self._closed.set()
@@ -96,7 +110,8 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._closed.is_set():
             with self._lock:
-                lease = self._lease
+                # the lease whose beat is due first
+                lease = min(self._leases.values(), key=lambda x: x.next_beat, default=None)
             # local monotonic time only paces the renewals; the lease itself
             # is judged by the database clock
             wait = (
@@ -134,7 +149,7 @@ class Heartbeat:
             self._conn, claimed.id, claimed.token, self._settings.lease_s
         )
         with self._lock:
-            still_ours = self._lease is lease and not lease.finishing
+            still_ours = self._watching(lease) and not lease.finishing
         if expires is None:
             if still_ours:
                 state = store.step_select_status(self._conn, claimed.id)

@@ -116,62 +116,68 @@ class _Slot:
 
     def _loop(self) -> None:
         inbox = self.worker.inbox
-        received: Received | None = None
+        batch: list[Received] | None = None
         while True:
-            if received is None:
-                received = inbox.get()
-                if received is None:
+            if not batch:
+                batch = inbox.get()
+                if batch is None:
                     return
             self.busy = True
             try:
                 runner = self._runner()
-                outcome: Outcome | None = runner.handle(received)
-                while outcome is not None:
+                # claimed in one statement; eager successors run in the same call
+                for outcome in runner.handle_batch(batch):
                     self.worker.outcome(outcome)
-                    # an eager successor, claimed in the commit of the step before
-                    outcome = runner.run_continuation()
             except Exception as exc:
                 # a broken connection or an unexpected driver error: the
-                # delivery comes back after its visibility timeout, an eager
-                # successor once its lease lapses (the sweeper); start afresh
+                # deliveries come back after their visibility timeout, eager
+                # successors once their leases lapse (the sweeper); start afresh
+                if self.runner is not None:
+                    self.runner.executor.heartbeat.unwatch()
+                    self.runner.executor.group.abandon()
                 if is_outage(exc):
                     self.worker.outage.failed(exc, f"slot {self.name}")
-                    self._give_back_unclaimed(received)
+                    self._give_back_unclaimed(batch)
                 else:
                     log.exception(
-                        "slot %s failed handling message %s", self.name, received.message_id
+                        "slot %s failed handling message(s) %s",
+                        self.name,
+                        ", ".join(r.message_id for r in batch),
                     )
                 if self.runner is not None:
                     self.runner.conn.close()
             finally:
                 self.busy = False
-            received = self._receive_next()
-            if received is None:
+            batch = self._receive_next()
+            if not batch:
                 self.worker.slot_freed()
 
-    def _give_back_unclaimed(self, received: Received) -> None:
-        # Nobody receives during an outage, so the copy can be visible at once
-        # and is claimed as soon as the database is back (with the PostgreSQL
-        # transport this fails too, and the copy returns after its visibility).
+    def _give_back_unclaimed(self, batch: list[Received]) -> None:
+        # Nobody receives during an outage, so the copies can be visible at once
+        # and are claimed as soon as the database is back (with the PostgreSQL
+        # transport this fails too, and the copies return after their visibility).
         try:
-            self.worker.transport.release([received.receipt])
+            self.worker.transport.release([r.receipt for r in batch])
         except Exception:
-            log.debug("could not release %s during the outage", received.message_id)
+            log.debug("could not release %d deliveries during the outage", len(batch))
 
-    def _receive_next(self) -> Received | None:
-        """One visible message for this slot, without waiting; ``None``: none, or stopping.
+    def _receive_next(self) -> list[Received]:
+        """Visible messages for this slot (a claim batch), without waiting; none, or stopping.
 
         Keeps a busy worker's slot from idling while the main thread wakes up
         and receives for it; only the main thread waits for messages.
         """
         worker = self.worker
         if worker.stop_event.is_set() or worker.outage.down.is_set():
-            return None
+            return []
         try:
-            batch = worker.transport.receive(1, worker.settings.visibility_s, 0.0)
+            # a batch while this slot's steps are quick (group commit), else one
+            runner = self.runner
+            size = worker.settings.claim_batch if runner is not None and runner.wants_batch else 1
+            batch = worker.transport.receive(size, worker.settings.visibility_s, 0.0)
             if batch and worker.stop_event.is_set():
                 worker.transport.release([r.receipt for r in batch])
-                return None
+                return []
         except Exception as exc:
             # never out of the slot's thread: the main thread receives instead
             if is_outage(exc):
@@ -180,8 +186,8 @@ class _Slot:
                 log.warning(
                     "slot %s: receive failed; the main thread receives", self.name, exc_info=True
                 )
-            return None
-        return batch[0] if batch else None
+            return []
+        return batch
 
 
 class Worker:
@@ -202,7 +208,7 @@ class Worker:
         sinks = list(alert_sinks) if alert_sinks is not None else sinks_for(settings)
         self.transport = transport or transport_for(settings)
         self.worker_id = worker_id or settings.worker_id or default_worker_id()
-        self.inbox: queue.Queue[Received | None] = queue.Queue()
+        self.inbox: queue.Queue[list[Received] | None] = queue.Queue()
         self.stop_event = threading.Event()
         self.outcomes: dict[str, int] = {}
         # shared by every loop: set while PostgreSQL is unreachable (no receiving then)
@@ -377,7 +383,8 @@ class Worker:
                     if self._idle == 0:
                         self._free.wait(timeout=min(1.0, self.settings.sweep_interval_s))
                         continue
-                    room = min(self._idle, _RECEIVE_BATCH)
+                    idle = self._idle
+                    room = min(idle, _RECEIVE_BATCH)
                 due = min(next_sweep, next_beat) - time.monotonic()
                 wait = max(0.0, min(self.settings.poll_wait_s, due))
                 try:
@@ -390,10 +397,12 @@ class Worker:
                     self.stop_event.wait(receive_backoff.next_s())
                     continue
                 receive_backoff.succeeded()
+                # shared out evenly between the idle slots, each share claimed at once
+                shares = [batch[i::idle] for i in range(min(idle, len(batch)))]
                 with self._free:
-                    self._idle -= len(batch)
-                for received in batch:
-                    self.inbox.put(received)
+                    self._idle -= len(shares)
+                for share in shares:
+                    self.inbox.put(share)
         finally:
             if sweep_conn is not None:
                 sweep_conn.close()
@@ -407,7 +416,7 @@ class Worker:
             except queue.Empty:
                 break
             if item is not None:
-                pending.append(item.receipt)
+                pending.extend(r.receipt for r in item)
                 self.slot_freed()
         if pending:
             try:
@@ -445,15 +454,16 @@ class Worker:
         with db.connect(self.settings, autocommit=True) as conn:
             for slot in stuck:
                 runner = slot.runner
-                lease = runner.current if runner is not None else None
-                if runner is None or lease is None:
+                if runner is None:
                     continue
-                claimed = lease.claimed
-                lease.stop.set("worker shutting down")
-                if runner.give_back(
-                    claimed, lease.receipt, conn, reason="shutdown grace period over"
-                ):
-                    log.warning("released step run %s at shutdown", claimed.id)
+                # the step running and those of its batch waiting their turn
+                for lease in runner.held():
+                    claimed = lease.claimed
+                    lease.stop.set("worker shutting down")
+                    if runner.give_back(
+                        claimed, lease.receipt, conn, reason="shutdown grace period over"
+                    ):
+                        log.warning("released step run %s at shutdown", claimed.id)
 
 
 class _Backoff:

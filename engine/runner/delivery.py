@@ -8,6 +8,12 @@ the slot's :class:`~engine.runner.execution.Executor`; an eager successor the
 executor claimed in its last checkpoint's commit comes back through
 :meth:`StepRunner.run_continuation`. A lease this slot cannot use is given
 back at once with its attempt (:meth:`StepRunner.give_back`).
+
+A batch of deliveries (:meth:`StepRunner.handle_batch`) is claimed in one
+statement, then run in rounds: the step runs claimed, then the eager
+successors their checkpoints claimed, and so on; the quick step runs of a
+round share one commit (:mod:`engine.runner.group`), in job order (the one
+lock order). The step runs waiting their turn keep their leases renewed.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -78,6 +85,48 @@ def claim(
         return ClaimRefused("race")
 
 
+def claim_many(
+    conn: psycopg.Connection[Any],
+    messages: Sequence[StepMessage],
+    worker: str,
+    lease_s: float,
+    runnable: Sequence[str],
+) -> list[Claimed]:
+    """Claim every claimable step run of ``messages`` in one statement (and commit).
+
+    Those left out are claimed one by one with :func:`claim`, which says why
+    a refused one was refused; a lost race here only sends them that way.
+    """
+    try:
+        with nullcontext() if conn.autocommit else conn.transaction():
+            return store.step_claim_many_if_available(
+                conn,
+                [(m.step_run_id, m.job_id) for m in messages],
+                worker=worker,
+                lease_s=lease_s,
+                runnable=runnable,
+            )
+    except Contention:
+        return []
+
+
+@dataclass
+class _Member:
+    """A claimed step run of a batch, waiting its turn under a watched lease."""
+
+    lease: Lease
+    known: Outputs
+    check_lease: bool = False  # see Continuation
+
+    @property
+    def flow(self) -> str:
+        return self.lease.claimed.flow
+
+    @property
+    def step(self) -> str:
+        return self.lease.claimed.step
+
+
 class StepRunner:
     """Handles deliveries on one executor slot (one connection, one heartbeat)."""
 
@@ -100,6 +149,8 @@ class StepRunner:
         self.worker = worker
         self.alerts = alerts
         self.runnable = registry.runnable()
+        # whether the slot's next receive takes a batch (see _run_rounds)
+        self.wants_batch = False
         self.executor = Executor(
             settings=settings,
             registry=registry,
@@ -140,6 +191,119 @@ class StepRunner:
             return self._refused(received, message, result)
         faults.hit("after_claim")
         return self._run(result, received.receipt, {})
+
+    def handle_batch(self, batch: Sequence[Received]) -> list[Outcome]:
+        """Claim ``batch`` in one statement, then run what was won and what it leads to."""
+        outcomes: list[Outcome] = []
+        messages: list[tuple[Received, StepMessage]] = []
+        for received in batch:
+            try:
+                messages.append((received, StepMessage.decode(received.body)))
+            except MalformedMessage as exc:
+                outcomes.append(self._malformed(received, str(exc)))
+        won: dict[Any, Claimed] = {}
+        if len(messages) > 1:
+            for claimed in claim_many(
+                self.conn,
+                [message for _, message in messages],
+                self.worker,
+                self.settings.lease_s,
+                self.runnable,
+            ):
+                won[claimed.id] = claimed
+        members: list[_Member] = []
+        for received, message in messages:
+            # a copy of the same message twice in one batch is claimed once
+            result = won.pop(message.step_run_id, None) or claim(
+                self.conn, message, self.worker, self.settings.lease_s, self.runnable
+            )
+            if isinstance(result, ClaimRefused):
+                outcomes.append(self._refused(received, message, result))
+                continue
+            lease = Lease(result, received.receipt)
+            self.executor.heartbeat.watch(lease)
+            members.append(_Member(lease, {}))
+        outcomes += self._run_rounds(members)
+        return outcomes
+
+    def _run_rounds(self, members: list[_Member]) -> list[Outcome]:
+        """Run ``members``, then the eager successors they claimed, round after round.
+
+        In a round the quick step runs go first, in job order (the one lock
+        order of their shared transaction), then one step run that is not
+        quick; the other step runs that are not quick are given back first,
+        for other slots to run beside it rather than wait behind it.
+        """
+        outcomes: list[Outcome] = []
+        group = self.executor.group
+        ran: list[Claimed] = []
+        while members:
+            quick = [m for m in members if group.quick(m.flow, m.step)]
+            slow = [m for m in members if not group.quick(m.flow, m.step)]
+            quick.sort(key=lambda m: m.lease.claimed.job_id.bytes)
+            for member in slow[1:]:
+                self._give_back_member(member, "claimed in a batch behind a step that is not quick")
+            members = quick + slow[:1]
+            following: list[_Member] = []
+            for index, member in enumerate(members):
+                if not self.executor.may_continue():
+                    group.commit()
+                    for rest in members[index:]:
+                        self._give_back_member(rest, "worker stopping")
+                    break
+                if member.lease.receipt is not None:
+                    faults.hit("after_claim")
+                if len(quick) > 1 and index < len(quick):
+                    group.begin()
+                else:
+                    group.commit()
+                outcomes.append(self._run_member(member))
+                ran.append(member.lease.claimed)
+                continuation, self.continuation = self.continuation, None
+                if continuation is not None:
+                    lease = Lease(continuation.claimed, None)
+                    self.executor.heartbeat.watch(lease)
+                    following.append(_Member(lease, continuation.known, continuation.check_lease))
+            group.commit()
+            members = following
+        # the next receive takes a batch only while what this slot runs is quick
+        self.wants_batch = bool(ran) and all(group.quick(c.flow, c.step) for c in ran)
+        return outcomes
+
+    def _give_back_member(self, member: _Member, reason: str) -> None:
+        self.executor.heartbeat.unwatch(member.lease)
+        self.give_back(member.lease.claimed, member.lease.receipt, reason=reason)
+
+    def _run_member(self, member: _Member) -> Outcome:
+        claimed = member.lease.claimed
+        if member.check_lease:
+            # as run_continuation: an external publish and delete came between
+            expires = store.lease_extend_if_owner(
+                self.conn, claimed.id, claimed.token, self.settings.lease_s
+            )
+            if expires is None:
+                self.executor.heartbeat.unwatch(member.lease)
+                return self.executor.fenced(
+                    claimed, "eager successor's lease lapsed before it started"
+                )
+        try:
+            flow = self.registry.get(claimed.flow)
+            step = flow.steps[claimed.step]
+        except (UnknownFlow, KeyError) as exc:
+            self.executor.heartbeat.unwatch(member.lease)
+            self.executor.group.commit()
+            log.error("cannot run %s/%s here: %s", claimed.flow, claimed.step, exc)
+            self.give_back(
+                claimed, member.lease.receipt, reason=f"flow or step not registered here: {exc}"
+            )
+            return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
+        return self.executor.run(
+            flow, step, claimed, member.lease.receipt, member.known, member.lease
+        )
+
+    def held(self) -> list[Lease]:
+        """The leases this slot holds now: the step running and those waiting their turn."""
+        return self.executor.heartbeat.watched()
 
     def run_continuation(self) -> Outcome | None:
         """Run the eager successor the last step claimed; ``None`` if there is none."""

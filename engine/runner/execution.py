@@ -14,6 +14,11 @@ job's row lock, so no other worker can have seen it pending) and runs it
 next with the checkpoint it already holds. That run has no message at all:
 its lease keeps it, and should the slot die the lease lapses and the sweeper
 announces it (invariant 9). The others are announced as usual.
+
+With several step runs in hand, quick ones share one transaction and one
+COMMIT, each in its own savepoint (:mod:`engine.runner.group`): the
+checkpoint then ends by releasing its savepoint, and what follows a commit
+waits for the group's.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from engine.heartbeat import Heartbeat, Lease
 from engine.inputs import Outputs, raw_inputs, sources, upstream_outputs
 from engine.registry import Registry
 from engine.retry import Cancel, Fail, RetryPolicy
+from engine.runner.group import GroupCommit
 from engine.runner.outcome import Continuation, Outcome
 from engine.runner.waits import Waits
 from engine.schedule import schedule_ready
@@ -83,6 +89,8 @@ class Executor(Waits):
         # set by a checkpoint that claimed an eager successor, for the delivery to run
         self.continuation: Continuation | None = None
         self.ended_job: uuid.UUID | None = None  # set when this step run ended its job
+        # the transaction quick step runs share (open only while the slot runs a group)
+        self.group = GroupCommit(conn, transport, settings.group_commit_ms / 1000)
         self._default_policy = RetryPolicy(
             max_attempts=settings.max_attempts,
             base_delay_s=settings.retry_base_delay_s,
@@ -90,28 +98,58 @@ class Executor(Waits):
         )
 
     def run(
-        self, flow: Flow, step: Step, claimed: Claimed, receipt: str | None, known: Outputs
+        self,
+        flow: Flow,
+        step: Step,
+        claimed: Claimed,
+        receipt: str | None,
+        known: Outputs,
+        lease: Lease | None = None,
     ) -> Outcome:
-        """Run ``claimed`` under its lease (heartbeat-renewed) to an outcome."""
+        """Run ``claimed`` under its lease (heartbeat-renewed) to an outcome.
+
+        ``lease``: one the heartbeat watches already (a step run claimed in a
+        batch, renewed while it waited its turn).
+        """
         with logs.step_run(claimed, lease_owner=self.worker):
             self.continuation = None
-            lease = Lease(claimed, receipt)
+            if lease is None:
+                lease = Lease(claimed, receipt)
+                self.heartbeat.watch(lease)
             self.current = lease
             self.ended_job = None
             metrics.step_started(claimed)
             started = time.monotonic()
-            self.heartbeat.watch(lease)
             try:
                 outcome = self._execute(flow, step, lease, known)
             finally:
-                self.heartbeat.unwatch()
+                self.heartbeat.unwatch(lease)
                 self.current = None
-            metrics.step_ended(claimed, outcome.kind, time.monotonic() - started)
+            took = time.monotonic() - started
+            metrics.step_ended(claimed, outcome.kind, took)
+            if outcome.kind == "done":
+                self.group.times.record(claimed.flow, claimed.step, took)
             if self.ended_job is not None:
-                from engine.reports import render_after_end  # jinja2, SQLModel: on first use
-
-                render_after_end(self.settings, self.ended_job, self.registry)
+                ended = self.ended_job
+                if self.group.open:  # its checkpoint is not committed yet
+                    self.group.after_commit(then=lambda: self._render_after_end(ended))
+                else:
+                    self._render_after_end(ended)
             return outcome
+
+    def _render_after_end(self, job_id: uuid.UUID) -> None:
+        from engine.reports import render_after_end  # jinja2, SQLModel: on first use
+
+        render_after_end(self.settings, job_id, self.registry)
+
+    def _group_first(self) -> None:
+        """Before any outcome but a checkpoint: the group's neighbours commit first.
+
+        The step's own savepoint was rolled back already; what follows then
+        runs in transactions of its own, as it would alone.
+        """
+        if self.group.open:
+            self.group.commit()
 
     # -- the step ----------------------------------------------------------------------
 
@@ -123,14 +161,21 @@ class Executor(Waits):
         # transaction, so its BEGIN need not cost a round trip of its own: it
         # travels with the checkpoint's first statements.
         sees_conn = any(s.kind == "context" for s in step.inputs.values())
+        # in a group, every step has a savepoint: a failure rolls back its writes only
+        grouped = self.group.open
         try:
             # closed by the checkpoint, whose COMMIT travels with its last statements
+            # (in a group: a RELEASE SAVEPOINT, the group commits later)
             with ExitStack() as transaction:
 
                 def begin() -> None:
                     transaction.enter_context(conn.transaction())
 
-                if sees_conn:
+                def commit_children() -> None:
+                    transaction.close()
+                    self._group_first()  # the park and its children commit now
+
+                if sees_conn or grouped:
                     begin()
                 ctx = StepContext(
                     conn=conn,
@@ -151,7 +196,7 @@ class Executor(Waits):
                     if not exc.children or conn.broken or conn.closed:
                         raise
                     # its children commit with the park, in this transaction
-                    return self._wait_children(lease, exc, transaction.close)
+                    return self._wait_children(lease, exc, commit_children)
                 if not isinstance(output, step.output):
                     raise Fail(
                         f"step {step.name!r} returned {type(output).__name__}, "
@@ -160,31 +205,45 @@ class Executor(Waits):
                 ctx.check()
                 lease.finishing = True
                 announced = self._checkpoint(
-                    flow, claimed, output, lease, None if sees_conn else begin, transaction.close
+                    flow,
+                    claimed,
+                    output,
+                    lease,
+                    None if sees_conn or grouped else begin,
+                    transaction.close,
                 )
-        except LeaseLost as exc:
-            reason = str(exc) or "checkpoint refused: lease token changed"
-            return self.fenced(claimed, reason, lease)
-        except JobCancelled as exc:
-            # the heartbeat found the step run cancelled (and recorded it)
-            self.delete_delivery(lease)
-            return Outcome("cancelled", str(exc), claimed.id)
-        except Cancel as exc:
-            return self._cancel_job(lease, exc.reason)
-        except Wait as exc:
-            if conn.broken or conn.closed:
-                return self._disconnected(claimed, exc)
-            return self._wait(lease, exc)
         except Exception as exc:
             if conn.broken or conn.closed:
                 # the server ended our session (idle-in-transaction timeout
-                # after a pause, a restart, a network cut): nothing committed
+                # after a pause, a restart, a network cut): nothing committed,
+                # the group's neighbours neither
+                self.group.abandon()
                 return self._disconnected(claimed, exc)
-            return self._failed(step, lease, exc)
+            self._group_first()
+            return self._not_checkpointed(step, lease, exc)
+        if self.group.open:
+            self.group.after_commit(announced, lease.receipt)
+            return Outcome("done", step_run_id=claimed.id)
         if announced is not None:
             announced.publish_after_commit(conn)
         self._ack_after_commit(lease)
         return Outcome("done", step_run_id=claimed.id)
+
+    def _not_checkpointed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
+        """The step stopped short of its checkpoint: fenced, cancelled, waiting or failed."""
+        claimed = lease.claimed
+        if isinstance(exc, LeaseLost):
+            reason = str(exc) or "checkpoint refused: lease token changed"
+            return self.fenced(claimed, reason, lease)
+        if isinstance(exc, JobCancelled):
+            # the heartbeat found the step run cancelled (and recorded it)
+            self.delete_delivery(lease)
+            return Outcome("cancelled", str(exc), claimed.id)
+        if isinstance(exc, Cancel):
+            return self._cancel_job(lease, exc.reason)
+        if isinstance(exc, Wait):
+            return self._wait(lease, exc)
+        return self._failed(step, lease, exc)
 
     def _inputs(
         self, flow: Flow, step: Step, claimed: Claimed, ctx: StepContext, known: Outputs

@@ -125,6 +125,37 @@ def step_claim_if_available(
         return _refusal(_first(cur), runnable)
 
 
+@wrap_errors
+def step_claim_many_if_available(
+    conn: psycopg.Connection[Any],
+    wanted: Sequence[tuple[uuid.UUID, uuid.UUID]],
+    *,
+    worker: str,
+    lease_s: float,
+    runnable: Sequence[str],
+) -> list[Claimed]:
+    """Claim every claimable step run of ``wanted`` ((step run, job) pairs) in one statement.
+
+    Those not returned (taken, not due, finished, of a version this worker
+    lacks, or with a concurrency key) are for the caller to claim one by one,
+    which says why (:func:`step_claim_if_available`).
+    """
+    if not wanted:
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["step_claim_many_if_available"],
+            {
+                "ids": [step_run_id for step_run_id, _ in wanted],
+                "job_ids": [job_id for _, job_id in wanted],
+                "worker": worker,
+                "lease_s": lease_s,
+                "runnable": list(runnable),
+            },
+        )
+        return [Claimed.from_row(row) for row in cur.fetchall()]
+
+
 def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefused:
     if row is None:
         return ClaimRefused("unknown")

@@ -29,7 +29,7 @@ from engine import submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.heartbeat import Heartbeat
-from engine.runner import StepRunner
+from engine.runner import Outcome, StepRunner
 from engine.transports.postgres import PostgresTransport
 from engine.worker import connect_worker
 
@@ -188,17 +188,18 @@ def test_eager__a_successor_whose_slot_died_is_announced_by_the_sweeper(
 ) -> None:
     job = submit("chain", {}, settings=fast, registry=flows_registry())
     dropped: list[uuid.UUID] = []
-    run_continuation = StepRunner.run_continuation
+    run_member = StepRunner._run_member
 
-    def die_once(self: StepRunner) -> Any:
-        # the slot "dies" right after the commit that claimed b: b never runs here
-        if not dropped and self.continuation is not None:
-            dropped.append(self.continuation.claimed.id)
-            self.continuation = None
-            return None
-        return run_continuation(self)
+    def die_once(self: StepRunner, member: Any) -> Any:
+        # the slot "dies" right after the commit that claimed b: b never runs
+        # here, and nothing here renews its lease
+        if not dropped and member.lease.receipt is None:
+            dropped.append(member.lease.claimed.id)
+            self.executor.heartbeat.unwatch(member.lease)
+            return Outcome("fenced", "slot died (test)", member.lease.claimed.id)
+        return run_member(self, member)
 
-    monkeypatch.setattr(StepRunner, "run_continuation", die_once)
+    monkeypatch.setattr(StepRunner, "_run_member", die_once)
     with thread_worker(fast):
         wait_until(lambda: dropped, what="b to be claimed eagerly")
         b = run_of(conn, job.job_id, "b")

@@ -64,6 +64,53 @@ WITH job AS (
 )
 SELECT * FROM claimed;
 
+-- step_claim_many_if_available --
+-- Invariant 2 for a batch of deliveries: one conditional UPDATE over their (step run, job) pairs claims every one that is claimable, each with a fresh token and attempts + 1, exactly as step_claim_if_available does for one; the jobs are locked first, in id order (the one lock order), and zero or more rows are normal. A step run with a concurrency key is left out (the key's holders are counted by a statement's snapshot, which would not see the batch's own earlier rows): its delivery is claimed on its own.
+WITH wanted AS (
+    SELECT m.id, m.job_id FROM unnest(%(ids)s::uuid[], %(job_ids)s::uuid[]) AS m (id, job_id)
+), jobs AS (
+    SELECT j.id, j.flow, j.params
+    FROM engine_jobs AS j
+    WHERE j.id IN (SELECT w.job_id FROM wanted AS w)
+      AND j.status IN ('pending', 'running')
+      AND (j.flow || ':' || j.flow_version) = ANY (%(runnable)s::text[])
+    ORDER BY j.id
+    FOR NO KEY UPDATE
+), claimed AS (
+    UPDATE engine_step_runs AS s
+    SET status = 'running',
+        attempts = s.attempts + 1,
+        lease_owner = %(worker)s,
+        lease_token = gen_random_uuid(),
+        lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
+        started_at = coalesce(s.started_at, clock_timestamp()),
+        claimed_at = clock_timestamp()
+    FROM engine_step_runs AS prev, jobs AS j, wanted AS w
+    WHERE s.id = w.id
+      AND s.job_id = w.job_id
+      AND s.job_id = j.id
+      AND prev.id = s.id
+      AND s.concurrency_key IS NULL
+      AND s.attempts < s.max_attempts
+      AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
+        OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
+    RETURNING s.id, s.job_id, s.step, s.fanout_key, s.fingerprint, s.attempts, s.max_attempts,
+              s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
+              prev.status AS previous_status, prev.lease_owner AS previous_owner
+), started AS (
+    UPDATE engine_jobs
+    SET status = 'running', started_at = clock_timestamp()
+    WHERE id IN (SELECT c.job_id FROM claimed AS c) AND status = 'pending'
+), logged AS (
+    INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
+    SELECT CASE WHEN c.previous_status = 'running' THEN 'reclaimed' ELSE 'claimed' END,
+           c.job_id, c.id, %(worker)s, c.attempts,
+           CASE WHEN c.previous_status = 'running'
+                THEN jsonb_build_object('from', c.previous_owner) ELSE '{}'::jsonb END
+    FROM claimed AS c
+)
+SELECT * FROM claimed;
+
 -- step_select_claim_refusal --
 -- Read after a claim matched zero rows, only to decide what to do with the message; never used to write.
 SELECT s.status, s.attempts, s.max_attempts, s.job_id, j.flow, j.flow_version,

@@ -1,0 +1,250 @@
+"""Batched claims and group commit: one statement claims a batch, one COMMIT for quick steps.
+
+The promise under test: a step run in a group keeps its exact fencing. A
+step fenced, failing or waiting in the middle of a group rolls back its own
+effects (its savepoint) and nothing of its neighbours', whose checkpoints
+commit; and the group really shares one commit (a neighbour's checkpoint is
+invisible to another session until the group's last step is done).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from harness import fast_settings, flows_registry, thread_worker, wait_job_ended
+
+from engine import db, store, submit
+from engine.alerts import AlertRecorder
+from engine.config import Settings
+from engine.heartbeat import Heartbeat
+from engine.messages import StepMessage
+from engine.runner import Outcome, StepRunner
+from engine.runner.delivery import claim_many
+from engine.transports.base import Received
+from engine.transports.postgres import PostgresTransport
+from engine.worker import connect_worker
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return fast_settings(settings)
+
+
+@contextmanager
+def one_runner(settings: Settings) -> Iterator[tuple[StepRunner, PostgresTransport]]:
+    """A bare executor slot that knows the chain's steps as quick (seen finishing fast)."""
+    transport = PostgresTransport(settings)
+    heartbeat = Heartbeat(settings, transport, "slot")
+    conn = connect_worker(settings)
+    conn.autocommit = True
+    try:
+        runner = StepRunner(
+            settings=settings,
+            registry=flows_registry(),
+            transport=transport,
+            worker="slot",
+            conn=conn,
+            heartbeat=heartbeat,
+            alerts=AlertRecorder(["log"]),
+        )
+        for step in ("a", "b", "c"):
+            runner.executor.group.times.record("chain", step, 0.001)
+        yield runner, transport
+    finally:
+        heartbeat.close()
+        conn.close()
+        transport.close()
+
+
+def receive_all(transport: PostgresTransport, n: int) -> list[Received]:
+    batch = transport.receive(n, 60, 1.0)
+    assert len(batch) == n
+    return batch
+
+
+def effects(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[str]:
+    rows = conn.execute(
+        "SELECT step FROM test_effects WHERE job_id = %s ORDER BY step", (job_id,)
+    ).fetchall()
+    return [r["step"] for r in rows]
+
+
+def job_of(received: Received) -> uuid.UUID:
+    return StepMessage.decode(received.body).job_id
+
+
+def test_group__a_fenced_step_rolls_back_only_its_own_effects(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [submit("chain", {"n": i}, settings=fast, registry=flows_registry()) for i in range(3)]
+    with one_runner(fast) as (runner, transport):
+        batch = receive_all(transport, 3)
+        order = sorted((job_of(r) for r in batch), key=lambda j: j.bytes)  # the group's order
+        victim, last = order[1], order[2]
+        seen_uncommitted: list[bool] = []
+        run_member = StepRunner._run_member
+
+        def steal_or_look(self: StepRunner, member: Any) -> Outcome:
+            claimed = member.lease.claimed
+            if claimed.job_id == victim and claimed.step == "a":
+                # another worker reclaims the middle step run while it is running
+                conn.execute(
+                    "UPDATE engine_step_runs SET lease_token = gen_random_uuid(), "
+                    "lease_owner = 'thief' WHERE id = %s",
+                    (claimed.id,),
+                )
+            if claimed.job_id == last and claimed.step == "a":
+                # the first neighbour's checkpoint is written but not committed yet
+                row = conn.execute(
+                    "SELECT status FROM engine_step_runs WHERE job_id = %s AND step = 'a'",
+                    (order[0],),
+                ).fetchone()
+                seen_uncommitted.append(row == {"status": "running"})
+            return run_member(self, member)
+
+        monkeypatch.setattr(StepRunner, "_run_member", steal_or_look)
+        outcomes = runner.handle_batch(batch)
+        # the group's session is not left in a transaction
+        assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    kinds = sorted(o.kind for o in outcomes)
+    assert kinds == ["done"] * 6 + ["fenced"], "a, b, c of two jobs; the victim's a fenced"
+    assert seen_uncommitted == [False], "the first step was committed before the fenced one ran"
+    # the fence made the group commit what it had; the second group (a of the
+    # last job) committed with nothing of the victim's
+    for job in jobs:
+        expected = [] if job.job_id == victim else ["a", "b", "c"]
+        assert effects(conn, job.job_id) == expected
+    stolen = conn.execute(
+        "SELECT status, lease_owner, output FROM engine_step_runs WHERE job_id = %s AND step = 'a'",
+        (victim,),
+    ).fetchone()
+    assert stolen == {"status": "running", "lease_owner": "thief", "output": None}
+
+
+def test_group__quick_neighbours_share_one_commit(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [submit("chain", {"n": i}, settings=fast, registry=flows_registry()) for i in range(3)]
+    with one_runner(fast) as (runner, transport):
+        batch = receive_all(transport, 3)
+        order = sorted((job_of(r) for r in batch), key=lambda j: j.bytes)
+        seen: list[int] = []
+        run_member = StepRunner._run_member
+
+        def look(self: StepRunner, member: Any) -> Outcome:
+            claimed = member.lease.claimed
+            if claimed.step == "a" and claimed.job_id == order[-1]:
+                # the two before it have checkpointed, in the group's open transaction
+                row = conn.execute(
+                    "SELECT count(*) AS n FROM engine_step_runs "
+                    "WHERE job_id = ANY(%s) AND status = 'done'",
+                    (order[:-1],),
+                ).fetchone()
+                assert row is not None
+                seen.append(row["n"])
+            return run_member(self, member)
+
+        monkeypatch.setattr(StepRunner, "_run_member", look)
+        outcomes = runner.handle_batch(batch)
+
+    assert [o.kind for o in outcomes] == ["done"] * 9
+    assert seen == [0], "another session sees none of the group before its one commit"
+    for job in jobs:
+        assert effects(conn, job.job_id) == ["a", "b", "c"]
+        assert wait_job_ended(conn, job.job_id) == "done"
+
+
+def test_group__a_failing_step_retries_alone_and_its_neighbours_commit(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # the middle job's a writes its effect, then raises
+    jobs = [
+        submit(
+            "chain",
+            {"n": i, "fail_step": "a", "fail_times": 1 if i == 1 else 0},
+            settings=fast,
+            registry=flows_registry(),
+        )
+        for i in range(3)
+    ]
+    failing = jobs[1].job_id
+    with one_runner(fast) as (runner, transport):
+        outcomes = runner.handle_batch(receive_all(transport, 3))
+    assert sorted(o.kind for o in outcomes) == ["done"] * 6 + ["retried"]
+    for job in jobs:
+        assert effects(conn, job.job_id) == ([] if job.job_id == failing else ["a", "b", "c"])
+    a = conn.execute(
+        "SELECT status, attempts FROM engine_step_runs WHERE job_id = %s AND step = 'a'",
+        (failing,),
+    ).fetchone()
+    assert a == {"status": "pending", "attempts": 1}, "retried, with its own attempt only"
+
+
+def test_group__a_batch_of_deliveries_is_claimed_in_one_statement_exactly_once(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    jobs = [submit("chain", {"n": i}, settings=fast, registry=flows_registry()) for i in range(8)]
+    messages = [
+        StepMessage(job_id=j.job_id, step_run_id=r["id"])
+        for j in jobs
+        for r in conn.execute(
+            "SELECT id FROM engine_step_runs WHERE job_id = %s", (j.job_id,)
+        ).fetchall()
+    ]
+    barrier = threading.Barrier(4)
+    won: list[list[store.Claimed]] = []
+    lock = threading.Lock()
+
+    def racer(i: int) -> None:
+        with db.connect(fast, autocommit=True) as c:
+            barrier.wait(timeout=30)
+            got = claim_many(c, messages[i % 2 :] + messages[: i % 2], f"w{i}", 30, ["chain:1"])
+            with lock:
+                won.append(got)
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    claimed = [c.id for got in won for c in got]
+    assert sorted(claimed) == sorted(m.step_run_id for m in messages), "each claimed once"
+    events = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE kind = 'claimed'"
+    ).fetchone()
+    assert events == {"n": 8}
+    started = conn.execute(
+        "SELECT count(*) AS n FROM engine_jobs WHERE status = 'running' AND started_at IS NOT NULL"
+    ).fetchone()
+    assert started == {"n": 8}
+
+
+def test_group__a_worker_drains_many_jobs_in_batches_with_one_effect_each(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    settings = fast.model_copy(update={"concurrency": 2})
+    jobs = [
+        submit("chain", {"n": i}, settings=settings, registry=flows_registry()) for i in range(40)
+    ]
+    with thread_worker(settings):
+        for job in jobs:
+            assert wait_job_ended(conn, job.job_id, timeout=60) == "done"
+    rows = conn.execute(
+        "SELECT count(*) AS n, count(DISTINCT (job_id, step)) AS distinct_steps FROM test_effects"
+    ).fetchone()
+    assert rows == {"n": 120, "distinct_steps": 120}
+    # some deliveries were claimed together: the claim events one statement wrote
+    # share its transaction id
+    batched = conn.execute(
+        "SELECT count(*) AS n FROM (SELECT xmin::text FROM engine_events WHERE kind = 'claimed' "
+        "AND NOT coalesce((detail ->> 'eager')::boolean, false) "
+        "GROUP BY xmin::text HAVING count(*) > 1) AS together"
+    ).fetchone()
+    assert batched is not None and batched["n"] > 0
