@@ -91,6 +91,10 @@ class Executor(Waits):
         self.ended_job: uuid.UUID | None = None  # set when this step run ended its job
         # the transaction quick step runs share (open only while the slot runs a group)
         self.group = GroupCommit(conn, transport, settings.group_commit_ms / 1000)
+        # a step in a group without a transaction of its own: its savepoint is set
+        # with its checkpoint (_savepoint), and is to be rolled back to on failure
+        self._savepoint = False
+        self._savepoint_set = False
         self._default_policy = RetryPolicy(
             max_attempts=settings.max_attempts,
             base_delay_s=settings.retry_base_delay_s,
@@ -113,6 +117,7 @@ class Executor(Waits):
         """
         with logs.step_run(claimed, lease_owner=self.worker):
             self.continuation = None
+            self._savepoint_set = False
             if lease is None:
                 lease = Lease(claimed, receipt)
                 self.heartbeat.watch(lease)
@@ -161,8 +166,11 @@ class Executor(Waits):
         # transaction, so its BEGIN need not cost a round trip of its own: it
         # travels with the checkpoint's first statements.
         sees_conn = any(s.kind == "context" for s in step.inputs.values())
-        # in a group, every step has a savepoint: a failure rolls back its writes only
+        # In a group every step has a savepoint, so a failure rolls back its own
+        # writes only: the step's own transaction (a savepoint) for a step that
+        # writes through ctx, else one set in its checkpoint's message.
         grouped = self.group.open
+        self._savepoint = grouped and not sees_conn
         try:
             # closed by the checkpoint, whose COMMIT travels with its last statements
             # (in a group: a RELEASE SAVEPOINT, the group commits later)
@@ -175,7 +183,7 @@ class Executor(Waits):
                     transaction.close()
                     self._group_first()  # the park and its children commit now
 
-                if sees_conn or grouped:
+                if sees_conn:
                     begin()
                 ctx = StepContext(
                     conn=conn,
@@ -219,6 +227,8 @@ class Executor(Waits):
                 # the group's neighbours neither
                 self.group.abandon()
                 return self._disconnected(claimed, exc)
+            if self._savepoint and self._savepoint_set:
+                store.step_savepoint_rollback(conn)  # its own checkpoint's writes
             self._group_first()
             return self._not_checkpointed(step, lease, exc)
         if self.group.open:
@@ -289,6 +299,8 @@ class Executor(Waits):
         conn = self.conn
         # a single-run step's stored checkpoint spares its successor a read
         successor = any(claimed.step in s.after for s in flow.steps.values())
+        # from here on, a step in a group has its savepoint (set in this message)
+        self._savepoint_set = self._savepoint
         done = store.checkpoint_put_if_leased(
             conn,
             step_run_id=claimed.id,
@@ -298,6 +310,7 @@ class Executor(Waits):
             worker=self.worker,
             with_output=successor and claimed.fanout_key == "",
             begin=begin,
+            savepoint=self._savepoint,
         )
         if done is None:
             raise LeaseLost(f"checkpoint of step run {claimed.id} refused: lease token changed")

@@ -86,6 +86,14 @@ def step_run_insert_many_announced(
 _CHECKPOINT_AND_COUNTS = (
     f"{_q['checkpoint_put_if_leased'].rstrip().rstrip(';')};\n{_q['step_counts_by_job']}"
 )
+# the same, the step's savepoint first: a step in a group commit
+_SAVEPOINT_CHECKPOINT_AND_COUNTS = f"{_q['step_savepoint'].rstrip()}\n{_CHECKPOINT_AND_COUNTS}"
+
+
+@wrap_errors
+def step_savepoint_rollback(conn: psycopg.Connection[Any]) -> None:
+    """Undo what followed the step's savepoint (set with its checkpoint), in the group."""
+    conn.execute(_q["step_savepoint_rollback"])
 
 
 def _first(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any] | None:
@@ -257,13 +265,16 @@ def checkpoint_put_if_leased(
     worker: str,
     with_output: bool = False,
     begin: Callable[[], None] | None = None,
+    savepoint: bool = False,
 ) -> Checkpointed | None:
     """Lock the job, store the output and mark done; ``None``: the lease was lost (roll back).
 
     Two statements in one message and one round trip: the guarded checkpoint,
     then the step counts of the job, in a snapshot taken after the lock was
     granted (each statement of a simple query has its own snapshot). ``begin``,
-    when given, opens the caller's transaction first.
+    when given, opens the caller's transaction first. With ``savepoint`` the
+    step's savepoint is set in the same message, first (a step in a group
+    commit, :mod:`engine.runner.group`; :func:`step_savepoint_rollback`).
 
     Not a pipeline: psycopg flushes each pipelined statement and ends the
     pipeline with a Flush after its Sync, and PostgreSQL arms
@@ -284,7 +295,11 @@ def checkpoint_put_if_leased(
     if begin is not None:
         begin()
     with ClientCursor(conn, row_factory=dict_row) as cur:
-        cur.execute(_CHECKPOINT_AND_COUNTS, params)
+        if savepoint:
+            cur.execute(_SAVEPOINT_CHECKPOINT_AND_COUNTS, params)
+            cur.nextset()
+        else:
+            cur.execute(_CHECKPOINT_AND_COUNTS, params)
         row = _first(cur)
         cur.nextset()
         counts = {r["step"]: StepCounts(r["total"], r["done"]) for r in cur.fetchall()}

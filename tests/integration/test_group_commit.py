@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended
 
-from engine import db, store, submit
+from engine import db, faults, store, submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.heartbeat import Heartbeat
@@ -63,9 +63,12 @@ def one_runner(settings: Settings) -> Iterator[tuple[StepRunner, PostgresTranspo
 
 
 def receive_all(transport: PostgresTransport, n: int) -> list[Received]:
-    batch = transport.receive(n, 60, 1.0)
-    assert len(batch) == n
-    return batch
+    batch: list[Received] = []
+    for _ in range(20):
+        batch += transport.receive(n - len(batch), 60, 1.0)
+        if len(batch) == n:
+            return batch
+    raise AssertionError(f"received {len(batch)} of {n} deliveries")
 
 
 def effects(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[str]:
@@ -248,3 +251,48 @@ def test_group__a_worker_drains_many_jobs_in_batches_with_one_effect_each(
         "GROUP BY xmin::text HAVING count(*) > 1) AS together"
     ).fetchone()
     assert batched is not None and batched["n"] > 0
+
+
+def test_group__a_step_without_context_failing_after_its_checkpoint_keeps_neighbours(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fan's plan takes no StepContext: in a group its savepoint is set with its
+    # checkpoint; a failure after that (here: injected between the checkpoint
+    # and the statements that commit with it) must undo its checkpoint only
+    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    with one_runner(fast) as (runner, transport):
+        for step in ("plan", "part", "gather"):
+            runner.executor.group.times.record("fan", step, 0.001)
+        batch = receive_all(transport, 3)
+        victim = sorted((job_of(r) for r in batch), key=lambda j: j.bytes)[1]
+        current: list[uuid.UUID] = []
+        run_member = StepRunner._run_member
+
+        def note(self: StepRunner, member: Any) -> Outcome:
+            current[:] = [member.lease.claimed.job_id]
+            return run_member(self, member)
+
+        def hit(point: str) -> None:
+            if point == "in_commit" and current == [victim]:
+                raise faults.FaultInjected("fault injected at in_commit (test)")
+
+        monkeypatch.setattr(StepRunner, "_run_member", note)
+        monkeypatch.setattr(faults, "hit", hit)
+        outcomes = runner.handle_batch(batch)
+        assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    assert "retried" in [o.kind for o in outcomes]
+    for job in jobs:
+        runs = conn.execute(
+            "SELECT step, status, attempts, output IS NOT NULL AS has_output "
+            "FROM engine_step_runs WHERE job_id = %s ORDER BY step, fanout_key",
+            (job.job_id,),
+        ).fetchall()
+        if job.job_id == victim:
+            # its checkpoint rolled back with its savepoint: retried, no parts made
+            assert runs == [
+                {"step": "plan", "status": "pending", "attempts": 1, "has_output": False}
+            ]
+        else:
+            assert runs[-1] == {"step": "plan", "status": "done", "attempts": 1, "has_output": True}
+            assert [r["step"] for r in runs if r["step"] == "part"], "its parts were made"

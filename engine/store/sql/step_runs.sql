@@ -162,6 +162,14 @@ WITH slot AS (
 )
 SELECT * FROM claimed;
 
+-- step_savepoint --
+-- A step in a group commit that writes nothing of its own sets its savepoint in its checkpoint's message: should anything after it fail (or be refused), the group rolls back to it, and the neighbours' checkpoints before it still commit. Set once per step and never released (a rollback goes to the latest one of this name).
+SAVEPOINT engine_step;
+
+-- step_savepoint_rollback --
+-- Back to the savepoint of the step that failed; the group goes on (its neighbours commit).
+ROLLBACK TO SAVEPOINT engine_step;
+
 -- lease_extend_if_owner --
 -- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost. A lease holding a concurrency slot is never renewed once expired: its slot may have gone to the next holder, so it stays lost.
 UPDATE engine_step_runs
