@@ -15,6 +15,7 @@ Sizes (environment):
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
     BENCH_ONLY=floor,engine,recovery,erp,sqs,latency
     BENCH_VERBOSE=1          show the worker logs
+    BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
 The ERP month end (``erp``, see ``bench/erp.py``): seed, costing and posting
 through two worker processes, the plain-SQL costing floor, worker memory.

@@ -20,7 +20,8 @@ from engine.processes import WorkerProcess, start_worker, stop_all
 from engine.store import migrations
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRATCH_DB = "engine_bench"
+# two benches on one server (another checkout's) must not drop each other's database
+SCRATCH_DB = os.environ.get("BENCH_DATABASE", "engine_bench")
 
 
 def emit(bench: str, metric: str, value: float | int | None, unit: str) -> None:
