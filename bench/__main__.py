@@ -44,6 +44,7 @@ import time
 
 from bench import erp, floor, latency, recovery, sqs, throughput
 from bench.common import (
+    SCRATCH_DB,
     drop_database,
     emit,
     env_float,
@@ -86,7 +87,7 @@ def main() -> int:
     queue_hop = env_int("BENCH_QUEUE_HOP", 1) > 0
     only = set((os.environ.get("BENCH_ONLY") or "floor,engine,recovery,erp,sqs,latency").split(","))
     started = time.monotonic()
-    log(f"server: {masked(server_conninfo())}; scratch database engine_bench")
+    log(f"server: {masked(server_conninfo())}; scratch database {SCRATCH_DB}")
     log(f"jobs {jobs}, floor rows {floor_rows}, procs {procs_list}, concurrency {concurrency_list}")
     emit("config", "jobs", jobs, "jobs")
     emit("config", "cpus", os.cpu_count() or 0, "cpus")
