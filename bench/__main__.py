@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,recovery,erp,sqs,latency
+    BENCH_ONLY=floor,engine,single,recovery,erp,sqs,latency
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 
-from bench import erp, floor, latency, recovery, sqs, throughput
+from bench import erp, floor, latency, recovery, single, sqs, throughput
 from bench.common import (
     SCRATCH_DB,
     drop_database,
@@ -85,7 +85,9 @@ def main() -> int:
     timeout_s = env_float("BENCH_TIMEOUT_S", 150)
     rounds = max(1, env_int("BENCH_ROUNDS", 3))
     queue_hop = env_int("BENCH_QUEUE_HOP", 1) > 0
-    only = set((os.environ.get("BENCH_ONLY") or "floor,engine,recovery,erp,sqs,latency").split(","))
+    only = set(
+        (os.environ.get("BENCH_ONLY") or "floor,engine,single,recovery,erp,sqs,latency").split(",")
+    )
     started = time.monotonic()
     log(f"server: {masked(server_conninfo())}; scratch database {SCRATCH_DB}")
     log(f"jobs {jobs}, floor rows {floor_rows}, procs {procs_list}, concurrency {concurrency_list}")
@@ -114,6 +116,8 @@ def main() -> int:
                             result.steps_per_s
                         )
         report_medians(floor_rates, engine_rates)
+        if "single" in only:  # one job at a time: latency at low load (bench/single.py)
+            single.run()
         if "recovery" in only:
             recovery.run()
         if "erp" in only:
@@ -124,7 +128,8 @@ def main() -> int:
             latency.run()
     finally:
         try:
-            if only & {"floor", "engine", "recovery"}:  # erp drops its own (engine_bench_erp)
+            # erp drops its own (engine_bench_erp)
+            if only & {"floor", "engine", "single", "recovery"}:
                 drop_database()
         except Exception as exc:
             log(f"could not drop the scratch database: {exc}")

@@ -115,7 +115,17 @@ class GroupCommit:
         announced, self._announced = self._announced, Announced(self.transport)
         receipts, self._receipts = self._receipts, []
         deferred, self._deferred = self._deferred, []
-        transaction.close()  # COMMIT (or ROLLBACK, had the transaction failed)
+        if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            # a statement failed outside every step's savepoint (reading a step's
+            # inputs): nothing of the group can commit; its step runs are run
+            # again once their leases lapse, as after a crash
+            transaction.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
+            log.warning(
+                "a group commit was rolled back (a statement failed outside the steps' "
+                "savepoints); its step runs run again once their leases lapse"
+            )
+            return
+        transaction.close()  # COMMIT
         announced.publish_after_commit(self.conn)
         if receipts:
             try:

@@ -24,7 +24,7 @@ from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.heartbeat import Heartbeat
 from engine.messages import StepMessage
-from engine.runner import Outcome, StepRunner
+from engine.runner import Outcome, StepRunner, execution
 from engine.runner.delivery import claim_many
 from engine.transports.base import Received
 from engine.transports.postgres import PostgresTransport
@@ -33,7 +33,8 @@ from engine.worker import connect_worker
 
 @pytest.fixture
 def fast(settings: Settings) -> Settings:
-    return fast_settings(settings)
+    # a window no loaded machine reaches: the groups here end with their rounds
+    return fast_settings(settings, group_commit_ms=5000)
 
 
 @contextmanager
@@ -296,3 +297,40 @@ def test_group__a_step_without_context_failing_after_its_checkpoint_keeps_neighb
         else:
             assert runs[-1] == {"step": "plan", "status": "done", "attempts": 1, "has_output": True}
             assert [r["step"] for r in runs if r["step"] == "part"], "its parts were made"
+
+
+def test_group__a_statement_failing_outside_the_savepoints_rolls_back_the_whole_group(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a step without StepContext reads its inputs before its savepoint exists:
+    # should that read fail, the group's transaction is lost, and nothing of it
+    # may be reported committed (the step runs before it run again later)
+    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    with one_runner(fast) as (runner, transport):
+        for step in ("plan", "part", "gather"):
+            runner.executor.group.times.record("fan", step, 0.001)
+        batch = receive_all(transport, 3)
+        first, victim, last = sorted((job_of(r) for r in batch), key=lambda j: j.bytes)
+        real = execution.upstream_outputs
+
+        def failing_read(c: Any, job_id: uuid.UUID, *args: Any) -> Any:
+            if job_id == victim:
+                c.execute("SELECT 1 / 0")  # aborts the open transaction
+            return real(c, job_id, *args)
+
+        monkeypatch.setattr(execution, "upstream_outputs", failing_read)
+        outcomes = runner.handle_batch(batch)
+        assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    assert "retried" in [o.kind for o in outcomes]
+    plans = {
+        r["job_id"]: (r["status"], r["attempts"], r["has_output"])
+        for r in conn.execute(
+            "SELECT job_id, status, attempts, output IS NOT NULL AS has_output "
+            "FROM engine_step_runs WHERE step = 'plan'"
+        ).fetchall()
+    }
+    assert plans[first] == ("running", 1, False), "its checkpoint went with the group"
+    assert plans[victim] == ("pending", 1, False), "its failure recorded on its own"
+    assert plans[last] == ("done", 1, True), "a new group after it"
+    assert len(jobs) == 3
