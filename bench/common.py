@@ -55,30 +55,30 @@ def server_conninfo() -> str:
     return db.conninfo(Settings())
 
 
-def fresh_database(*, migrate: bool = True) -> str:
-    """Drop and re-create ``engine_bench`` (migrated); its connection string."""
+def fresh_database(*, migrate: bool = True, dbname: str = SCRATCH_DB) -> str:
+    """Drop and re-create ``dbname`` (migrated unless told not); its connection string."""
     base = server_conninfo()
     admin = base
-    if conninfo_to_dict(base).get("dbname") == SCRATCH_DB:
+    if conninfo_to_dict(base).get("dbname") == dbname:
         admin = make_conninfo(base, dbname="postgres")
-    name = sql.Identifier(SCRATCH_DB)
+    name = sql.Identifier(dbname)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
-    info = make_conninfo(base, dbname=SCRATCH_DB)
+    info = make_conninfo(base, dbname=dbname)
     if migrate:
         with psycopg.connect(info, autocommit=True) as conn:
             migrations.apply(conn, Settings().migration_dirs)
     return info
 
 
-def drop_database() -> None:
+def drop_database(dbname: str = SCRATCH_DB) -> None:
     base = server_conninfo()
-    if conninfo_to_dict(base).get("dbname") == SCRATCH_DB:
+    if conninfo_to_dict(base).get("dbname") == dbname:
         return
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(SCRATCH_DB))
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
         )
 
 
