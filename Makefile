@@ -57,7 +57,7 @@ bench-peers: $(STAMP)
 		{ test -x $(PEERS_VENV)/bin/python || python3 -m venv $(PEERS_VENV); } && \
 		$(PEERS_VENV)/bin/pip install --quiet $(PEERS_PKGS) && touch $(PEERS_STAMP); \
 	} || echo "installing the peers failed; run: $(PEERS_VENV)/bin/pip install $(PEERS_PKGS)" >&2
-	$(PY) -m bench.peers
+	BENCH_PEERS_PYTHON=$${BENCH_PEERS_PYTHON:-$(PEERS_VENV)/bin/python} $(PY) -m bench.peers
 
 # real workers on both transports under seeded faults; one JSON line per scenario
 # (size with CHAOS_ROUNDS, CHAOS_SEED, CHAOS_SCENARIOS, CHAOS_TRANSPORTS, CHAOS_FAULTS)

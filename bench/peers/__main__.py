@@ -60,10 +60,17 @@ from bench.peers import ratios
 
 HERE = Path(__file__).resolve().parent
 PEERS_VENV = HERE.parent / ".peers-venv"
-PIP_INSTALL = (
-    f"python3 -m venv {PEERS_VENV} && {PEERS_VENV}/bin/pip install "
-    "procrastinate dbos pgqueuer 'psycopg[binary]'"
-)
+
+
+def pip_install(python: Path) -> str:
+    """The command that makes the peers' virtualenv of ``python`` (``<venv>/bin/python``)."""
+    venv = python.parent.parent
+    return (
+        f"python3 -m venv {venv} && {venv}/bin/pip install "
+        "procrastinate dbos pgqueuer 'psycopg[binary]'"
+    )
+
+
 PEERS = ("procrastinate", "dbos", "pgqueuer")  # import and distribution names alike
 
 
@@ -101,9 +108,9 @@ def peers_available(python: Path, wanted: list[str]) -> list[str]:
         if proc is not None and proc.returncode == 0:
             found.append(peer)
             log(f"{peer} {proc.stdout.strip()} ({python})")
-        else:
-            log(f"{peer}: not installed in {PEERS_VENV}, skipped; install it with:")
-            log(f"    {PIP_INSTALL}")
+    if missing := [p for p in wanted if p not in found]:
+        log(f"not installed in {python}, skipped: {', '.join(missing)}; install with:")
+        log(f"    {pip_install(python)}")
     return found
 
 
