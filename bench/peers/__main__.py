@@ -125,13 +125,13 @@ def run_peer(
                 str(python),
                 str(HERE / script),
                 "run",
-                url,
                 *args,
                 str(timeout_s),
                 *extra_args(script),
             ],
             stdout=subprocess.PIPE,
             text=True,
+            env={**os.environ, "BENCH_PEER_URL": url},  # not argv, where ps shows a password
             timeout=timeout_s + 120,
             check=False,
         )

@@ -1,6 +1,6 @@
 """DBOS (dbos-transact): N workflows of three no-op steps, PROCS processes.
 
-    python dbos_run.py run URL WORKFLOWS PROCS CONCURRENCY TIMEOUT_S POLL_S
+    BENCH_PEER_URL=URL python dbos_run.py run WORKFLOWS PROCS CONCURRENCY TIMEOUT_S POLL_S
 
 The system database is migrated (``DBOS.migrate``), a queue is registered with
 ``worker_concurrency=CONCURRENCY`` and ``polling_interval_sec=POLL_S`` (DBOS's
@@ -62,7 +62,7 @@ def run(args: list[str]) -> None:
         engine.dispose()
     finally:
         client.destroy()
-    drained = peer_common.drain(__file__, [url], procs, url, PROGRESS, workflows, timeout_s)
+    drained = peer_common.drain(__file__, [], procs, url, PROGRESS, workflows, timeout_s)
     with sa.create_engine(sa.make_url(url).set(drivername="postgresql+psycopg")).connect() as c:
         steps = c.execute(sa.text(STEPS)).scalar()
     peer_common.report(

@@ -1,8 +1,9 @@
 """What the three peer runners share; runs in the peers' virtualenv (psycopg, stdlib).
 
 A runner is one script, started by ``python -m bench.peers`` with the peers'
-python. As the coordinator (``run``) it prepares its database and enqueues the
-whole workload, then starts its worker processes: the same script with
+python and the database's URL in ``BENCH_PEER_URL``. As the coordinator
+(``run``) it prepares its database and enqueues the whole workload, then
+starts its worker processes: the same script with
 ``worker`` as the first argument. Each worker imports and builds everything it
 needs, prints ``ready`` and waits for ``go`` on its standard input, so start-up
 is not timed and the workers start together (a barrier release). The
@@ -77,7 +78,10 @@ def drain(
     total: int,
     timeout_s: float,
 ) -> Drained:
-    """Start ``procs`` workers, release them together, poll ``progress_sql`` until ``total``."""
+    """Start ``procs`` workers, release them together, poll ``progress_sql`` until ``total``.
+
+    The workers get ``worker_args`` after their index (and the URL, from the environment).
+    """
     logdir = tempfile.TemporaryDirectory(prefix="bench-peers-")
     workers: list[subprocess.Popen[str]] = []
     logs: list[Path] = []
@@ -184,8 +188,14 @@ def report(
 
 
 def main(run: Callable[[list[str]], None], worker: Callable[[int, list[str]], None]) -> None:
-    """``script run ARGS`` (the coordinator) or ``script worker I ARGS`` (one worker)."""
+    """``script run ARGS`` (the coordinator) or ``script worker I ARGS`` (one worker).
+
+    The database's URL comes from ``BENCH_PEER_URL`` (not the command line, where
+    a password would show in ``ps``) and is passed on as the first of ``ARGS``.
+    """
+    url = os.environ["BENCH_PEER_URL"]
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
-        worker(int(sys.argv[2]), sys.argv[3:])
+        worker(int(sys.argv[2]), [url, *sys.argv[3:]])
     else:
-        run(sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "run" else sys.argv[1:])
+        rest = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "run" else sys.argv[1:]
+        run([url, *rest])

@@ -1,6 +1,6 @@
 """pgqueuer: N no-op jobs drained by PROCS processes, BATCH jobs per dequeue.
 
-    python pgqueuer_run.py run URL JOBS PROCS BATCH TIMEOUT_S
+    BENCH_PEER_URL=URL python pgqueuer_run.py run JOBS PROCS BATCH TIMEOUT_S
 
 The schema is installed and the jobs enqueued in one call before the workers
 start. Each worker is one ``QueueManager`` on one psycopg async connection in
@@ -50,7 +50,7 @@ def run(args: list[str]) -> None:
             await conn.close()
 
     asyncio.run(prepare())
-    drained = peer_common.drain(__file__, [url, str(batch)], procs, url, PROGRESS, jobs, timeout_s)
+    drained = peer_common.drain(__file__, [str(batch)], procs, url, PROGRESS, jobs, timeout_s)
     peer_common.report(
         "pgqueuer",
         "jobs/s",

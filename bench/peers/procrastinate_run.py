@@ -1,6 +1,6 @@
 """Procrastinate: N no-op jobs drained by PROCS worker processes x CONCURRENCY.
 
-    python procrastinate_run.py run URL JOBS PROCS CONCURRENCY TIMEOUT_S
+    BENCH_PEER_URL=URL python procrastinate_run.py run JOBS PROCS CONCURRENCY TIMEOUT_S
 
 The jobs are deferred in one batch before the workers start. Each worker is
 ``App.run_worker_async(concurrency=CONCURRENCY)`` over a psycopg pool of
@@ -60,9 +60,7 @@ def run(args: list[str]) -> None:
                 )
 
     asyncio.run(prepare())
-    drained = peer_common.drain(
-        __file__, [url, str(concurrency)], procs, url, PROGRESS, jobs, timeout_s
-    )
+    drained = peer_common.drain(__file__, [str(concurrency)], procs, url, PROGRESS, jobs, timeout_s)
     peer_common.report(
         "procrastinate",
         "jobs/s",
