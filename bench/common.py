@@ -55,8 +55,12 @@ def server_conninfo() -> str:
     return db.conninfo(Settings())
 
 
-def fresh_database(*, migrate: bool = True, dbname: str = SCRATCH_DB) -> str:
-    """Drop and re-create ``dbname`` (migrated unless told not); its connection string."""
+def fresh_database(*, migrate: bool = True, dbname: str | None = None) -> str:
+    """Drop and re-create ``dbname`` (``SCRATCH_DB`` by default; migrated unless told not).
+
+    Its connection string.
+    """
+    dbname = dbname or SCRATCH_DB  # read at call time: a caller may rename the scratch database
     base = server_conninfo()
     admin = base
     if conninfo_to_dict(base).get("dbname") == dbname:
@@ -72,7 +76,8 @@ def fresh_database(*, migrate: bool = True, dbname: str = SCRATCH_DB) -> str:
     return info
 
 
-def drop_database(dbname: str = SCRATCH_DB) -> None:
+def drop_database(dbname: str | None = None) -> None:
+    dbname = dbname or SCRATCH_DB
     base = server_conninfo()
     if conninfo_to_dict(base).get("dbname") == dbname:
         return

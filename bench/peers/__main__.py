@@ -29,6 +29,8 @@ Sizes (environment):
     BENCH_PEERS=procrastinate,dbos,pgqueuer
     BENCH_PEERS_PYTHON=bench/.peers-venv/bin/python
     BENCH_TIMEOUT_S=150         bound on one run
+    BENCH_DATABASE=engine_bench_peers  scratch database of the floor and the engine; the
+                                peers' are named after it (<name>_procrastinate, ...)
     BENCH_VERBOSE=1             show the workers' logs
 """
 
@@ -44,7 +46,7 @@ from urllib.parse import quote, urlencode
 
 from psycopg.conninfo import conninfo_to_dict
 
-from bench import floor, throughput
+from bench import common, floor, throughput
 from bench.common import (
     drop_database,
     emit,
@@ -200,7 +202,10 @@ def main() -> int:
     emit("config", "cpus", os.cpu_count() or 0, "cpus")
     peers = peers_available(python, [p for p in wanted if p in PEERS])
     rates: dict[str, list[float]] = {}
-    databases = ["engine_bench"]
+    # its own scratch databases, apart from make bench's engine_bench: two benches on one
+    # server must not drop each other's database (or drain each other's jobs)
+    scratch = common.SCRATCH_DB = os.environ.get("BENCH_DATABASE") or "engine_bench_peers"
+    databases = [scratch]
     try:
         for n in range(1, rounds + 1):
             log(f"round {n} of {rounds}")
@@ -211,12 +216,12 @@ def main() -> int:
             if result.steps_per_s is not None:
                 rates.setdefault(ratios.ENGINE, []).append(result.steps_per_s)
             if "procrastinate" in peers:
-                databases.append("engine_bench_procrastinate")
+                databases.append(f"{scratch}_procrastinate")
                 args = [str(peer_jobs), str(procs), str(peer_concurrency)]
                 outcome = run_peer(python, "procrastinate_run.py", databases[-1], args, timeout_s)
                 record(ratios.PROCRASTINATE, outcome, rates)
             if "dbos" in peers:
-                databases.append("engine_bench_dbos")
+                databases.append(f"{scratch}_dbos")
                 args = [str(jobs), str(procs), str(peer_concurrency)]
                 record(
                     ratios.DBOS,
@@ -224,7 +229,7 @@ def main() -> int:
                     rates,
                 )
             if "pgqueuer" in peers:
-                databases.append("engine_bench_pgqueuer")
+                databases.append(f"{scratch}_pgqueuer")
                 for batch in batches:
                     args = [str(peer_jobs), str(procs), str(batch)]
                     record(
