@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # xdist workers: the machine has 2 cores; tests are mostly waiting on PostgreSQL
 TEST_WORKERS ?= 4
 
-.PHONY: demo test lint bench venv clean chromium
+.PHONY: demo test lint bench bench-peers venv clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -45,10 +45,24 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
+# the engine against Procrastinate, DBOS and pgqueuer in one run (bench/peers/); the
+# peers live in their own virtualenv, never in the project's. Without the network the
+# install fails, the pip command is printed and the bench runs without them.
+PEERS_VENV  := bench/.peers-venv
+PEERS_STAMP := $(PEERS_VENV)/.installed
+PEERS_PKGS  := procrastinate dbos pgqueuer 'psycopg[binary]'
+
+bench-peers: $(STAMP)
+	@test -f $(PEERS_STAMP) || { \
+		{ test -x $(PEERS_VENV)/bin/python || python3 -m venv $(PEERS_VENV); } && \
+		$(PEERS_VENV)/bin/pip install --quiet $(PEERS_PKGS) && touch $(PEERS_STAMP); \
+	} || echo "installing the peers failed; run: $(PEERS_VENV)/bin/pip install $(PEERS_PKGS)" >&2
+	BENCH_PEERS_PYTHON=$${BENCH_PEERS_PYTHON:-$(PEERS_VENV)/bin/python} $(PY) -m bench.peers
+
 # real workers on both transports under seeded faults; one JSON line per scenario
 # (size with CHAOS_ROUNDS, CHAOS_SEED, CHAOS_SCENARIOS, CHAOS_TRANSPORTS, CHAOS_FAULTS)
 chaos: $(STAMP)
 	PYTHONPATH=$(CURDIR):$(CURDIR)/tests/support $(PY) -m tests.chaos
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -56,30 +56,35 @@ def server_conninfo() -> str:
     return db.conninfo(Settings())
 
 
-def fresh_database(*, migrate: bool = True) -> str:
-    """Drop and re-create ``engine_bench`` (migrated); its connection string."""
+def fresh_database(*, migrate: bool = True, dbname: str | None = None) -> str:
+    """Drop and re-create ``dbname`` (``SCRATCH_DB`` by default; migrated unless told not).
+
+    Its connection string.
+    """
+    dbname = dbname or SCRATCH_DB  # read at call time: a caller may rename the scratch database
     base = server_conninfo()
     admin = base
-    if conninfo_to_dict(base).get("dbname") == SCRATCH_DB:
+    if conninfo_to_dict(base).get("dbname") == dbname:
         admin = make_conninfo(base, dbname="postgres")
-    name = sql.Identifier(SCRATCH_DB)
+    name = sql.Identifier(dbname)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
-    info = make_conninfo(base, dbname=SCRATCH_DB)
+    info = make_conninfo(base, dbname=dbname)
     if migrate:
         with psycopg.connect(info, autocommit=True) as conn:
             migrations.apply(conn, Settings().migration_dirs)
     return info
 
 
-def drop_database() -> None:
+def drop_database(dbname: str | None = None) -> None:
+    dbname = dbname or SCRATCH_DB
     base = server_conninfo()
-    if conninfo_to_dict(base).get("dbname") == SCRATCH_DB:
+    if conninfo_to_dict(base).get("dbname") == dbname:
         return
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(SCRATCH_DB))
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
         )
 
 
