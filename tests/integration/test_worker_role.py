@@ -343,6 +343,9 @@ def _run_as_worker(worker_conn: psycopg.Connection[Any], path: str, name: str) -
         for other in blocks.values():
             if _statement(other).upper().startswith("CREATE TEMP TABLE"):
                 worker_conn.execute(_statement(other))
+        if statement.upper().startswith("ROLLBACK TO SAVEPOINT "):
+            # back to a savepoint the worker set earlier in its transaction
+            worker_conn.execute("SAVEPOINT " + statement.split()[-1].rstrip(";"))
         if _EXPLAINABLE.match(statement):
             worker_conn.execute(f"EXPLAIN (COSTS OFF) {statement}", params)
         elif not _statement(blocks[name]).upper().startswith("CREATE TEMP TABLE"):
