@@ -23,7 +23,9 @@ job of the period, retries (freeing the slot) rather than waits.
    broken identity, and the period stays open for a fix.
 3. ``close``: closes the period (:func:`flows.erp.periods.close`: under the
    period's exclusive row lock, again checked). Another posting, costing or
-   close job of the period still active makes it wait and try again.
+   close job of the period still active (one submitted during the close has
+   waited for its slot until now) makes it give the slot back and try again
+   (:data:`CLOSE_RETRY`: for up to ~25 minutes).
 4. ``month_end``: the whole month end on one page (the report): documents
    posted and rejected and COGS per brand and store (from the children's
    summaries), the trial balance, the checks, and who closed the period when;
@@ -42,7 +44,17 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel, Field
 
-from engine import Child, Fail, Flow, Refused, Retry, StepContext, active_jobs, job_info
+from engine import (
+    Child,
+    Fail,
+    Flow,
+    Refused,
+    Retry,
+    RetryPolicy,
+    StepContext,
+    active_jobs,
+    job_info,
+)
 from flows import costing, posting
 from flows.erp import checks, periods
 from flows.erp.books import Money, TrialBalance, trial_balance
@@ -191,7 +203,12 @@ def check(params: CloseParams, ctx: StepContext) -> Verified:
     return Verified(period=params.period, marked_costed=marked, trial_balance=tb, checks=report)
 
 
-@flow.step(after=["check"])
+# Every other job of the period waited for the close's slot until here: the step gives
+# the slot back (a retry) until they ended, for up to ~25 minutes, then fails.
+CLOSE_RETRY = RetryPolicy(max_attempts=30, base_delay_s=2.0, max_delay_s=60.0)
+
+
+@flow.step(after=["check"], retry=CLOSE_RETRY)
 def close(params: CloseParams, ctx: StepContext) -> Closed:
     """Close the period; wait while another job of the period is still active."""
     busy = active_jobs(

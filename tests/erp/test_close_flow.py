@@ -22,7 +22,7 @@ from harness import (
     wait_until,
 )
 
-from engine import Refused, Registry, admin, render_job_report, signal, submit
+from engine import Refused, Registry, admin, load_queries, render_job_report, signal, submit
 from engine.config import Settings
 from flows.erp import checks, periods
 from flows.erp.seed import seed
@@ -31,6 +31,10 @@ PERIOD = "2026-11"
 # a killed worker's lease and message come back within seconds, not the FAST minute
 QUICK_RECOVERY = {"lease_s": 2.0, "heartbeat_s": 0.5, "visibility_s": 3.0}
 FLOWS = ["flows.close", "flows.costing", "flows.posting"]
+# the chaos harness's oracle: holds of one key by two jobs, neither an ancestor of the other
+KEY_OVERLAP = load_queries(str(Path(__file__).parents[1] / "chaos" / "chaos.sql"))[
+    "oracle_key_overlap"
+]
 
 
 @pytest.fixture
@@ -266,6 +270,11 @@ def test_close__the_period_stays_held_while_its_posting_child_awaits_approval(
     assert refused is not None and refused["n"] >= 1
     checked = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (PERIOD,)).fetchone()
     assert checked == {"status": "closed"}
+    # the oracle agrees: the close's hold (its books step waiting for its children) covers
+    # its children's (inherited, not an overlap), and no other job's hold meets them
+    keys = conn.execute(KEY_OVERLAP).fetchone()
+    assert keys is not None and keys["overlapping"] == 0
+    assert keys["held_waiting"] == 2  # the close's books step, the posting's reconcile
 
 
 def test_close__a_failed_child_fails_the_close_naming_the_child_and_its_error(
