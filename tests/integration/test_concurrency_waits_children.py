@@ -315,3 +315,29 @@ def test_children__a_kid_refused_beside_an_outsider_is_announced_when_that_one_e
     admin.cancel(fast, outsider)
     assert announced(conn, kb) == before + 1
     assert isinstance(try_claim(fast, message(conn, kid), "w2"), Claimed)
+
+
+@pytest.mark.parametrize("flow", ["keyed_jobs", "keyed_parent"])
+def test_announce__a_job_holding_its_key_gets_no_announcements_for_its_own_step_runs(
+    fast: Settings, conn: psycopg.Connection[Any], flow: str
+) -> None:
+    """Each checkpoint announces the key's next waiters: never the step runs of the job
+    that holds it (nor of a child inheriting it), which were announced once already, or a
+    fan-out of n step runs would be sent about n times each."""
+    job = submit_keyed(fast, flow, group="fan", n=8 if flow == "keyed_jobs" else 0)
+    with thread_worker(fast, REGISTRY):
+        assert wait_job_ended(conn, job, timeout=60) == "done"
+    most = conn.execute(
+        "SELECT coalesce(max(n), 0) AS most FROM (SELECT count(o.id) AS n "
+        "FROM engine_step_runs AS s JOIN engine_jobs AS j ON j.id = s.job_id "
+        "LEFT JOIN engine_outbox AS o ON o.step_run_id = s.id "
+        "WHERE s.concurrency_key = 'jobs:fan' OR j.params ->> 'group' = 'fan' "
+        "GROUP BY s.id) AS per_run"
+    ).fetchone()
+    # one at its creation; a parent parked for its child once more, when the child ended
+    assert most is not None and most["most"] <= 2
+    finished = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE kind = 'claim_refused' "
+        "AND detail ->> 'reason' = 'finished'"
+    ).fetchone()
+    assert finished == {"n": 0}

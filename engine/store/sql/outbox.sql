@@ -67,7 +67,7 @@ VALUES (%(step_run_id)s, clock_timestamp() + make_interval(secs => %(delay_s)s))
 RETURNING id;
 
 -- outbox_insert_for_freed_keys --
--- No polling storm: for each concurrency key of these jobs' step runs and their descendants' (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending, due, under the cap, of an active job, not a woken wait that holds its slot already) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job with a slot free (and of a job holding it already); a key still full announces nothing. Holders are running with a live lease or keep their slot by status (waiting, or woken and not yet claimed); a child job's ancestors' holds do not count against it (checked by engine_concurrency_slot_free, only for a child the plain count finds blocked).
+-- No polling storm: for each concurrency key of these jobs' step runs and their descendants' (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending, due, under the cap, of an active job, not a woken wait that holds its slot already) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job with a slot free (never those of a job holding it, or freeing it here: they were announced when they became ready, and announcing them at each sibling's checkpoint would send a fan-out's messages over and over; refused meanwhile, another job held the key, and its end announces them); a key still full announces nothing. Holders are running with a live lease or keep their slot by status (waiting, or woken and not yet claimed); a child job's ancestors' holds do not count against it (checked by engine_concurrency_slot_free, only for a child the plain count finds blocked).
 WITH RECURSIVE tree (id) AS (
     SELECT unnest(%(job_ids)s::uuid[])
     UNION
@@ -100,7 +100,7 @@ WITH RECURSIVE tree (id) AS (
 ), waiting AS (
     SELECT w.id, w.job_id, h.key, w.concurrency_limit AS lim, w.concurrency_per_job AS per_job,
            j.parent_job_id IS NOT NULL AS child, h.runs,
-           w.job_id = ANY (h.jobs) AS mine,
+           w.job_id = ANY (h.jobs) OR w.job_id = ANY (%(job_ids)s::uuid[]) AS mine,
            cardinality(h.jobs) - (w.job_id = ANY (h.jobs))::int AS other_jobs,
            row_number() OVER (PARTITION BY h.key ORDER BY w.available_at, w.created_at, w.id) AS n
     FROM holders AS h
@@ -112,20 +112,23 @@ WITH RECURSIVE tree (id) AS (
     SELECT w.*
     FROM waiting AS w
     WHERE CASE
-        WHEN w.per_job AND (w.mine OR w.other_jobs < w.lim) THEN true
+        -- its job holds the key (or just held it): its step runs were announced when they
+        -- became ready; refused meanwhile, they are announced when the job that held it ends
+        WHEN w.per_job AND w.mine THEN false
+        WHEN w.per_job AND w.other_jobs < w.lim THEN true
         WHEN NOT w.per_job AND w.n <= w.lim - w.runs THEN true
         WHEN w.child AND (w.per_job OR w.n <= w.lim)
             THEN engine_concurrency_slot_free(w.key, w.lim, w.per_job, w.job_id, w.id, 'none')
         ELSE false END
 ), firsts AS (
-    SELECT f.id, f.job_id, f.per_job, f.mine, f.n,
+    SELECT f.id, f.job_id, f.per_job, f.n,
            first_value(f.job_id) OVER (PARTITION BY f.key ORDER BY f.n) AS first_job
     FROM free AS f
 )
 INSERT INTO engine_outbox (step_run_id)
 SELECT f.id
 FROM firsts AS f
-WHERE NOT f.per_job OR f.mine OR f.job_id = f.first_job
+WHERE NOT f.per_job OR f.job_id = f.first_job
 ORDER BY f.n
 LIMIT %(limit)s
 RETURNING id;
