@@ -341,3 +341,28 @@ def test_announce__a_job_holding_its_key_gets_no_announcements_for_its_own_step_
         "AND detail ->> 'reason' = 'finished'"
     ).fetchone()
     assert finished == {"n": 0}
+
+
+def test_announce__a_reclaim_refused_over_the_limit_is_announced_when_the_holder_ends(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    """A worker paused past its lease: the key went to another job, and the reclaim of the
+    paused step run was refused (its copy due in 15 minutes). The holder's end announces it."""
+    paused, holder = (submit_keyed(fast, "keyed", group="rc", n=i) for i in range(2))
+    first = try_claim(fast, message(conn, paused), "w1")
+    assert isinstance(first, Claimed)
+    conn.execute(
+        "UPDATE engine_step_runs SET lease_expires_at = now() - interval '1 s' WHERE id = %s",
+        (first.id,),
+    )
+    assert isinstance(try_claim(fast, message(conn, holder), "w2"), Claimed)
+    assert try_claim(fast, message(conn, paused), "w3") == ClaimRefused(
+        "over_limit", key="group:rc"
+    )
+    with db.connect(fast, autocommit=True) as c:  # what the refusing worker sends round
+        store.outbox_insert_after(c, first.id, 900.0)
+    before = announced(conn, first.id)
+    admin.cancel(fast, holder)
+    assert announced(conn, first.id) == before + 1
+    reclaimed = try_claim(fast, message(conn, paused), "w3")
+    assert isinstance(reclaimed, Claimed) and reclaimed.attempt == 2

@@ -67,7 +67,7 @@ VALUES (%(step_run_id)s, clock_timestamp() + make_interval(secs => %(delay_s)s))
 RETURNING id;
 
 -- outbox_insert_for_freed_keys --
--- No polling storm: for each concurrency key of these jobs' step runs and their descendants' (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending, due, under the cap, of an active job, not a woken wait that holds its slot already) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job with a slot free (never those of a job holding it, or freeing it here: they were announced when they became ready, and announcing them at each sibling's checkpoint would send a fan-out's messages over and over; refused meanwhile, another job held the key, and its end announces them); a key still full announces nothing. Holders are running with a live lease or keep their slot by status (waiting, or woken and not yet claimed); a child job's ancestors' holds do not count against it (checked by engine_concurrency_slot_free, only for a child the plain count finds blocked).
+-- No polling storm: for each concurrency key of these jobs' step runs and their descendants' (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending and due, or running with an expired lease whose reclaim was refused over the limit, under the cap, of an active job, not a woken wait that holds its slot already) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job with a slot free (never those of a job holding it, or freeing it here: they were announced when they became ready, and announcing them at each sibling's checkpoint would send a fan-out's messages over and over; refused meanwhile, another job held the key, and its end announces them); a key still full announces nothing. Holders are running with a live lease or keep their slot by status (waiting, or woken and not yet claimed); a child job's ancestors' holds do not count against it (checked by engine_concurrency_slot_free, only for a child the plain count finds blocked).
 WITH RECURSIVE tree (id) AS (
     SELECT unnest(%(job_ids)s::uuid[])
     UNION
@@ -105,8 +105,12 @@ WITH RECURSIVE tree (id) AS (
            row_number() OVER (PARTITION BY h.key ORDER BY w.available_at, w.created_at, w.id) AS n
     FROM holders AS h
     JOIN engine_step_runs AS w
-      ON w.concurrency_key = h.key AND w.status = 'pending' AND NOT w.concurrency_kept
-     AND w.available_at <= clock_timestamp() AND w.attempts < w.max_attempts
+      ON w.concurrency_key = h.key AND NOT w.concurrency_kept AND w.attempts < w.max_attempts
+     AND ((w.status = 'pending' AND w.available_at <= clock_timestamp())
+       -- a reclaim refused over the limit: its own copy comes back only later
+       OR (w.status = 'running' AND w.lease_expires_at <= clock_timestamp()
+           AND EXISTS (SELECT 1 FROM engine_outbox AS o
+                       WHERE o.step_run_id = w.id AND o.deliver_at > clock_timestamp())))
     JOIN engine_jobs AS j ON j.id = w.job_id AND j.status IN ('pending', 'running')
 ), free AS (
     SELECT w.*
