@@ -12,8 +12,10 @@ every one has ended (done, failed or cancelled: the step decides what a
 failed child means). Until then it raises :class:`~engine.waits.Wait`: unlike
 a wait for a signal, what the step wrote so far **commits** with the park
 (the children it submitted, above all), in one fenced transaction that moves
-the step run to ``waiting``, freeing its lease, slot and attempt. So a step
-submits its children and waits for them before it writes anything else.
+the step run to ``waiting``, freeing its lease, worker slot and attempt (its
+concurrency key's slot it keeps, and its children inherit it: see
+:mod:`engine.concurrency`). So a step submits its children and waits for
+them before it writes anything else.
 
 A child's end (:func:`wake_parent`, called by every path that ends a job)
 makes the waiting parent step run pending and announces it, in the

@@ -12,11 +12,21 @@ field and what would be valid.
 The key is rendered once, when the step run is created, from the job's
 parameters as stored (JSON) and the item, and stored with the limit on the
 step run's row, so the claim statement enforces it alone (see
-``engine_concurrency_slot_free`` in ``migrations/0009_concurrency_keys.sql``):
-a step run whose key has ``limit`` holders (running step runs with live
-leases) is not claimed, costs no attempt, and is announced again when a
-holder finishes. Keys are shared across flows: two flows declaring
-``period:{period}`` exclude each other for the same period.
+``engine_concurrency_slot_free`` in ``migrations/0014_concurrency_waits_children.sql``):
+a step run whose key has ``limit`` holders is not claimed, costs no attempt,
+and is announced again when a holder finishes. Keys are shared across
+flows: two flows declaring ``period:{period}`` exclude each other for the
+same period.
+
+A holder is a step run running with a live lease, or one parked waiting (a
+signal, a sleep, its children) until it is claimed again, ends or is
+cancelled: a waiting run has no lease, so it holds its slot by status (and
+keeps it while woken and not yet claimed), since the work it holds the key
+for is not finished. A child job inherits its ancestors' slots: the holders
+of a key do not count against a step run when they belong to its job's
+parent, grandparent, ... (``engine_jobs.parent_job_id``), so a close job
+holding ``period:P`` runs the posting and costing of P as its children
+while every other job of P waits. Siblings do count against each other.
 
 ``per_job=True`` makes the step runs of one job share one slot: the limit
 then counts jobs, so a job's fan-out runs in parallel while no step run of

@@ -122,8 +122,9 @@ class StepContext:
         """The outcomes of this step run's children, once every one has ended.
 
         Until then the step stops here and what it wrote so far (the children
-        it submitted) commits with its step run parked, holding no lease, slot
-        or attempt; each child's end runs the step again from its start. After
+        it submitted) commits with its step run parked, holding no lease, worker
+        slot or attempt (it keeps its concurrency key's slot, which its children
+        share); each child's end runs the step again from its start. After
         ``timeout`` (``None``: never) a rerun's call raises
         :class:`~engine.children.ChildrenTimeout`. A failed child is an
         outcome like any other (``child.ok`` is false): the step decides.

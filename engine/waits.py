@@ -6,8 +6,10 @@ A step calls ``ctx.wait_for_signal("approve", timeout=timedelta(days=3))`` or
 ``ctx.sleep_until(t)``. If the signal has come (or the time has passed) the
 call returns at once. Otherwise it raises :class:`Wait`, which the runner
 turns into one fenced transition of the step run to ``waiting`` (lease and
-slot freed, the attempt given back: waiting is not running the step), and
-nothing the step wrote so far commits. When the signal arrives
+worker slot freed, the attempt given back: waiting is not running the step;
+its concurrency key's slot kept until it is claimed again, ends or is
+cancelled: :mod:`engine.concurrency`), and nothing the step wrote so far
+commits. When the signal arrives
 (:func:`engine.signal`), or the sweeper finds the deadline passed, the step run
 becomes pending and is announced; the step runs again **from its start**, and
 this time the call returns the signal, or raises :class:`SignalTimeout`.

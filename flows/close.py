@@ -3,65 +3,91 @@
 Steps, each a step run with its own checkpoint, so a worker killed at any
 point leaves the job to resume where it stopped. The job holds the
 period's concurrency key (``period:{period}``, limit 1 per job, as posting
-and costing do): its own chunks and stores run side by side, and never
-beside a posting or costing job of the period. It cannot deadlock on its
-own key: its step runs share one slot, and its ``close`` step, waiting for
-another job of the period, retries (freeing the slot) rather than waits.
+and costing do) from its first step to its last, waiting included; the
+posting and costing it runs are its **child jobs**, which inherit that slot
+(:mod:`engine.concurrency`), so they run while every other posting, costing
+or close job of the period waits. Its ``close`` step, waiting for another
+job of the period, retries (freeing the slot) rather than waits.
 
-1. ``plan``: the period exists and is not closed, every store has its
-   starting point for it (as :mod:`flows.costing` requires); the period's
-   unposted documents in chunks and the stores to cost. A submit that
-   fails these is refused (exit 2).
-2. ``post_chunk`` (one per chunk) and ``cost_store`` (one per store), in
-   parallel: the posting and costing flows' own fenced writes, so a
-   re-delivered or retried chunk or store posts and costs nothing twice.
-3. ``check``: marks the period costed, takes its trial balance and runs
+1. ``books``: submits the posting of the period as a child job
+   (:mod:`flows.posting`) and waits for it, holding no worker; then the
+   costing of the period (:mod:`flows.costing`), which must follow the
+   posting, and waits for it. Each child is submitted once per step run (a
+   rerun finds it); a failed or cancelled child fails the close naming the
+   child job and its error. With ``--approve-rejects-over N`` the posting
+   child waits for an accountant's ``approve`` signal (sent to the child job)
+   when it rejected more than N documents. Their summaries are this step's
+   checkpoint.
+2. ``check``: marks the period costed, takes its trial balance and runs
    every cross-check of :mod:`flows.erp.checks`; the job fails naming each
    broken identity, and the period stays open for a fix.
-4. ``close``: closes the period (:func:`flows.erp.periods.close`: under the
+3. ``close``: closes the period (:func:`flows.erp.periods.close`: under the
    period's exclusive row lock, again checked). Another posting, costing or
-   close job of the period still active makes it wait and try again.
-5. ``month_end``: the whole month end on one page (the report): documents
-   posted and rejected, COGS per brand and store, the trial balance, the
-   checks, and who closed the period when.
+   close job of the period still active (one submitted during the close has
+   waited for its slot until now) makes it give the slot back and try again
+   (:data:`CLOSE_RETRY`: for up to ~25 minutes).
+4. ``month_end``: the whole month end on one page (the report): documents
+   posted and rejected and COGS per brand and store (from the children's
+   summaries), the trial balance, the checks, and who closed the period when;
+   the report links the child jobs.
+
+A submit for a period that is closed, or whose stores cannot be costed, is
+refused (exit 2).
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 import psycopg
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from engine import Fail, Flow, Refused, Retry, StepContext, active_jobs, job_info
+from engine import (
+    Child,
+    Fail,
+    Flow,
+    Refused,
+    Retry,
+    RetryPolicy,
+    StepContext,
+    active_jobs,
+    job_info,
+)
 from flows import costing, posting
 from flows.erp import checks, periods
 from flows.erp.books import Money, TrialBalance, trial_balance
 from flows.erp.checks import BooksCheck
-from flows.erp.inventory import StoreRef
 from flows.erp.periods import PeriodEvent
-from flows.posting import MAX_REJECTIONS, Chunk, ChunkResult, Rejection
+from flows.posting import MAX_REJECTIONS, Approval, PostingSummary, Rejection
 from flows.types import Period
 
-__all__ = ["CloseParams", "ClosePlan", "MonthEnd", "flow"]
+__all__ = ["Books", "CloseParams", "MonthEnd", "flow"]
 
 
 class CloseParams(BaseModel):
     """Parameters of a month-end close."""
 
     period: Period
+    approve_rejects_over: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "the posting child waits for the signal 'approve' when it rejected more than "
+            "this many documents (default: never wait)"
+        ),
+    )
 
 
-class ClosePlan(BaseModel):
-    """What the close will do: post these chunks, cost these stores."""
+class Books(BaseModel):
+    """What the close's child jobs did: the period posted, then costed."""
 
     period: str
-    next_period: str
-    selected: int
-    chunks: list[Chunk]
-    stores: list[StoreRef]
+    posting_job: uuid.UUID
+    costing_job: uuid.UUID
+    posting: PostingSummary
+    costing: costing.CostingSummary
 
 
 class Verified(BaseModel):
@@ -87,6 +113,9 @@ class MonthEnd(BaseModel):
     period: str
     closed_by: str
     closed_at: datetime
+    posting_job: uuid.UUID
+    costing_job: uuid.UUID
+    approval: Approval | None = None
     documents_selected: int
     documents_posted: int
     documents_rejected: int
@@ -107,22 +136,11 @@ flow = Flow(
     "close",
     params=CloseParams,
     # 2: holds the period's concurrency key, like the posting and costing it runs
-    version=2,
-    description="Month-end close: post, cost every store, check the books, close the period.",
+    # 3: posting and costing run as child jobs (step books), costing after posting
+    version=3,
+    description="Month-end close: post, then cost (child jobs), check the books, close the period.",
     concurrency=periods.PERIOD_KEY,
 )
-
-
-def _plan(conn: psycopg.Connection[Any], period: str) -> ClosePlan:
-    costs = costing.plan_costing(conn, period, None)
-    selection = posting.select_chunks(conn, period)
-    return ClosePlan(
-        period=period,
-        next_period=costs.next_period,
-        selected=selection.selected,
-        chunks=selection.chunks,
-        stores=costs.stores,
-    )
 
 
 @flow.admit
@@ -131,30 +149,47 @@ def admit(params: CloseParams, conn: psycopg.Connection[Any]) -> None:
     costing.plan_costing(conn, params.period, None)
 
 
-@flow.step()
-def plan(params: CloseParams, ctx: StepContext) -> ClosePlan:
-    """The documents to post and the stores to cost; fail if the period cannot close."""
+def _run_child(ctx: StepContext, what: str, flow_name: str, params: dict[str, Any]) -> Child:
+    """The child ``what`` of this step run once it ended well; :class:`~engine.Wait` until then.
+
+    Submitted once (a rerun of the step finds it); the step parks until it
+    ends. A failed or cancelled child fails the close, naming it.
+    """
     try:
-        found = _plan(ctx.conn, params.period)
+        ctx.submit_child(flow_name, params, key=what)
     except Refused as exc:
-        raise Fail(str(exc)) from exc
-    periods.ensure_period(ctx.conn, found.next_period)
-    return found
+        raise Fail(f"cannot run the {what} of {params['period']} as a child job: {exc}") from exc
+    ended = {c.key: c for c in ctx.wait_for_children()}
+    child = ended[what]
+    if not child.ok:
+        raise Fail(
+            f"{what} child job {child.job_id} ({child.flow}) {child.status.value}: "
+            f"{child.error or 'no error recorded'}"
+        )
+    return child
 
 
-@flow.step(map_over="plan.chunks")
-def post_chunk(chunk: Chunk, params: CloseParams, ctx: StepContext) -> ChunkResult:
-    """Post or reject one chunk of the period's documents (as the posting flow does)."""
-    return posting.post_one_chunk(ctx.conn, params.period, chunk)
+@flow.step()
+def books(params: CloseParams, ctx: StepContext) -> Books:
+    """Post the period's documents, then cost every store: two child jobs, one after the other."""
+    posted = _run_child(
+        ctx,
+        "posting",
+        posting.flow.name,
+        {"period": params.period, "approve_rejects_over": params.approve_rejects_over},
+    )
+    # costing follows the posting: submitted only once the posting ended well
+    costed = _run_child(ctx, "costing", costing.flow.name, {"period": params.period})
+    return Books(
+        period=params.period,
+        posting_job=posted.job_id,
+        costing_job=costed.job_id,
+        posting=PostingSummary.model_validate(posted.output),
+        costing=costing.CostingSummary.model_validate(costed.output),
+    )
 
 
-@flow.step(map_over="plan.stores")
-def cost_store(store: StoreRef, params: CloseParams, ctx: StepContext) -> costing.StoreCost:
-    """Cost one store for the period (as the costing flow does)."""
-    return costing.cost_one_store(ctx.conn, params.period, store)
-
-
-@flow.step(after=["post_chunk", "cost_store"])
+@flow.step(after=["books"])
 def check(params: CloseParams, ctx: StepContext) -> Verified:
     """Mark the period costed, take its trial balance and run every cross-check."""
     marked = periods.mark_costed_if_complete(ctx.conn, params.period, f"close job {ctx.job_id}")
@@ -168,7 +203,12 @@ def check(params: CloseParams, ctx: StepContext) -> Verified:
     return Verified(period=params.period, marked_costed=marked, trial_balance=tb, checks=report)
 
 
-@flow.step(after=["check"])
+# Every other job of the period waited for the close's slot until here: the step gives
+# the slot back (a retry) until they ended, for up to ~25 minutes, then fails.
+CLOSE_RETRY = RetryPolicy(max_attempts=30, base_delay_s=2.0, max_delay_s=60.0)
+
+
+@flow.step(after=["check"], retry=CLOSE_RETRY)
 def close(params: CloseParams, ctx: StepContext) -> Closed:
     """Close the period; wait while another job of the period is still active."""
     busy = active_jobs(
@@ -188,33 +228,29 @@ def close(params: CloseParams, ctx: StepContext) -> Closed:
     return Closed(period=params.period, closed_by=event.actor, closed_at=event.at)
 
 
-@flow.step(after=["close", "check", "post_chunk", "cost_store", "plan"])
-def month_end(
-    closed: Closed,
-    verified: Verified,
-    posted: list[ChunkResult],
-    costs: list[costing.StoreCost],
-    found: ClosePlan,
-    ctx: StepContext,
-) -> MonthEnd:
-    """The whole month end on one page."""
-    rejections = sorted((j for r in posted for j in r.rejections), key=lambda j: j.id)
+@flow.step(after=["close", "check", "books"])
+def month_end(closed: Closed, verified: Verified, done: Books, ctx: StepContext) -> MonthEnd:
+    """The whole month end on one page, from the children's summaries and the books."""
+    posted, costed = done.posting, done.costing
     return MonthEnd(
-        period=found.period,
+        period=done.period,
         closed_by=closed.closed_by,
         closed_at=closed.closed_at,
-        documents_selected=found.selected,
-        documents_posted=sum(r.posted for r in posted),
-        documents_rejected=sum(r.rejected for r in posted),
-        posted_debit=sum((r.debit for r in posted), Decimal(0)),
-        posted_credit=sum((r.credit for r in posted), Decimal(0)),
-        rejections=rejections[:MAX_REJECTIONS],
-        stores=len(costs),
-        cogs_value=sum((c.cogs_value for c in costs), Decimal(0)),
-        closing_value=sum((c.closing_value for c in costs), Decimal(0)),
-        brands=costing.brand_totals(costs),
-        per_store=costs,
+        posting_job=done.posting_job,
+        costing_job=done.costing_job,
+        approval=posted.approval,
+        documents_selected=posted.selected,
+        documents_posted=posted.posted,
+        documents_rejected=posted.rejected,
+        posted_debit=posted.debit,
+        posted_credit=posted.credit,
+        rejections=posted.rejections[:MAX_REJECTIONS],
+        stores=costed.stores,
+        cogs_value=costed.cogs_value,
+        closing_value=costed.closing_value,
+        brands=costed.brands,
+        per_store=costed.per_store,
         trial_balance=verified.trial_balance,
         checks=verified.checks,
-        history=periods.history(ctx.conn, found.period),
+        history=periods.history(ctx.conn, done.period),
     )

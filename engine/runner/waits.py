@@ -1,11 +1,13 @@
-"""A step that waits: its step run parked, fenced, holding no lease, slot or attempt.
+"""A step that waits: its step run parked, fenced, holding no lease or attempt.
 
 The step raised :class:`~engine.waits.Wait` (its transaction rolled back:
 nothing it wrote commits). One transaction then locks the job row (the one
 lock order; a signal sent at the same moment serialises on it), moves the
 step run from running to ``waiting`` under our lease token (a stale attempt
-parks nothing: invariant 16), gives its attempt back (invariant 14), records
-the ``waiting`` event and, on the PostgreSQL transport, deletes the delivery.
+parks nothing: invariant 16), gives its attempt back (invariant 14), keeps
+its concurrency key's slot (by status: a waiting run has no lease) until it
+is claimed again, ends or is cancelled, records the ``waiting`` event and,
+on the PostgreSQL transport, deletes the delivery.
 Should the awaited signal have been recorded already, the step run goes back
 to pending instead and is announced at once.
 
@@ -23,7 +25,7 @@ from typing import Any
 import psycopg
 
 from engine import store
-from engine.announce import Announced, announce, announce_freed
+from engine.announce import Announced, announce
 from engine.errors import LeaseLost
 from engine.heartbeat import Lease
 from engine.runner.failures import Failures
@@ -43,8 +45,11 @@ class Waits(Failures):
         """What follows a park, in its transaction: what it resumes or frees, its event, the ack.
 
         ``parked`` came back ``pending`` when what it waits for arrived meanwhile:
-        it is announced at once. Otherwise a waiting step run holds no slot, so
-        its concurrency key's next waiter is announced.
+        it is announced at once. A parked step run keeps its concurrency slot
+        (by status, until it is claimed again, ends or is cancelled): the work
+        it holds the key for is not finished, so no waiter of the key is
+        announced here; whatever ends the wait without a claim (a cancel, its
+        job failing, the sweeper) announces them.
         """
         claimed = lease.claimed
         conn = self.conn
@@ -53,8 +58,6 @@ class Waits(Failures):
             announced = announce(
                 conn, self.transport, outbox_ids=store.outbox_insert_many(conn, [claimed.id])
             )
-        elif claimed.concurrency_key is not None:
-            announced = announce_freed(conn, self.transport, [claimed.job_id])
         else:
             announced = Announced(self.transport)
         until = parked.wait_until.isoformat() if parked.wait_until else None

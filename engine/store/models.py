@@ -141,6 +141,7 @@ class StepRun(SQLModel, table=True):
     wait_signal: str | None = _text(True)
     wait_until: datetime | None = _ts(True)
     wait_children: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
+    concurrency_kept: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
 
 
 class JobSignal(SQLModel, table=True):

@@ -2,11 +2,11 @@
 
 Migrates, seeds the demo ERP at the real store, brand and employee counts
 (fewer items, so it takes about a minute), starts worker processes, runs
-the month-end close of the period as one job (post the documents, cost every
-store, check the books, close the period: ``flows.close``) with progress
-shown, and prints the trial balance, the books check and how to look at the
-run. Run again, it reuses the data: the period is closed, so it only shows the
-books, which do not change.
+the month-end close of the period as one job (its child jobs post the
+documents, then cost every store; it checks the books and closes the period:
+``flows.close``) with progress shown, and prints the trial balance, the books
+check and how to look at the run. Run again, it reuses the data: the period
+is closed, so it only shows the books, which do not change.
 """
 
 from __future__ import annotations

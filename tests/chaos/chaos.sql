@@ -203,20 +203,49 @@ WHERE tstzrange(a.created_at, coalesce(a.finished_at, 'infinity'))
    && tstzrange(b.created_at, coalesce(b.finished_at, 'infinity'));
 
 -- oracle_key_overlap --
--- Concurrency keys counted per job: the attempts that checkpointed (from their claim to their checkpoint, a live lease throughout) of two different jobs of one key never overlap; and how often a step run waited for its key (over_limit refusals, its eager form included).
-WITH spans AS (
-    SELECT s.concurrency_key AS key, s.job_id, d.at AS ended,
-           (SELECT max(c.at) FROM engine_events AS c
-            WHERE c.step_run_id = d.step_run_id AND c.kind IN ('claimed', 'reclaimed')
-              AND c.at <= d.at) AS claimed
-    FROM engine_step_runs AS s
-    JOIN engine_events AS d ON d.step_run_id = s.id AND d.kind = 'succeeded'
+-- Concurrency keys counted per job: the holds that checkpointed of two different jobs of one key never overlap, unless one job is an ancestor of the other (a child inherits its ancestors' slots). A hold runs from a claim to the checkpoint, through every wait on the way: an attempt that parked (waiting) keeps its slot until the step run is claimed again, so that claim continues the hold; a claim after a retry, a release, a fence or an expired lease starts a new one. Also: how many holds included a wait, and how often a step run waited for its key (over_limit refusals, its eager form included).
+WITH RECURSIVE marks AS (
+    SELECT e.step_run_id, e.kind, e.at, e.id,
+           lag(e.kind) OVER (PARTITION BY e.step_run_id ORDER BY e.at, e.id) AS before
+    FROM engine_events AS e
+    JOIN engine_step_runs AS s ON s.id = e.step_run_id
     WHERE s.concurrency_key IS NOT NULL AND s.concurrency_per_job
+      AND e.kind IN ('claimed', 'reclaimed', 'waiting', 'succeeded', 'retried', 'released',
+                     'fenced', 'lease_lost', 'dead_lettered', 'cancelled')
+), holds AS (
+    SELECT m.*,
+           sum(CASE WHEN m.kind = 'reclaimed'
+                      OR (m.kind = 'claimed' AND m.before IS DISTINCT FROM 'waiting')
+                    THEN 1 ELSE 0 END)
+               OVER (PARTITION BY m.step_run_id ORDER BY m.at, m.id) AS hold
+    FROM marks AS m
+), spans AS (
+    SELECT s.concurrency_key AS key, s.job_id,
+           min(h.at) FILTER (WHERE h.kind IN ('claimed', 'reclaimed')) AS claimed,
+           min(h.at) FILTER (WHERE h.kind = 'succeeded') AS ended,
+           bool_or(h.kind = 'waiting') AS waited
+    FROM holds AS h
+    JOIN engine_step_runs AS s ON s.id = h.step_run_id
+    WHERE h.hold > 0
+    GROUP BY s.concurrency_key, s.job_id, h.step_run_id, h.hold
+    HAVING bool_or(h.kind = 'succeeded')
+), lineage (job_id, ancestor) AS (
+    SELECT j.id, j.parent_job_id FROM engine_jobs AS j WHERE j.parent_job_id IS NOT NULL
+    UNION
+    SELECT l.job_id, j.parent_job_id
+    FROM lineage AS l
+    JOIN engine_jobs AS j ON j.id = l.ancestor
+    WHERE j.parent_job_id IS NOT NULL
 )
 SELECT (SELECT count(*) FROM spans AS a
         JOIN spans AS b ON b.key = a.key AND b.job_id > a.job_id
-        WHERE a.claimed < b.ended AND b.claimed < a.ended) AS overlapping,
+        WHERE a.claimed < b.ended AND b.claimed < a.ended
+          AND NOT EXISTS (
+              SELECT 1 FROM lineage AS l
+              WHERE (l.job_id = a.job_id AND l.ancestor = b.job_id)
+                 OR (l.job_id = b.job_id AND l.ancestor = a.job_id))) AS overlapping,
        (SELECT count(*) FROM spans) AS spans,
+       (SELECT count(*) FROM spans WHERE waited) AS held_waiting,
        (SELECT count(*) FROM engine_events
         WHERE kind = 'claim_refused' AND detail ->> 'reason' = 'over_limit') AS waited;
 

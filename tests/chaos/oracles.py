@@ -133,6 +133,7 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
         + (schedule["fires"] - schedule["fired_jobs"]),
         "key_overlaps": keys["overlapping"],
         "key_spans": keys["spans"],
+        "key_spans_waiting": keys["held_waiting"],
         "waited_for_key": keys["waited"],
         "reclaims": events["reclaims"],
         "fenced": events["fenced"],

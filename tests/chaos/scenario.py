@@ -284,7 +284,7 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         *("worker_exits", "worker_hangs", "books_equal", "recovery_samples", "recovery_p95_s"),
         *("recovery_max_s", "recovery_over_bound", "recovery_unrecovered"),
         *("schedule_times_unfired", "schedule_jobs_per_time_off"),
-        *("key_overlaps", "key_spans", "waited_for_key"),
+        *("key_overlaps", "key_spans", "key_spans_waiting", "waited_for_key"),
     ]
     line.update({k: figures.get(k) for k in keys})
     line["bound_s"] = run.bound_s

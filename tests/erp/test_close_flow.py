@@ -1,4 +1,9 @@
-"""The month-end close as one job, through workers: and with workers killed (-9) in the middle."""
+"""The month-end close as one job, through workers: and with workers killed (-9) in the middle.
+
+The close runs the posting and then the costing of its period as child jobs, which
+inherit its hold of the period's concurrency key; every other job of the period
+waits for the whole close, including while its posting awaits an approval.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from harness import (
     wait_until,
 )
 
-from engine import Refused, Registry, render_job_report, submit
+from engine import Refused, Registry, admin, load_queries, render_job_report, signal, submit
 from engine.config import Settings
 from flows.erp import checks, periods
 from flows.erp.seed import seed
@@ -26,6 +31,10 @@ PERIOD = "2026-11"
 # a killed worker's lease and message come back within seconds, not the FAST minute
 QUICK_RECOVERY = {"lease_s": 2.0, "heartbeat_s": 0.5, "visibility_s": 3.0}
 FLOWS = ["flows.close", "flows.costing", "flows.posting"]
+# the chaos harness's oracle: holds of one key by two jobs, neither an ancestor of the other
+KEY_OVERLAP = load_queries(str(Path(__file__).parents[1] / "chaos" / "chaos.sql"))[
+    "oracle_key_overlap"
+]
 
 
 @pytest.fixture
@@ -50,6 +59,27 @@ def made(conn: psycopg.Connection[Any]) -> Any:
 
 def summary(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any]:
     return dict(run_of(conn, job_id, "month_end")["output"])
+
+
+def children(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT id, flow, status, child_key, created_at, finished_at, error FROM engine_jobs "
+        "WHERE parent_job_id = %s ORDER BY child_key",
+        (job_id,),
+    ).fetchall()
+    return [dict(r) for r in rows]
+
+
+def span(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[Any, Any]:
+    """From the job's first claim to its end (the events' database times)."""
+    row = conn.execute(
+        "SELECT min(at) FILTER (WHERE kind = 'claimed') AS first, "
+        "max(at) FILTER (WHERE kind IN ('job_done', 'job_failed')) AS last "
+        "FROM engine_events WHERE job_id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None and row["first"] is not None and row["last"] is not None
+    return row["first"], row["last"]
 
 
 def assert_closed_exactly_once(conn: psycopg.Connection[Any], made: Any, s: dict[str, Any]) -> None:
@@ -95,14 +125,27 @@ def test_close__the_month_end_as_one_job_posts_costs_checks_and_closes(
     s = summary(conn, job.job_id)
     assert_closed_exactly_once(conn, made, s)
     assert s["closed_by"] == f"close job {job.job_id} for ann"
+    kids = children(conn, job.job_id)
+    assert [(k["child_key"], k["flow"], k["status"]) for k in kids] == [
+        ("costing", "costing", "done"),
+        ("posting", "posting", "done"),
+    ]
+    by_key = {k["child_key"]: k["id"] for k in kids}
+    assert (s["posting_job"], s["costing_job"]) == (
+        str(by_key["posting"]),
+        str(by_key["costing"]),
+    )
+    # costing followed posting: it was submitted only once the posting had ended
+    assert kids[0]["created_at"] > kids[1]["finished_at"]
     history = periods.history(conn, PERIOD)
     assert [(e.action, e.actor) for e in history] == [
-        ("costed", f"close job {job.job_id}"),
+        ("costed", f"costing job {by_key['costing']}"),
         ("closed", f"close job {job.job_id} for ann"),
     ]
     page = Path(render_job_report(fast, job.job_id, registry=registry)).read_text(encoding="utf-8")
     for text in (
         "closed by close job",
+        f'then costed by child job <span class="mono">{by_key["costing"]}</span>',
         "Trial balance",
         "Books check",
         "COGS per brand",
@@ -150,7 +193,8 @@ def test_close__workers_killed_minus_9_in_the_middle_resume_and_close_exactly_on
 
     while not job_ended():
         rounds += 1
-        assert rounds <= 60, f"no progress after {rounds} worker processes"
+        # the close and its two children commit ~30 times; a worker dies at half of them
+        assert rounds <= 120, f"no progress after {rounds} worker processes"
         fault = "before_commit" if rounds % 2 else "after_commit"
         worker = start_worker_process(
             fast,
@@ -176,3 +220,94 @@ def test_close__workers_killed_minus_9_in_the_middle_resume_and_close_exactly_on
     assert kills >= 1, "no worker was killed: the test proved nothing"
     assert wait_job_ended(conn, job.job_id) == "done"
     assert_closed_exactly_once(conn, made, summary(conn, job.job_id))
+
+
+def test_close__the_period_stays_held_while_its_posting_child_awaits_approval(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], made: Any
+) -> None:
+    """A costing of the period submitted while the close's posting waits for an accountant
+    runs only once the whole close ended: never beside its posting, its costing or its checks."""
+    job = submit(
+        "close", {"period": PERIOD, "approve_rejects_over": 0}, settings=fast, registry=registry
+    )
+    with thread_worker(fast, registry):
+        wait_until(
+            lambda: any(
+                k["child_key"] == "posting"
+                and conn.execute(
+                    "SELECT 1 FROM engine_step_runs WHERE job_id = %s AND step = 'reconcile' "
+                    "AND status = 'waiting'",
+                    (k["id"],),
+                ).fetchone()
+                for k in children(conn, job.job_id)
+            ),
+            timeout=120,
+            what="the posting child to wait for its approval",
+        )
+        outsider = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'",
+                (outsider.job_id,),
+            ).fetchone(),
+            what="the outsider to be refused the period's slot",
+        )
+        [posting_child] = children(conn, job.job_id)
+        signal(posting_child["id"], "approve", {"by": "accountant"}, settings=fast)
+        assert wait_job_ended(conn, outsider.job_id, timeout=120) == "done"
+        assert wait_job_ended(conn, job.job_id, timeout=120) == "done"
+    s = summary(conn, job.job_id)
+    assert s["approval"]["by"] == "accountant"
+    assert s["documents_rejected"] > 0
+    # the outsider ran no step while the posting waited, nor beside the close's children
+    first, _ = span(conn, outsider.job_id)
+    for kid in children(conn, job.job_id):
+        assert span(conn, kid["id"])[1] < first, kid["child_key"]
+    refused = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'",
+        (outsider.job_id,),
+    ).fetchone()
+    assert refused is not None and refused["n"] >= 1
+    checked = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (PERIOD,)).fetchone()
+    assert checked == {"status": "closed"}
+    # the oracle agrees: the close's hold (its books step waiting for its children) covers
+    # its children's (inherited, not an overlap), and no other job's hold meets them
+    keys = conn.execute(KEY_OVERLAP).fetchone()
+    assert keys is not None and keys["overlapping"] == 0
+    assert keys["held_waiting"] == 2  # the close's books step, the posting's reconcile
+
+
+def test_close__a_failed_child_fails_the_close_naming_the_child_and_its_error(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], made: Any
+) -> None:
+    job = submit(
+        "close", {"period": PERIOD, "approve_rejects_over": 0}, settings=fast, registry=registry
+    )
+    with thread_worker(fast, registry):
+        wait_until(
+            lambda: any(
+                conn.execute(
+                    "SELECT 1 FROM engine_step_runs WHERE job_id = %s AND step = 'reconcile' "
+                    "AND status = 'waiting'",
+                    (k["id"],),
+                ).fetchone()
+                for k in children(conn, job.job_id)
+            ),
+            timeout=120,
+            what="the posting child to wait for its approval",
+        )
+        [kid] = children(conn, job.job_id)
+        admin.cancel(fast, kid["id"], "the accountant refused the rejections")
+        assert wait_job_ended(conn, job.job_id, timeout=120) == "failed"
+    error = conn.execute(
+        "SELECT error FROM engine_step_runs WHERE job_id = %s AND step = 'books'", (job.job_id,)
+    ).fetchone()
+    assert error is not None
+    message = error["error"]["message"]
+    assert message == (
+        f"posting child job {kid['id']} (posting) cancelled: the accountant refused the rejections"
+    )
+    # no costing was started after a posting that did not end well; the period stays open
+    assert [k["child_key"] for k in children(conn, job.job_id)] == ["posting"]
+    status = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (PERIOD,)).fetchone()
+    assert status == {"status": "open"}

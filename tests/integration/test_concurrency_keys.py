@@ -271,26 +271,6 @@ def test_failure__a_holder_that_fails_announces_the_next_waiter(
     assert announced(conn, run_of(conn, waiter, "b")["id"]) == 2, ending
 
 
-def test_wait__a_holder_that_parks_waiting_announces_the_next_waiter(
-    fast: Settings, conn: psycopg.Connection[Any], tmp_path: Path
-) -> None:
-    hold = tmp_path / "hold"
-    holder = submit_keyed(fast, "keyed_gate", group="park", hold_file=str(hold))
-    with thread_worker(fast, REGISTRY) as worker:
-        wait_until(lambda: (tmp_path / "hold.started").exists(), what="the holder to start")
-        waiter = submit_keyed(fast, "keyed_gate", group="park", n=1)
-        wait_until(lambda: worker.outcomes.get("refused"), what="the waiter's refusal")
-        hold.with_suffix(".release").touch()
-        # the holder parks waiting for 'go': its slot is free in that commit, and the
-        # waiter (whose own copy comes back only after 15 minutes) is announced by it
-        wait_until(
-            lambda: run_of(conn, waiter, "b")["status"] == "waiting",
-            what="the waiter to run once the holder parked",
-        )
-        assert run_of(conn, holder, "b")["status"] == "waiting"
-    assert announced(conn, run_of(conn, waiter, "b")["id"]) == 2  # at submit, then by the park
-
-
 # -- the sweeper: claimable later, never stranded -------------------------------------
 
 

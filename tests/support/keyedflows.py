@@ -12,7 +12,12 @@ can keep a holder running, kill it, or let it finish.
   limit 1 per job: one job's parts run side by side, another job's wait;
 - ``keyed_items``: plan -> part, the part keyed by its item's ``store`` field;
 - ``keyed_gate``: one step ``b`` under ``gate:{group}``, limit 1, that holds,
-  then waits for the signal ``go`` (a waiting step run holds no slot).
+  then waits for the signal ``go`` (a waiting step run keeps its slot);
+- ``keyed_parent``: one step ``spawn`` under ``fam:{group}``, limit 1 per job,
+  that submits one child (``keyed_parent`` with ``n - 1`` while ``n > 0``, then
+  ``keyed_kid``) and waits for it: a child inherits its ancestors' slots;
+- ``keyed_kid``: one step ``b`` under ``fam:{group}``, limit 1 per job, that
+  holds like the others (``hold_file``).
 """
 
 from __future__ import annotations
@@ -130,4 +135,35 @@ def gate_b(params: KeyParams, ctx: StepContext) -> B:
     return B(**out.model_dump())
 
 
-flows = [keyed, keyed_pair, keyed_chain, keyed_jobs, keyed_items, keyed_gate]
+FAMILY = Concurrency("fam:{group}", limit=1, per_job=True)
+
+keyed_parent = Flow("keyed_parent", params=KeyParams, concurrency=FAMILY)
+
+
+@keyed_parent.step(name="spawn")
+def parent_spawn(params: KeyParams, ctx: StepContext) -> Gathered:
+    child = "keyed_parent" if params.n > 0 else "keyed_kid"
+    kid = {"group": params.group, "n": max(params.n - 1, 0), "hold_file": params.hold_file}
+    ctx.submit_child(child, kid, key="kid")
+    kids = ctx.wait_for_children()
+    return Gathered(count=sum(k.ok for k in kids))
+
+
+keyed_kid = Flow("keyed_kid", params=KeyParams, concurrency=FAMILY)
+
+
+@keyed_kid.step(name="b")
+def kid_b(params: KeyParams, ctx: StepContext) -> B:
+    return B(**effect(ctx, params, "b").model_dump())
+
+
+flows = [
+    keyed,
+    keyed_pair,
+    keyed_chain,
+    keyed_jobs,
+    keyed_items,
+    keyed_gate,
+    keyed_parent,
+    keyed_kid,
+]

@@ -67,40 +67,72 @@ VALUES (%(step_run_id)s, clock_timestamp() + make_interval(secs => %(delay_s)s))
 RETURNING id;
 
 -- outbox_insert_for_freed_keys --
--- No polling storm: for each concurrency key of these jobs' step runs (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending, due, under the cap, of an active job) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job; a key still full announces nothing.
-WITH keys AS (
+-- No polling storm: for each concurrency key of these jobs' step runs and their descendants' (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending and due, or running with an expired lease whose reclaim was refused over the limit, under the cap, of an active job, not a woken wait that holds its slot already) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job with a slot free (never those of a job holding it, or freeing it here: they were announced when they became ready, and announcing them at each sibling's checkpoint would send a fan-out's messages over and over; refused meanwhile, another job held the key, and its end announces them); a key still full announces nothing. Holders are running with a live lease or keep their slot by status (waiting, or woken and not yet claimed); a child job's ancestors' holds do not count against it (checked by engine_concurrency_slot_free, only for a child the plain count finds blocked).
+WITH RECURSIVE tree (id) AS (
+    SELECT unnest(%(job_ids)s::uuid[])
+    UNION
+    SELECT c.id FROM engine_jobs AS c JOIN tree ON c.parent_job_id = tree.id
+), keys AS (
     SELECT DISTINCT s.concurrency_key AS key
-    FROM engine_step_runs AS s
-    WHERE s.job_id = ANY (%(job_ids)s::uuid[]) AND s.concurrency_key IS NOT NULL
+    FROM tree
+    JOIN engine_step_runs AS s ON s.job_id = tree.id
+    WHERE s.concurrency_key IS NOT NULL
     UNION
     SELECT s.concurrency_key
     FROM engine_step_runs AS s
     WHERE %(expired)s AND s.status = 'running' AND s.lease_expires_at <= clock_timestamp()
       AND s.concurrency_key IS NOT NULL
 ), holders AS (
-    SELECT k.key, count(h.id) AS runs, count(DISTINCT h.job_id) AS jobs
+    SELECT k.key, count(h.id) AS runs,
+           coalesce(array_agg(DISTINCT h.job_id) FILTER (WHERE h.id IS NOT NULL),
+                    '{}'::uuid[]) AS jobs
     FROM keys AS k
-    LEFT JOIN engine_step_runs AS h
-      ON h.concurrency_key = k.key AND h.status = 'running'
-     AND h.lease_expires_at > clock_timestamp()
+    LEFT JOIN LATERAL (
+        SELECT r.id, r.job_id FROM engine_step_runs AS r
+        WHERE r.concurrency_key = k.key AND r.status = 'running'
+          AND r.lease_expires_at > clock_timestamp()
+        UNION ALL
+        SELECT r.id, r.job_id FROM engine_step_runs AS r
+        WHERE r.concurrency_key = k.key AND r.concurrency_kept
+          AND r.status IN ('waiting', 'pending')
+    ) AS h ON true
     GROUP BY k.key
 ), waiting AS (
-    SELECT w.id, w.job_id, w.concurrency_limit, w.concurrency_per_job, h.runs, h.jobs,
-           row_number() OVER key_order AS n,
-           first_value(w.job_id) OVER key_order AS first_job
+    SELECT w.id, w.job_id, h.key, w.concurrency_limit AS lim, w.concurrency_per_job AS per_job,
+           j.parent_job_id IS NOT NULL AS child, h.runs,
+           w.job_id = ANY (h.jobs) OR w.job_id = ANY (%(job_ids)s::uuid[]) AS mine,
+           cardinality(h.jobs) - (w.job_id = ANY (h.jobs))::int AS other_jobs,
+           row_number() OVER (PARTITION BY h.key ORDER BY w.available_at, w.created_at, w.id) AS n
     FROM holders AS h
     JOIN engine_step_runs AS w
-      ON w.concurrency_key = h.key AND w.status = 'pending'
-     AND w.available_at <= clock_timestamp() AND w.attempts < w.max_attempts
+      ON w.concurrency_key = h.key AND NOT w.concurrency_kept AND w.attempts < w.max_attempts
+     AND ((w.status = 'pending' AND w.available_at <= clock_timestamp())
+       -- a reclaim refused over the limit: its own copy comes back only later
+       OR (w.status = 'running' AND w.lease_expires_at <= clock_timestamp()
+           AND EXISTS (SELECT 1 FROM engine_outbox AS o
+                       WHERE o.step_run_id = w.id AND o.deliver_at > clock_timestamp())))
     JOIN engine_jobs AS j ON j.id = w.job_id AND j.status IN ('pending', 'running')
-    WINDOW key_order AS (PARTITION BY h.key ORDER BY w.available_at, w.created_at, w.id)
+), free AS (
+    SELECT w.*
+    FROM waiting AS w
+    WHERE CASE
+        -- its job holds the key (or just held it): its step runs were announced when they
+        -- became ready; refused meanwhile, they are announced when the job that held it ends
+        WHEN w.per_job AND w.mine THEN false
+        WHEN w.per_job AND w.other_jobs < w.lim THEN true
+        WHEN NOT w.per_job AND w.n <= w.lim - w.runs THEN true
+        WHEN w.child AND (w.per_job OR w.n <= w.lim)
+            THEN engine_concurrency_slot_free(w.key, w.lim, w.per_job, w.job_id, w.id, 'none')
+        ELSE false END
+), firsts AS (
+    SELECT f.id, f.job_id, f.per_job, f.n,
+           first_value(f.job_id) OVER (PARTITION BY f.key ORDER BY f.n) AS first_job
+    FROM free AS f
 )
 INSERT INTO engine_outbox (step_run_id)
-SELECT w.id
-FROM waiting AS w
-WHERE CASE WHEN w.concurrency_per_job
-           THEN w.jobs < w.concurrency_limit AND w.job_id = w.first_job
-           ELSE w.n <= w.concurrency_limit - w.runs END
-ORDER BY w.n
+SELECT f.id
+FROM firsts AS f
+WHERE NOT f.per_job OR f.job_id = f.first_job
+ORDER BY f.n
 LIMIT %(limit)s
 RETURNING id;

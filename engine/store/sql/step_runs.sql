@@ -19,7 +19,7 @@ SELECT n.id, CASE WHEN %(published)s THEN clock_timestamp() END FROM new_runs AS
 RETURNING id, step_run_id;
 
 -- step_claim_if_available --
--- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap, with a slot of its concurrency key free) takes a fresh token and attempts + 1; the job row is locked first (the one lock order: job, then its key's advisory lock, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
+-- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap, with a slot of its concurrency key free) takes a fresh token and attempts + 1 (a woken wait's slot, kept by status, is held by the lease from here on); the job row is locked first (the one lock order: job, then its key's advisory lock, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
 WITH job AS (
     SELECT j.id, j.flow, j.params
     FROM engine_jobs AS j
@@ -35,7 +35,8 @@ WITH job AS (
         lease_token = gen_random_uuid(),
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
         started_at = coalesce(s.started_at, clock_timestamp()),
-        claimed_at = clock_timestamp()
+        claimed_at = clock_timestamp(),
+        concurrency_kept = false
     FROM engine_step_runs AS prev, job AS j
     WHERE s.id = %(id)s
       AND s.job_id = j.id
@@ -315,7 +316,7 @@ RETURNING id;
 UPDATE engine_step_runs
 SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
     max_attempts = attempts + %(extra_attempts)s, wait_signal = NULL, wait_until = NULL,
-    wait_children = false
+    wait_children = false, concurrency_kept = false
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
 
@@ -338,7 +339,7 @@ WHERE s.attempts < s.max_attempts
 SELECT status, count(*)::int AS n FROM engine_step_runs GROUP BY status;
 
 -- step_wait_if_leased --
--- Invariants 14 and 16: only the lease holder parks its step run, in a statement after the one that locked the job row (so a signal committed by whoever held that lock is seen); the attempt comes back (waiting is not running the step) and the lease goes; if the awaited signal exists already it is pending again at once rather than waiting for a wake that has happened.
+-- Invariants 14 and 16: only the lease holder parks its step run, in a statement after the one that locked the job row (so a signal committed by whoever held that lock is seen); the attempt comes back (waiting is not running the step) and the lease goes, but its concurrency slot is kept (by status) until the step run is claimed again, ends or is cancelled; if the awaited signal exists already it is pending again at once rather than waiting for a wake that has happened.
 WITH signalled AS (
     SELECT EXISTS (
         SELECT 1 FROM engine_signals
@@ -349,6 +350,7 @@ SET status = CASE WHEN signalled.found THEN 'pending' ELSE 'waiting' END,
     attempts = s.attempts - 1,
     available_at = clock_timestamp(),
     wait_signal = %(signal)s, wait_children = false,
+    concurrency_kept = s.concurrency_key IS NOT NULL,
     wait_until = coalesce(%(until)s::timestamptz,
                           clock_timestamp() + make_interval(secs => %(timeout_s)s::float8)),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
@@ -399,7 +401,7 @@ WITH jobs AS (
 SELECT id, job_id FROM woken;
 
 -- step_wait_children_if_leased --
--- Invariants 14 and 16: only the lease holder parks its step run for its children, after the parent job row and the children rows were locked (job_lock_children: a child's end committed meanwhile is seen); the attempt comes back and the lease goes; with no child active any more it is pending again at once; a deadline set by an earlier park of this wait is kept (each child's end wakes the step, which must not move it).
+-- Invariants 14 and 16: only the lease holder parks its step run for its children, after the parent job row and the children rows were locked (job_lock_children: a child's end committed meanwhile is seen); the attempt comes back and the lease goes, its concurrency slot kept (by status) until it is claimed again, ends or is cancelled; with no child active any more it is pending again at once; a deadline set by an earlier park of this wait is kept (each child's end wakes the step, which must not move it).
 WITH active AS (
     SELECT EXISTS (
         SELECT 1 FROM engine_jobs
@@ -414,6 +416,7 @@ SET status = CASE WHEN active.any THEN 'waiting' ELSE 'pending' END,
             THEN s.wait_until
         ELSE clock_timestamp() + make_interval(secs => %(timeout_s)s::float8) END,
     wait_signal = NULL, wait_children = true,
+    concurrency_kept = s.concurrency_key IS NOT NULL,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
 FROM active
 WHERE s.id = %(id)s AND s.job_id = %(job_id)s AND s.lease_token = %(token)s
