@@ -190,7 +190,7 @@ class StepRunner:
         if isinstance(result, ClaimRefused):
             return self._refused(received, message, result)
         faults.hit("after_claim")
-        return self._run(result, received.receipt, {})
+        return self._run_member(self._watched(result, received.receipt, {}))
 
     def handle_batch(self, batch: Sequence[Received]) -> list[Outcome]:
         """Claim ``batch`` in one statement, then run what was won and what it leads to."""
@@ -220,9 +220,7 @@ class StepRunner:
             if isinstance(result, ClaimRefused):
                 outcomes.append(self._refused(received, message, result))
                 continue
-            lease = Lease(result, received.receipt)
-            self.executor.heartbeat.watch(lease)
-            members.append(_Member(lease, {}))
+            members.append(self._watched(result, received.receipt, {}))
         outcomes += self._run_rounds(members)
         return outcomes
 
@@ -261,9 +259,11 @@ class StepRunner:
                 ran.append(member.lease.claimed)
                 continuation, self.continuation = self.continuation, None
                 if continuation is not None:
-                    lease = Lease(continuation.claimed, None)
-                    self.executor.heartbeat.watch(lease)
-                    following.append(_Member(lease, continuation.known, continuation.check_lease))
+                    following.append(
+                        self._watched(
+                            continuation.claimed, None, continuation.known, continuation.check_lease
+                        )
+                    )
             group.commit()
             members = following
         # the next receive takes a batch only while what this slot runs is quick
@@ -277,7 +277,9 @@ class StepRunner:
     def _run_member(self, member: _Member) -> Outcome:
         claimed = member.lease.claimed
         if member.check_lease:
-            # as run_continuation: an external publish and delete came between
+            # An external transport's publish and delete came between the
+            # commit that claimed it and now, and may have outlasted its lease
+            # (invariant 9): renew it, or leave it to whoever reclaimed it.
             expires = store.lease_extend_if_owner(
                 self.conn, claimed.id, claimed.token, self.settings.lease_s
             )
@@ -290,6 +292,7 @@ class StepRunner:
             flow = self.registry.get(claimed.flow)
             step = flow.steps[claimed.step]
         except (UnknownFlow, KeyError) as exc:
+            # a worker deployed without this flow must not hold it: give it back
             self.executor.heartbeat.unwatch(member.lease)
             self.executor.group.commit()
             log.error("cannot run %s/%s here: %s", claimed.flow, claimed.step, exc)
@@ -297,9 +300,7 @@ class StepRunner:
                 claimed, member.lease.receipt, reason=f"flow or step not registered here: {exc}"
             )
             return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
-        return self.executor.run(
-            flow, step, claimed, member.lease.receipt, member.known, member.lease
-        )
+        return self.executor.run(flow, step, member.lease, member.known)
 
     def held(self) -> list[Lease]:
         """The leases this slot holds now: the step running and those waiting their turn."""
@@ -310,30 +311,17 @@ class StepRunner:
         continuation, self.continuation = self.continuation, None
         if continuation is None:
             return None
-        claimed = continuation.claimed
-        if continuation.check_lease:
-            # An external transport's publish and delete came between the
-            # commit that claimed it and now, and may have outlasted its lease
-            # (invariant 9): renew it, or leave it to whoever reclaimed it.
-            expires = store.lease_extend_if_owner(
-                self.conn, claimed.id, claimed.token, self.settings.lease_s
-            )
-            if expires is None:
-                return self.executor.fenced(
-                    claimed, "eager successor's lease lapsed before it started"
-                )
-        return self._run(claimed, None, continuation.known)
+        return self._run_member(
+            self._watched(continuation.claimed, None, continuation.known, continuation.check_lease)
+        )
 
-    def _run(self, claimed: Claimed, receipt: str | None, known: Outputs) -> Outcome:
-        try:
-            flow = self.registry.get(claimed.flow)
-            step = flow.steps[claimed.step]
-        except (UnknownFlow, KeyError) as exc:
-            # a worker deployed without this flow must not hold it: give it back
-            log.error("cannot run %s/%s here: %s", claimed.flow, claimed.step, exc)
-            self.give_back(claimed, receipt, reason=f"flow or step not registered here: {exc}")
-            return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
-        return self.executor.run(flow, step, claimed, receipt, known)
+    def _watched(
+        self, claimed: Claimed, receipt: str | None, known: Outputs, check_lease: bool = False
+    ) -> _Member:
+        """``claimed`` as a member whose lease the heartbeat renews from now on."""
+        lease = Lease(claimed, receipt)
+        self.executor.heartbeat.watch(lease)
+        return _Member(lease, known, check_lease)
 
     def give_back(
         self,

@@ -101,26 +101,12 @@ class Executor(Waits):
             max_delay_s=settings.retry_max_delay_s,
         )
 
-    def run(
-        self,
-        flow: Flow,
-        step: Step,
-        claimed: Claimed,
-        receipt: str | None,
-        known: Outputs,
-        lease: Lease | None = None,
-    ) -> Outcome:
-        """Run ``claimed`` under its lease (heartbeat-renewed) to an outcome.
-
-        ``lease``: one the heartbeat watches already (a step run claimed in a
-        batch, renewed while it waited its turn).
-        """
+    def run(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Outcome:
+        """Run the step run of ``lease`` (which the heartbeat watches) to an outcome."""
+        claimed = lease.claimed
         with logs.step_run(claimed, lease_owner=self.worker):
             self.continuation = None
             self._savepoint_set = False
-            if lease is None:
-                lease = Lease(claimed, receipt)
-                self.heartbeat.watch(lease)
             self.current = lease
             self.ended_job = None
             metrics.step_started(claimed)
