@@ -39,7 +39,7 @@ def fast(settings: Settings) -> Settings:
 
 @contextmanager
 def one_runner(settings: Settings) -> Iterator[tuple[StepRunner, PostgresTransport]]:
-    """A bare executor slot that knows the chain's steps as quick (seen finishing fast)."""
+    """A bare executor slot that knows chain's and fan's steps as quick (seen finishing fast)."""
     transport = PostgresTransport(settings)
     heartbeat = Heartbeat(settings, transport, "slot")
     conn = connect_worker(settings)
@@ -54,8 +54,9 @@ def one_runner(settings: Settings) -> Iterator[tuple[StepRunner, PostgresTranspo
             heartbeat=heartbeat,
             alerts=AlertRecorder(["log"]),
         )
-        for step in ("a", "b", "c"):
-            runner.executor.group.times.record("chain", step, 0.001)
+        for flow in ("chain", "fan"):
+            for step in runner.registry.get(flow).steps:
+                runner.executor.group.times.record(flow, step, 0.001)
         yield runner, transport
     finally:
         heartbeat.close()
@@ -79,8 +80,9 @@ def effects(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[str]:
     return [r["step"] for r in rows]
 
 
-def job_of(received: Received) -> uuid.UUID:
-    return StepMessage.decode(received.body).job_id
+def group_order(batch: list[Received]) -> list[uuid.UUID]:
+    """The jobs of ``batch`` in the order a group runs them (job id: the one lock order)."""
+    return sorted((StepMessage.decode(r.body).job_id for r in batch), key=lambda j: j.bytes)
 
 
 def test_group__a_fenced_step_rolls_back_only_its_own_effects(
@@ -89,7 +91,7 @@ def test_group__a_fenced_step_rolls_back_only_its_own_effects(
     jobs = [submit("chain", {"n": i}, settings=fast, registry=flows_registry()) for i in range(3)]
     with one_runner(fast) as (runner, transport):
         batch = receive_all(transport, 3)
-        order = sorted((job_of(r) for r in batch), key=lambda j: j.bytes)  # the group's order
+        order = group_order(batch)
         victim, last = order[1], order[2]
         seen_uncommitted: list[bool] = []
         run_member = StepRunner._run_member
@@ -138,7 +140,7 @@ def test_group__quick_neighbours_share_one_commit(
     jobs = [submit("chain", {"n": i}, settings=fast, registry=flows_registry()) for i in range(3)]
     with one_runner(fast) as (runner, transport):
         batch = receive_all(transport, 3)
-        order = sorted((job_of(r) for r in batch), key=lambda j: j.bytes)
+        order = group_order(batch)
         seen: list[int] = []
         run_member = StepRunner._run_member
 
@@ -262,10 +264,8 @@ def test_group__a_step_without_context_failing_after_its_checkpoint_keeps_neighb
     # and the statements that commit with it) must undo its checkpoint only
     jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
     with one_runner(fast) as (runner, transport):
-        for step in ("plan", "part", "gather"):
-            runner.executor.group.times.record("fan", step, 0.001)
         batch = receive_all(transport, 3)
-        victim = sorted((job_of(r) for r in batch), key=lambda j: j.bytes)[1]
+        victim = group_order(batch)[1]
         current: list[uuid.UUID] = []
         run_member = StepRunner._run_member
 
@@ -307,10 +307,8 @@ def test_group__a_statement_failing_outside_the_savepoints_rolls_back_the_whole_
     # may be reported committed (the step runs before it run again later)
     jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
     with one_runner(fast) as (runner, transport):
-        for step in ("plan", "part", "gather"):
-            runner.executor.group.times.record("fan", step, 0.001)
         batch = receive_all(transport, 3)
-        first, victim, last = sorted((job_of(r) for r in batch), key=lambda j: j.bytes)
+        first, victim, last = group_order(batch)
         real = execution.upstream_outputs
 
         def failing_read(c: Any, job_id: uuid.UUID, *args: Any) -> Any:
