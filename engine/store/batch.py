@@ -28,6 +28,7 @@ from psycopg import ClientCursor
 from psycopg.rows import dict_row
 
 from engine.errors import StoreError
+from engine.store import prepared
 from engine.store.errors import wrap_errors
 
 
@@ -59,8 +60,16 @@ class Batch:
         return len(self._statements)
 
     def execute(self, query: str, params: Mapping[str, Any] | None = None) -> Reply:
-        """Add ``query`` bound to ``params``; its rows arrive with :meth:`send`."""
-        bound = self._binder.mogrify(query, params) if params is not None else query
+        """Add ``query`` bound to ``params``; its rows arrive with :meth:`send`.
+
+        A query with parameters goes as ``EXECUTE`` of its prepared statement
+        (:mod:`engine.store.prepared`): planned once per connection.
+        """
+        bound = (
+            prepared.execute_text(self.conn, self._binder, query, params)
+            if params is not None
+            else query
+        )
         self._statements.append(bound.rstrip().rstrip(";"))
         reply = Reply()
         self._replies.append(reply)
@@ -78,7 +87,11 @@ class Batch:
         statements, replies = self._statements, self._replies
         self._statements, self._replies = [], []
         with ClientCursor(self.conn, row_factory=dict_row) as cur:
-            cur.execute(";\n".join(statements))
+            try:
+                cur.execute(";\n".join(statements))
+            except psycopg.errors.InvalidSqlStatementName:
+                prepared.forget(self.conn)  # someone dropped them: prepared again next time
+                raise
             for i, reply in enumerate(replies):
                 if i:
                     cur.nextset()

@@ -19,6 +19,7 @@ from psycopg import ClientCursor
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from engine.store import prepared
 from engine.store.batch import Batch, Executes
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
@@ -80,14 +81,6 @@ def step_run_insert_many_announced(
     """
     if runs:
         conn.execute(_q["step_run_insert_many"], _runs_params(job_id, runs, published=True))
-
-
-# the checkpoint, then the job's step counts: two statements in one simple query
-_CHECKPOINT_AND_COUNTS = (
-    f"{_q['checkpoint_put_if_leased'].rstrip().rstrip(';')};\n{_q['step_counts_by_job']}"
-)
-# the same, the step's savepoint first: a step in a group commit
-_SAVEPOINT_CHECKPOINT_AND_COUNTS = f"{_q['step_savepoint'].rstrip()}\n{_CHECKPOINT_AND_COUNTS}"
 
 
 @wrap_errors
@@ -295,11 +288,21 @@ def checkpoint_put_if_leased(
     if begin is not None:
         begin()
     with ClientCursor(conn, row_factory=dict_row) as cur:
+        # the checkpoint, then the job's step counts: two prepared statements in one
+        # simple query (the step's savepoint first: a step in a group commit)
+        message = [
+            prepared.execute_text(conn, cur, _q["checkpoint_put_if_leased"], params),
+            prepared.execute_text(conn, cur, _q["step_counts_by_job"], params),
+        ]
         if savepoint:
-            cur.execute(_SAVEPOINT_CHECKPOINT_AND_COUNTS, params)
+            message.insert(0, _q["step_savepoint"].rstrip().rstrip(";"))
+        try:
+            cur.execute(";\n".join(message))
+        except psycopg.errors.InvalidSqlStatementName:
+            prepared.forget(conn)  # someone dropped them: prepared again next time
+            raise
+        if savepoint:
             cur.nextset()
-        else:
-            cur.execute(_CHECKPOINT_AND_COUNTS, params)
         row = _first(cur)
         cur.nextset()
         counts = {r["step"]: StepCounts(r["total"], r["done"]) for r in cur.fetchall()}

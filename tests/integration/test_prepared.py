@@ -1,0 +1,97 @@
+"""Prepared statements from simple-query messages (engine.store.prepared), on real PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import ClientCursor
+from psycopg.types.json import Jsonb
+
+from engine import store
+from engine.errors import StoreError
+from engine.store import prepared
+
+ECHO = "-- echo --\nSELECT %(a)s::text AS a, %(b)s::jsonb AS b, %(a)s::text || '%%' AS again"
+
+
+def prepared_names(conn: psycopg.Connection[Any]) -> list[str]:
+    query = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'engine%' ORDER BY name"
+    return [r["name"] for r in conn.execute(query)]
+
+
+HOSTILE = [
+    "o'clock",
+    "back\\slash\\'",
+    "'; DROP TABLE engine_jobs; --",
+    "$1 %(a)s %s %% $$",
+    "Ünïcödé ✓ 漢字",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_values_reach_the_server_exactly_as_given(conn: psycopg.Connection[Any], text: str) -> None:
+    with conn.transaction():
+        batch = store.Batch(conn)
+        reply = batch.execute(ECHO, {"a": text, "b": Jsonb({"k": text, "n": [1, None]})})
+        batch.send()
+    assert reply.fetchone() == {"a": text, "b": {"k": text, "n": [1, None]}, "again": text + "%"}
+
+
+def test_prepared_once_per_connection_and_kept_across_rollbacks(
+    conn: psycopg.Connection[Any],
+) -> None:
+    name = prepared.statement(ECHO).name
+    for _ in range(3):
+        with conn.transaction():
+            batch = store.Batch(conn)
+            batch.execute(ECHO, {"a": "x", "b": Jsonb(1)})
+            batch.send()
+    other = "-- boom --\nSELECT 1 / %(zero)s::int"
+    with conn.transaction(force_rollback=True):
+        batch = store.Batch(conn)
+        batch.execute(other, {"zero": 0})  # the first use on this connection prepares
+        with pytest.raises(StoreError, match="division by zero"):
+            batch.send()
+    assert prepared_names(conn) == sorted([name, prepared.statement(other).name])
+
+
+def test_a_dropped_statement_fails_once_then_is_prepared_again(
+    conn: psycopg.Connection[Any],
+) -> None:
+    with conn.transaction():
+        batch = store.Batch(conn)
+        batch.execute(ECHO, {"a": "x", "b": Jsonb(1)})
+        batch.send()
+    conn.execute("DEALLOCATE ALL")  # someone else's reset
+    with conn.transaction(force_rollback=True):
+        batch = store.Batch(conn)
+        batch.execute(ECHO, {"a": "x", "b": Jsonb(1)})
+        with pytest.raises(StoreError, match="does not exist"):
+            batch.send()
+    with conn.transaction():
+        batch = store.Batch(conn)
+        reply = batch.execute(ECHO, {"a": "y", "b": Jsonb(2)})
+        batch.send()
+    assert reply.fetchone() == {"a": "y", "b": 2, "again": "y%"}
+
+
+def test_literals_of_every_kind_round_trip(conn: psycopg.Connection[Any]) -> None:
+    binder = ClientCursor(conn)
+    values: list[Any] = [None, True, False, 0, -7, 2.5, uuid.uuid4(), [1, 2], "x", Jsonb([])]
+    for value in values:
+        literal = prepared._literal(conn, binder, value)
+        got = conn.execute(f"SELECT {literal} AS v").fetchone()
+        assert got is not None
+        expected = value.obj if isinstance(value, Jsonb) else value
+        assert got["v"] == expected, literal
+    with pytest.raises(psycopg.DataError):
+        prepared._literal(conn, binder, "nul\x00byte")  # refused, as psycopg refuses it
+
+
+def test_positional_placeholders_are_refused() -> None:
+    with pytest.raises(ValueError, match="named placeholders"):
+        prepared.statement("SELECT %s")
