@@ -31,12 +31,14 @@ from engine.alerts import AlertRecorder
 from engine.announce import Announced, announce, announce_freed
 from engine.config import Settings
 from engine.errors import Contention, MalformedMessage, UnknownFlow
+from engine.flow import Step
 from engine.heartbeat import Heartbeat, Lease
 from engine.inputs import Outputs
 from engine.messages import StepMessage
 from engine.registry import Registry
 from engine.runner.execution import Executor
 from engine.runner.outcome import Continuation, Outcome
+from engine.runner.rounds import RoundMember, pure, run_round
 from engine.store.rows import Claimed, ClaimRefused
 from engine.store.status import EventKind
 from engine.transports.base import Outgoing, Received, Transport
@@ -241,8 +243,21 @@ class StepRunner:
             quick.sort(key=lambda m: m.lease.claimed.job_id.bytes)
             for member in slow[1:]:
                 self._give_back_member(member, "claimed in a batch behind a step that is not quick")
-            members = quick + slow[:1]
             following: list[_Member] = []
+            # the pure ones checkpoint together first, in one message (engine.runner.rounds)
+            together, quick = self._together(quick)
+            for member, (outcome, continuation) in zip(
+                together, self._run_together(together), strict=True
+            ):
+                outcomes.append(outcome)
+                ran.append(member.lease.claimed)
+                if continuation is not None:
+                    following.append(
+                        self._watched(
+                            continuation.claimed, None, continuation.known, continuation.check_lease
+                        )
+                    )
+            members = quick + slow[:1]
             for index, member in enumerate(members):
                 if not self.executor.may_continue():
                     group.commit()
@@ -269,6 +284,54 @@ class StepRunner:
         # the next receive takes a batch only while what this slot runs is quick
         self.wants_batch = bool(ran) and all(group.quick(c.flow, c.step) for c in ran)
         return outcomes
+
+    def _together(self, quick: list[_Member]) -> tuple[list[_Member], list[_Member]]:
+        """Of ``quick`` (in job order), those a round runs together, and the rest.
+
+        Steps without a context, of distinct jobs, on the PostgreSQL transport;
+        two at least, and none while the worker is stopping.
+        """
+        if len(quick) < 2 or not self.transport.transactional or not self.executor.may_continue():
+            return [], quick
+        together: list[_Member] = []
+        rest: list[_Member] = []
+        jobs: set[Any] = set()
+        for member in quick:
+            step = self._step(member)
+            claimed = member.lease.claimed
+            if step is None or not pure(step) or member.check_lease or claimed.job_id in jobs:
+                rest.append(member)
+            else:
+                together.append(member)
+                jobs.add(claimed.job_id)
+        if len(together) < 2:
+            return [], quick
+        return together, rest
+
+    def _step(self, member: _Member) -> Step | None:
+        try:
+            return self.registry.get(member.flow).steps[member.step]
+        except (UnknownFlow, KeyError):
+            return None  # given back on the one-by-one path
+
+    def _run_together(self, together: list[_Member]) -> list[tuple[Outcome, Continuation | None]]:
+        if not together:
+            return []
+        for member in together:
+            if member.lease.receipt is not None:
+                faults.hit("after_claim")
+        return run_round(
+            self.executor,
+            [
+                RoundMember(
+                    self.registry.get(m.flow),
+                    self.registry.get(m.flow).steps[m.step],
+                    m.lease,
+                    m.known,
+                )
+                for m in together
+            ],
+        )
 
     def _give_back_member(self, member: _Member, reason: str) -> None:
         self.executor.heartbeat.unwatch(member.lease)

@@ -123,12 +123,12 @@ class Executor(Waits):
             if self.ended_job is not None:
                 ended = self.ended_job
                 if self.group.open:  # its checkpoint is not committed yet
-                    self.group.after_commit(then=lambda: self._render_after_end(ended))
+                    self.group.after_commit(then=lambda: self.render_after_end(ended))
                 else:
-                    self._render_after_end(ended)
+                    self.render_after_end(ended)
             return outcome
 
-    def _render_after_end(self, job_id: uuid.UUID) -> None:
+    def render_after_end(self, job_id: uuid.UUID) -> None:
         from engine.reports import render_after_end  # jinja2, SQLModel: on first use
 
         render_after_end(self.settings, job_id, self.registry)
@@ -171,33 +171,13 @@ class Executor(Waits):
 
                 if sees_conn:
                     begin()
-                ctx = StepContext(
-                    conn=conn,
-                    job_id=claimed.job_id,
-                    step_run_id=claimed.id,
-                    step=claimed.step,
-                    fanout_key=claimed.fanout_key,
-                    attempt=claimed.attempt,
-                    max_attempts=claimed.max_attempts,
-                    fingerprint=claimed.fingerprint,
-                    worker=self.worker,
-                    stop=lease.stop,
-                    children=self.children,
-                )
                 try:
-                    output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
+                    output = self.compute(flow, step, lease, known)
                 except Wait as exc:
                     if not exc.children or conn.broken or conn.closed:
                         raise
                     # its children commit with the park, in this transaction
                     return self._wait_children(lease, exc, commit_children)
-                if not isinstance(output, step.output):
-                    raise Fail(
-                        f"step {step.name!r} returned {type(output).__name__}, "
-                        f"expected {step.output.__name__}"
-                    )
-                ctx.check()
-                lease.finishing = True
                 announced = self._checkpoint(
                     flow,
                     claimed,
@@ -212,11 +192,11 @@ class Executor(Waits):
                 # after a pause, a restart, a network cut): nothing committed,
                 # the group's neighbours neither
                 self.group.abandon()
-                return self._disconnected(claimed, exc)
+                return self.disconnected(claimed, exc)
             if self._savepoint and self._savepoint_set:
                 store.step_savepoint_rollback(conn)  # its own checkpoint's writes
             self._group_first()
-            return self._not_checkpointed(step, lease, exc)
+            return self.not_checkpointed(step, lease, exc)
         if self.group.open:
             self.group.after_commit(announced, lease.receipt)
             return Outcome("done", step_run_id=claimed.id)
@@ -225,7 +205,33 @@ class Executor(Waits):
         self._ack_after_commit(lease)
         return Outcome("done", step_run_id=claimed.id)
 
-    def _not_checkpointed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
+    def compute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> BaseModel:
+        """Call the step with its inputs: its output, checked, and the lease still ours."""
+        claimed = lease.claimed
+        ctx = StepContext(
+            conn=self.conn,
+            job_id=claimed.job_id,
+            step_run_id=claimed.id,
+            step=claimed.step,
+            fanout_key=claimed.fanout_key,
+            attempt=claimed.attempt,
+            max_attempts=claimed.max_attempts,
+            fingerprint=claimed.fingerprint,
+            worker=self.worker,
+            stop=lease.stop,
+            children=self.children,
+        )
+        output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
+        if not isinstance(output, step.output):
+            raise Fail(
+                f"step {step.name!r} returned {type(output).__name__}, "
+                f"expected {step.output.__name__}"
+            )
+        ctx.check()
+        lease.finishing = True
+        return output
+
+    def not_checkpointed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
         """The step stopped short of its checkpoint: fenced, cancelled, waiting or failed."""
         claimed = lease.claimed
         if isinstance(exc, LeaseLost):
@@ -300,6 +306,43 @@ class Executor(Waits):
         )
         if done is None:
             raise LeaseLost(f"checkpoint of step run {claimed.id} refused: lease token changed")
+        # Inside a transport's own transaction nothing that follows needs an
+        # answer: it goes as one batch, one message (not a pipeline, whose
+        # statements reach the server one by one: see engine.store.batch), then
+        # the COMMIT; messages out and the delivery gone in the same commit as
+        # the checkpoint. An external queue gets outbox rows (their ids are read
+        # back) and the publish and delete come after the commit.
+        inside = self.transport.transactional
+        batch = store.Batch(conn) if inside else None
+        announced, queued, known = self.follow_up(flow, claimed, lease, done, batch)
+        faults.hit("in_commit")
+        if batch is not None:
+            batch.send()
+        commit()
+        faults.hit("after_commit")
+        # an external queue's publish and delete come between this commit and the
+        # successor's start, and may outlast its lease: it is checked first
+        self.continue_with(queued, known, check_lease=not inside)
+        return announced
+
+    def follow_up(
+        self,
+        flow: Flow,
+        claimed: Claimed,
+        lease: Lease,
+        done: store.Checkpointed,
+        batch: store.Batch | None,
+    ) -> tuple[Announced, QueuedClaim | None, Outputs]:
+        """What a checkpoint leads to, written in its transaction (not committed).
+
+        The step runs it made ready (one claimed by this slot, the rest
+        announced), the job's end, the slot its concurrency key frees, the
+        delivery's delete. Statements that need no answer go to ``batch``
+        when given (a job's end reads rows back: never). Returns what to
+        publish after the commit, the eager successor's claim (readable once
+        sent) and the checkpoints it will be handed.
+        """
+        conn = self.conn
         runs: list[NewStepRun] = []
         job_complete = False
         known: Outputs = {}
@@ -321,16 +364,9 @@ class Executor(Waits):
             # the slot this step run held is free in this commit: its next waiter
             # is announced with it (an eager successor of the same key keeps it)
             freed = announce_freed(conn, self.transport, [claimed.job_id])
-        # Inside a transport's own transaction nothing that follows needs an
-        # answer: it goes as one batch, one message (not a pipeline, whose
-        # statements reach the server one by one: see engine.store.batch), then
-        # the COMMIT; messages out and the delivery gone in the same commit as
-        # the checkpoint. An external queue gets outbox rows (their ids are read
-        # back) and the publish and delete come after the commit.
-        inside = self.transport.transactional
         faults.hit("before_commit")
         # a job's end (once per job) reads rows back: it wakes a parent waiting for it
-        sink: store.Executes = store.Batch(conn) if inside and not job_complete else conn
+        sink: store.Executes = batch if batch is not None and not job_complete else conn
         if job_complete:
             freed += self._finish_job(claimed, conn)
         if eager is not None:
@@ -339,15 +375,7 @@ class Executor(Waits):
             sink, self.transport, job_id=claimed.job_id, new_runs=published
         )
         self._ack_in_commit(lease, sink)
-        faults.hit("in_commit")
-        if isinstance(sink, store.Batch):
-            sink.send()
-        commit()
-        faults.hit("after_commit")
-        # an external queue's publish and delete come between this commit and the
-        # successor's start, and may outlast its lease: it is checked first
-        self._continue_with(queued, known, check_lease=not inside)
-        return announced
+        return announced, queued, known
 
     def _claim_eager(self, claimed: Claimed, run: NewStepRun, sink: store.Executes) -> QueuedClaim:
         """Create ``run`` already leased to this slot, in the checkpoint's transaction."""
@@ -361,7 +389,7 @@ class Executor(Waits):
             lease_s=self.settings.lease_s,
         )
 
-    def _continue_with(
+    def continue_with(
         self, queued: QueuedClaim | None, known: Outputs, *, check_lease: bool = False
     ) -> None:
         # read after the commit: the claim is real only once it has committed

@@ -80,7 +80,7 @@ class Failures:
             # when it comes back; an eager successor still runs
             log.warning("delete after commit failed for %s", lease.claimed.id, exc_info=True)
 
-    def _disconnected(self, claimed: Claimed, exc: Exception) -> Outcome:
+    def disconnected(self, claimed: Claimed, exc: Exception) -> Outcome:
         self.conn.close()
         reason = f"connection lost before commit: {str(exc).strip()[:300]}"
         if self.on_outage is not None and is_outage(exc):

@@ -136,6 +136,15 @@ class GroupCommit:
         for action in deferred:
             action()
 
+    def rollback(self) -> None:
+        """Roll the group back: nothing of it commits, and what it deferred is dropped."""
+        transaction, self._transaction = self._transaction, None
+        self._announced = Announced(self.transport)
+        self._receipts = []
+        self._deferred = []
+        if transaction is not None:
+            transaction.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
+
     def abandon(self) -> None:
         """Forget the group after its connection broke: nothing of it committed."""
         self._transaction = None

@@ -97,6 +97,7 @@ from engine.store.outbox import (
 )
 from engine.store.rows import (
     CancelledRun,
+    Checkpoint,
     Checkpointed,
     ChildOf,
     ChildRow,
@@ -143,6 +144,7 @@ from engine.store.signals import (
 )
 from engine.store.step_runs import (
     checkpoint_put_if_leased,
+    checkpoint_put_many_if_leased,
     lease_extend_if_owner,
     lease_release_if_owner,
     step_cancel_by_job,
@@ -181,6 +183,7 @@ from engine.store.workers import (
 __all__ = [
     "Batch",
     "CancelledRun",
+    "Checkpoint",
     "Checkpointed",
     "ChildOf",
     "ChildRow",
@@ -215,6 +218,7 @@ __all__ = [
     "alert_insert_for_orphaned_versions",
     "alert_select_recent",
     "checkpoint_put_if_leased",
+    "checkpoint_put_many_if_leased",
     "clock_select",
     "database_create_if_absent",
     "dead_letter_count_open",

@@ -12,9 +12,10 @@ same way, in the same one message, with the plan reused.
 
 Prepared statements are not transactional (a rollback keeps them) and live
 as long as their session; a connection is a new session, with its own set.
-Should one be missing all the same (a ``DISCARD ALL`` by someone else), the
-statement fails like any other and the connection's set is forgotten, so
-the next use prepares it again.
+psycopg deallocates them all after a rollback (see :class:`_Session`): the
+set is forgotten then and prepared again on next use. Should one be missing
+all the same (a ``DISCARD ALL`` by someone else), the statement fails like
+any other and the set is forgotten too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -66,8 +67,44 @@ def statement(query: str) -> Statement:
     return Statement(name, f"PREPARE {name} AS\n{body}", tuple(names))
 
 
-# the statements prepared on each connection (a connection is one session)
-_prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[str]] = (
+class _Session:
+    """What one connection (one session) has prepared, and its string quoting."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.known: set[str] = set()
+        # libpq's PQescapeLiteral, for a UTF-8 session (the engine's); else psycopg's
+        self.escape: Callable[[bytes], bytes] | None = (
+            pq.Escaping(conn.pgconn).escape_literal if conn.info.encoding == "utf-8" else None
+        )
+        self._follow_psycopg(conn)
+
+    def _follow_psycopg(self, conn: psycopg.Connection[Any]) -> None:
+        """Forget what psycopg deallocates: it sends ``DEALLOCATE ALL`` after a rollback.
+
+        psycopg prepares statements of its own and, after a ``ROLLBACK`` (a
+        step's transaction or savepoint rolled back), a ``DROP`` or an
+        ``ALTER``, deallocates every statement of the session, ours too. Its
+        manager says when (``clear()`` returns true just before it sends it).
+        Were that internal ever gone, psycopg is told not to prepare on this
+        connection, and then never deallocates.
+        """
+        manager = getattr(conn, "_prepared", None)
+        clear = getattr(manager, "clear", None)
+        if manager is None or not callable(clear):
+            conn.prepare_threshold = None
+            return
+        known = self.known
+
+        def clear_and_forget() -> bool:
+            cleared = bool(clear())
+            if cleared:
+                known.clear()
+            return cleared
+
+        manager.clear = clear_and_forget
+
+
+_sessions: weakref.WeakKeyDictionary[psycopg.Connection[Any], _Session] = (
     weakref.WeakKeyDictionary()
 )
 _lock = threading.Lock()
@@ -83,22 +120,24 @@ def execute_text(
     """
     stmt = statement(query)
     with _lock:
-        known = _prepared.setdefault(conn, set())
-    if stmt.name not in known:
+        session = _sessions.get(conn)
+        if session is None:
+            session = _sessions[conn] = _Session(conn)
+    if stmt.name not in session.known:
         conn.execute(stmt.prepare)
-        known.add(stmt.name)
+        session.known.add(stmt.name)
     if not stmt.params:
         return f"EXECUTE {stmt.name}"
-    args = ", ".join(_literal(conn, binder, params[n]) for n in stmt.params)
+    args = ", ".join(_literal(session.escape, binder, params[n]) for n in stmt.params)
     return f"EXECUTE {stmt.name}({args})"
 
 
-def _literal(conn: psycopg.Connection[Any], binder: ClientCursor[Any], value: Any) -> str:
+def _literal(escape: Callable[[bytes], bytes] | None, binder: ClientCursor[Any], value: Any) -> str:
     """``value`` as an SQL literal: the common types here, the rest through psycopg.
 
     psycopg's client-side binding is written in Python and was a tenth of a
-    worker's time; libpq quotes strings (``PQescapeLiteral``, the connection's
-    encoding and settings) as psycopg does.
+    worker's time; libpq quotes strings (``PQescapeLiteral``, with the
+    connection's settings) as psycopg does.
     """
     kind = type(value)
     if value is None:
@@ -111,17 +150,17 @@ def _literal(conn: psycopg.Connection[Any], binder: ClientCursor[Any], value: An
         return repr(value)
     if kind is uuid.UUID:
         return f"'{value}'::uuid"
-    if conn.info.encoding == "utf-8":
+    if escape is not None:
         if kind is str and "\x00" not in value:
-            return pq.Escaping(conn.pgconn).escape_literal(value.encode()).decode()
+            return escape(value.encode()).decode()
         if kind is Jsonb and value.dumps is None:
             text = json.dumps(value.obj)
             if "\x00" not in text:  # json.dumps escapes NUL, kept as a guard
-                return pq.Escaping(conn.pgconn).escape_literal(text.encode()).decode() + "::jsonb"
+                return escape(text.encode()).decode() + "::jsonb"
     return binder.mogrify("%s", [value])
 
 
 def forget(conn: psycopg.Connection[Any]) -> None:
     """After a missing prepared statement: prepare everything again on ``conn``."""
     with _lock:
-        _prepared.pop(conn, None)
+        _sessions.pop(conn, None)

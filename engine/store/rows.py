@@ -165,6 +165,17 @@ class StepState:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """One step run's output to store under its lease token (a batch of checkpoints)."""
+
+    step_run_id: uuid.UUID
+    job_id: uuid.UUID
+    token: uuid.UUID
+    output: Any
+    with_output: bool = False
+
+
+@dataclass(frozen=True)
 class Checkpointed:
     """The checkpoint committed (with its transaction): what scheduling needs next.
 

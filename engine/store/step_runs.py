@@ -25,6 +25,7 @@ from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import (
     CancelledRun,
+    Checkpoint,
     Checkpointed,
     Claimed,
     ClaimRefused,
@@ -309,6 +310,51 @@ def checkpoint_put_if_leased(
     if row is None or not row["checkpointed"]:
         return None
     return Checkpointed(str(row["job_status"]), counts, row["output"])
+
+
+@wrap_errors
+def checkpoint_put_many_if_leased(
+    conn: psycopg.Connection[Any], checkpoints: Sequence[Checkpoint], worker: str
+) -> list[Checkpointed | None]:
+    """:func:`checkpoint_put_if_leased` for step runs of different jobs, in one round trip.
+
+    One message, in the caller's open transaction: each checkpoint then its
+    job's step counts, in the order given (the caller's job order: the one
+    lock order). Each is guarded by its own token; a refused one (``None``)
+    wrote nothing, and its neighbours are as they would be without it.
+    """
+    with ClientCursor(conn, row_factory=dict_row) as cur:
+        message: list[str] = []
+        for checkpoint in checkpoints:
+            params = {
+                "id": checkpoint.step_run_id,
+                "job_id": checkpoint.job_id,
+                "token": checkpoint.token,
+                "output": Jsonb(checkpoint.output),
+                "worker": worker,
+                "with_output": checkpoint.with_output,
+            }
+            message.append(prepared.execute_text(conn, cur, _q["checkpoint_put_if_leased"], params))
+            message.append(prepared.execute_text(conn, cur, _q["step_counts_by_job"], params))
+        try:
+            cur.execute(";\n".join(message))
+        except psycopg.errors.InvalidSqlStatementName:
+            prepared.forget(conn)  # someone dropped them: prepared again next time
+            raise
+        results: list[Checkpointed | None] = []
+        for i in range(len(checkpoints)):
+            if i:
+                cur.nextset()
+            row = _first(cur)
+            cur.nextset()
+            counts = {r["step"]: StepCounts(r["total"], r["done"]) for r in cur.fetchall()}
+            ok = row is not None and row["checkpointed"]
+            results.append(
+                Checkpointed(str(row["job_status"]), counts, row["output"])
+                if ok and row is not None
+                else None
+            )
+    return results
 
 
 @wrap_errors

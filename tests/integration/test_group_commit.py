@@ -262,6 +262,9 @@ def test_group__a_step_without_context_failing_after_its_checkpoint_keeps_neighb
     # fan's plan takes no StepContext: in a group its savepoint is set with its
     # checkpoint; a failure after that (here: injected between the checkpoint
     # and the statements that commit with it) must undo its checkpoint only
+    # one by one, each in its savepoint, as a round that failed goes again
+    # (a round of pure steps checkpointing together: tests/integration/test_rounds.py)
+    monkeypatch.setattr(StepRunner, "_together", lambda self, quick: ([], quick))
     jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
     with one_runner(fast) as (runner, transport):
         batch = receive_all(transport, 3)
@@ -305,6 +308,9 @@ def test_group__a_statement_failing_outside_the_savepoints_rolls_back_the_whole_
     # a step without StepContext reads its inputs before its savepoint exists:
     # should that read fail, the group's transaction is lost, and nothing of it
     # may be reported committed (the step runs before it run again later)
+    # one by one, each in its savepoint, as a round that failed goes again
+    # (a round of pure steps checkpointing together: tests/integration/test_rounds.py)
+    monkeypatch.setattr(StepRunner, "_together", lambda self, quick: ([], quick))
     jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
     with one_runner(fast) as (runner, transport):
         batch = receive_all(transport, 3)

@@ -81,17 +81,49 @@ def test_a_dropped_statement_fails_once_then_is_prepared_again(
 
 def test_literals_of_every_kind_round_trip(conn: psycopg.Connection[Any]) -> None:
     binder = ClientCursor(conn)
-    values: list[Any] = [None, True, False, 0, -7, 2.5, uuid.uuid4(), [1, 2], "x", Jsonb([])]
-    for value in values:
-        literal = prepared._literal(conn, binder, value)
-        got = conn.execute(f"SELECT {literal} AS v").fetchone()
-        assert got is not None
-        expected = value.obj if isinstance(value, Jsonb) else value
-        assert got["v"] == expected, literal
-    with pytest.raises(psycopg.DataError):
-        prepared._literal(conn, binder, "nul\x00byte")  # refused, as psycopg refuses it
+    escape = prepared._Session(conn).escape
+    assert escape is not None  # a UTF-8 session
+    values: list[Any] = [None, True, False, 0, -7, 2.5, uuid.uuid4(), [1, 2], *HOSTILE]
+    values += [Jsonb(v) for v in ([], {"k": "o'c\\"}, *HOSTILE)]
+    for quoting in (escape, None):  # libpq's, and psycopg's for a session not in UTF-8
+        for value in values:
+            literal = prepared._literal(quoting, binder, value)
+            got = conn.execute(f"SELECT {literal} AS v").fetchone()
+            assert got is not None
+            expected = value.obj if isinstance(value, Jsonb) else value
+            assert got["v"] == expected, literal
+        with pytest.raises(psycopg.DataError):
+            prepared._literal(quoting, binder, "nul\x00byte")  # refused, as psycopg refuses it
 
 
 def test_positional_placeholders_are_refused() -> None:
     with pytest.raises(ValueError, match="named placeholders"):
         prepared.statement("SELECT %s")
+
+
+def test_psycopg_deallocating_after_a_rollback_is_followed(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # psycopg prepares a statement of its own after 5 runs, and after a ROLLBACK
+    # it sends DEALLOCATE ALL, which takes ours with it
+    def echo(value: str) -> None:
+        with conn.transaction():
+            batch = store.Batch(conn)
+            reply = batch.execute(ECHO, {"a": value, "b": Jsonb(1)})
+            batch.send()
+        assert reply.fetchone() == {"a": value, "b": 1, "again": value + "%"}
+
+    for _round in range(3):
+        for _ in range(8):
+            conn.execute("SELECT %s::int AS n", (1,))
+        echo("x")
+        assert prepared.statement(ECHO).name in prepared_names(conn)
+        with conn.transaction(force_rollback=True):
+            conn.execute("SELECT 1")
+        assert prepared_names(conn) == [], "psycopg deallocated everything"
+        echo("y")  # prepared again
+    # psycopg holding none of its own deallocates nothing on a rollback: ours stay
+    with conn.transaction(force_rollback=True):
+        conn.execute("SELECT 1")
+    assert prepared_names(conn) == [prepared.statement(ECHO).name]
+    echo("z")

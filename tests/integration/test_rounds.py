@@ -1,0 +1,223 @@
+"""A round of pure steps checkpointed in one message (engine.runner.rounds), on real PostgreSQL.
+
+fan's ``plan`` takes no StepContext: a batch of fan jobs runs its plans as one
+round. The promise under test is the issue's: a step fenced in the batch rolls
+back its own effects only, a neighbour's survive; a step raising is handled
+alone; a failed statement or a lost connection loses nothing that was not
+committed, and runs nothing twice in the books.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from harness import flows_registry, wait_job_ended
+from test_group_commit import fast, group_order, one_runner, receive_all
+
+from engine import faults, store, submit
+from engine.config import Settings
+from engine.flow import Flow, Step
+from engine.heartbeat import Lease
+from engine.inputs import Outputs
+from engine.runner import rounds
+from engine.runner.execution import Executor
+
+__all__ = ["fast"]  # the fixture, shared with the group commit tests
+
+
+def plans(conn: psycopg.Connection[Any]) -> dict[uuid.UUID, dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT job_id, status, attempts, lease_owner, output IS NOT NULL AS has_output "
+        "FROM engine_step_runs WHERE step = 'plan'"
+    ).fetchall()
+    return {r.pop("job_id"): r for r in rows}
+
+
+def parts(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> int:
+    row = conn.execute(
+        "SELECT count(*) AS n FROM engine_step_runs WHERE job_id = %s AND step = 'part'",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+@pytest.fixture
+def messages(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of checkpoints in each many-checkpoint message sent."""
+    sizes: list[int] = []
+    real = store.checkpoint_put_many_if_leased
+
+    def counted(conn: Any, checkpoints: Any, worker: str) -> Any:
+        sizes.append(len(checkpoints))
+        return real(conn, checkpoints, worker)
+
+    monkeypatch.setattr(store, "checkpoint_put_many_if_leased", counted)
+    return sizes
+
+
+def test_round__a_fenced_step_in_a_batch_rolls_back_only_its_own_checkpoint(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    messages: list[int],
+) -> None:
+    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    with one_runner(fast) as (runner, transport):
+        batch = receive_all(transport, 3)
+        first, victim, last = group_order(batch)
+        compute = Executor.compute
+
+        def steal(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
+            claimed = lease.claimed
+            if claimed.job_id == victim and claimed.step == "plan":
+                # another worker reclaims the middle plan while it runs
+                conn.execute(
+                    "UPDATE engine_step_runs SET lease_token = gen_random_uuid(), "
+                    "lease_owner = 'thief' WHERE id = %s",
+                    (claimed.id,),
+                )
+            return compute(self, flow, step, lease, known)
+
+        monkeypatch.setattr(Executor, "compute", steal)
+        outcomes = runner.handle_batch(batch)
+        assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    assert messages[0] == 3, "the three plans were checkpointed in one message"
+    assert "fenced" in [o.kind for o in outcomes]
+    assert [o.kind for o in outcomes].count("fenced") == 1
+    state = plans(conn)
+    assert state[victim] == {
+        "status": "running",
+        "attempts": 1,
+        "lease_owner": "thief",
+        "has_output": False,
+    }, "the thief's step run is untouched"
+    assert parts(conn, victim) == 0, "nothing scheduled from a refused checkpoint"
+    for job, n in zip(jobs, (2, 3, 4), strict=True):
+        if job.job_id == victim:
+            continue
+        assert state[job.job_id]["status"] == "done"
+        assert parts(conn, job.job_id) == n, "the neighbours' checkpoints and parts survive"
+    fenced = conn.execute(
+        "SELECT count(*) AS n FROM engine_events e JOIN engine_step_runs s "
+        "ON s.id = e.step_run_id WHERE e.kind = 'fenced' AND s.job_id = %s",
+        (victim,),
+    ).fetchone()
+    assert fenced == {"n": 1}
+    assert first != last
+
+
+def test_round__a_step_raising_is_retried_alone_after_the_rounds_commit(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    messages: list[int],
+) -> None:
+    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    with one_runner(fast) as (runner, transport):
+        batch = receive_all(transport, 3)
+        victim = group_order(batch)[0]
+        compute = Executor.compute
+
+        def boom(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
+            if lease.claimed.job_id == victim and lease.claimed.step == "plan":
+                raise RuntimeError("plan failed (test)")
+            return compute(self, flow, step, lease, known)
+
+        monkeypatch.setattr(Executor, "compute", boom)
+        outcomes = runner.handle_batch(batch)
+
+    assert messages[0] == 2, "the two that returned were checkpointed together"
+    assert [o.kind for o in outcomes].count("retried") == 1
+    state = plans(conn)
+    assert state[victim] == {
+        "status": "pending",
+        "attempts": 1,
+        "lease_owner": None,
+        "has_output": False,
+    }
+    for job, n in zip(jobs, (2, 3, 4), strict=True):
+        if job.job_id != victim:
+            assert state[job.job_id]["status"] == "done"
+            assert parts(conn, job.job_id) == n
+
+
+def test_round__a_statement_failing_rolls_the_round_back_and_each_goes_again_alone(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    messages: list[int],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    fired: list[str] = []
+
+    def once(point: str) -> None:
+        # the round's batch fails once, after its checkpoints were written
+        if point == "in_commit" and not fired:
+            fired.append(point)
+            raise faults.FaultInjected("fault injected at in_commit (test)")
+
+    monkeypatch.setattr(faults, "hit", once)
+    with one_runner(fast) as (runner, transport):
+        outcomes = runner.handle_batch(receive_all(transport, 3))
+        assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    assert fired == ["in_commit"]
+    assert messages == [3], "one round, then one by one"
+    assert "rolled back" in caplog.text
+    assert all(o.kind == "done" for o in outcomes)
+    state = plans(conn)
+    for job, n in zip(jobs, (2, 3, 4), strict=True):
+        assert state[job.job_id]["status"] == "done"
+        assert parts(conn, job.job_id) == n, "each part made once"
+    assert {s["attempts"] for s in state.values()} == {1}, "no attempt spent on the rollback"
+    succeeded = conn.execute(
+        "SELECT count(*) AS n FROM engine_events e JOIN engine_step_runs s "
+        "ON s.id = e.step_run_id WHERE e.kind = 'succeeded' AND s.step = 'plan'"
+    ).fetchone()
+    assert succeeded == {"n": 3}, "the rolled back round left no succeeded event behind"
+
+
+def test_round__a_lost_connection_commits_nothing_of_the_round(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    messages: list[int],
+) -> None:
+    [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    with one_runner(fast) as (runner, transport):
+        backend = runner.conn.info.backend_pid
+
+        def cut(point: str) -> None:
+            if point == "in_commit":
+                conn.execute("SELECT pg_terminate_backend(%s)", (backend,))
+
+        monkeypatch.setattr(faults, "hit", cut)
+        outcomes = runner.handle_batch(receive_all(transport, 3))
+
+    assert messages == [3]
+    assert [o.kind for o in outcomes] == ["fenced"] * 3
+    for state in plans(conn).values():
+        # still leased: the sweeper hands them out again once the leases lapse
+        assert state["status"] == "running" and not state["has_output"]
+    made = conn.execute("SELECT count(*) AS n FROM engine_step_runs WHERE step = 'part'")
+    assert made.fetchone() == {"n": 0}
+
+
+def test_round__steps_with_a_context_take_the_one_by_one_path(
+    fast: Settings, conn: psycopg.Connection[Any], messages: list[int]
+) -> None:
+    chains = [submit("chain", {"n": i}, settings=fast, registry=flows_registry()) for i in range(3)]
+    with one_runner(fast) as (runner, transport):
+        outcomes = runner.handle_batch(receive_all(transport, 3))
+    assert [o.kind for o in outcomes] == ["done"] * 9
+    assert messages == [], "chain's steps take a StepContext"
+    for job in chains:
+        assert wait_job_ended(conn, job.job_id) == "done"
+    assert rounds.pure(flows_registry().get("fan").steps["plan"])
+    assert not rounds.pure(flows_registry().get("fan").steps["part"])
