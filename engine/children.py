@@ -187,7 +187,28 @@ def wake_parent(
     Nothing for a job that is no child, or whose parent step is not waiting
     (running: its park will see the end; ended: it waits no more).
     """
-    woken = store.step_wake_parent(conn, child_job_id)
+    return announce_woken(conn, publisher, store.step_wake_parent(conn, child_job_id))
+
+
+def wake_parent_in(batch: store.Batch, publisher: Publisher, child_job_id: uuid.UUID) -> None:
+    """:func:`wake_parent` in ``batch`` (a transport in this database: nothing to publish later).
+
+    The woken parent, if any, is announced once the batch is sent, still in
+    its transaction.
+    """
+    reply = store.step_wake_parent_batched(batch, child_job_id)
+
+    def announce_reply() -> None:
+        woken = [row["id"] for row in reply.fetchall()]
+        announce_woken(batch.conn, publisher, woken).publish_after_commit(batch.conn)
+
+    batch.after_send(announce_reply)
+
+
+def announce_woken(
+    conn: psycopg.Connection[Any], publisher: Publisher, woken: list[uuid.UUID]
+) -> Announced:
+    """Announce the parent step runs ``woken`` made pending, in ``conn``'s transaction."""
     if not woken:
         return Announced(publisher)
     return announce(conn, publisher, outbox_ids=store.outbox_insert_many(conn, woken))

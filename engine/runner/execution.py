@@ -36,7 +36,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from engine import faults, logs, metrics, store
 from engine.alerts import AlertRecorder
 from engine.announce import Announced, announce, announce_freed
-from engine.children import ChildSubmitter, wake_parent
+from engine.children import ChildSubmitter, wake_parent, wake_parent_in
 from engine.config import Settings
 from engine.context import StepContext
 from engine.errors import JobCancelled, LeaseLost
@@ -338,9 +338,10 @@ class Executor(Waits):
         The step runs it made ready (one claimed by this slot, the rest
         announced), the job's end, the slot its concurrency key frees, the
         delivery's delete. Statements that need no answer go to ``batch``
-        when given (a job's end reads rows back: never). Returns what to
-        publish after the commit, the eager successor's claim (readable once
-        sent) and the checkpoints it will be handed.
+        when given (a parent its job's end wakes is announced once it is
+        sent). Returns what to publish after the commit, the eager
+        successor's claim (readable once sent) and the checkpoints it will be
+        handed.
         """
         conn = self.conn
         runs: list[NewStepRun] = []
@@ -365,10 +366,9 @@ class Executor(Waits):
             # is announced with it (an eager successor of the same key keeps it)
             freed = announce_freed(conn, self.transport, [claimed.job_id])
         faults.hit("before_commit")
-        # a job's end (once per job) reads rows back: it wakes a parent waiting for it
-        sink: store.Executes = batch if batch is not None and not job_complete else conn
+        sink: store.Executes = batch if batch is not None else conn
         if job_complete:
-            freed += self._finish_job(claimed, conn)
+            freed += self._finish_job(claimed, batch)
         if eager is not None:
             queued = self._claim_eager(claimed, eager, sink)
         announced = freed + announce(
@@ -405,9 +405,17 @@ class Executor(Waits):
             return
         self.continuation = Continuation(eager, known, check_lease)
 
-    def _finish_job(self, claimed: Claimed, conn: psycopg.Connection[Any]) -> Announced:
+    def _finish_job(self, claimed: Claimed, batch: store.Batch | None) -> Announced:
+        """End the job; a parent step run waiting for it is woken (in ``batch`` when given)."""
         store.job_finish_if_active_logged(
-            conn, claimed.job_id, JobStatus.DONE, event=EventKind.JOB_DONE, worker=self.worker
+            batch if batch is not None else self.conn,
+            claimed.job_id,
+            JobStatus.DONE,
+            event=EventKind.JOB_DONE,
+            worker=self.worker,
         )
         self.ended_job = claimed.job_id
-        return wake_parent(conn, self.transport, claimed.job_id)
+        if batch is None:
+            return wake_parent(self.conn, self.transport, claimed.job_id)
+        wake_parent_in(batch, self.transport, claimed.job_id)
+        return Announced(self.transport)

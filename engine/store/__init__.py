@@ -170,6 +170,7 @@ from engine.store.step_runs import (
     step_wake_by_signal,
     step_wake_if_due_many,
     step_wake_parent,
+    step_wake_parent_batched,
 )
 from engine.store.workers import (
     LiveWorker,
@@ -300,6 +301,7 @@ __all__ = [
     "step_wake_by_signal",
     "step_wake_if_due_many",
     "step_wake_parent",
+    "step_wake_parent_batched",
     "sweep_lock_try",
     "version_select_in_flight",
     "worker_select_live",

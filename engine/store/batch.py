@@ -20,7 +20,7 @@ then idle in transaction, its timer armed, until the next one arrives.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 import psycopg
@@ -39,9 +39,13 @@ class Reply:
         self._rows: list[dict[str, Any]] | None = None
 
     def fetchone(self) -> dict[str, Any] | None:
+        rows = self.fetchall()
+        return rows[0] if rows else None
+
+    def fetchall(self) -> list[dict[str, Any]]:
         if self._rows is None:
             raise StoreError("a batched statement has no answer before its batch is sent")
-        return self._rows[0] if self._rows else None
+        return self._rows
 
     def close(self) -> None:
         """Nothing to release (a cursor's counterpart)."""
@@ -55,6 +59,7 @@ class Batch:
         self._binder = ClientCursor(conn)
         self._statements: list[str] = []
         self._replies: list[Reply] = []
+        self._then: list[Callable[[], None]] = []
 
     def __len__(self) -> int:
         return len(self._statements)
@@ -75,6 +80,10 @@ class Batch:
         self._replies.append(reply)
         return reply
 
+    def after_send(self, then: Callable[[], None]) -> None:
+        """Run ``then`` once the batch is sent (in the same transaction: it may read replies)."""
+        self._then.append(then)
+
     @wrap_errors
     def send(self) -> None:
         """Send every statement in one message and one round trip; then each reply is read.
@@ -84,8 +93,8 @@ class Batch:
         """
         if not self._statements:
             return
-        statements, replies = self._statements, self._replies
-        self._statements, self._replies = [], []
+        statements, replies, then = self._statements, self._replies, self._then
+        self._statements, self._replies, self._then = [], [], []
         with ClientCursor(self.conn, row_factory=dict_row) as cur:
             try:
                 cur.execute(";\n".join(statements))
@@ -96,6 +105,8 @@ class Batch:
                 if i:
                     cur.nextset()
                 reply._rows = cur.fetchall() if cur.description is not None else []
+        for action in then:
+            action()
 
 
 # where a statement that needs no answer yet goes: a connection, or a batch sent later

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from engine.store import prepared
-from engine.store.batch import Batch, Executes
+from engine.store.batch import Batch, Executes, Reply
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import (
@@ -542,6 +542,11 @@ def step_wake_parent(conn: psycopg.Connection[Any], child_job_id: uuid.UUID) -> 
     """Make the step run waiting for the children of ``child_job_id``'s parent pending: its id."""
     rows = conn.execute(_q["step_wake_parent"], {"child_job_id": child_job_id}).fetchall()
     return [column(r, "id") for r in rows]
+
+
+def step_wake_parent_batched(batch: Batch, child_job_id: uuid.UUID) -> Reply:
+    """:func:`step_wake_parent` in ``batch``: the woken id (if any) in its reply once sent."""
+    return batch.execute(_q["step_wake_parent"], {"child_job_id": child_job_id})
 
 
 @wrap_errors
