@@ -300,3 +300,21 @@ def test_children__a_parent_failing_elsewhere_cancels_its_active_children(
     for k in kids:
         assert status_of(conn, k["id"]) == "cancelled"
     assert spawn_run(conn, job)["status"] == "cancelled"
+
+
+def test_children__the_childs_last_commit_announces_the_woken_parent_itself(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    # no sweeper to re-announce what nobody announced: the child's last
+    # checkpoint (its job's end in the checkpoint's batch) wakes the parent
+    # and sends its message in the same commit, or the parent never runs
+    quiet = fast_settings(
+        settings, flow_modules=MODULES, sweep_interval_s=3600.0, republish_after_s=3600.0
+    )
+    job = brood(quiet, registry, children=1)
+    with thread_worker(quiet, registry, worker_id="no-sweeper"):
+        assert wait_job_ended(conn, job) == "done"
+    woken = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'woken'", (job,)
+    ).fetchone()
+    assert woken is not None and woken["n"] >= 1
