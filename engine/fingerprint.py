@@ -89,9 +89,21 @@ def step_fingerprint(job_id: str, step: str, fanout_key: str, inputs: Mapping[st
     )
 
 
+# below this magnitude an int is written as Python writes it (see _number)
+_PLAIN_INT = 10 ** (_MAX_PLAIN_EXPONENT + 1)
+
+
 def _encode(value: Any) -> str:
-    # Order matters: bool before int (bool is an int), Enum before its base
-    # type, datetime before date (a datetime is a date).
+    # The exact types first (the common case: JSON from model_dump), then the
+    # rest by isinstance, where order matters: bool before int (bool is an
+    # int), Enum before its base type, datetime before date (a datetime is a date).
+    kind = type(value)
+    if kind is str:
+        return json.dumps(value, ensure_ascii=False)
+    if kind is int and -_PLAIN_INT < value < _PLAIN_INT:
+        return str(value)
+    if kind is dict:
+        return _object(value)
     if value is None or isinstance(value, bool):
         return json.dumps(value)
     if isinstance(value, Enum):
@@ -103,13 +115,7 @@ def _encode(value: Any) -> str:
     if isinstance(value, BaseModel):
         return _encode(value.model_dump(mode="python"))
     if isinstance(value, Mapping):
-        items = []
-        for key in value:
-            if not isinstance(key, str):
-                raise TypeError(f"object keys must be str, got {type(key).__name__}: {key!r}")
-            items.append((key, value[key]))
-        items.sort(key=lambda item: item[0])
-        return "{" + ",".join(f"{_encode(k)}:{_encode(v)}" for k, v in items) + "}"
+        return _object(value)
     if isinstance(value, list | tuple):
         return "[" + ",".join(_encode(v) for v in value) + "]"
     if isinstance(value, set | frozenset):
@@ -123,6 +129,16 @@ def _encode(value: Any) -> str:
     if isinstance(value, UUID):
         return json.dumps(str(value))
     raise TypeError(f"cannot fingerprint a value of type {type(value).__qualname__}: {value!r}")
+
+
+def _object(value: Mapping[Any, Any]) -> str:
+    items = []
+    for key in value:
+        if not isinstance(key, str):
+            raise TypeError(f"object keys must be str, got {type(key).__name__}: {key!r}")
+        items.append((key, value[key]))
+    items.sort(key=lambda item: item[0])
+    return "{" + ",".join(f"{_encode(k)}:{_encode(v)}" for k, v in items) + "}"
 
 
 def _number(value: int | float | Decimal) -> str:

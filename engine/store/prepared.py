@@ -132,6 +132,10 @@ def execute_text(
     return f"EXECUTE {stmt.name}({args})"
 
 
+# the items an array literal is written of here: their text needs no quoting
+_ARRAY_ITEMS = frozenset({uuid.UUID, int, float})
+
+
 def _literal(escape: Callable[[bytes], bytes] | None, binder: ClientCursor[Any], value: Any) -> str:
     """``value`` as an SQL literal: the common types here, the rest through psycopg.
 
@@ -150,6 +154,11 @@ def _literal(escape: Callable[[bytes], bytes] | None, binder: ClientCursor[Any],
         return repr(value)
     if kind is uuid.UUID:
         return f"'{value}'::uuid"
+    if kind is list and all(
+        type(v) in _ARRAY_ITEMS and (type(v) is not float or math.isfinite(v)) for v in value
+    ):
+        # an untyped array literal: the prepared statement's parameter type decides
+        return "'{" + ",".join(str(v) for v in value) + "}'"
     if escape is not None:
         if kind is str and "\x00" not in value:
             return escape(value.encode()).decode()

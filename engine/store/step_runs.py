@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import ClientCursor
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from engine.store import prepared
@@ -323,7 +323,7 @@ def checkpoint_put_many_if_leased(
     lock order). Each is guarded by its own token; a refused one (``None``)
     wrote nothing, and its neighbours are as they would be without it.
     """
-    with ClientCursor(conn, row_factory=dict_row) as cur:
+    with ClientCursor(conn, row_factory=tuple_row) as cur:
         message: list[str] = []
         for checkpoint in checkpoints:
             params = {
@@ -341,18 +341,17 @@ def checkpoint_put_many_if_leased(
         except psycopg.errors.InvalidSqlStatementName:
             prepared.forget(conn)  # someone dropped them: prepared again next time
             raise
+        # rows as tuples, in the columns' order (job_status, checkpointed, output),
+        # then (step, total, done): read per statement, twice per step run
         results: list[Checkpointed | None] = []
         for i in range(len(checkpoints)):
             if i:
                 cur.nextset()
-            row = _first(cur)
+            row = cur.fetchone()
             cur.nextset()
-            counts = {r["step"]: StepCounts(r["total"], r["done"]) for r in cur.fetchall()}
-            ok = row is not None and row["checkpointed"]
+            counts = {step: StepCounts(total, done) for step, total, done in cur.fetchall()}
             results.append(
-                Checkpointed(str(row["job_status"]), counts, row["output"])
-                if ok and row is not None
-                else None
+                Checkpointed(str(row[0]), counts, row[2]) if row is not None and row[1] else None
             )
     return results
 

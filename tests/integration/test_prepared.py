@@ -84,10 +84,15 @@ def test_literals_of_every_kind_round_trip(conn: psycopg.Connection[Any]) -> Non
     escape = prepared._Session(conn).escape
     assert escape is not None  # a UTF-8 session
     values: list[Any] = [None, True, False, 0, -7, 2.5, uuid.uuid4(), [1, 2], *HOSTILE]
+    values += [[], [uuid.uuid4(), uuid.uuid4()], [0.5, 1e-07, -3.0], ["a'b", "c,d"], [True]]
     values += [Jsonb(v) for v in ([], {"k": "o'c\\"}, *HOSTILE)]
     for quoting in (escape, None):  # libpq's, and psycopg's for a session not in UTF-8
         for value in values:
             literal = prepared._literal(quoting, binder, value)
+            if isinstance(value, list):  # untyped: the parameter's type decides, as here
+                item = type(value[0]) if value else int
+                cast = {uuid.UUID: "uuid", float: "float8", int: "int8", str: "text"}
+                literal = f"({literal})::{cast.get(item, 'bool')}[]"
             got = conn.execute(f"SELECT {literal} AS v").fetchone()
             assert got is not None
             expected = value.obj if isinstance(value, Jsonb) else value

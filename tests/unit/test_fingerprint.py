@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from engine.fingerprint import _number as number_text
 from engine.fingerprint import canonical_json, job_fingerprint, sha256_hex, step_fingerprint
 from flows.example import ExampleParams
 
@@ -246,3 +247,10 @@ def test_step_fingerprint__every_part_matters() -> None:
     prints = {step_fingerprint(*v) for v in [base, *variants]}
     assert len(prints) == 5
     assert job_fingerprint("work", 0, {}) not in prints
+
+
+@given(st.integers() | st.sampled_from([10**41 - 1, 10**41, -(10**41) + 1, -(10**41), 0]))
+def test_canonical_json__an_int_is_written_as_the_number_rules_write_it(n: int) -> None:
+    # the fast path for plain ints must say exactly what _number says
+    assert canonical_json(n) == number_text(n)
+    assert canonical_json({"v": n}) == "{" + '"v":' + number_text(n) + "}"
