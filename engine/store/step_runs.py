@@ -323,6 +323,8 @@ def checkpoint_put_many_if_leased(
     lock order). Each is guarded by its own token; a refused one (``None``)
     wrote nothing, and its neighbours are as they would be without it.
     """
+    if not checkpoints:
+        return []
     with ClientCursor(conn, row_factory=tuple_row) as cur:
         message: list[str] = []
         for checkpoint in checkpoints:

@@ -221,3 +221,21 @@ def test_round__steps_with_a_context_take_the_one_by_one_path(
         assert wait_job_ended(conn, job.job_id) == "done"
     assert rounds.pure(flows_registry().get("fan").steps["plan"])
     assert not rounds.pure(flows_registry().get("fan").steps["part"])
+
+
+def test_round__every_step_raising_leaves_nothing_to_checkpoint(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3)]
+
+    def boom(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
+        raise RuntimeError("plan failed (test)")
+
+    monkeypatch.setattr(Executor, "compute", boom)
+    with one_runner(fast) as (runner, transport):
+        outcomes = runner.handle_batch(receive_all(transport, 2))
+        assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert [o.kind for o in outcomes] == ["retried", "retried"]
+    assert {s["status"] for s in plans(conn).values()} == {"pending"}
