@@ -13,7 +13,9 @@ A batch of deliveries (:meth:`StepRunner.handle_batch`) is claimed in one
 statement, then run in rounds: the step runs claimed, then the eager
 successors their checkpoints claimed, and so on; the quick step runs of a
 round share one commit (:mod:`engine.runner.group`), in job order (the one
-lock order). The step runs waiting their turn keep their leases renewed.
+lock order); those that take no StepContext go first, their checkpoints in
+one message (:mod:`engine.runner.rounds`). The step runs waiting their turn
+keep their leases renewed.
 """
 
 from __future__ import annotations
@@ -323,13 +325,9 @@ class StepRunner:
         return run_round(
             self.executor,
             [
-                RoundMember(
-                    self.registry.get(m.flow),
-                    self.registry.get(m.flow).steps[m.step],
-                    m.lease,
-                    m.known,
-                )
+                RoundMember(flow, flow.steps[m.step], m.lease, m.known)
                 for m in together
+                for flow in (self.registry.get(m.flow),)
             ],
         )
 
