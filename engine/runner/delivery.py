@@ -33,7 +33,6 @@ from engine.alerts import AlertRecorder
 from engine.announce import Announced, announce, announce_freed
 from engine.config import Settings
 from engine.errors import Contention, MalformedMessage, UnknownFlow
-from engine.flow import Step
 from engine.heartbeat import Heartbeat, Lease
 from engine.inputs import Outputs
 from engine.messages import StepMessage
@@ -248,11 +247,11 @@ class StepRunner:
             following: list[_Member] = []
             # the pure ones checkpoint together first, in one message (engine.runner.rounds)
             together, quick = self._together(quick)
-            for member, (outcome, continuation) in zip(
+            for rounded, (outcome, continuation) in zip(
                 together, self._run_together(together), strict=True
             ):
                 outcomes.append(outcome)
-                ran.append(member.lease.claimed)
+                ran.append(rounded.lease.claimed)
                 if continuation is not None:
                     following.append(
                         self._watched(
@@ -287,7 +286,7 @@ class StepRunner:
         self.wants_batch = bool(ran) and all(group.quick(c.flow, c.step) for c in ran)
         return outcomes
 
-    def _together(self, quick: list[_Member]) -> tuple[list[_Member], list[_Member]]:
+    def _together(self, quick: list[_Member]) -> tuple[list[RoundMember], list[_Member]]:
         """Of ``quick`` (in job order), those a round runs together, and the rest.
 
         Steps without a context, of distinct jobs, on the PostgreSQL transport;
@@ -295,41 +294,35 @@ class StepRunner:
         """
         if len(quick) < 2 or not self.transport.transactional or not self.executor.may_continue():
             return [], quick
-        together: list[_Member] = []
+        together: list[RoundMember] = []
         rest: list[_Member] = []
         jobs: set[Any] = set()
         for member in quick:
-            step = self._step(member)
             claimed = member.lease.claimed
-            if step is None or not pure(step) or member.check_lease or claimed.job_id in jobs:
+            try:
+                flow = self.registry.get(member.flow)
+                step = flow.steps[member.step]
+            except (UnknownFlow, KeyError):
+                rest.append(member)  # given back on the one-by-one path
+                continue
+            if not pure(step) or member.check_lease or claimed.job_id in jobs:
                 rest.append(member)
             else:
-                together.append(member)
+                together.append(RoundMember(flow, step, member.lease, member.known))
                 jobs.add(claimed.job_id)
         if len(together) < 2:
             return [], quick
         return together, rest
 
-    def _step(self, member: _Member) -> Step | None:
-        try:
-            return self.registry.get(member.flow).steps[member.step]
-        except (UnknownFlow, KeyError):
-            return None  # given back on the one-by-one path
-
-    def _run_together(self, together: list[_Member]) -> list[tuple[Outcome, Continuation | None]]:
+    def _run_together(
+        self, together: list[RoundMember]
+    ) -> list[tuple[Outcome, Continuation | None]]:
         if not together:
             return []
         for member in together:
             if member.lease.receipt is not None:
                 faults.hit("after_claim")
-        return run_round(
-            self.executor,
-            [
-                RoundMember(flow, flow.steps[m.step], m.lease, m.known)
-                for m in together
-                for flow in (self.registry.get(m.flow),)
-            ],
-        )
+        return run_round(self.executor, together)
 
     def _give_back_member(self, member: _Member, reason: str) -> None:
         self.executor.heartbeat.unwatch(member.lease)

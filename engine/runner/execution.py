@@ -57,6 +57,16 @@ from engine.waits import Wait
 log = logging.getLogger(__name__)
 
 
+def hands_on(flow: Flow, claimed: Claimed) -> bool:
+    """Is the checkpoint read back with its write: a single-run step with a successor?
+
+    A single-run step's stored checkpoint, handed on, spares its eager
+    successor a read of its input.
+    """
+    successor = any(claimed.step in s.after for s in flow.steps.values())
+    return successor and claimed.fanout_key == ""
+
+
 class Executor(Waits):
     """Runs claimed step runs on one slot (one connection, one heartbeat)."""
 
@@ -289,8 +299,6 @@ class Executor(Waits):
         Returns what the announcement left to publish after the commit.
         """
         conn = self.conn
-        # a single-run step's stored checkpoint spares its successor a read
-        successor = any(claimed.step in s.after for s in flow.steps.values())
         # from here on, a step in a group has its savepoint (set in this message)
         self._savepoint_set = self._savepoint
         done = store.checkpoint_put_if_leased(
@@ -300,7 +308,7 @@ class Executor(Waits):
             token=claimed.token,
             output=output.model_dump(mode="json"),
             worker=self.worker,
-            with_output=successor and claimed.fanout_key == "",
+            with_output=hands_on(flow, claimed),
             begin=begin,
             savepoint=self._savepoint,
         )

@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import psycopg
 from pydantic import BaseModel
@@ -37,11 +36,9 @@ from engine.errors import StoreError
 from engine.flow import Flow, Step
 from engine.heartbeat import Lease
 from engine.inputs import Outputs
+from engine.runner.execution import Executor, hands_on
 from engine.runner.outcome import Continuation, Outcome
 from engine.store.rows import QueuedClaim
-
-if TYPE_CHECKING:
-    from engine.runner.execution import Executor
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +115,7 @@ def run_round(
                     job_id=c.member.lease.claimed.job_id,
                     token=c.member.lease.claimed.token,
                     output=c.output.model_dump(mode="json"),
-                    with_output=_hands_on(c.member),
+                    with_output=hands_on(c.member.flow, c.member.lease.claimed),
                 )
                 for c in computed
             ],
@@ -169,13 +166,6 @@ def run_round(
     for member, raised, started in failed:
         results[id(member)] = (_not_checkpointed(executor, member, raised, started), None)
     return [results[id(member)] for member in members]
-
-
-def _hands_on(member: RoundMember) -> bool:
-    """Is the stored checkpoint read back (a single-run step with a successor to hand it to)?"""
-    claimed = member.lease.claimed
-    successor = any(claimed.step in s.after for s in member.flow.steps.values())
-    return successor and claimed.fanout_key == ""
 
 
 def _not_checkpointed(

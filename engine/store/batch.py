@@ -96,11 +96,7 @@ class Batch:
         statements, replies, then = self._statements, self._replies, self._then
         self._statements, self._replies, self._then = [], [], []
         with ClientCursor(self.conn, row_factory=dict_row) as cur:
-            try:
-                cur.execute(";\n".join(statements))
-            except psycopg.errors.InvalidSqlStatementName:
-                prepared.forget(self.conn)  # someone dropped them: prepared again next time
-                raise
+            prepared.send(cur, statements)
             for i, reply in enumerate(replies):
                 if i:
                     cur.nextset()

@@ -169,6 +169,19 @@ def _literal(escape: Callable[[bytes], bytes] | None, binder: ClientCursor[Any],
     return binder.mogrify("%s", [value])
 
 
+def send(cur: ClientCursor[Any], statements: list[str]) -> None:
+    """Send ``statements`` as one simple-query message on ``cur``'s connection.
+
+    A prepared statement found missing makes the connection's set forgotten
+    (prepared again on next use) before the error goes on.
+    """
+    try:
+        cur.execute(";\n".join(statements))
+    except psycopg.errors.InvalidSqlStatementName:
+        forget(cur.connection)
+        raise
+
+
 def forget(conn: psycopg.Connection[Any]) -> None:
     """After a missing prepared statement: prepare everything again on ``conn``."""
     with _lock:

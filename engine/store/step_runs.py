@@ -278,38 +278,11 @@ def checkpoint_put_if_leased(
     until the process died; one simple-query message either arrives whole or
     not at all, and ends with the server idle in transaction, timer armed.
     """
-    params = {
-        "id": step_run_id,
-        "job_id": job_id,
-        "token": token,
-        "output": Jsonb(output),
-        "worker": worker,
-        "with_output": with_output,
-    }
     if begin is not None:
         begin()
-    with ClientCursor(conn, row_factory=dict_row) as cur:
-        # the checkpoint, then the job's step counts: two prepared statements in one
-        # simple query (the step's savepoint first: a step in a group commit)
-        message = [
-            prepared.execute_text(conn, cur, _q["checkpoint_put_if_leased"], params),
-            prepared.execute_text(conn, cur, _q["step_counts_by_job"], params),
-        ]
-        if savepoint:
-            message.insert(0, _q["step_savepoint"].rstrip().rstrip(";"))
-        try:
-            cur.execute(";\n".join(message))
-        except psycopg.errors.InvalidSqlStatementName:
-            prepared.forget(conn)  # someone dropped them: prepared again next time
-            raise
-        if savepoint:
-            cur.nextset()
-        row = _first(cur)
-        cur.nextset()
-        counts = {r["step"]: StepCounts(r["total"], r["done"]) for r in cur.fetchall()}
-    if row is None or not row["checkpointed"]:
-        return None
-    return Checkpointed(str(row["job_status"]), counts, row["output"])
+    checkpoint = Checkpoint(step_run_id, job_id, token, output, with_output)
+    first = _q["step_savepoint"].rstrip().rstrip(";") if savepoint else None
+    return _checkpoints(conn, [checkpoint], worker, first)[0]
 
 
 @wrap_errors
@@ -323,10 +296,18 @@ def checkpoint_put_many_if_leased(
     lock order). Each is guarded by its own token; a refused one (``None``)
     wrote nothing, and its neighbours are as they would be without it.
     """
-    if not checkpoints:
-        return []
+    return _checkpoints(conn, checkpoints, worker, None) if checkpoints else []
+
+
+def _checkpoints(
+    conn: psycopg.Connection[Any],
+    checkpoints: Sequence[Checkpoint],
+    worker: str,
+    first: str | None,
+) -> list[Checkpointed | None]:
+    """One message: ``first`` (a statement with no rows), then per checkpoint two statements."""
     with ClientCursor(conn, row_factory=tuple_row) as cur:
-        message: list[str] = []
+        message = [first] if first is not None else []
         for checkpoint in checkpoints:
             params = {
                 "id": checkpoint.step_run_id,
@@ -338,16 +319,12 @@ def checkpoint_put_many_if_leased(
             }
             message.append(prepared.execute_text(conn, cur, _q["checkpoint_put_if_leased"], params))
             message.append(prepared.execute_text(conn, cur, _q["step_counts_by_job"], params))
-        try:
-            cur.execute(";\n".join(message))
-        except psycopg.errors.InvalidSqlStatementName:
-            prepared.forget(conn)  # someone dropped them: prepared again next time
-            raise
+        prepared.send(cur, message)
         # rows as tuples, in the columns' order (job_status, checkpointed, output),
         # then (step, total, done): read per statement, twice per step run
         results: list[Checkpointed | None] = []
         for i in range(len(checkpoints)):
-            if i:
+            if i or first is not None:
                 cur.nextset()
             row = cur.fetchone()
             cur.nextset()

@@ -10,6 +10,7 @@ committed, and runs nothing twice in the books.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -59,6 +60,24 @@ def messages(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
+def before_plan(
+    monkeypatch: pytest.MonkeyPatch, job_id: uuid.UUID | None, then: Callable[[Lease], None]
+) -> None:
+    """``then(lease)`` before the plan of ``job_id`` (``None``: of every job) is called."""
+    compute = Executor.compute
+
+    def hooked(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
+        if step.name == "plan" and job_id in (None, lease.claimed.job_id):
+            then(lease)
+        return compute(self, flow, step, lease, known)
+
+    monkeypatch.setattr(Executor, "compute", hooked)
+
+
+def fail_plan(lease: Lease) -> None:
+    raise RuntimeError("plan failed (test)")
+
+
 def test_round__a_fenced_step_in_a_batch_rolls_back_only_its_own_checkpoint(
     fast: Settings,
     conn: psycopg.Connection[Any],
@@ -69,20 +88,16 @@ def test_round__a_fenced_step_in_a_batch_rolls_back_only_its_own_checkpoint(
     with one_runner(fast) as (runner, transport):
         batch = receive_all(transport, 3)
         first, victim, last = group_order(batch)
-        compute = Executor.compute
 
-        def steal(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
-            claimed = lease.claimed
-            if claimed.job_id == victim and claimed.step == "plan":
-                # another worker reclaims the middle plan while it runs
-                conn.execute(
-                    "UPDATE engine_step_runs SET lease_token = gen_random_uuid(), "
-                    "lease_owner = 'thief' WHERE id = %s",
-                    (claimed.id,),
-                )
-            return compute(self, flow, step, lease, known)
+        def steal(lease: Lease) -> None:
+            # another worker reclaims the middle plan while it runs
+            conn.execute(
+                "UPDATE engine_step_runs SET lease_token = gen_random_uuid(), "
+                "lease_owner = 'thief' WHERE id = %s",
+                (lease.claimed.id,),
+            )
 
-        monkeypatch.setattr(Executor, "compute", steal)
+        before_plan(monkeypatch, victim, steal)
         outcomes = runner.handle_batch(batch)
         assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
@@ -121,14 +136,7 @@ def test_round__a_step_raising_is_retried_alone_after_the_rounds_commit(
     with one_runner(fast) as (runner, transport):
         batch = receive_all(transport, 3)
         victim = group_order(batch)[0]
-        compute = Executor.compute
-
-        def boom(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
-            if lease.claimed.job_id == victim and lease.claimed.step == "plan":
-                raise RuntimeError("plan failed (test)")
-            return compute(self, flow, step, lease, known)
-
-        monkeypatch.setattr(Executor, "compute", boom)
+        before_plan(monkeypatch, victim, fail_plan)
         outcomes = runner.handle_batch(batch)
 
     assert messages[0] == 2, "the two that returned were checkpointed together"
@@ -230,10 +238,7 @@ def test_round__every_step_raising_leaves_nothing_to_checkpoint(
 ) -> None:
     [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3)]
 
-    def boom(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
-        raise RuntimeError("plan failed (test)")
-
-    monkeypatch.setattr(Executor, "compute", boom)
+    before_plan(monkeypatch, None, fail_plan)
     with one_runner(fast) as (runner, transport):
         outcomes = runner.handle_batch(receive_all(transport, 2))
         assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
