@@ -14,10 +14,9 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from engine import db
 from engine.config import Settings, mask_url
-from engine.processes import WorkerProcess, start_worker, stop_all
-from engine.store import migrations
+from engine.store import db, migrations
+from engine.worker.processes import WorkerProcess, start_worker, stop_all
 
 ROOT = Path(__file__).resolve().parent.parent
 # two benches on one server (another checkout's) must not drop each other's database

@@ -64,7 +64,7 @@ from bench.common import (
 )
 from engine import load_queries, submit
 from engine.config import Settings
-from engine.registry import Registry
+from engine.flow.registry import Registry
 from engine.store import migrations
 from flows.erp.seed import seed
 

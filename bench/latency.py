@@ -48,11 +48,12 @@ from bench.common import (
     log,
     settings_for,
 )
-from engine import db, submit
+from engine import submit
 from engine.config import Settings
 from engine.flow import Flow
-from engine.outbox import Publisher
-from engine.registry import Registry
+from engine.flow.registry import Registry
+from engine.store import db
+from engine.transports.outbox import Publisher
 
 KINDS = ("psycopg", "psycopg_autocommit", "sqlalchemy_connection", "sqlalchemy_session", "none")
 

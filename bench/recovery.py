@@ -20,7 +20,7 @@ import psycopg
 from bench import hold
 from bench.common import Workers, emit, fresh_database, log, settings_for
 from engine import submit
-from engine.registry import Registry
+from engine.flow.registry import Registry
 
 T = TypeVar("T")
 

@@ -19,8 +19,9 @@ import psycopg
 from bench import noop
 from bench.common import Workers, emit, env_int, fresh_database, log, settings_for
 from bench.throughput import LATENCY
-from engine import db, submit
-from engine.registry import Registry
+from engine import submit
+from engine.flow.registry import Registry
+from engine.store import db
 from engine.transports.postgres import PostgresTransport
 
 JOB_SPAN = """

@@ -41,11 +41,12 @@ from bench.common import (
     settings_for,
 )
 from bench.throughput import ELAPSED, PROGRESS, STEPS_PER_JOB
-from engine import db, submit
-from engine.outbox import relay
-from engine.processes import start_worker, stop_all
-from engine.registry import Registry
+from engine import submit
+from engine.flow.registry import Registry
+from engine.store import db
+from engine.transports.outbox import relay
 from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
+from engine.worker.processes import start_worker, stop_all
 
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -198,7 +199,7 @@ def _drain(
 def worker(calls_file: str) -> int:
     """``engine worker`` on the SQS transport, writing its SQS call counts on exit."""
     from engine.config import Settings
-    from engine.worker import Worker
+    from engine.worker.worker import Worker
 
     logging.basicConfig(level=logging.WARNING)
     settings = Settings()

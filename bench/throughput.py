@@ -18,9 +18,10 @@ import psycopg
 
 from bench import noop
 from bench.common import Workers, emit, fresh_database, log, settings_for
-from engine import db, submit
-from engine.outbox import relay
-from engine.registry import Registry
+from engine import submit
+from engine.flow.registry import Registry
+from engine.store import db
+from engine.transports.outbox import relay
 from engine.transports.postgres import PostgresTransport
 
 STEPS_PER_JOB = 3

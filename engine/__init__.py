@@ -6,7 +6,7 @@ are loaded explicitly into a :class:`Registry`. The public API is what this
 module exports: what a flow author needs to declare, run and test flows, and
 nothing else; flows import nothing else from ``engine``. Tools around the
 engine (the CLI, the simulator, the bench, tests) import the module they need,
-e.g. :mod:`engine.processes` to start worker processes.
+e.g. :mod:`engine.worker.processes` to start worker processes.
 
 ``import engine`` and :func:`submit` need only the API install (``pip install
 erp-engine``); the report renderers need the worker extra (jinja2, SQLModel)
@@ -17,11 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.children import Child, ChildrenTimeout
-from engine.concurrency import Concurrency
 from engine.config import Settings
-from engine.context import StepContext
-from engine.db import connect
 from engine.errors import (
     BadInput,
     ChecksFailed,
@@ -39,17 +35,19 @@ from engine.errors import (
     UnknownFlow,
 )
 from engine.flow import Flow, MapOver, Step, StepInput
-from engine.lookup import JobInfo, active_jobs, job_info
-from engine.recurring import Schedule, add_schedule, list_schedules, remove_schedule
-from engine.registry import Registry
-from engine.retry import Cancel, Fail, Retry, RetryPolicy
-from engine.signals import Signalled, signal
+from engine.flow.concurrency import Concurrency
+from engine.flow.registry import Registry
+from engine.flow.retry import Cancel, Fail, Retry, RetryPolicy
+from engine.jobs.lookup import JobInfo, active_jobs, job_info, wait_for_job
+from engine.jobs.submit import Submitted, submit
+from engine.runner.context import StepContext
+from engine.schedules.schedules import Schedule, add_schedule, list_schedules, remove_schedule
+from engine.store.db import connect
 from engine.store.migrations import MigrationReport, migrate
 from engine.store.queries import Queries
 from engine.store.queries import load as load_queries
-from engine.submit import Submitted, submit
-from engine.waiting import wait_for_job
-from engine.waits import Signal, SignalTimeout
+from engine.waits.children import Child, ChildrenTimeout
+from engine.waits.signals import Signal, Signalled, SignalTimeout, signal
 
 if TYPE_CHECKING:
     from engine.reports import render_index, render_job_report, write_report_file

@@ -3,7 +3,14 @@
 Secrets (the database password) come only from the environment and are kept
 in :class:`pydantic.SecretStr`; anything printed goes through :func:`mask_url`.
 When ``ENGINE_DATABASE_URL`` is unset the engine starts (or reuses) an embedded
-PostgreSQL in ``ENGINE_PGDATA`` (see :mod:`engine.db`).
+PostgreSQL in ``ENGINE_PGDATA`` (see :mod:`engine.store.db`).
+
+Where the folders shipped beside the code are (``migrations/`` and
+``reports/``, :func:`shipped_dir`): in a source tree (a checkout, an editable
+install, ``make venv``) next to the ``engine`` package; a wheel installs them
+as data files under ``<prefix>/share/erp-engine/`` (``[tool.setuptools.data-files]``
+in ``pyproject.toml``), which the package's installed file list locates, so a
+non-editable install (the worker image) finds them wherever pip put them.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import unquote
@@ -20,9 +28,43 @@ from urllib.parse import unquote
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from engine.resources import shipped_dir
+DISTRIBUTION = "erp-engine"
+SHARE = f"share/{DISTRIBUTION}"  # where the wheel's data files go, under the install prefix
 
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped_dir(name: str) -> Path:
+    """The folder ``name`` (``migrations``, ``reports``) of this installation.
+
+    The source tree's when the code runs from one (it has ``pyproject.toml``
+    beside the package), else the wheel's data files; when neither exists the
+    source-tree path is returned, so the error that follows names a path.
+    """
+    source = _SOURCE_ROOT / name
+    if (_SOURCE_ROOT / "pyproject.toml").is_file():
+        return source
+    return installed_dir(name) or source
+
+
+def installed_dir(name: str) -> Path | None:
+    """``<prefix>/share/erp-engine/<name>`` of the installed distribution, if it has one."""
+    try:
+        files = metadata.distribution(DISTRIBUTION).files or []
+    except metadata.PackageNotFoundError:
+        return None
+    marker = f"{SHARE}/{name}/"
+    for file in files:
+        posix = file.as_posix()
+        if marker in posix:
+            # RECORD paths are relative to site-packages (../../../share/...)
+            located = Path(str(file.locate()))
+            depth = posix[posix.index(marker) + len(marker) :].count("/") + 1
+            return located.parents[depth - 1].resolve()
+    return None
+
+
+_PROJECT_ROOT = _SOURCE_ROOT
 
 # userinfo of a URL (user:password@); the password part is what gets masked
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):(?P<pw>[^@\s]*)@")

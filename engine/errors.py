@@ -40,8 +40,8 @@
         └── JobCancelled             the job was cancelled
 
 The exceptions a step raises on purpose to steer its run (``Retry``, ``Fail``,
-``Cancel``) are not errors; they live in :mod:`engine.retry`. Outside the
-tree on purpose: :class:`engine.faults.FaultInjected`, which stands for a
+``Cancel``) are not errors; they live in :mod:`engine.flow.retry`. Outside the
+tree on purpose: :class:`engine.infra.faults.FaultInjected`, which stands for a
 bug (a plain ``Exception``) at a chaos run's fault point. Driver errors
 (psycopg) are translated into ``StoreError`` in :mod:`engine.store` only.
 

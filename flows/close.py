@@ -5,7 +5,7 @@ point leaves the job to resume where it stopped. The job holds the
 period's concurrency key (``period:{period}``, limit 1 per job, as posting
 and costing do) from its first step to its last, waiting included; the
 posting and costing it runs are its **child jobs**, which inherit that slot
-(:mod:`engine.concurrency`), so they run while every other posting, costing
+(:mod:`engine.flow.concurrency`), so they run while every other posting, costing
 or close job of the period waits. Its ``close`` step, waiting for another
 job of the period, retries (freeing the slot) rather than waits.
 

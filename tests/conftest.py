@@ -21,9 +21,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
-from engine import db
 from engine.config import Settings
-from engine.store import migrations
+from engine.store import db, migrations
 
 SUPPORT = Path(__file__).parent / "support"
 sys.path.insert(0, str(SUPPORT))  # flows and helpers of the runtime tests

@@ -2,7 +2,7 @@
 
 One more kind (``source: version``): a flow version that active jobs need
 and no live worker has loaded for ``ENGINE_VERSION_ORPHAN_ALERT_S`` gets one
-alert per orphan episode, recorded by the sweeper (:mod:`engine.versions`)
+alert per orphan episode, recorded by the sweeper (:mod:`engine.worker.roster`)
 and delivered the same way.
 
 A dead letter (a step run past its attempt cap, a message that can never be

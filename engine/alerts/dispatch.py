@@ -24,12 +24,13 @@ from typing import Any
 
 import psycopg
 
-from engine import db, store
+from engine import store
 from engine.alerts import Alert, AlertSink
 from engine.config import Settings, mask_secrets
-from engine.outage import Outage, is_outage
+from engine.flow.retry import RetryPolicy
+from engine.infra.outage import Outage, is_outage
 from engine.reports.links import report_link
-from engine.retry import RetryPolicy
+from engine.store import db
 from engine.store.rows import ClaimedDelivery
 
 __all__ = ["AlertDispatcher"]

@@ -33,7 +33,7 @@ except ModuleNotFoundError as exc:
         print(
             f"error: the engine command needs the worker install ({_MISSING} is missing): "
             "pip install 'erp-engine[worker]'; the API install submits from Python "
-            "(engine.submit)",
+            "(engine.jobs.submit)",
             file=sys.stderr,
         )
         raise SystemExit(EXIT_ENVIRONMENT)

@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
-from engine import admin
 from engine.cli.output import out, print_json
 from engine.cli.state import current
+from engine.jobs import admin
 
 __all__ = ["alerts"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from engine import admin
 from engine.cli.output import out, print_json
 from engine.cli.state import current
+from engine.jobs import admin
 
 __all__ = ["dlq"]
 

@@ -11,9 +11,8 @@ from rich.table import Table
 from engine.cli.output import out, print_json
 from engine.cli.state import current
 from engine.errors import UnknownFlow
-from engine.roster import live_workers
 from engine.store.workers import VersionInFlight
-from engine.versions import versions_in_flight
+from engine.worker.roster import live_workers, versions_in_flight
 
 __all__ = ["flows", "workers"]
 

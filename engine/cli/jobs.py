@@ -13,18 +13,18 @@ import click
 from pydantic import BaseModel
 from rich.table import Table
 
-from engine import admin
 from engine.cli.args import parse_job_id
 from engine.cli.output import out, print_json
 from engine.cli.state import State, current
-from engine.counts import read_counts
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
+from engine.jobs import admin
+from engine.jobs.lookup import wait_for_job
+from engine.jobs.submit import Submitted, submit
+from engine.reports.counts import read_counts
 from engine.store.models import Job, StepRun
 from engine.store.read import JobView, job_view, recent_jobs, sqlalchemy_engine
 from engine.store.status import JobStatus, StepStatus
-from engine.submit import Submitted, submit
-from engine.waiting import wait_for_job
 
 __all__ = ["cancel", "retry", "runs", "status", "submit_group"]
 

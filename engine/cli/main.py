@@ -16,7 +16,6 @@ import click
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from engine import logs
 from engine.cli import extensions
 from engine.cli.alerts import alerts
 from engine.cli.dlq import dlq
@@ -30,6 +29,7 @@ from engine.cli.signals import signal
 from engine.cli.simulate import simulate
 from engine.cli.worker import worker
 from engine.errors import BadInput, ChecksFailed, EngineError, JobFailed
+from engine.infra import logs
 
 __all__ = [
     "EXIT_BAD_INPUT",

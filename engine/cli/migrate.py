@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from engine import db
 from engine.cli.output import out
 from engine.cli.state import current
-from engine.store import migrations
+from engine.store import db, migrations
 
 __all__ = ["migrate"]
 

@@ -11,9 +11,9 @@ from rich.table import Table
 from engine.cli.jobs import whoami
 from engine.cli.output import out, print_json
 from engine.cli.state import current
-from engine.cron import CATCH_UP_LIMIT, TEMPLATES
 from engine.errors import BadInput
-from engine.recurring import Schedule, add_schedule, list_schedules, remove_schedule
+from engine.schedules.calendar import CATCH_UP_LIMIT, TEMPLATES
+from engine.schedules.schedules import Schedule, add_schedule, list_schedules, remove_schedule
 from engine.store.status import CatchUp
 
 __all__ = ["schedule"]

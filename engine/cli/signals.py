@@ -12,7 +12,7 @@ from engine.cli.jobs import whoami
 from engine.cli.output import out, print_json
 from engine.cli.state import current
 from engine.errors import BadInput
-from engine.signals import signal as send_signal
+from engine.waits.signals import signal as send_signal
 
 __all__ = ["signal"]
 

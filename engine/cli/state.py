@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from engine.config import Settings
-from engine.registry import Registry
+from engine.flow.registry import Registry
 
 __all__ = ["State", "current"]
 

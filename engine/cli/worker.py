@@ -7,11 +7,11 @@ from typing import Any
 
 import click
 
-from engine import logs
 from engine.cli.output import err
 from engine.cli.state import current
 from engine.errors import Unhealthy
-from engine.worker import Worker
+from engine.infra import logs
+from engine.worker.worker import Worker
 
 __all__ = ["worker"]
 
@@ -81,7 +81,7 @@ def worker(
     w.install_signal_handlers()
     served = None
     if settings.metrics_port is not None:
-        from engine import metrics  # prometheus_client: a worker's dependency only
+        from engine.infra import metrics
 
         served = metrics.serve(settings, settings.metrics_host, settings.metrics_port)
     role = f"role {settings.session_role}" if settings.session_role else "the login's role"
@@ -104,7 +104,7 @@ def worker(
 
 def _check(updates: dict[str, Any]) -> None:
     """One line per check on stdout; :class:`Unhealthy` naming each failed one."""
-    from engine.health import check_worker
+    from engine.worker.health import check_worker
 
     results = check_worker(updates)
     for result in results:

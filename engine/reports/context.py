@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 
 from engine.errors import EngineError, NoSuchJob
 from engine.flow import Flow
-from engine.registry import Registry
+from engine.flow.registry import Registry
 from engine.reports.links import run_href
 from engine.store.models import Event, EventKind, Job, StepRun, StepStatus
 from engine.store.read import job_history, recent_jobs

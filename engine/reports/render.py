@@ -27,9 +27,9 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from engine.config import Settings
+from engine.config import Settings, shipped_dir
 from engine.errors import EngineError
-from engine.registry import Registry
+from engine.flow.registry import Registry
 from engine.reports.context import (
     IndexReport,
     RunReport,
@@ -39,7 +39,6 @@ from engine.reports.context import (
 from engine.reports.links import run_href
 from engine.reports.storage import HTML, report_store
 from engine.reports.svg import OUTCOME_COLOURS, STATUS_COLOURS, durations_svg, gantt_svg, graph_svg
-from engine.resources import shipped_dir
 from engine.store.read import sqlalchemy_engine
 
 __all__ = [

@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 
 from engine.config import Settings
 from engine.errors import EngineError, NoSuchJob
-from engine.registry import Registry
+from engine.flow.registry import Registry
 from engine.reports.context import build_index, build_run_report
 from engine.reports.render import environment, render_index_html, render_run_html
 from engine.store.models import JobStatus

@@ -28,21 +28,22 @@ from typing import Any
 
 import psycopg
 
-from engine import faults, store
+from engine import store
 from engine.alerts import AlertRecorder
-from engine.announce import Announced, announce, announce_freed
 from engine.config import Settings
 from engine.errors import Contention, MalformedMessage, UnknownFlow
-from engine.heartbeat import Heartbeat, Lease
-from engine.inputs import Outputs
-from engine.messages import StepMessage
-from engine.registry import Registry
+from engine.flow.registry import Registry
+from engine.infra import faults
+from engine.jobs.plan import Outputs
 from engine.runner.execution import Executor
+from engine.runner.lease import Heartbeat, Lease
 from engine.runner.outcome import Continuation, Outcome
 from engine.runner.rounds import RoundMember, pure, run_round
 from engine.store.rows import Claimed, ClaimRefused
 from engine.store.status import EventKind
+from engine.transports.announce import Announced, announce, announce_freed
 from engine.transports.base import Outgoing, Received, Transport
+from engine.transports.message import StepMessage
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The step runs inside one transaction on the slot's connection. Its
 checkpoint, its status change, the step runs it makes ready (announced with
-them, :mod:`engine.announce`) and any rows the step wrote through
+them, :mod:`engine.transports.announce`) and any rows the step wrote through
 ``ctx.conn`` commit together, guarded by the lease token; a zero-row guard
 rolls all of it back (invariant 5). With the PostgreSQL transport the
 delivery is deleted and the next messages are sent in that same transaction.
@@ -33,26 +33,26 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from engine import faults, logs, metrics, store
+from engine import store
 from engine.alerts import AlertRecorder
-from engine.announce import Announced, announce, announce_freed
-from engine.children import ChildSubmitter, wake_parent, wake_parent_in
 from engine.config import Settings
-from engine.context import StepContext
 from engine.errors import JobCancelled, LeaseLost
 from engine.flow import Flow, Step
-from engine.heartbeat import Heartbeat, Lease
-from engine.inputs import Outputs, raw_inputs, sources, upstream_outputs
-from engine.registry import Registry
-from engine.retry import Cancel, Fail, RetryPolicy
+from engine.flow.registry import Registry
+from engine.flow.retry import Cancel, Fail, RetryPolicy
+from engine.infra import faults, logs, metrics
+from engine.jobs.plan import Outputs, raw_inputs, schedule_ready, sources, upstream_outputs
+from engine.runner.context import StepContext
 from engine.runner.group import GroupCommit
+from engine.runner.lease import Heartbeat, Lease
 from engine.runner.outcome import Continuation, Outcome
-from engine.runner.waits import Waits
-from engine.schedule import schedule_ready
+from engine.runner.park import Waits
 from engine.store.rows import Claimed, NewStepRun, QueuedClaim
 from engine.store.status import EventKind, JobStatus
+from engine.transports.announce import Announced, announce, announce_freed
 from engine.transports.base import Transport
-from engine.waits import Wait
+from engine.waits.children import ChildSubmitter, wake_parent, wake_parent_in
+from engine.waits.wait import Wait
 
 log = logging.getLogger(__name__)
 

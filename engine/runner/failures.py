@@ -17,20 +17,21 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from engine import db, store
+from engine import store
 from engine.alerts import AlertRecorder
-from engine.announce import Announced, announce, announce_freed
-from engine.children import wake_parent
 from engine.config import Settings
 from engine.errors import DefinitionError
 from engine.flow import Step
-from engine.heartbeat import Lease
-from engine.outage import is_outage
-from engine.retry import Fail, Retry, RetryPolicy
+from engine.flow.retry import Fail, Retry, RetryPolicy
+from engine.infra.outage import is_outage
+from engine.runner.lease import Lease
 from engine.runner.outcome import Outcome
+from engine.store import db
 from engine.store.rows import Claimed
 from engine.store.status import EventKind, JobStatus
+from engine.transports.announce import Announced, announce, announce_freed
 from engine.transports.base import Transport
+from engine.waits.children import wake_parent
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -32,7 +32,7 @@ from typing import Any
 
 import psycopg
 
-from engine.announce import Announced
+from engine.transports.announce import Announced
 from engine.transports.base import Transport
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from engine.inputs import Outputs
+from engine.jobs.plan import Outputs
 from engine.store.rows import Claimed
 
 

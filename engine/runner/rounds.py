@@ -3,7 +3,7 @@
 A group commit (:mod:`engine.runner.group`) shares one COMMIT among the
 quick step runs a slot holds, but each still costs its own round trips: its
 checkpoint, then what the checkpoint leads to. For steps that take no
-:class:`~engine.context.StepContext` (they write nothing through the engine's
+:class:`~engine.runner.context.StepContext` (they write nothing through the engine's
 transaction, so nothing of theirs needs a savepoint), the slot does better:
 it calls every step of the round first, then sends all their checkpoints in
 one message (:func:`~engine.store.checkpoint_put_many_if_leased`, each guarded
@@ -31,12 +31,13 @@ from dataclasses import dataclass
 import psycopg
 from pydantic import BaseModel
 
-from engine import faults, logs, metrics, store
+from engine import store
 from engine.errors import StoreError
 from engine.flow import Flow, Step
-from engine.heartbeat import Lease
-from engine.inputs import Outputs
+from engine.infra import faults, logs, metrics
+from engine.jobs.plan import Outputs
 from engine.runner.execution import Executor, hands_on
+from engine.runner.lease import Lease
 from engine.runner.outcome import Continuation, Outcome
 from engine.store.rows import QueuedClaim
 

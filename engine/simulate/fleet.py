@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from engine.processes import WorkerProcess, start_worker, stop_all
 from engine.simulate.record import Fault
+from engine.worker.processes import WorkerProcess, start_worker, stop_all
 
 __all__ = ["Fleet"]
 

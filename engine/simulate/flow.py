@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from engine.context import StepContext
 from engine.flow import Flow
+from engine.runner.context import StepContext
 from engine.store.named import NamedQueries
 from engine.store.queries import load
 

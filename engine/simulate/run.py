@@ -30,21 +30,20 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
-from engine import db
 from engine.config import Settings
-from engine.messages import StepMessage
-from engine.registry import Registry
+from engine.flow.registry import Registry
+from engine.jobs.submit import submit
 from engine.simulate.fleet import Fleet
 from engine.simulate.flow import SimParams, step_seconds
 from engine.simulate.oracles import check_oracles
 from engine.simulate.plan import Plan, SimOptions
 from engine.simulate.record import Fault, Oracle, SimRecord
 from engine.simulate.replay import render_replay
-from engine.store import migrations
+from engine.store import db, migrations
 from engine.store.named import NamedQueries
 from engine.store.queries import load
 from engine.store.read import sqlalchemy_engine
-from engine.submit import submit
+from engine.transports.message import StepMessage
 from engine.transports.postgres import PostgresTransport
 
 __all__ = ["FLOW_MODULE", "run_simulation"]

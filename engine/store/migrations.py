@@ -157,7 +157,7 @@ def _check_applied(migrations: list[Migration], applied: dict[int, Any]) -> None
 
 def migrate(settings: Settings) -> MigrationReport:
     """Apply every configured folder's migrations (``ENGINE_MIGRATION_DIRS``)."""
-    from engine import db
+    from engine.store import db
 
     with db.connect(settings, autocommit=True) as conn:
         return apply(conn, settings.migration_dirs)

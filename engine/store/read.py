@@ -18,8 +18,8 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import NullPool
 from sqlmodel import Session, col, select
 
-from engine import db
 from engine.config import Settings
+from engine.store import db
 from engine.store.errors import connect_errors, wrap_errors
 from engine.store.models import (
     DeadLetter,
@@ -35,7 +35,7 @@ from engine.store.models import (
 def sqlalchemy_engine(settings: Settings, **kwargs: Any) -> Engine:
     """An engine on the configured database (the embedded one included).
 
-    The connection comes from :func:`engine.db.conninfo`, so there is one way
+    The connection comes from :func:`engine.store.db.conninfo`, so there is one way
     to find the database and the URL never has to be rewritten for SQLAlchemy.
     """
     info = db.conninfo(settings)

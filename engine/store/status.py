@@ -65,7 +65,9 @@ class CatchUp(enum.StrEnum):
     """What a schedule fires for times missed while no worker was up."""
 
     LATEST = "latest"  # the latest missed time, once
-    ALL = "all"  # each missed time, up to engine.cron.CATCH_UP_LIMIT (the latest ones)
+    ALL = (
+        "all"  # each missed time, up to engine.schedules.calendar.CATCH_UP_LIMIT (the latest ones)
+    )
 
 
 class AlertSource(enum.StrEnum):

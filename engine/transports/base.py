@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.messages import StepMessage
 from engine.store.batch import Executes
+from engine.transports.message import StepMessage
 
 
 @dataclass(frozen=True)

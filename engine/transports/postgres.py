@@ -33,9 +33,9 @@ from typing import Any
 
 import psycopg
 
-from engine import db
 from engine.config import Settings
 from engine.errors import BadInput, StoreError
+from engine.store import db
 from engine.store.batch import Executes
 from engine.store.errors import wrap_errors
 from engine.store.queries import load

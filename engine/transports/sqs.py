@@ -2,7 +2,7 @@
 
 Workers on several machines share one queue; the database claim decides who
 runs a step run, so nothing here needs to be exact. Messages carry ids only
-(:class:`~engine.messages.StepMessage`); the engine checks what it sends
+(:class:`~engine.transports.message.StepMessage`); the engine checks what it sends
 itself (UTF-8 byte size, XML-legal characters, delays of at most 900 s),
 because emulators do not.
 
@@ -50,10 +50,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from engine import faults
 from engine.errors import BadInput, ConfigError, SqsError
-from engine.messages import MAX_BODY_BYTES
+from engine.infra import faults
 from engine.transports.base import Outgoing, QueueProbe, Received
+from engine.transports.message import MAX_BODY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def _api(operation: str) -> Iterator[None]:
 
 def check_body(body: str) -> None:
     """Refuse (``BadInput``) a body SQS would refuse or that is not ours: empty,
-    not XML-legal, or over :data:`~engine.messages.MAX_BODY_BYTES` UTF-8 bytes."""
+    not XML-legal, or over :data:`~engine.transports.message.MAX_BODY_BYTES` UTF-8 bytes."""
     if not body:
         raise BadInput("empty message body: SQS needs at least one character")
     if bad := _NOT_XML_CHAR.search(body):

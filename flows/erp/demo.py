@@ -28,7 +28,7 @@ from engine import (
     submit,
     wait_for_job,
 )
-from engine.processes import worker_processes
+from engine.worker.processes import worker_processes
 from flows.erp import checks, periods
 from flows.erp.books import _table, trial_balance
 from flows.erp.seed import has_erp_data, seed

@@ -23,14 +23,14 @@ from harness import (
 from pydantic import SecretStr
 from webhook import SECRET_PATH, webhook_server
 
-from engine import db, submit
+from engine import submit
 from engine.config import Settings
-from engine.messages import StepMessage
-from engine.processes import WorkerProcess, start_worker, stop_all
-from engine.registry import Registry
+from engine.flow.registry import Registry
 from engine.runner import claim
-from engine.store import Claimed
-from engine.worker import Worker
+from engine.store import Claimed, db
+from engine.transports.message import StepMessage
+from engine.worker.processes import WorkerProcess, start_worker, stop_all
+from engine.worker.worker import Worker
 
 pytestmark = pytest.mark.acceptance
 

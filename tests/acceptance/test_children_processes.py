@@ -11,7 +11,7 @@ from harness import fast_settings, start_worker_process, wait_job_ended, wait_un
 
 from engine import signal, submit
 from engine.config import Settings
-from engine.registry import Registry
+from engine.flow.registry import Registry
 
 pytestmark = pytest.mark.acceptance
 

@@ -19,7 +19,7 @@ from harness import engine_cli as engine
 from harness import wait_job_ended, wait_until, worker_env
 
 from engine.config import Settings
-from engine.processes import WorkerProcess, start_worker, stop_all
+from engine.worker.processes import WorkerProcess, start_worker, stop_all
 
 pytestmark = pytest.mark.acceptance
 NOV, DEC = "2026-11", "2026-12"

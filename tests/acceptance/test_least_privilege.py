@@ -26,7 +26,7 @@ from harness import (
 
 from engine import Registry, submit
 from engine.config import Settings
-from engine.processes import WorkerProcess, start_worker
+from engine.worker.processes import WorkerProcess, start_worker
 from flows.erp.books import trial_balance
 from flows.erp.seed import seed
 

@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from engine import submit
 from engine.config import Settings
-from engine.processes import start_worker
+from engine.worker.processes import start_worker
 
 pytestmark = pytest.mark.acceptance
 

@@ -29,10 +29,10 @@ from sqs_support import fast_moto_clock, moto_server, queue_name, server_env
 
 from engine import submit
 from engine.config import Settings
-from engine.outbox import Publisher
-from engine.processes import WorkerProcess, stop_all
+from engine.transports.outbox import Publisher
 from engine.transports.postgres import PostgresTransport
 from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
+from engine.worker.processes import WorkerProcess, stop_all
 
 pytestmark = pytest.mark.acceptance
 

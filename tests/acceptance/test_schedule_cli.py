@@ -13,7 +13,7 @@ import pytest
 from harness import wait_until, worker_env
 
 from engine.config import Settings
-from engine.processes import WorkerProcess, start_worker, stop_all
+from engine.worker.processes import WorkerProcess, start_worker, stop_all
 
 pytestmark = pytest.mark.acceptance
 

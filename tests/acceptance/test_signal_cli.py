@@ -13,7 +13,7 @@ from harness import engine_cli as engine
 from harness import start_worker_process, wait_job_ended, wait_until
 
 from engine.config import Settings
-from engine.processes import WorkerProcess
+from engine.worker.processes import WorkerProcess
 from flows.erp.seed import seed
 
 pytestmark = pytest.mark.acceptance

@@ -21,7 +21,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from engine import Settings, connect
-from engine.db import conninfo
+from engine.store.db import conninfo
 
 from .config import ChaosConfig
 from .run import say

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from engine import add_schedule, connect, submit
-from engine.messages import StepMessage
+from engine.transports.message import StepMessage
 
 from .config import FLOW_MODULES
 from .procs import Proc, run_submit

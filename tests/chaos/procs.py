@@ -51,7 +51,7 @@ class Fleet:
             **self.base_env,
             "ENGINE_WORKER_ID": name,
             "PGAPPNAME": f"chaos:{name}",
-            # engine.faults mixes in the pid: a seed per worker, not a replayable draw
+            # engine.infra.faults mixes in the pid: a seed per worker, not a replayable draw
             "ENGINE_FAULT_SEED": str(self.seed * 1000 + len(self.procs)),
             **extra,
         }

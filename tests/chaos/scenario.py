@@ -35,7 +35,7 @@ from pydantic import SecretStr
 
 from engine import Registry, Settings, connect, submit
 from engine.transports.postgres import PostgresTransport
-from engine.worker import Worker
+from engine.worker.worker import Worker
 
 from . import books, oracles
 from .config import NEXT_PERIOD, PERIOD, ChaosConfig

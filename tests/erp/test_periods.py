@@ -22,7 +22,7 @@ from harness import fast_settings, run_of, thread_worker, wait_job_ended, wait_u
 
 from engine import BadInput, Fail, Refused, Registry, submit
 from engine.config import Settings
-from engine.db import connect
+from engine.store.db import connect
 from flows import posting
 from flows.erp import checks, periods
 from flows.erp.seed import seed

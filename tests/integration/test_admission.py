@@ -10,9 +10,10 @@ import psycopg
 import pytest
 from pydantic import BaseModel
 
-from engine import Flow, Refused, Registry, StepContext, active_jobs, db, job_info, submit
+from engine import Flow, Refused, Registry, StepContext, active_jobs, job_info, submit
 from engine.config import Settings
 from engine.errors import DefinitionError, StoreError
+from engine.store import db
 
 
 class Params(BaseModel):

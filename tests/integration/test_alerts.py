@@ -21,14 +21,15 @@ from harness import (
 )
 from webhook import SECRET_PATH, webhook_server
 
-from engine import db, store, submit
+from engine import store, submit
 from engine.alerts import AlertRecorder
 from engine.alerts.dispatch import AlertDispatcher
 from engine.alerts.sinks import LogSink, WebhookSink
 from engine.config import Settings
 from engine.errors import DatabaseUnavailable, StoreError
-from engine.outage import Outage
+from engine.infra.outage import Outage
 from engine.reports.links import report_link
+from engine.store import db
 
 WORKER = "engine_worker"
 

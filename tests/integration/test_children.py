@@ -12,9 +12,10 @@ import psycopg
 import pytest
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 
-from engine import StepContext, admin, signal, submit
+from engine import StepContext, signal, submit
 from engine.config import Settings
-from engine.registry import Registry
+from engine.flow.registry import Registry
+from engine.jobs import admin
 
 MODULES = ["testflows", "childflows"]
 

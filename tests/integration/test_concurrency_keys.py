@@ -18,15 +18,16 @@ import psycopg
 import pytest
 from harness import fast_settings, run_of, thread_worker, wait_job_ended, wait_until
 
-from engine import admin, db, store, submit
+from engine import store, submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
-from engine.messages import StepMessage
-from engine.registry import Registry
+from engine.flow.registry import Registry
+from engine.jobs import admin
 from engine.runner import claim
-from engine.store import Claimed, ClaimRefused
-from engine.sweeper import Sweeper
+from engine.store import Claimed, ClaimRefused, db
+from engine.transports.message import StepMessage
 from engine.transports.postgres import PostgresTransport
+from engine.worker.sweeper import Sweeper
 
 REGISTRY = Registry.load(["testflows", "keyedflows"])
 ALL = REGISTRY.runnable()

@@ -22,8 +22,9 @@ from harness import (
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import metrics, store, submit
+from engine import store, submit
 from engine.config import Settings
+from engine.infra import metrics
 
 
 def submitted(settings: Settings, **params: Any) -> uuid.UUID:

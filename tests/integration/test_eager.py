@@ -28,10 +28,10 @@ from harness import (
 from engine import submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
-from engine.heartbeat import Heartbeat
 from engine.runner import Outcome, StepRunner
+from engine.runner.lease import Heartbeat
 from engine.transports.postgres import PostgresTransport
-from engine.worker import connect_worker
+from engine.worker.worker import connect_worker
 
 
 @pytest.fixture

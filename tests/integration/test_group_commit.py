@@ -19,16 +19,18 @@ import psycopg
 import pytest
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended
 
-from engine import db, faults, store, submit
+from engine import store, submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
-from engine.heartbeat import Heartbeat
-from engine.messages import StepMessage
+from engine.infra import faults
 from engine.runner import Outcome, StepRunner, execution
 from engine.runner.delivery import claim_many
+from engine.runner.lease import Heartbeat
+from engine.store import db
 from engine.transports.base import Received
+from engine.transports.message import StepMessage
 from engine.transports.postgres import PostgresTransport
-from engine.worker import connect_worker
+from engine.worker.worker import connect_worker
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 from sqs_support import AWS_ENV, REGION, moto_server, queue_name
 
 from engine.config import Settings
-from engine.db import EMBEDDED_MISSING
+from engine.store.db import EMBEDDED_MISSING
 from engine.transports.sqs import SqsSettings, create_queues
 
 ROOT = Path(__file__).resolve().parents[2]

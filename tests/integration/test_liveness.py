@@ -28,19 +28,20 @@ from harness import (
 )
 from psycopg import sql
 
-from engine import admin, db, store, submit
+from engine import store, submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import BadInput, StoreError
-from engine.heartbeat import Heartbeat
-from engine.messages import StepMessage
-from engine.registry import Registry
+from engine.flow.registry import Registry
+from engine.jobs import admin
 from engine.reports.links import report_link
 from engine.runner import StepRunner, claim
-from engine.store import Claimed, ClaimRefused
-from engine.sweeper import Sweeper
+from engine.runner.lease import Heartbeat
+from engine.store import Claimed, ClaimRefused, db
+from engine.transports.message import StepMessage
 from engine.transports.postgres import PostgresTransport
-from engine.worker import connect_worker
+from engine.worker.sweeper import Sweeper
+from engine.worker.worker import connect_worker
 
 
 @pytest.fixture
@@ -507,8 +508,8 @@ class Recorder:
 def test_relay_listener__publishes_at_the_callers_commit_without_a_sweep(
     fast: Settings, kind: str
 ) -> None:
-    from engine.outbox import RelayListener
     from engine.store.read import sqlalchemy_engine
+    from engine.transports.outbox import RelayListener
 
     queue = Recorder()
     listener = RelayListener(fast, queue)

@@ -18,13 +18,14 @@ import pytest
 from harness import flows_registry, wait_job_ended
 from test_group_commit import fast, group_order, one_runner, receive_all
 
-from engine import faults, store, submit
+from engine import store, submit
 from engine.config import Settings
 from engine.flow import Flow, Step
-from engine.heartbeat import Lease
-from engine.inputs import Outputs
+from engine.infra import faults
+from engine.jobs.plan import Outputs
 from engine.runner import rounds
 from engine.runner.execution import Executor
+from engine.runner.lease import Lease
 
 __all__ = ["fast"]  # the fixture, shared with the group commit tests
 

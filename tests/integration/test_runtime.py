@@ -21,14 +21,14 @@ from harness import (
     wait_until,
 )
 
-from engine import db, submit
+from engine import submit
 from engine.config import Settings
 from engine.errors import ConfigError
-from engine.messages import StepMessage
 from engine.runner import claim
-from engine.store import Claimed, ClaimRefused
+from engine.store import Claimed, ClaimRefused, db
+from engine.transports.message import StepMessage
 from engine.transports.postgres import PostgresTransport
-from engine.worker import Worker, check_startup
+from engine.worker.worker import Worker, check_startup
 
 RUNNABLE = flows_registry().runnable()  # every test flow, at its version
 
@@ -513,7 +513,7 @@ def test_sweeper__worker_died_on_the_last_attempt_is_dead_lettered(
 def test_cancel__a_running_step_stops_and_commits_nothing(
     fast: Settings, conn: psycopg.Connection[Any], tmp_path: Any
 ) -> None:
-    from engine import admin
+    from engine.jobs import admin
 
     settings = fast.model_copy(update={"heartbeat_s": 0.1})
     job = submit(
@@ -537,7 +537,7 @@ def job_status_of(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
 def test_retry_job__a_failed_job_resumes_from_its_checkpoints(
     fast: Settings, conn: psycopg.Connection[Any]
 ) -> None:
-    from engine import admin
+    from engine.jobs import admin
 
     settings = fast.model_copy(update={"max_attempts": 2})
     job = submit("chain", {"fail_times": 2}, settings=settings, registry=flows_registry())

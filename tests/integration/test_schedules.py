@@ -22,17 +22,17 @@ from engine import (
     Registry,
     UnknownFlow,
     add_schedule,
-    db,
     list_schedules,
     remove_schedule,
 )
-from engine import faults as engine_faults
 from engine.config import Settings
-from engine.faults import FaultInjected
-from engine.fingerprint import job_fingerprint
-from engine.recurring import Fired, ScheduleFirer
+from engine.infra import faults as engine_faults
+from engine.infra.faults import FaultInjected
+from engine.jobs.fingerprint import job_fingerprint
+from engine.jobs.submit import submit
+from engine.schedules.firer import Fired, ScheduleFirer
+from engine.store import db
 from engine.store.schedules import SlotTaken
-from engine.submit import submit
 
 REFUSED: set[str] = set()  # periods the flow's admission check refuses
 

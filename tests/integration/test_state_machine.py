@@ -1,7 +1,7 @@
 """A state machine over the real claim/lease/fence SQL (issue 10, "Prove it").
 
-Hypothesis drives the engine's own functions (``engine.submit``, the runner's
-``claim``, the store's fenced writes, the sweeper, ``engine.admin``) against a
+Hypothesis drives the engine's own functions (``engine.jobs.submit``, the runner's
+``claim``, the store's fenced writes, the sweeper, ``engine.jobs.admin``) against a
 fresh PostgreSQL database per example, in any order: submit, claim, renew,
 expire, reclaim, give back, complete, retry, dead-letter, cancel (by the
 operator, or by a step through its lease), duplicate delivery, sweep,
@@ -43,17 +43,18 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
-from engine import admin, db, signal, store, submit
+from engine import signal, store, submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import BadInput
-from engine.messages import StepMessage
+from engine.jobs import admin
+from engine.jobs.plan import max_attempts_for, schedule_ready
 from engine.runner import claim
-from engine.schedule import max_attempts_for, schedule_ready
-from engine.store import Claimed, ClaimRefused
+from engine.store import Claimed, ClaimRefused, db
 from engine.store.models import EventKind, JobStatus
-from engine.sweeper import Sweeper
+from engine.transports.message import StepMessage
 from engine.transports.postgres import PostgresTransport
+from engine.worker.sweeper import Sweeper
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_STATEFUL_EXAMPLES", "12"))
 STEPS = int(os.environ.get("HYPOTHESIS_STATEFUL_STEPS", "40"))

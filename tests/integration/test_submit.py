@@ -12,14 +12,14 @@ from harness import ExternalQueue
 from sqlalchemy import text
 from sqlmodel import Session
 
-from engine import db
 from engine.config import Settings
 from engine.errors import InvalidParameters, UnknownFlow
-from engine.messages import StepMessage
-from engine.outbox import relay
-from engine.registry import Registry
+from engine.flow.registry import Registry
+from engine.jobs.submit import submit
+from engine.store import db
 from engine.store.read import sqlalchemy_engine
-from engine.submit import submit
+from engine.transports.message import StepMessage
+from engine.transports.outbox import relay
 from engine.transports.postgres import PostgresTransport
 
 PARAMS = {"period": "2026-11"}

@@ -21,11 +21,11 @@ import psycopg
 import pytest
 from sqs_support import REGION, documented_receipts, moto_in_process, moto_messages
 
-from engine import db
 from engine.config import Settings
 from engine.errors import BadInput
-from engine.messages import StepMessage
+from engine.store import db
 from engine.transports.base import Outgoing, Received, Transport
+from engine.transports.message import StepMessage
 from engine.transports.postgres import PostgresTransport
 from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
 

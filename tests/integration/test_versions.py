@@ -19,17 +19,18 @@ import pytest
 import testflows
 from harness import engine_cli, fast_settings, flows_registry, run_of, thread_worker, wait_until
 
-from engine import db, store, submit
+from engine import store, submit
 from engine.alerts import Alert, AlertRecorder
 from engine.config import Settings
-from engine.heartbeat import Heartbeat
-from engine.registry import Registry
-from engine.roster import Roster
+from engine.flow.registry import Registry
 from engine.runner import StepRunner
+from engine.runner.lease import Heartbeat
+from engine.store import db
 from engine.store.rows import ClaimedDelivery
-from engine.sweeper import Sweeper
 from engine.transports.postgres import PostgresTransport
-from engine.worker import connect_worker
+from engine.worker.roster import Roster
+from engine.worker.sweeper import Sweeper
+from engine.worker.worker import connect_worker
 
 CHAIN_V1 = "chain:1"
 

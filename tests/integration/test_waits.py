@@ -12,13 +12,15 @@ import pytest
 import waitflows
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 
-from engine import StepContext, admin, db, signal, submit
+from engine import StepContext, signal, submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import BadInput, NoSuchJob
-from engine.registry import Registry
-from engine.sweeper import Sweeper
+from engine.flow.registry import Registry
+from engine.jobs import admin
+from engine.store import db
 from engine.transports.postgres import PostgresTransport
+from engine.worker.sweeper import Sweeper
 
 MODULES = ["testflows", "waitflows"]
 

@@ -23,10 +23,9 @@ from psycopg import errors, sql
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
-from engine import db
 from engine.config import Settings
 from engine.errors import ConfigError
-from engine.store import migrations
+from engine.store import db, migrations
 from engine.store.queries import parse
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,14 +19,15 @@ from browser import FLAGS
 from click.testing import CliRunner
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
 
-from engine import Registry, admin, db, submit
+from engine import Registry, submit
 from engine.cli import main
 from engine.config import Settings
-from engine.messages import StepMessage
+from engine.jobs import admin
 from engine.reports import render_all, render_index, render_job_report
 from engine.reports.serve import make_server
 from engine.runner import claim
-from engine.store import Claimed
+from engine.store import Claimed, db
+from engine.transports.message import StepMessage
 from flows.erp.seed import seed
 
 PERIOD = "2026-11"

@@ -18,7 +18,7 @@ from harness import fast_settings, run_of, thread_worker, wait_job_ended, wait_u
 
 from engine import submit
 from engine.config import Settings
-from engine.registry import Registry
+from engine.flow.registry import Registry
 from engine.transports.sqs import Queues, SqsTransport
 
 REGISTRY = Registry.load(["testflows", "keyedflows"])

@@ -23,8 +23,8 @@ from botocore.exceptions import ConnectionClosedError
 from sqs_support import REGION, moto_server, queue_name, server_env
 
 from engine.errors import SqsError
-from engine.messages import StepMessage
 from engine.transports.base import Outgoing, Received
+from engine.transports.message import StepMessage
 from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
 
 

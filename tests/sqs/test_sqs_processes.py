@@ -18,13 +18,14 @@ import pytest
 from harness import fast_settings, flows_registry, start_worker_process, wait_until
 from sqs_support import env_int, fast_moto_clock, moto_server, queue_name, server_env
 
-from engine import db, submit
+from engine import submit
 from engine.config import Settings
-from engine.messages import StepMessage
-from engine.outbox import relay
-from engine.processes import WorkerProcess, stop_all
+from engine.store import db
 from engine.transports.base import Outgoing
+from engine.transports.message import StepMessage
+from engine.transports.outbox import relay
 from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
+from engine.worker.processes import WorkerProcess, stop_all
 
 pytestmark = pytest.mark.acceptance
 

@@ -18,10 +18,10 @@ from sqs_support import REGION, moto_messages, queue_name
 from engine.cli import main
 from engine.config import Settings
 from engine.errors import BadInput, ConfigError
-from engine.messages import MAX_BODY_BYTES, StepMessage
 from engine.transports import sqs as sqs_module
 from engine.transports import transport_for
 from engine.transports.base import Outgoing, Received
+from engine.transports.message import MAX_BODY_BYTES, StepMessage
 from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
 
 

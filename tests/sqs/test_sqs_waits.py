@@ -14,10 +14,11 @@ from typing import Any
 import psycopg
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 
-from engine import db, signal, submit
+from engine import signal, submit
 from engine.config import Settings
-from engine.messages import StepMessage
-from engine.registry import Registry
+from engine.flow.registry import Registry
+from engine.store import db
+from engine.transports.message import StepMessage
 from engine.transports.sqs import Queues
 
 MODULES = ["testflows", "waitflows"]

@@ -20,16 +20,17 @@ from harness import (
 )
 from sqs_support import moto_messages, queue_name
 
-from engine import admin, store, submit
+from engine import store, submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import ConfigError
-from engine.heartbeat import Heartbeat, Lease
-from engine.messages import StepMessage
-from engine.sweeper import Sweeper
+from engine.jobs import admin
+from engine.runner.lease import Heartbeat, Lease
 from engine.transports.base import Received
+from engine.transports.message import StepMessage
 from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
-from engine.worker import check_startup
+from engine.worker.sweeper import Sweeper
+from engine.worker.worker import check_startup
 
 
 def effects(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[tuple[str, int]]:

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from engine import ChildrenTimeout, Fail, Flow, Retry, StepContext
-from engine.waits import Wait
+from engine.waits.wait import Wait
 
 HOOKS: dict[str, Callable[[StepContext], Any]] = {}
 

@@ -17,9 +17,9 @@ import psycopg
 from pydantic import SecretStr
 
 from engine.config import Settings
-from engine.processes import WorkerProcess, settings_env, start_worker
-from engine.registry import Registry
-from engine.worker import Worker
+from engine.flow.registry import Registry
+from engine.worker.processes import WorkerProcess, settings_env, start_worker
+from engine.worker.worker import Worker
 
 SUPPORT = Path(__file__).parent
 ROOT = SUPPORT.parent.parent

@@ -1,4 +1,4 @@
-"""Flows with concurrency keys, for the tests of ``engine.concurrency``.
+"""Flows with concurrency keys, for the tests of ``engine.flow.concurrency``.
 
 Loaded with ENGINE_FLOW_MODULES=keyedflows (or next to testflows). Each step
 records its effect and holds like :mod:`testflows` (``hold_file``), so a test

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from engine import Flow, SignalTimeout, StepContext, job_info
-from engine.waits import Wait
+from engine.waits.wait import Wait
 
 HOOKS: dict[str, Callable[[StepContext], Any]] = {}
 

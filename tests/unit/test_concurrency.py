@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from engine import Concurrency, DefinitionError, Flow
 from engine.config import Settings
-from engine.schedule import root_runs
+from engine.jobs.plan import root_runs
 
 
 class Params(BaseModel):

@@ -4,8 +4,8 @@ import pytest
 
 from engine.config import Settings, mask_url
 from engine.errors import MalformedMessage
-from engine.messages import StepMessage
 from engine.store.queries import parse
+from engine.transports.message import StepMessage
 
 
 @pytest.mark.parametrize(

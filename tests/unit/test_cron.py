@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine.cron import Calendar, check_templates, resolve_params
 from engine.errors import BadInput
+from engine.schedules.calendar import Calendar, check_templates, resolve_params
 
 
 def utc(text: str) -> datetime:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import faults
+from engine.infra import faults
 
 
 def test_faults__disabled_points_do_nothing() -> None:

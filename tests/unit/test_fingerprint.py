@@ -14,8 +14,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from engine.fingerprint import _number as number_text
-from engine.fingerprint import canonical_json, job_fingerprint, sha256_hex, step_fingerprint
+from engine.jobs.fingerprint import _number as number_text
+from engine.jobs.fingerprint import canonical_json, job_fingerprint, sha256_hex, step_fingerprint
 from flows.example import ExampleParams
 
 LEAVES = (

@@ -10,7 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 from engine import DefinitionError, Flow, InvalidParameters, MapOver, StepInput
-from engine.flow import INJECTABLE_TYPES, register_injectable, type_name
+from engine.flow import register_injectable
+from engine.flow.flow import INJECTABLE_TYPES, type_name
 from flows import example
 
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from engine import logs
+from engine.infra import logs
 from engine.store.rows import Claimed
 
 PASSWORD = "pw-LOGS-" + uuid.uuid4().hex[:10]

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
-from engine import metrics
 from engine.config import Settings
 from engine.errors import ConfigError
+from engine.infra import metrics
 from engine.store.rows import Claimed
 
 
@@ -77,7 +77,7 @@ def test_metrics__each_outcome_counted_once_under_its_flow_and_step(
 def test_metrics__outages_counted_and_database_up_follows_them(
     registry: CollectorRegistry,
 ) -> None:
-    from engine.outage import Outage
+    from engine.infra.outage import Outage
 
     outage = Outage(1.0)
     assert value(registry, "engine_database_up") == 1
@@ -108,7 +108,7 @@ def test_metrics_serve__a_port_in_use_is_a_config_error_naming_it() -> None:
 
 def test_metrics__prometheus_client_not_imported_by_submit_or_the_worker_code() -> None:
     code = (
-        "import sys, engine, engine.submit, engine.worker, engine.metrics\n"
+        "import sys, engine, engine.jobs.submit, engine.worker.worker, engine.infra.metrics\n"
         "print('prometheus_client' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

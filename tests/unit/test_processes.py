@@ -6,7 +6,7 @@ import os
 import signal
 from pathlib import Path
 
-from engine.processes import WorkerProcess, settings_env, start_worker, stop_all
+from engine.worker.processes import WorkerProcess, settings_env, start_worker, stop_all
 
 SUPPORT = Path(__file__).parent.parent / "support"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine import DefinitionError, Flow, Registry, UnknownFlow
-from engine import registry as registry_module
+from engine.flow import registry as registry_module
 from flows import example
 
 

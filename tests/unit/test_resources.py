@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import resources
+from engine import config as resources
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,20 @@
+"""Flow declaration: typed step graphs, checked before anything runs. Pure: no I/O.
+
+A :class:`Flow` is a declaration, not a run: a run of a flow is a *job*, a
+run of a step is a *step run*, both rows of the store. A flow is checked
+whole when it is declared (a DAG, typed inputs matched to outputs, a retry
+policy and concurrency keys that render from its parameters), so a bad flow
+fails at import, never halfway through a job. A process knows the flows it
+loaded explicitly into a :class:`~engine.flow.registry.Registry`; nothing is
+registered by an import's side effect.
+
+- :mod:`.flow`: ``Flow``, ``Step``, ``StepInput``, ``MapOver``, injectables;
+- :mod:`.registry`: which flows (and versions) this process knows;
+- :mod:`.concurrency`: declaring and rendering keys (the claim SQL enforces them);
+- :mod:`.retry`: ``RetryPolicy`` and a step's explicit control flow
+  (``Retry``, ``Fail``, ``Cancel``).
+"""
+
+from engine.flow.flow import Flow, MapOver, Step, StepInput, register_injectable
+
+__all__ = ["Flow", "MapOver", "Step", "StepInput", "register_injectable"]

@@ -1,0 +1,143 @@
+"""The registry: which flows this process knows, loaded explicitly.
+
+A flow module exports a module attribute ``flow`` (a :class:`~engine.flow.flow.Flow`),
+or ``flows``, a list of them. A module may also export ``commands``: command
+line commands (click) that the ``engine`` CLI adds to its own, so a domain
+package brings its tools (``engine seed``) without the engine knowing it.
+:meth:`Registry.load` imports the named modules (by default every module of
+the ``flows`` package), freezes and validates each flow, and refuses two flows
+with the same name. There is no process-global registry and importing a module
+registers nothing: whoever needs flows (CLI, worker, tests) loads a registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable, Sequence
+
+from engine.errors import DefinitionError, UnknownFlow
+from engine.flow import Flow
+
+__all__ = ["DEFAULT_PACKAGE", "Registry"]
+
+DEFAULT_PACKAGE = "flows"
+
+
+class Registry:
+    """Flows by name. Build one with :meth:`load`, or directly from flows in tests."""
+
+    def __init__(self, flows: Iterable[Flow] = ()) -> None:
+        self._flows: dict[str, Flow] = {}
+        self._origins: dict[str, str] = {}
+        self.commands: list[object] = []  # what modules export as `commands`
+        for flow in flows:
+            self._add(flow, origin="(given directly)")
+
+    @classmethod
+    def load(cls, modules: Sequence[str] | None = None) -> Registry:
+        """Import ``modules`` and register the ``flow`` each one exports.
+
+        With ``None``, every module directly in the ``flows`` package (names
+        starting with ``_`` excepted) is imported and those without a ``flow``
+        attribute are skipped: they are domain helpers. A module named
+        explicitly must import and export a ``flow``, else
+        :class:`DefinitionError`. Each flow is validated and frozen.
+        """
+        registry = cls()
+        explicit = modules is not None
+        for module_name in modules if modules is not None else _default_modules():
+            try:
+                module = importlib.import_module(module_name)
+            except Exception as exc:
+                raise DefinitionError(
+                    f"cannot import flow module {module_name!r}: {type(exc).__name__}: {exc}"
+                ) from exc
+            registry.commands.extend(getattr(module, "commands", None) or [])
+            flow = getattr(module, "flow", None)
+            many = getattr(module, "flows", None)
+            if isinstance(flow, Flow):
+                registry._add(flow, origin=module_name)
+            elif isinstance(many, list) and many and all(isinstance(f, Flow) for f in many):
+                for one in many:
+                    registry._add(one, origin=module_name)
+            elif explicit and not getattr(module, "commands", None):
+                found = "none" if flow is None else type(flow).__name__
+                raise DefinitionError(
+                    f"module {module_name!r} does not export a Flow as 'flow' (found: {found})"
+                )
+        return registry
+
+    def _add(self, flow: Flow, *, origin: str) -> None:
+        if self._flows.get(flow.name) is flow:
+            return  # the same object re-exported by a second module is not a conflict
+        if flow.name in self._flows:
+            raise DefinitionError(
+                f"defined twice: in {self._origins[flow.name]!r} and in {origin!r}",
+                flow=flow.name,
+            )
+        flow.freeze()
+        self._check_keys(flow)
+        self._flows[flow.name] = flow
+        self._origins[flow.name] = origin
+
+    def _check_keys(self, flow: Flow) -> None:
+        """Flows that share a concurrency key template must agree on its limit and counting."""
+        for step in flow.steps.values():
+            mine = step.concurrency
+            if mine is None:
+                continue
+            for other in self._flows.values():
+                for theirs in (s.concurrency for s in other.steps.values()):
+                    if theirs is None or theirs.key != mine.key or theirs == mine:
+                        continue
+                    raise DefinitionError(
+                        f"step {step.name!r} declares concurrency key {mine.key!r} with limit "
+                        f"{mine.limit} (per_job={mine.per_job}), but flow {other.name!r} declares "
+                        f"it with limit {theirs.limit} (per_job={theirs.per_job}); a shared key "
+                        "needs one limit",
+                        flow=flow.name,
+                        steps=(step.name,),
+                    )
+
+    def get(self, name: str) -> Flow:
+        """The flow called ``name``; :class:`UnknownFlow` (listing known flows) otherwise."""
+        try:
+            return self._flows[name]
+        except KeyError:
+            raise UnknownFlow(name, self._flows) from None
+
+    def names(self) -> list[str]:
+        """Names of the registered flows, sorted."""
+        return sorted(self._flows)
+
+    def flows(self) -> list[Flow]:
+        """The registered flows, sorted by name."""
+        return [self._flows[name] for name in self.names()]
+
+    def runnable(self) -> list[str]:
+        """``name:version`` of every registered flow: what this worker may claim."""
+        return [f"{f.name}:{f.version}" for f in self.flows()]
+
+    def origin(self, name: str) -> str:
+        """The module the flow ``name`` was loaded from."""
+        self.get(name)
+        return self._origins[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._flows
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.names()})"
+
+
+def _default_modules() -> list[str]:
+    package = importlib.import_module(DEFAULT_PACKAGE)
+    return [
+        f"{DEFAULT_PACKAGE}.{info.name}"
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name)
+        if not info.name.startswith("_")
+    ]

@@ -1,0 +1,8 @@
+"""Plumbing that knows no flow: logs, metrics, fault points, outages.
+
+- :mod:`.logs`: one logging configuration, readable lines or JSON, secrets masked;
+- :mod:`.metrics`: what a worker did, in Prometheus text;
+- :mod:`.faults`: named points where a chaos run injects a fault (no-ops otherwise);
+- :mod:`.outage`: a database outage noticed once, waited out with capped
+  backoff, ended once (invariant 15).
+"""

@@ -1,0 +1,157 @@
+"""Operator actions on jobs, dead letters and alerts: cancel, retry, replay, resend.
+
+Each is one transaction; the messages they need are written to the outbox in
+it and relayed after it commits, like a submit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from engine import store
+from engine.config import Settings
+from engine.errors import BadInput, NoSuchJob
+from engine.store import db
+from engine.store.status import EventKind
+from engine.transports import transport_for
+from engine.transports.announce import announce, announce_freed
+from engine.transports.base import Transport
+from engine.waits.children import wake_parent
+
+
+def _status_or_missing(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
+    status = store.job_select_status(conn, job_id)
+    if status is None:
+        raise NoSuchJob(job_id)
+    return status
+
+
+def cancel(
+    settings: Settings,
+    job_id: uuid.UUID,
+    reason: str = "cancelled by operator",
+    *,
+    transport: Transport | None = None,
+) -> None:
+    """Cancel an active job: its running steps stop at their next check or commit.
+
+    Its active child jobs (and theirs) are cancelled with it.
+
+    The concurrency slots its step runs held are free at the commit: the
+    step runs waiting for them are announced with it.
+    """
+    transport = transport or transport_for(settings)
+    with db.connect(settings) as conn:
+        with conn.transaction():
+            if not store.job_cancel_if_active(conn, job_id, reason):
+                status = _status_or_missing(conn, job_id)
+                raise BadInput(
+                    f"job {job_id} is {status}; only pending or running jobs can be cancelled"
+                )
+            store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
+            freed = announce_freed(conn, transport, [job_id])
+            # a child cancelled on its own: its parent step, waiting for it, runs again
+            freed += wake_parent(conn, transport, job_id)
+        freed.publish_after_commit(conn)
+
+
+@dataclass(frozen=True)
+class Reopened:
+    job_id: uuid.UUID
+    step_runs: int
+
+
+def retry_job(
+    settings: Settings, job_id: uuid.UUID, *, transport: Transport | None = None
+) -> Reopened:
+    """Resume a failed or cancelled job from its last checkpoints.
+
+    Dead and cancelled step runs go back to pending with a fresh attempt
+    budget; finished step runs are never run again (invariant 10).
+    """
+    transport = transport or transport_for(settings)
+    with db.connect(settings) as conn:
+        with conn.transaction():
+            reopened = store.job_reopen_if_ended(conn, job_id, settings.max_attempts)
+            if isinstance(reopened, store.FingerprintTaken):
+                active = reopened.active_job_id
+                raise BadInput(
+                    f"job {job_id} cannot be retried: job {active} with the same flow and "
+                    f"parameters is active; wait for it, or cancel it with `engine cancel {active}`"
+                )
+            if reopened is None:
+                status = _status_or_missing(conn, job_id)
+                raise BadInput(
+                    f"job {job_id} is {status}; only failed or cancelled jobs can be retried"
+                )
+            announced = announce(
+                conn, transport, outbox_ids=store.outbox_insert_many(conn, reopened)
+            )
+            store.event_insert(
+                conn, EventKind.REPLAYED, job_id=job_id, detail={"step_runs": len(reopened)}
+            )
+        announced.publish_after_commit(conn)
+    return Reopened(job_id, len(reopened))
+
+
+def dead_letters(settings: Settings, limit: int = 100) -> list[dict[str, Any]]:
+    with db.connect(settings) as conn:
+        return store.dead_letter_select_open(conn, limit)
+
+
+def replay(settings: Settings, dead_letter_id: int, *, transport: Transport | None = None) -> str:
+    """Re-drive one dead letter: a step run's job is retried; a message is sent again."""
+    transport = transport or transport_for(settings)
+    with db.connect(settings) as conn:
+        row = store.dead_letter_select_one(conn, dead_letter_id)
+        if row is None:
+            raise BadInput(f"no dead letter with id {dead_letter_id}")
+        if row["replayed_at"] is not None:
+            raise BadInput(f"dead letter {dead_letter_id} was already replayed")
+        conn.commit()
+    if row["source"] == "step":
+        reopened = retry_job(settings, row["job_id"], transport=transport)
+        return f"job {reopened.job_id} resumed ({reopened.step_runs} step run(s) back to pending)"
+    with db.connect(settings) as conn, conn.transaction():
+        if not store.dead_letter_mark_replayed_if_open(conn, dead_letter_id):
+            raise BadInput(f"dead letter {dead_letter_id} was already replayed")
+        transport.send_raw(row["message_body"])
+    return f"message of dead letter {dead_letter_id} sent again"
+
+
+def purge(settings: Settings) -> int:
+    """Delete poison-message and replayed dead letters; the count deleted."""
+    with db.connect(settings) as conn, conn.transaction():
+        return store.dead_letter_delete_closed(conn)
+
+
+def alerts(settings: Settings, limit: int = 50, *, pending: bool = False) -> list[dict[str, Any]]:
+    """Recorded alerts, newest first, each with its deliveries (``pending``: not all delivered)."""
+    with db.connect(settings) as conn:
+        return store.alert_select_recent(conn, limit=limit, pending_only=pending)
+
+
+def retry_alerts(settings: Settings, alert_id: int | None = None) -> int:
+    """Make abandoned deliveries (of ``alert_id``, or all) pending again; how many.
+
+    The workers' dispatchers send them at their next round. Delivered
+    deliveries are never sent again.
+    """
+    with db.connect(settings) as conn, conn.transaction():
+        reset = store.alert_delivery_reset_abandoned(conn, alert_id)
+        if reset == 0 and alert_id is not None:
+            if not store.alert_exists(conn, alert_id):
+                raise BadInput(f"no alert with id {alert_id}; `engine alerts list` shows them")
+            states = ", ".join(
+                f"{d['sink']} {d['status']}"
+                for d in store.alert_delivery_select_by_alert(conn, alert_id)
+            )
+            raise BadInput(
+                f"alert {alert_id} has no abandoned delivery ({states or 'no sinks'}); "
+                "pending ones are sent by the workers, delivered ones are never sent again"
+            )
+        return reset

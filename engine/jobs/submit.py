@@ -1,0 +1,280 @@
+"""Submit a job: idempotent by fingerprint, enqueued only after commit.
+
+``submit`` writes the job, its first ready step runs and their outbox rows in
+one transaction. Given the caller's own connection or SQLAlchemy session it
+joins that transaction, so an ERP request that rolls back leaves no job and no
+message (invariant 8). A second submit while a job with the same fingerprint
+is active returns that job with ``created=False``: losing the unique-index
+race is a normal outcome (invariant 7).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from pydantic import BaseModel
+
+from engine import store
+from engine.config import Settings
+from engine.errors import EngineError, InvalidParameters, StoreError
+from engine.flow import Flow
+from engine.flow.registry import Registry
+from engine.infra import faults
+from engine.jobs.fingerprint import job_fingerprint
+from engine.jobs.plan import root_runs
+from engine.store import db
+from engine.store.status import EventKind, JobStatus
+from engine.transports import transport_for
+from engine.transports.announce import Announced, announce
+from engine.transports.outbox import Publisher
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.orm import Session
+
+    Connectable = psycopg.Connection[Any] | SAConnection | Session
+
+log = logging.getLogger(__name__)
+
+# Each lost race re-reads the winner; the winner can only vanish by finishing
+# in between, so a handful of rounds is plenty.
+_MAX_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What a submit did: the job, and whether this call created it."""
+
+    job_id: uuid.UUID
+    flow: str
+    status: JobStatus
+    created: bool
+    fingerprint: str
+    outbox_ids: tuple[int, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "job_id": str(self.job_id),
+            "flow": self.flow,
+            "status": self.status.value,
+            "created": self.created,
+            "fingerprint": self.fingerprint,
+        }
+
+
+def submit(
+    flow: str | Flow,
+    params: Mapping[str, Any] | BaseModel,
+    *,
+    conn: Connectable | None = None,
+    settings: Settings | None = None,
+    registry: Registry | None = None,
+    publisher: Publisher | None = None,
+    submitted_by: str | None = None,
+    scheduled_for: datetime | None = None,
+) -> Submitted:
+    """Submit ``flow`` with ``params``; see the module docstring for the guarantees.
+
+    Without ``conn`` the engine opens its own transaction, commits it and
+    publishes at once. With a psycopg connection, a SQLAlchemy ``Connection``
+    or ``Session``, the rows join its open transaction (one is begun if
+    needed) and the caller commits; on an autocommit psycopg connection the
+    submit is one transaction of its own. The first messages leave at the
+    caller's commit: in that same commit with the PostgreSQL transport, by a
+    ``NOTIFY`` that wakes the workers' relay otherwise (a ``Session`` also
+    publishes from its after-commit hook).
+
+    ``scheduled_for`` (an aware datetime) marks the job as the run of a
+    schedule for that time: it is part of the job's fingerprint and of its
+    ``submitted`` event (:mod:`engine.schedules.schedules` passes it).
+    """
+    settings = settings or Settings()
+    if isinstance(flow, str):
+        flow = (registry or Registry.load(settings.flow_modules)).get(flow)
+    model = _parse(flow, params)
+    publisher = publisher or transport_for(settings)
+
+    if conn is None:
+        with db.connect(settings) as own:
+            return _submit_own(own, flow, model, settings, publisher, submitted_by, scheduled_for)
+
+    raw = _driver_connection(conn)
+    if raw.autocommit:
+        # each statement would commit alone: a job without its step runs could exist
+        return _submit_own(raw, flow, model, settings, publisher, submitted_by, scheduled_for)
+    result = _submit_in(
+        raw,
+        flow,
+        model,
+        settings,
+        submitted_by,
+        publisher,
+        notify=True,
+        scheduled_for=scheduled_for,
+    )
+    if result.outbox_ids:
+        _publish_after_commit(conn, settings, publisher, result.outbox_ids)
+    return result
+
+
+def _submit_own(
+    conn: psycopg.Connection[Any],
+    flow: Flow,
+    model: BaseModel,
+    settings: Settings,
+    publisher: Publisher,
+    submitted_by: str | None,
+    scheduled_for: datetime | None,
+) -> Submitted:
+    """Submit in a transaction of our own on ``conn``, then publish."""
+    with conn.transaction():
+        result = _submit_in(
+            conn,
+            flow,
+            model,
+            settings,
+            submitted_by,
+            publisher,
+            notify=False,
+            scheduled_for=scheduled_for,
+        )
+    faults.hit("after_submit_commit")
+    Announced(publisher, result.outbox_ids).publish_after_commit(conn)
+    return result
+
+
+def _parse(flow: Flow, params: Mapping[str, Any] | BaseModel) -> BaseModel:
+    if isinstance(params, flow.params):
+        return params
+    if isinstance(params, BaseModel):
+        raise InvalidParameters(
+            flow.name,
+            [f"expected {flow.params.__name__}, got a {type(params).__name__}"],
+        )
+    return flow.parse_params(params)
+
+
+def _submit_in(
+    conn: psycopg.Connection[Any],
+    flow: Flow,
+    params: BaseModel,
+    settings: Settings,
+    submitted_by: str | None,
+    publisher: Publisher,
+    *,
+    notify: bool,
+    scheduled_for: datetime | None = None,
+    parent: store.ChildOf | None = None,
+) -> Submitted:
+    """Write the job, its first step runs and their announcements in ``conn``'s transaction.
+
+    A transport whose queue is in this database gets its messages in this same
+    transaction, so they exist exactly when it commits. Otherwise outbox rows
+    are written, and with ``notify`` a ``NOTIFY`` wakes the workers' relays
+    the moment the caller commits (nothing is sent on rollback). The flow's
+    admission check runs first, in the same transaction.
+    """
+    admit(flow, params, conn)
+    params_json = params.model_dump(mode="json")
+    child_of = None if parent is None else (parent.step_run_id, parent.key)
+    fingerprint = job_fingerprint(flow.name, flow.version, params, scheduled_for, child_of)
+    for _ in range(_MAX_ROUNDS):
+        job_id = uuid.uuid4()
+        row = store.job_insert_if_absent(
+            conn,
+            job_id=job_id,
+            flow=flow.name,
+            flow_version=flow.version,
+            params=params_json,
+            fingerprint=fingerprint,
+            submitted_by=submitted_by,
+            parent=parent,
+        )
+        if row is not None:
+            runs = root_runs(flow, job_id, params_json, settings)
+            announced = announce(conn, publisher, job_id=job_id, new_runs=runs, notify=notify)
+            detail: dict[str, Any] = {"flow": flow.name, "params": params_json, "by": submitted_by}
+            if scheduled_for is not None:
+                detail["scheduled_for"] = scheduled_for.isoformat()
+            if parent is not None:
+                detail["parent_job"] = str(parent.job_id)
+                detail["child_key"] = parent.key
+            store.event_insert(conn, EventKind.SUBMITTED, job_id=job_id, detail=detail)
+            return Submitted(row.id, row.flow, row.status, True, fingerprint, announced.outbox_ids)
+        existing = store.job_select_active_by_fingerprint(conn, fingerprint)
+        if existing is not None:
+            return Submitted(existing.id, existing.flow, existing.status, False, fingerprint)
+    raise EngineError(
+        f"submit of flow {flow.name!r} lost {_MAX_ROUNDS} races in a row for fingerprint "
+        f"{fingerprint[:12]}...; the job keeps finishing between insert and lookup"
+    )
+
+
+def _driver_connection(conn: Connectable) -> psycopg.Connection[Any]:
+    """The psycopg connection under ``conn``, inside a begun transaction."""
+    if isinstance(conn, psycopg.Connection):
+        return conn
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.orm import Session
+
+    if isinstance(conn, Session):
+        conn = conn.connection()  # begins the session's transaction if needed
+    if isinstance(conn, SAConnection):
+        if not conn.in_transaction():
+            # Without a begun transaction SQLAlchemy's commit() is a no-op and
+            # our rows would be lost when the connection returns to its pool.
+            conn.begin()
+        raw = conn.connection.driver_connection
+        if isinstance(raw, psycopg.Connection):
+            return raw
+        raise TypeError(
+            f"submit needs a psycopg (postgresql+psycopg://) connection, got {type(raw).__name__}"
+        )
+    raise TypeError(
+        "conn must be a psycopg Connection, a SQLAlchemy Connection or a Session, "
+        f"not {type(conn).__name__}"
+    )
+
+
+def _publish_after_commit(
+    conn: Connectable, settings: Settings, publisher: Publisher, ids: Sequence[int]
+) -> None:
+    if isinstance(conn, psycopg.Connection):
+        return  # no commit hook: the relay in every worker publishes these rows
+    # only a SQLAlchemy caller gets here: the API install need not have it
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    if not isinstance(conn, Session):
+        return
+
+    def publish(_session: Session) -> None:
+        # The caller's commit has happened; a failure here only delays the
+        # messages until the next relay sweep, so it must not raise into it.
+        try:
+            with db.connect(settings) as own:
+                Announced(publisher, tuple(ids)).publish_after_commit(own)
+        except Exception:
+            log.warning("publish after commit failed; the outbox relay will retry", exc_info=True)
+
+    event.listen(conn, "after_commit", publish, once=True)
+
+
+def admit(flow: Flow, params: BaseModel, conn: psycopg.Connection[Any]) -> None:
+    """Run ``flow``'s admission check, if it has one; raise what refuses the submit."""
+    check = flow.admission
+    if check is None:
+        return
+    try:
+        check(params, conn)
+    except EngineError:
+        raise
+    except psycopg.Error as exc:
+        # flows run their own SQL: its driver errors join the engine's tree here
+        raise StoreError(f"flow {flow.name!r}: its admission check failed: {exc}") from exc

@@ -1,0 +1,136 @@
+"""What a running step gets from the engine: annotate a parameter with ``StepContext``.
+
+``ctx.conn`` is the step's fenced transaction: whatever the step writes through
+it commits together with its checkpoint, and only if the lease token is still
+current (invariant 5). A costing step's rows therefore commit if and only if
+its checkpoint does. ``ctx.check()`` raises when the lease was lost or the job
+cancelled; long steps call it between chunks of work. ``ctx.wait_for_signal``
+and ``ctx.sleep_until`` wait durably, holding no lease (:mod:`engine.waits`);
+``ctx.submit_child`` and ``ctx.wait_for_children`` run child jobs and wait for
+them the same way (:mod:`engine.waits.children`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from pydantic import BaseModel
+
+from engine import store
+from engine.errors import EngineError, JobCancelled, LeaseLost
+from engine.flow import register_injectable
+from engine.waits.children import Child, ChildSubmitter, wait_for_children
+from engine.waits.signals import Signal, wait_for_signal
+from engine.waits.wait import sleep_until
+
+if TYPE_CHECKING:
+    from engine.flow import Flow
+    from engine.jobs.submit import Submitted
+
+
+@dataclass
+class StopSignal:
+    """Set by the heartbeat (lease lost), by cancellation or by shutdown."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    reason: str = ""
+    cancelled: bool = False
+
+    def set(self, reason: str, *, cancelled: bool = False) -> None:
+        self.reason = reason
+        self.cancelled = cancelled
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """The engine's side of a running step run."""
+
+    conn: psycopg.Connection[Any]
+    job_id: uuid.UUID
+    step_run_id: uuid.UUID
+    step: str
+    fanout_key: str
+    attempt: int
+    max_attempts: int
+    fingerprint: str
+    worker: str
+    stop: StopSignal = field(default_factory=StopSignal, compare=False)
+    children: ChildSubmitter | None = field(default=None, compare=False)
+    _child_index: Iterator[int] = field(default_factory=itertools.count, compare=False)
+
+    @property
+    def stopping(self) -> bool:
+        """True once the step should stop (lease lost, job cancelled, worker shutting down)."""
+        return self.stop.is_set()
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` or :class:`JobCancelled` if the step must stop."""
+        if self.stop.is_set():
+            if self.stop.cancelled:
+                raise JobCancelled(self.stop.reason)
+            raise LeaseLost(self.stop.reason)
+
+    def wait_for_signal(self, name: str, timeout: timedelta | None = None) -> Signal:
+        """The job's signal ``name`` (its data, sender, time), waiting durably for it.
+
+        If it has not come, the step stops here (nothing it wrote commits), its
+        step run waits holding no lease and no attempt, and the step runs again
+        from its start when the signal comes. After ``timeout`` (``None``:
+        never) that rerun's call raises :class:`~engine.waits.signals.SignalTimeout`.
+        """
+        return wait_for_signal(self.conn, self.job_id, self.step_run_id, name, timeout)
+
+    def sleep_until(self, until: datetime) -> None:
+        """Return once the database clock passed ``until``; wait durably until then.
+
+        Like :meth:`wait_for_signal`: the step stops here and runs again from
+        its start once ``until`` has passed (woken by the sweeper).
+        """
+        sleep_until(self.conn, until)
+
+    def submit_child(
+        self,
+        flow: str | Flow,
+        params: Mapping[str, Any] | BaseModel,
+        *,
+        key: str | None = None,
+    ) -> Submitted:
+        """Submit a child job of this step run, in the step's transaction; once per key.
+
+        ``key`` names the child within this step run (default: its index,
+        ``"0"``, ``"1"``, ... in the order of the calls). A rerun of the step
+        gets the child submitted under that key before (``created=False``),
+        whatever its status. Follow with :meth:`wait_for_children`.
+        """
+        if self.children is None:
+            raise EngineError("this step context cannot submit child jobs (no worker behind it)")
+        name = str(next(self._child_index)) if key is None else key
+        parent = store.ChildOf(self.job_id, self.step_run_id, name)
+        return self.children.submit(self.conn, parent, flow, params)
+
+    def wait_for_children(self, timeout: timedelta | None = None) -> list[Child]:
+        """The outcomes of this step run's children, once every one has ended.
+
+        Until then the step stops here and what it wrote so far (the children
+        it submitted) commits with its step run parked, holding no lease, worker
+        slot or attempt (it keeps its concurrency key's slot, which its children
+        share); each child's end runs the step again from its start. After
+        ``timeout`` (``None``: never) a rerun's call raises
+        :class:`~engine.waits.children.ChildrenTimeout`. A failed child is an
+        outcome like any other (``child.ok`` is false): the step decides.
+        """
+        return wait_for_children(self.conn, self.step_run_id, timeout)
+
+
+register_injectable(StepContext)

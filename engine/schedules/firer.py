@@ -1,0 +1,256 @@
+"""The schedule firer: every worker fires the due schedules of the flows it has loaded.
+
+Every ``sweep_interval_s`` a :class:`ScheduleFirer` thread fires them. Each
+scheduled time fires exactly once, whatever the number of workers:
+
+1. due schedules are read by the database clock (``next_fire_at <= now()``),
+   without a lock;
+2. one conditional UPDATE claims a schedule: still at the ``next_fire_at``
+   this worker read, it moves to the first time after now. A racer blocks on
+   the row, then sees the new value and gets nothing (:class:`SlotTaken`);
+3. in that same transaction each time fired gets its row in
+   ``engine_schedule_fires`` (unique per time) and its job is submitted, the
+   scheduled time being part of the job's fingerprint
+   (``submit(..., scheduled_for=t)``). A crash before the commit rolls the
+   claim back with the jobs: the times are still due for the next worker.
+
+Times missed while no worker was up fire once on return, as the latest of
+them (``catch_up latest``, the default), or each once with ``catch_up all``
+(at most :data:`engine.schedules.calendar.CATCH_UP_LIMIT`, the latest ones). A submit the
+flow refuses (its admission check raises :class:`engine.Refused`, or the
+parameters no longer validate) is recorded on the fire and as the schedule's
+``last_error``, logged, and the schedule moves on: the worker is not stopped
+by it. Other errors roll the claim back and the time is tried again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from engine import store
+from engine.config import Settings
+from engine.errors import BadInput, Contention
+from engine.flow import Flow
+from engine.flow.registry import Registry
+from engine.infra import faults, logs
+from engine.infra.outage import Outage, is_outage
+from engine.jobs.submit import submit
+from engine.schedules.calendar import Calendar, resolve_params
+from engine.store import db
+from engine.store.schedules import DueSchedule, SlotTaken
+from engine.store.status import CatchUp
+from engine.transports import transport_for
+from engine.transports.base import Transport
+
+__all__ = ["Fired", "ScheduleFirer"]
+
+log = logging.getLogger(__name__)
+
+_DUE_BATCH = 50  # due schedules read per round
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One scheduled time fired: its job, or why the flow refused it."""
+
+    schedule: str
+    scheduled_for: datetime
+    job_id: uuid.UUID | None
+    created: bool
+    error: str | None = None
+
+
+class ScheduleFirer:
+    """Fires due schedules of the flows in ``registry``; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        *,
+        worker: str,
+        transport: Transport | None = None,
+        stop: threading.Event | None = None,
+        outage: Outage | None = None,
+        connect: Callable[[], psycopg.Connection[Any]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.worker = worker
+        self.transport = transport or transport_for(settings)
+        self.stop = stop if stop is not None else threading.Event()
+        self.outage = outage
+        self._connect = connect or (lambda: db.connect(settings))
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- one schedule ---------------------------------------------------------------------
+
+    def due(self, conn: psycopg.Connection[Any]) -> list[DueSchedule]:
+        """Schedules due now by the database clock, of flows loaded here (no lock taken)."""
+        with conn.transaction():
+            return store.schedule_select_due_many(
+                conn, flows=self.registry.names(), limit=_DUE_BATCH
+            )
+
+    def fire(self, conn: psycopg.Connection[Any], due: DueSchedule) -> list[Fired] | SlotTaken:
+        """Claim ``due`` and submit its jobs in one transaction on ``conn`` (not autocommit).
+
+        :class:`SlotTaken` when another worker fired these times first.
+        """
+        if conn.autocommit:
+            # submit would commit (and publish) on its own, apart from the claim
+            raise ValueError("fire() needs a connection that is not in autocommit mode")
+        flow = self.registry.get(due.flow)
+        calendar = Calendar.parse(due.cron, due.timezone)
+        plan = calendar.due(due.next_fire_at, due.db_now, due.catch_up)
+        with conn.transaction():
+            claimed = store.schedule_claim_if_due(conn, due, plan.next_fire_at)
+            if isinstance(claimed, SlotTaken):
+                return claimed
+            faults.hit("schedule_after_claim")
+            fired = [
+                f
+                for slot in plan.slots
+                if (f := self._fire_one(conn, flow, due, calendar, slot)) is not None
+            ]
+            if fired:
+                last = fired[-1]
+                job = next((f.job_id for f in reversed(fired) if f.job_id is not None), None)
+                store.schedule_record_fired(
+                    conn, due.id, last.scheduled_for, job_id=job, error=last.error
+                )
+            faults.hit("schedule_before_commit")
+        if plan.skipped:
+            log.warning(
+                "schedule %s: %d missed time(s) not fired (catch-up %s fires %s)",
+                due.name,
+                plan.skipped,
+                due.catch_up.value,
+                "the latest only" if due.catch_up is CatchUp.LATEST else "at most 100",
+            )
+        for f in fired:
+            if f.error is None:
+                log.info(
+                    "schedule %s fired for %s: %s job %s",
+                    f.schedule,
+                    f.scheduled_for.isoformat(),
+                    due.flow,
+                    f.job_id,
+                )
+        return fired
+
+    def _fire_one(
+        self,
+        conn: psycopg.Connection[Any],
+        flow: Flow,
+        due: DueSchedule,
+        calendar: Calendar,
+        slot: datetime,
+    ) -> Fired | None:
+        if not store.schedule_fire_insert_if_new(conn, due.id, slot, self.worker):
+            log.warning("schedule %s: %s was fired already", due.name, slot.isoformat())
+            return None
+        try:
+            with conn.transaction():  # a refusal undoes this submit only, not the claim
+                result = submit(
+                    flow,
+                    resolve_params(due.params, slot, calendar.tz),
+                    conn=conn,
+                    settings=self.settings,
+                    registry=self.registry,
+                    publisher=self.transport,
+                    submitted_by=f"schedule {due.name}",
+                    scheduled_for=slot,
+                )
+        except BadInput as exc:  # the admission check refused, or the params no longer fit
+            error = str(exc)
+            store.schedule_fire_set_outcome(conn, due.id, slot, job_id=None, error=error)
+            log.warning(
+                "schedule %s: the %s job for %s was refused: %s (the schedule moves on)",
+                due.name,
+                due.flow,
+                slot.isoformat(),
+                error,
+            )
+            return Fired(due.name, slot, None, False, error)
+        store.schedule_fire_set_outcome(conn, due.id, slot, job_id=result.job_id, error=None)
+        return Fired(due.name, slot, result.job_id, result.created)
+
+    # -- one round, and the thread ----------------------------------------------------------
+
+    def fire_due(self) -> list[Fired]:
+        """Fire every due schedule once, on this firer's own connection."""
+        conn = self._connection()
+        fired: list[Fired] = []
+        for due in self.due(conn):
+            if self.stop.is_set():
+                break
+            try:
+                outcome = self.fire(conn, due)
+            except Contention:
+                continue  # a lock wait timed out behind the worker firing it: not ours
+            except Exception as exc:
+                if is_outage(exc):
+                    raise
+                log.exception("schedule %s: firing failed; it stays due", due.name)
+                continue
+            if not isinstance(outcome, SlotTaken):
+                fired.extend(outcome)
+        return fired
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+            self._conn.autocommit = False
+        return self._conn
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def start(self) -> None:
+        """Run :meth:`run` in a daemon thread until :attr:`stop` is set."""
+        # its log lines carry the worker's context (the worker binds it before starting us)
+        self._thread = threading.Thread(
+            target=logs.inheriting(self.run), name="schedule-firer", daemon=True
+        )
+        self._thread.start()
+
+    def run(self) -> None:
+        """Fire due schedules every ``sweep_interval_s`` until stopped; outages are waited out."""
+        try:
+            while not self.stop.is_set():
+                if self.outage is not None and self.outage.down.is_set():
+                    self.stop.wait(min(1.0, self.settings.sweep_interval_s))
+                    continue
+                try:
+                    self.fire_due()
+                except Exception as exc:
+                    self._close()
+                    if is_outage(exc):
+                        if self.outage is not None:
+                            self.outage.failed(exc, "schedule firer")
+                    else:
+                        log.exception(
+                            "firing schedules failed; next round in %s s",
+                            self.settings.sweep_interval_s,
+                        )
+                self.stop.wait(self.settings.sweep_interval_s)
+        finally:
+            self._close()
+
+    def close(self, timeout_s: float) -> None:
+        """Stop the thread; a fire in progress commits or rolls back within ``timeout_s``."""
+        self.stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s)

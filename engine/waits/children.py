@@ -1,0 +1,214 @@
+"""Child jobs: a step submits jobs of its own, then waits for them holding nothing.
+
+``ctx.submit_child("post_store", {"store": 7})`` submits a job in the step's
+own fenced transaction, recording its parent job, the step run that
+submitted it and its key (the child's index in the step, or a name given).
+Its fingerprint holds the parent step run and the key, and the key is unique
+per step run whatever the child's status: a rerun of the step (after a
+crash, a retry or a wake) gets the same child back, never a second one.
+
+``ctx.wait_for_children(timeout=...)`` returns the children's outcomes once
+every one has ended (done, failed or cancelled: the step decides what a
+failed child means). Until then it raises :class:`~engine.waits.wait.Wait`: unlike
+a wait for a signal, what the step wrote so far **commits** with the park
+(the children it submitted, above all), in one fenced transaction that moves
+the step run to ``waiting``, freeing its lease, worker slot and attempt (its
+concurrency key's slot it keeps, and its children inherit it: see
+:mod:`engine.flow.concurrency`). So a step submits its children and waits for
+them before it writes anything else.
+
+A child's end (:func:`wake_parent`, called by every path that ends a job)
+makes the waiting parent step run pending and announces it, in the
+transaction that ended the child; the step runs again from its start, finds
+its children, and either returns their outcomes or parks again while some
+are active. A child ending while its parent is about to park is seen by the
+park: the park locks the parent job row, then the children rows (waiting
+for a child's ending transaction to commit), then parks only if a child is
+still active. Cancelling a job cancels its active children
+(:func:`engine.store.job_cancel_if_active`).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from engine import store
+from engine.errors import BadInput
+from engine.flow.retry import Fail
+from engine.jobs.fingerprint import job_fingerprint
+from engine.jobs.submit import Submitted, _parse, _submit_in
+from engine.store.status import JobStatus
+from engine.transports.announce import Announced, announce
+from engine.waits.wait import Wait
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from engine.config import Settings
+    from engine.flow import Flow
+    from engine.flow.registry import Registry
+    from engine.transports.outbox import Publisher
+
+CHILD_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+_ENDED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+def check_child_key(key: str) -> str:
+    """``key`` if it is a valid child key; :class:`BadInput` naming it otherwise."""
+    if not isinstance(key, str) or not CHILD_KEY.fullmatch(key):
+        raise BadInput(
+            f"invalid child key {key!r}: expected a letter or digit, then up to 127 letters, "
+            "digits, '_', '.', ':' or '-' (e.g. 'store-7')"
+        )
+    return key
+
+
+@dataclass(frozen=True)
+class Child:
+    """A child job as its parent step sees it once it ended.
+
+    ``output`` is a done child's result: the checkpoint of its step run that
+    finished last (its flow's last step, for a flow that ends in one step);
+    ``None`` for a failed or cancelled child, whose ``error`` says why.
+    """
+
+    job_id: uuid.UUID
+    key: str
+    flow: str
+    status: JobStatus
+    error: str | None
+    finished_at: datetime | None
+    output: dict[str, Any] | None = None  # a done child's last checkpoint
+
+    @property
+    def ok(self) -> bool:
+        """Whether the child is done (not failed, not cancelled)."""
+        return self.status is JobStatus.DONE
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "job_id": str(self.job_id),
+            "key": self.key,
+            "flow": self.flow,
+            "status": self.status.value,
+            "error": self.error,
+            "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
+            "output": self.output,
+        }
+
+
+class ChildrenTimeout(Fail):
+    """Some children were still active at the wait's deadline.
+
+    A step may catch it and decide (cancel them, carry on); left unhandled it
+    fails the step at once (the deadline would not move on a retry).
+    """
+
+    def __init__(self, active: list[uuid.UUID], deadline: datetime | None) -> None:
+        self.active = active
+        self.deadline = deadline
+        ids = ", ".join(str(a) for a in active)
+        super().__init__(f"child jobs {ids} had not ended by {deadline}")
+
+
+@dataclass(frozen=True)
+class ChildSubmitter:
+    """What a step needs to submit children: the worker's settings, flows and transport."""
+
+    settings: Settings
+    registry: Registry
+    publisher: Publisher
+
+    def submit(
+        self,
+        conn: psycopg.Connection[Any],
+        parent: store.ChildOf,
+        flow: str | Flow,
+        params: Mapping[str, Any] | BaseModel,
+    ) -> Submitted:
+        """The child ``parent.key`` of the step run: the one submitted before, or a new one.
+
+        Joins ``conn``'s transaction (the step's); its first messages leave at
+        that commit (a ``NOTIFY`` wakes the relays on an external queue).
+        """
+        check_child_key(parent.key)
+        if isinstance(flow, str):
+            flow = self.registry.get(flow)
+        model = _parse(flow, params)
+        existing = store.job_select_child(conn, parent.step_run_id, parent.key)
+        if existing is not None:
+            fingerprint = job_fingerprint(
+                flow.name, flow.version, model, None, (parent.step_run_id, parent.key)
+            )
+            return Submitted(existing.id, existing.flow, existing.status, False, fingerprint)
+        return _submit_in(
+            conn,
+            flow,
+            model,
+            self.settings,
+            f"job {parent.job_id}",
+            self.publisher,
+            notify=True,
+            parent=parent,
+        )
+
+
+def wait_for_children(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, timeout: timedelta | None
+) -> list[Child]:
+    """The step run's children once all ended; :class:`Wait`; :class:`ChildrenTimeout`."""
+    if timeout is not None and timeout < timedelta(0):
+        raise ValueError(f"timeout must not be negative, got {timeout}")
+    rows = store.job_select_children(conn, step_run_id)
+    active = [r.id for r in rows if r.status not in _ENDED]
+    if not active:
+        return [
+            Child(r.id, r.key, r.flow, r.status, r.error, r.finished_at, r.output) for r in rows
+        ]
+    timed_out, deadline = store.step_select_children_timed_out(conn, step_run_id)
+    if timed_out:
+        raise ChildrenTimeout(active, deadline)
+    raise Wait(children=True, timeout_s=None if timeout is None else timeout.total_seconds())
+
+
+def wake_parent(
+    conn: psycopg.Connection[Any], publisher: Publisher, child_job_id: uuid.UUID
+) -> Announced:
+    """Wake the parent step run waiting for ``child_job_id``, which ended in this transaction.
+
+    Nothing for a job that is no child, or whose parent step is not waiting
+    (running: its park will see the end; ended: it waits no more).
+    """
+    return announce_woken(conn, publisher, store.step_wake_parent(conn, child_job_id))
+
+
+def wake_parent_in(batch: store.Batch, publisher: Publisher, child_job_id: uuid.UUID) -> None:
+    """:func:`wake_parent` in ``batch`` (a transport in this database: nothing to publish later).
+
+    The woken parent, if any, is announced once the batch is sent, still in
+    its transaction.
+    """
+    reply = store.step_wake_parent_batched(batch, child_job_id)
+
+    def announce_reply() -> None:
+        # a transport in this database leaves nothing to publish after the commit
+        announce_woken(batch.conn, publisher, [row["id"] for row in reply.fetchall()])
+
+    batch.after_send(announce_reply)
+
+
+def announce_woken(
+    conn: psycopg.Connection[Any], publisher: Publisher, woken: list[uuid.UUID]
+) -> Announced:
+    """Announce the parent step runs ``woken`` made pending, in ``conn``'s transaction."""
+    if not woken:
+        return Announced(publisher)
+    return announce(conn, publisher, outbox_ids=store.outbox_insert_many(conn, woken))

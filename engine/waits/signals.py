@@ -1,0 +1,254 @@
+"""Signals: a step waits for a decision of its job; a caller sends it, once.
+
+A step calls ``ctx.wait_for_signal("approve", timeout=timedelta(days=3))``. If
+the signal has come the call returns it at once; otherwise it raises
+:class:`~engine.waits.wait.Wait` and the step run parks holding nothing
+(:mod:`engine.waits.wait`). When the signal arrives, or the sweeper finds the
+deadline passed, the step run becomes pending and is announced; the step runs
+again **from its start**, and this time the call returns the signal, or
+raises :class:`SignalTimeout`. So a step that waits should wait before it
+writes anything, and compute what it waits on from its inputs (which do not
+change between runs). A step must not swallow ``Wait`` (a bare ``except
+Exception`` would).
+
+``signal(job_id, "approve", {"by": "acct"})`` records the signal (one per job
+and name) and makes every step run of the job waiting for it pending, with
+their announcements, in one transaction. Like :func:`engine.submit`, given
+the caller's connection or SQLAlchemy session it joins that transaction: a
+request that rolls back leaves no signal and wakes nothing; messages leave
+at the caller's commit (:mod:`engine.transports.announce`). A signal sent before any
+step waits for it is kept, and found by the step when it asks.
+
+Sending the same signal again (same name, same data) is a no-op that
+returns ``created=False``; the same name with other data is refused
+(:class:`~engine.errors.BadInput`): a signal is a decision, made once.
+Every time is the database's (invariant 3).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from engine import store
+from engine.errors import BadInput
+from engine.flow.retry import Fail
+from engine.waits.wait import Wait
+
+if TYPE_CHECKING:
+    from engine.jobs.submit import Connectable
+
+
+import json
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from engine.config import Settings
+from engine.errors import NoSuchJob
+from engine.jobs.submit import _driver_connection, _publish_after_commit
+from engine.store import db
+from engine.store.status import EventKind
+from engine.transports import transport_for
+from engine.transports.announce import Announced, announce
+from engine.transports.outbox import Publisher
+
+SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
+
+
+def check_signal_name(name: str) -> str:
+    """``name`` if it is a valid signal name; :class:`BadInput` naming it otherwise."""
+    if not isinstance(name, str) or not SIGNAL_NAME.fullmatch(name):
+        raise BadInput(
+            f"invalid signal name {name!r}: expected a lowercase letter, then up to 62 "
+            "lowercase letters, digits, '_', '.' or '-' (e.g. 'approve')"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A signal a job received: its name, its data, who sent it and when (database clock)."""
+
+    name: str
+    data: Any
+    sent_by: str | None
+    at: datetime
+
+
+class SignalTimeout(Fail):
+    """The signal did not come before the wait's deadline.
+
+    A step may catch it and decide; left unhandled it fails the step at once
+    (a permanent failure: the deadline would not move on a retry).
+    """
+
+    def __init__(self, name: str, deadline: datetime | None) -> None:
+        self.name = name
+        self.deadline = deadline
+        super().__init__(f"signal {name!r} did not arrive by {deadline}")
+
+
+def wait_for_signal(
+    conn: psycopg.Connection[Any],
+    job_id: uuid.UUID,
+    step_run_id: uuid.UUID,
+    name: str,
+    timeout: timedelta | None,
+) -> Signal:
+    """The job's signal ``name``; :class:`Wait` if it has not come; :class:`SignalTimeout`."""
+    check_signal_name(name)
+    if timeout is not None and timeout < timedelta(0):
+        raise ValueError(f"timeout must not be negative, got {timeout}")
+    state = store.signal_select_for_wait(conn, job_id, step_run_id, name)
+    if state.signal is not None:
+        s = state.signal
+        return Signal(s.name, s.data, s.sent_by, s.created_at)
+    if state.timed_out:
+        raise SignalTimeout(name, state.wait_until)
+    raise Wait(signal=name, timeout_s=None if timeout is None else timeout.total_seconds())
+
+
+@dataclass(frozen=True)
+class Signalled:
+    """What a send did: the signal as recorded, whether this call recorded it, who it woke."""
+
+    job_id: uuid.UUID
+    name: str
+    data: Any
+    sent_by: str | None
+    at: datetime
+    created: bool
+    woken: int
+    outbox_ids: tuple[int, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "job_id": str(self.job_id),
+            "name": self.name,
+            "data": self.data,
+            "sent_by": self.sent_by,
+            "at": self.at.isoformat(),
+            "created": self.created,
+            "woken": self.woken,
+        }
+
+
+def signal(
+    job_id: uuid.UUID | str,
+    name: str,
+    data: Any = None,
+    *,
+    conn: Connectable | None = None,
+    settings: Settings | None = None,
+    publisher: Publisher | None = None,
+    sent_by: str | None = None,
+) -> Signalled:
+    """Send signal ``name`` with ``data`` (any JSON value; ``None``: ``{}``) to an active job.
+
+    :class:`~engine.errors.NoSuchJob` for an unknown job; :class:`BadInput`
+    for a job that ended, an invalid name, data that is not JSON, or a
+    signal of that name already sent with other data. See the module
+    docstring for the transaction it joins.
+    """
+    settings = settings or Settings()
+    job = _job_id(job_id)
+    check_signal_name(name)
+    data = _json_data(name, data)
+    publisher = publisher or transport_for(settings)
+    if conn is None:
+        with db.connect(settings) as own:
+            return _signal_own(own, job, name, data, publisher, sent_by)
+    raw = _driver_connection(conn)
+    if raw.autocommit:
+        return _signal_own(raw, job, name, data, publisher, sent_by)
+    result = _signal_in(raw, job, name, data, publisher, sent_by, notify=True)
+    if result.outbox_ids:
+        _publish_after_commit(conn, settings, publisher, result.outbox_ids)
+    return result
+
+
+def _signal_own(
+    conn: psycopg.Connection[Any],
+    job_id: uuid.UUID,
+    name: str,
+    data: Any,
+    publisher: Publisher,
+    sent_by: str | None,
+) -> Signalled:
+    with conn.transaction():
+        result = _signal_in(conn, job_id, name, data, publisher, sent_by, notify=False)
+    Announced(publisher, result.outbox_ids).publish_after_commit(conn)
+    return result
+
+
+def _signal_in(
+    conn: psycopg.Connection[Any],
+    job_id: uuid.UUID,
+    name: str,
+    data: Any,
+    publisher: Publisher,
+    sent_by: str | None,
+    *,
+    notify: bool,
+) -> Signalled:
+    """Lock the job, record the signal, wake and announce its waiters, in ``conn``."""
+    if not store.job_lock_if_active(conn, job_id):
+        status = store.job_select_status(conn, job_id)
+        if status is None:
+            raise NoSuchJob(job_id)
+        raise BadInput(f"job {job_id} is {status}; only a pending or running job can be signalled")
+    recorded = store.signal_insert_if_absent(conn, job_id, name, data, sent_by)
+    if recorded is None:
+        existing = store.signal_select(conn, job_id, name)
+        assert existing is not None, "the insert conflicted with it, under the job's lock"
+        if existing.data != data:
+            raise BadInput(
+                f"signal {name!r} was sent to job {job_id} already, at "
+                f"{existing.created_at:%Y-%m-%d %H:%M:%S%z} by {existing.sent_by or '-'} with "
+                f"data {json.dumps(existing.data, sort_keys=True)}; a signal is sent once per "
+                "job and name (send the same data again, or use another name)"
+            )
+        return Signalled(
+            job_id, name, existing.data, existing.sent_by, existing.created_at, False, 0
+        )
+    # the history reads "signalled", then a "woken" event per step run it woke
+    store.event_insert(
+        conn, EventKind.SIGNALLED, job_id=job_id, detail={"signal": name, "by": sent_by}
+    )
+    woken = store.step_wake_by_signal(conn, job_id, name)
+    announced = announce(
+        conn, publisher, outbox_ids=store.outbox_insert_many(conn, woken), notify=notify
+    )
+    return Signalled(
+        job_id,
+        name,
+        recorded.data,
+        recorded.sent_by,
+        recorded.created_at,
+        True,
+        len(woken),
+        announced.outbox_ids,
+    )
+
+
+def _job_id(job_id: uuid.UUID | str) -> uuid.UUID:
+    if isinstance(job_id, uuid.UUID):
+        return job_id
+    try:
+        return uuid.UUID(str(job_id))
+    except ValueError:
+        raise BadInput(f"invalid job id {job_id!r}: expected a UUID") from None
+
+
+def _json_data(name: str, data: Any) -> Any:
+    """``data`` as it will read back from the database (so a resend compares equal)."""
+    if data is None:
+        return {}
+    try:
+        return json.loads(json.dumps(data, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"data of signal {name!r} is not JSON: {exc}") from None

@@ -1,0 +1,62 @@
+"""Durable waits: a step parks holding nothing, until a signal, a time or its children.
+
+:class:`Wait` is what every wait raises: the runner (:mod:`engine.runner.park`)
+turns it into one fenced transition of the step run to ``waiting`` (lease and
+worker slot freed, the attempt given back: waiting is not running the step;
+its concurrency key's slot kept until it is claimed again, ends or is
+cancelled: :mod:`engine.flow.concurrency`), and nothing the step wrote so far
+commits. When what it waits for comes (a signal, :mod:`engine.waits.signals`;
+its children's end, :mod:`engine.waits.children`; or the time, found by the
+sweeper), the step run becomes pending and runs again **from its start**.
+Every time is the database's (invariant 3).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from engine import store
+from engine.flow.retry import StepControl
+
+if TYPE_CHECKING:
+    import psycopg
+
+
+class Wait(StepControl):
+    """Park this step run until ``signal`` arrives or ``until``/``timeout_s`` passes.
+
+    Raised by :meth:`StepContext.wait_for_signal`, :meth:`StepContext.sleep_until`
+    and, with ``children``, :meth:`StepContext.wait_for_children`
+    (:mod:`engine.waits.children`); a step does not raise it itself.
+    """
+
+    def __init__(
+        self,
+        *,
+        signal: str | None = None,
+        timeout_s: float | None = None,
+        until: datetime | None = None,
+        children: bool = False,
+    ) -> None:
+        self.signal = signal
+        self.timeout_s = timeout_s
+        self.until = until
+        self.children = children
+        what = (
+            "its child jobs"
+            if children
+            else f"signal {signal!r}"
+            if signal
+            else f"the time {until}"
+        )
+        super().__init__(f"waiting for {what}")
+
+
+def sleep_until(conn: psycopg.Connection[Any], until: datetime) -> None:
+    """Return once the database clock has passed ``until``; :class:`Wait` until then."""
+    if until.tzinfo is None:
+        raise ValueError(f"sleep_until needs an aware datetime (with a time zone), got {until}")
+    if store.clock_select(conn) >= until:
+        return
+    raise Wait(until=until)

@@ -1,0 +1,193 @@
+"""The sweeper: liveness never depends on a message surviving (invariant 9).
+
+Runs inside every worker, every ``sweep_interval_s``; safe with several at
+once (an advisory lock lets one of them do the republishing per round, and
+the relay hands each outbox row on once via SKIP LOCKED). Each round:
+
+1. step runs whose worker died during their last allowed attempt are dead:
+   dead-lettered with their alert, their job failed (its other step runs
+   cancelled); step runs still active under a job that ended are cancelled, so
+   nothing rests in a state no worker will ever leave (invariant 13);
+2. waiting step runs whose deadline passed (a signal's timeout, a durable
+   sleep) become pending: a waiting step run is claimable *later*, and this
+   is when (invariant 13);
+3. claimable step runs (due, or running with an expired lease) that were not
+   announced since they became claimable get a new outbox row, and so do the
+   next waiters of concurrency keys that have a slot free (a holder died or
+   ended here); a step run over its limit stays claimable later, announced
+   again like any other, never stranded;
+4. the outbox is relayed: rows never published (a crash between commit and
+   publish) and due retries reach the transport;
+5. a flow version that active jobs need and no live worker has loaded for
+   ``version_orphan_alert_s`` gets its one alert of the episode
+   (:mod:`engine.worker.roster`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from engine import store
+from engine.alerts import AlertRecorder
+from engine.config import Settings
+from engine.infra import metrics
+from engine.store.status import EventKind, JobStatus
+from engine.transports.announce import announce, announce_freed
+from engine.transports.base import Received, Transport
+from engine.transports.outbox import relay
+from engine.waits.children import wake_parent
+
+log = logging.getLogger(__name__)
+
+_RELAY_BATCH = 500
+_RELAY_ROUNDS = 20  # bound one sweep; the next sweep continues
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    dead: int = 0
+    announced: int = 0
+    published: int = 0
+    cancelled: int = 0  # step runs left active under ended jobs
+    woken: int = 0  # waiting step runs past their deadline, made pending
+
+
+class Sweeper:
+    def __init__(
+        self, settings: Settings, transport: Transport, worker: str, alerts: AlertRecorder
+    ) -> None:
+        self.settings = settings
+        self.transport = transport
+        self.worker = worker
+        self.alerts = alerts
+
+    def sweep(self, conn: psycopg.Connection[Any]) -> SweepReport:
+        alerted = 0
+        ended: list[Any] = []  # jobs this round failed: their reports follow the commit
+        announced: list[int] = []
+        dead = []
+        cancelled_jobs: list[Any] = []
+        orphans = 0
+        woken: list[Any] = []
+        with conn.transaction():
+            if store.sweep_lock_try(conn):
+                dead = store.step_dead_if_expired_exhausted_many(conn)
+                for d in dead:
+                    reason = f"lease expired during the last allowed attempt ({d.attempts})"
+                    dead_letter = store.dead_letter_insert_step(
+                        conn, job_id=d.job_id, step_run_id=d.id, reason=reason, error=None
+                    )
+                    alerted += self.alerts.record(conn, dead_letter)
+                    store.event_insert(
+                        conn,
+                        EventKind.DEAD_LETTERED,
+                        job_id=d.job_id,
+                        step_run_id=d.id,
+                        worker=self.worker,
+                        attempt=d.attempts,
+                        detail={"reason": reason, "by": "sweeper"},
+                    )
+                    if store.job_finish_if_active(
+                        conn, d.job_id, JobStatus.FAILED, f"step {d.step}: {reason}"
+                    ):
+                        store.event_insert(
+                            conn, EventKind.JOB_FAILED, job_id=d.job_id, worker=self.worker
+                        )
+                        store.job_cancel_descendants(conn, d.job_id, "parent failed")
+                        store.step_cancel_by_job(conn, d.job_id)
+                        ended.append(d.job_id)
+                        # its parent, waiting for it, runs again (the relay below sends)
+                        wake_parent(conn, self.transport, d.job_id)
+                for c in store.step_cancel_if_job_ended_many(conn):
+                    cancelled_jobs.append(c.job_id)
+                    orphans += 1
+                    store.event_insert(
+                        conn,
+                        EventKind.CANCELLED,
+                        job_id=c.job_id,
+                        step_run_id=c.id,
+                        worker=self.worker,
+                        attempt=c.attempts,
+                        detail={"reason": "its job had ended", "by": "sweeper"},
+                    )
+                # before the announcements below, which then include them
+                woken = store.step_wake_if_due_many(conn, self.worker)
+                announced = store.outbox_insert_for_claimable(
+                    conn, republish_after_s=self.settings.republish_after_s, limit=1000
+                )
+                alerted += self._alert_orphaned_versions(conn)
+                # an external queue's rows are sent by the relay below, after the commit
+                announce(conn, self.transport, outbox_ids=announced)
+                # concurrency slots freed by the dead, the cancelled, and holders whose
+                # lease expired: their next waiters (nothing while every key is full)
+                ended_jobs = sorted({d.job_id for d in dead} | set(cancelled_jobs))
+                announce_freed(conn, self.transport, ended_jobs, expired=True)
+        for d in dead:  # committed
+            metrics.dead_lettered(d.flow, d.step)
+        if alerted:
+            self.alerts.wake()
+        if ended:
+            # the alert links to the report: render it as a worker ending the job would
+            from engine.reports import render_after_end
+
+            for job_id in ended:
+                render_after_end(self.settings, job_id)
+        self.record_transport_dead_letters(conn)
+        published = 0
+        for _ in range(_RELAY_ROUNDS):
+            n = relay(conn, self.transport, limit=_RELAY_BATCH)
+            published += n
+            if n < _RELAY_BATCH:
+                break
+        if dead or announced or orphans or woken:
+            log.info(
+                "sweep: %d dead, %d woken past their deadline, %d re-announced, %d published, "
+                "%d left under ended jobs cancelled",
+                len(dead),
+                len(woken),
+                len(announced),
+                published,
+                orphans,
+            )
+        return SweepReport(len(dead), len(announced), published, orphans, len(woken))
+
+    def _alert_orphaned_versions(self, conn: psycopg.Connection[Any]) -> int:
+        made = self.alerts.record_orphaned_versions(
+            conn,
+            live_s=self.settings.worker_live_s,
+            alert_after_s=self.settings.version_orphan_alert_s,
+        )
+        for alert_id, flow, version in made:
+            log.warning(
+                "flow %s version %d: active jobs need it and no live worker has it loaded "
+                "(alert %d)",
+                flow,
+                version,
+                alert_id,
+            )
+        return len(made)
+
+    def record_transport_dead_letters(self, conn: psycopg.Connection[Any]) -> int:
+        """Record what the queue itself dead-lettered (SQS redrive), once each, with an alert.
+
+        How many messages the queue handed over (a message recorded before
+        and seen again is not recorded twice).
+        """
+        drain = getattr(self.transport, "drain_dead_letters", None)
+        if not callable(drain):
+            return 0
+
+        def record(received: Received, reason: str) -> None:
+            with conn.transaction():  # the dead letter and its alert commit together
+                dead_letter = store.dead_letter_insert_message_logged(
+                    conn, self.worker, received, reason
+                )
+                alerted = self.alerts.record(conn, dead_letter)
+            if alerted:
+                self.alerts.wake()
+
+        return int(drain(record))
