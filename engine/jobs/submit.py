@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,20 +25,16 @@ from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters, StoreError
 from engine.flow import Flow
 from engine.flow.registry import Registry
-from engine.infra import faults
 from engine.jobs.fingerprint import job_fingerprint
 from engine.jobs.plan import root_runs
-from engine.store import db
+from engine.jobs.transaction import in_transaction
 from engine.store.status import EventKind, JobStatus
 from engine.transports import transport_for
-from engine.transports.announce import Announced, announce
+from engine.transports.announce import announce
 from engine.transports.outbox import Publisher
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection as SAConnection
-    from sqlalchemy.orm import Session
-
-    Connectable = psycopg.Connection[Any] | SAConnection | Session
+    from engine.jobs.transaction import Connectable
 
 log = logging.getLogger(__name__)
 
@@ -95,61 +91,31 @@ def submit(
     ``submitted`` event (:mod:`engine.schedules.schedules` passes it).
     """
     settings = settings or Settings()
-    if isinstance(flow, str):
-        flow = (registry or Registry.load(settings.flow_modules)).get(flow)
-    model = _parse(flow, params)
+    declared = (
+        (registry or Registry.load(settings.flow_modules)).get(flow)
+        if isinstance(flow, str)
+        else flow
+    )
+    model = parse_params(declared, params)
     publisher = publisher or transport_for(settings)
 
-    if conn is None:
-        with db.connect(settings) as own:
-            return _submit_own(own, flow, model, settings, publisher, submitted_by, scheduled_for)
-
-    raw = _driver_connection(conn)
-    if raw.autocommit:
-        # each statement would commit alone: a job without its step runs could exist
-        return _submit_own(raw, flow, model, settings, publisher, submitted_by, scheduled_for)
-    result = _submit_in(
-        raw,
-        flow,
-        model,
-        settings,
-        submitted_by,
-        publisher,
-        notify=True,
-        scheduled_for=scheduled_for,
-    )
-    if result.outbox_ids:
-        _publish_after_commit(conn, settings, publisher, result.outbox_ids)
-    return result
-
-
-def _submit_own(
-    conn: psycopg.Connection[Any],
-    flow: Flow,
-    model: BaseModel,
-    settings: Settings,
-    publisher: Publisher,
-    submitted_by: str | None,
-    scheduled_for: datetime | None,
-) -> Submitted:
-    """Submit in a transaction of our own on ``conn``, then publish."""
-    with conn.transaction():
-        result = _submit_in(
-            conn,
-            flow,
+    def work(raw: psycopg.Connection[Any], notify: bool) -> Submitted:
+        return submit_in(
+            raw,
+            declared,
             model,
             settings,
             submitted_by,
             publisher,
-            notify=False,
+            notify=notify,
             scheduled_for=scheduled_for,
         )
-    faults.hit("after_submit_commit")
-    Announced(publisher, result.outbox_ids).publish_after_commit(conn)
-    return result
+
+    return in_transaction(conn, settings, publisher, work, after_commit_fault="after_submit_commit")
 
 
-def _parse(flow: Flow, params: Mapping[str, Any] | BaseModel) -> BaseModel:
+def parse_params(flow: Flow, params: Mapping[str, Any] | BaseModel) -> BaseModel:
+    """``params`` as ``flow``'s parameter model; :class:`InvalidParameters` naming what is wrong."""
     if isinstance(params, flow.params):
         return params
     if isinstance(params, BaseModel):
@@ -160,7 +126,7 @@ def _parse(flow: Flow, params: Mapping[str, Any] | BaseModel) -> BaseModel:
     return flow.parse_params(params)
 
 
-def _submit_in(
+def submit_in(
     conn: psycopg.Connection[Any],
     flow: Flow,
     params: BaseModel,
@@ -214,56 +180,6 @@ def _submit_in(
         f"submit of flow {flow.name!r} lost {_MAX_ROUNDS} races in a row for fingerprint "
         f"{fingerprint[:12]}...; the job keeps finishing between insert and lookup"
     )
-
-
-def _driver_connection(conn: Connectable) -> psycopg.Connection[Any]:
-    """The psycopg connection under ``conn``, inside a begun transaction."""
-    if isinstance(conn, psycopg.Connection):
-        return conn
-    from sqlalchemy.engine import Connection as SAConnection
-    from sqlalchemy.orm import Session
-
-    if isinstance(conn, Session):
-        conn = conn.connection()  # begins the session's transaction if needed
-    if isinstance(conn, SAConnection):
-        if not conn.in_transaction():
-            # Without a begun transaction SQLAlchemy's commit() is a no-op and
-            # our rows would be lost when the connection returns to its pool.
-            conn.begin()
-        raw = conn.connection.driver_connection
-        if isinstance(raw, psycopg.Connection):
-            return raw
-        raise TypeError(
-            f"submit needs a psycopg (postgresql+psycopg://) connection, got {type(raw).__name__}"
-        )
-    raise TypeError(
-        "conn must be a psycopg Connection, a SQLAlchemy Connection or a Session, "
-        f"not {type(conn).__name__}"
-    )
-
-
-def _publish_after_commit(
-    conn: Connectable, settings: Settings, publisher: Publisher, ids: Sequence[int]
-) -> None:
-    if isinstance(conn, psycopg.Connection):
-        return  # no commit hook: the relay in every worker publishes these rows
-    # only a SQLAlchemy caller gets here: the API install need not have it
-    from sqlalchemy import event
-    from sqlalchemy.orm import Session
-
-    if not isinstance(conn, Session):
-        return
-
-    def publish(_session: Session) -> None:
-        # The caller's commit has happened; a failure here only delays the
-        # messages until the next relay sweep, so it must not raise into it.
-        try:
-            with db.connect(settings) as own:
-                Announced(publisher, tuple(ids)).publish_after_commit(own)
-        except Exception:
-            log.warning("publish after commit failed; the outbox relay will retry", exc_info=True)
-
-    event.listen(conn, "after_commit", publish, once=True)
 
 
 def admit(flow: Flow, params: BaseModel, conn: psycopg.Connection[Any]) -> None:

@@ -43,7 +43,7 @@ from engine import store
 from engine.errors import BadInput
 from engine.flow.retry import Fail
 from engine.jobs.fingerprint import job_fingerprint
-from engine.jobs.submit import Submitted, _parse, _submit_in
+from engine.jobs.submit import Submitted, parse_params, submit_in
 from engine.store.status import JobStatus
 from engine.transports.announce import Announced, announce
 from engine.waits.wait import Wait
@@ -142,14 +142,14 @@ class ChildSubmitter:
         check_child_key(parent.key)
         if isinstance(flow, str):
             flow = self.registry.get(flow)
-        model = _parse(flow, params)
+        model = parse_params(flow, params)
         existing = store.job_select_child(conn, parent.step_run_id, parent.key)
         if existing is not None:
             fingerprint = job_fingerprint(
                 flow.name, flow.version, model, None, (parent.step_run_id, parent.key)
             )
             return Submitted(existing.id, existing.flow, existing.status, False, fingerprint)
-        return _submit_in(
+        return submit_in(
             conn,
             flow,
             model,

@@ -39,7 +39,7 @@ from engine.flow.retry import Fail
 from engine.waits.wait import Wait
 
 if TYPE_CHECKING:
-    from engine.jobs.submit import Connectable
+    from engine.jobs.transaction import Connectable
 
 
 import json
@@ -49,11 +49,10 @@ import psycopg
 
 from engine.config import Settings
 from engine.errors import NoSuchJob
-from engine.jobs.submit import _driver_connection, _publish_after_commit
-from engine.store import db
+from engine.jobs.transaction import in_transaction
 from engine.store.status import EventKind
 from engine.transports import transport_for
-from engine.transports.announce import Announced, announce
+from engine.transports.announce import announce
 from engine.transports.outbox import Publisher
 
 SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
@@ -159,30 +158,11 @@ def signal(
     check_signal_name(name)
     data = _json_data(name, data)
     publisher = publisher or transport_for(settings)
-    if conn is None:
-        with db.connect(settings) as own:
-            return _signal_own(own, job, name, data, publisher, sent_by)
-    raw = _driver_connection(conn)
-    if raw.autocommit:
-        return _signal_own(raw, job, name, data, publisher, sent_by)
-    result = _signal_in(raw, job, name, data, publisher, sent_by, notify=True)
-    if result.outbox_ids:
-        _publish_after_commit(conn, settings, publisher, result.outbox_ids)
-    return result
 
+    def work(raw: psycopg.Connection[Any], notify: bool) -> Signalled:
+        return _signal_in(raw, job, name, data, publisher, sent_by, notify=notify)
 
-def _signal_own(
-    conn: psycopg.Connection[Any],
-    job_id: uuid.UUID,
-    name: str,
-    data: Any,
-    publisher: Publisher,
-    sent_by: str | None,
-) -> Signalled:
-    with conn.transaction():
-        result = _signal_in(conn, job_id, name, data, publisher, sent_by, notify=False)
-    Announced(publisher, result.outbox_ids).publish_after_commit(conn)
-    return result
+    return in_transaction(conn, settings, publisher, work)
 
 
 def _signal_in(
