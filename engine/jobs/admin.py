@@ -15,12 +15,12 @@ import psycopg
 from engine import store
 from engine.config import Settings
 from engine.errors import BadInput, NoSuchJob
+from engine.jobs.ending import job_ended
 from engine.store import db
 from engine.store.status import EventKind
 from engine.transports import transport_for
-from engine.transports.announce import announce, announce_freed
+from engine.transports.announce import announce
 from engine.transports.base import Transport
-from engine.waits.children import wake_parent
 
 
 def _status_or_missing(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
@@ -53,10 +53,11 @@ def cancel(
                     f"job {job_id} is {status}; only pending or running jobs can be cancelled"
                 )
             store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
-            freed = announce_freed(conn, transport, [job_id])
-            # a child cancelled on its own: its parent step, waiting for it, runs again
-            freed += wake_parent(conn, transport, job_id)
-        freed.publish_after_commit(conn)
+            # its slots are free, and a child cancelled on its own wakes its parent step
+            ended = job_ended(
+                conn, transport, job_id, cancel_rest=False, free_slots=True, render=False
+            )
+        ended.after_commit(conn, settings)
 
 
 @dataclass(frozen=True)

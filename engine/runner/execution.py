@@ -41,6 +41,7 @@ from engine.flow import Flow, Step
 from engine.flow.registry import Registry
 from engine.flow.retry import Cancel, Fail, RetryPolicy
 from engine.infra import faults, logs, metrics
+from engine.jobs.ending import job_ended, render_report
 from engine.jobs.plan import Outputs, raw_inputs, schedule_ready, sources, upstream_outputs
 from engine.runner.context import StepContext
 from engine.runner.group import GroupCommit
@@ -51,7 +52,7 @@ from engine.store.rows import Claimed, NewStepRun, QueuedClaim
 from engine.store.status import EventKind, JobStatus
 from engine.transports.announce import Announced, announce, announce_freed
 from engine.transports.base import Transport
-from engine.waits.children import ChildSubmitter, wake_parent, wake_parent_in
+from engine.waits.children import ChildSubmitter
 from engine.waits.wait import Wait
 
 log = logging.getLogger(__name__)
@@ -139,9 +140,7 @@ class Executor(Waits):
             return outcome
 
     def render_after_end(self, job_id: uuid.UUID) -> None:
-        from engine.reports import render_after_end  # jinja2, SQLModel: on first use
-
-        render_after_end(self.settings, job_id, self.registry)
+        render_report(self.settings, job_id, self.registry)
 
     def _group_first(self) -> None:
         """Before any outcome but a checkpoint: the group's neighbours commit first.
@@ -423,7 +422,13 @@ class Executor(Waits):
             worker=self.worker,
         )
         self.ended_job = claimed.job_id
-        if batch is None:
-            return wake_parent(self.conn, self.transport, claimed.job_id)
-        wake_parent_in(batch, self.transport, claimed.job_id)
-        return Announced(self.transport)
+        # nothing is left to cancel, and the step's own slot was freed by follow_up
+        ended = job_ended(
+            self.conn,
+            self.transport,
+            claimed.job_id,
+            cancel_rest=False,
+            free_slots=False,
+            batch=batch,
+        )
+        return ended.announced

@@ -24,6 +24,7 @@ from engine.errors import DefinitionError
 from engine.flow import Step
 from engine.flow.retry import Fail, Retry, RetryPolicy
 from engine.infra.outage import is_outage
+from engine.jobs.ending import Ended, job_ended
 from engine.runner.lease import Lease
 from engine.runner.outcome import Outcome
 from engine.store import db
@@ -31,7 +32,6 @@ from engine.store.rows import Claimed
 from engine.store.status import EventKind, JobStatus
 from engine.transports.announce import Announced, announce, announce_freed
 from engine.transports.base import Transport
-from engine.waits.children import wake_parent
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -143,13 +143,14 @@ class Failures:
 
     def _cancel_job(self, lease: Lease, reason: str) -> Outcome:
         claimed = lease.claimed
-        freed = Announced(self.transport)
+        ended: Ended | None = None
         with self.conn.transaction():
             # fenced like a checkpoint: a stale attempt cancels nothing (invariant 16)
             cancelled = store.job_cancel_if_leased(self.conn, claimed, reason)
             if cancelled:
-                freed = announce_freed(self.conn, self.transport, [claimed.job_id])
-                freed += wake_parent(self.conn, self.transport, claimed.job_id)
+                ended = job_ended(
+                    self.conn, self.transport, claimed.job_id, cancel_rest=False, free_slots=True
+                )
                 store.event_insert(
                     self.conn,
                     EventKind.CANCELLED,
@@ -159,9 +160,9 @@ class Failures:
                     detail={"reason": reason, "by": "step"},
                 )
                 self.ended_job = claimed.job_id
-        if not cancelled:
+        if ended is None:
             return self.fenced(claimed, f"lease lost before cancelling the job: {reason}", lease)
-        freed.publish_after_commit(self.conn)
+        ended.announced.publish_after_commit(self.conn)
         self.delete_delivery(lease)
         return Outcome("cancelled", reason, claimed.id)
 
@@ -230,17 +231,16 @@ class Failures:
                         error=f"step {step.name}: {reason}",
                     )
                     # a failed job leaves nothing running: its children and the
-                    # step's siblings are cancelled (their heartbeats and
-                    # checkpoints then read "cancelled")
-                    store.job_cancel_descendants(conn, claimed.job_id, "parent failed")
-                    store.step_cancel_by_job(conn, claimed.job_id)
+                    # step's siblings are cancelled, the slots they held freed
+                    ended = job_ended(
+                        conn, self.transport, claimed.job_id, cancel_rest=True, free_slots=True
+                    )
+                    announced += ended.announced
                     self.ended_job = claimed.job_id
-                    announced += wake_parent(conn, self.transport, claimed.job_id)
                 kind = "dead"
             if not raise_fenced:
-                if claimed.concurrency_key is not None or kind == "dead":
-                    # a slot held by this step run (or, a job failing, by its
-                    # cancelled siblings) is free in this commit
+                if claimed.concurrency_key is not None and kind != "dead":
+                    # the slot held by this step run is free in this commit
                     announced += announce_freed(conn, self.transport, [claimed.job_id])
                 self._ack_in_commit(lease, conn)
         if raise_fenced:

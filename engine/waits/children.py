@@ -17,7 +17,7 @@ concurrency key's slot it keeps, and its children inherit it: see
 :mod:`engine.flow.concurrency`). So a step submits its children and waits for
 them before it writes anything else.
 
-A child's end (:func:`wake_parent`, called by every path that ends a job)
+A child's end (:func:`engine.jobs.ending.job_ended`, on every path that ends a job)
 makes the waiting parent step run pending and announces it, in the
 transaction that ended the child; the step runs again from its start, finds
 its children, and either returns their outcomes or parks again while some
@@ -45,7 +45,6 @@ from engine.flow.retry import Fail
 from engine.jobs.fingerprint import job_fingerprint
 from engine.jobs.submit import Submitted, parse_params, submit_in
 from engine.store.status import JobStatus
-from engine.transports.announce import Announced, announce
 from engine.waits.wait import Wait
 
 if TYPE_CHECKING:
@@ -177,38 +176,3 @@ def wait_for_children(
     if timed_out:
         raise ChildrenTimeout(active, deadline)
     raise Wait(children=True, timeout_s=None if timeout is None else timeout.total_seconds())
-
-
-def wake_parent(
-    conn: psycopg.Connection[Any], publisher: Publisher, child_job_id: uuid.UUID
-) -> Announced:
-    """Wake the parent step run waiting for ``child_job_id``, which ended in this transaction.
-
-    Nothing for a job that is no child, or whose parent step is not waiting
-    (running: its park will see the end; ended: it waits no more).
-    """
-    return announce_woken(conn, publisher, store.step_wake_parent(conn, child_job_id))
-
-
-def wake_parent_in(batch: store.Batch, publisher: Publisher, child_job_id: uuid.UUID) -> None:
-    """:func:`wake_parent` in ``batch`` (a transport in this database: nothing to publish later).
-
-    The woken parent, if any, is announced once the batch is sent, still in
-    its transaction.
-    """
-    reply = store.step_wake_parent_batched(batch, child_job_id)
-
-    def announce_reply() -> None:
-        # a transport in this database leaves nothing to publish after the commit
-        announce_woken(batch.conn, publisher, [row["id"] for row in reply.fetchall()])
-
-    batch.after_send(announce_reply)
-
-
-def announce_woken(
-    conn: psycopg.Connection[Any], publisher: Publisher, woken: list[uuid.UUID]
-) -> Announced:
-    """Announce the parent step runs ``woken`` made pending, in ``conn``'s transaction."""
-    if not woken:
-        return Announced(publisher)
-    return announce(conn, publisher, outbox_ids=store.outbox_insert_many(conn, woken))

@@ -35,11 +35,11 @@ from engine import store
 from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.infra import metrics
+from engine.jobs.ending import Ended, job_ended
 from engine.store.status import EventKind, JobStatus
 from engine.transports.announce import announce, announce_freed
 from engine.transports.base import Received, Transport
 from engine.transports.outbox import relay
-from engine.waits.children import wake_parent
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Sweeper:
 
     def sweep(self, conn: psycopg.Connection[Any]) -> SweepReport:
         alerted = 0
-        ended: list[Any] = []  # jobs this round failed: their reports follow the commit
+        ended: list[Ended] = []  # jobs this round failed: their reports follow the commit
         announced: list[int] = []
         dead = []
         cancelled_jobs: list[Any] = []
@@ -97,11 +97,12 @@ class Sweeper:
                         store.event_insert(
                             conn, EventKind.JOB_FAILED, job_id=d.job_id, worker=self.worker
                         )
-                        store.job_cancel_descendants(conn, d.job_id, "parent failed")
-                        store.step_cancel_by_job(conn, d.job_id)
-                        ended.append(d.job_id)
-                        # its parent, waiting for it, runs again (the relay below sends)
-                        wake_parent(conn, self.transport, d.job_id)
+                        # its slots are freed with the others' below
+                        ended.append(
+                            job_ended(
+                                conn, self.transport, d.job_id, cancel_rest=True, free_slots=False
+                            )
+                        )
                 for c in store.step_cancel_if_job_ended_many(conn):
                     cancelled_jobs.append(c.job_id)
                     orphans += 1
@@ -130,12 +131,9 @@ class Sweeper:
             metrics.dead_lettered(d.flow, d.step)
         if alerted:
             self.alerts.wake()
-        if ended:
-            # the alert links to the report: render it as a worker ending the job would
-            from engine.reports import render_after_end
-
-            for job_id in ended:
-                render_after_end(self.settings, job_id)
+        for end in ended:
+            # the alert links to the report: rendered as a worker ending the job would
+            end.after_commit(conn, self.settings)
         self.record_transport_dead_letters(conn)
         published = 0
         for _ in range(_RELAY_ROUNDS):
