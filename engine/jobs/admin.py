@@ -42,7 +42,8 @@ def cancel(
     Its active child jobs (and theirs) are cancelled with it.
 
     The concurrency slots its step runs held are free at the commit: the
-    step runs waiting for them are announced with it.
+    step runs waiting for them are announced with it. Its report is rendered
+    after the commit, as after every other end of a job.
     """
     transport = transport or transport_for(settings)
     with db.connect(settings) as conn:
@@ -54,9 +55,7 @@ def cancel(
                 )
             store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
             # its slots are free, and a child cancelled on its own wakes its parent step
-            ended = job_ended(
-                conn, transport, job_id, cancel_rest=False, free_slots=True, render=False
-            )
+            ended = job_ended(conn, transport, job_id, cancel_rest=False, free_slots=True)
         ended.after_commit(conn, settings)
 
 

@@ -17,9 +17,10 @@ same transaction, :func:`job_ended`:
 3. wakes the parent step run waiting for this job, if it is a child
    (:func:`wake_parent`, or :func:`wake_parent_in` inside a checkpoint's batch).
 
-What it leaves to publish after the commit, and whether the job's report is
-rendered then, is the :class:`Ended` it returns; its
-:meth:`Ended.after_commit` does both.
+What it leaves to publish after the commit is the :class:`Ended` it returns;
+its :meth:`Ended.after_commit` publishes it and renders the job's report,
+whichever path ended the job (an operator's cancel included). The runner,
+whose commit may be a group's, publishes and renders when that commits.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ class Ended:
 
     job_id: uuid.UUID
     announced: Announced
-    render: bool
 
     def after_commit(
         self,
@@ -65,10 +65,9 @@ class Ended:
         settings: Settings,
         registry: Registry | None = None,
     ) -> None:
-        """Publish what the end announced, then render the job's report if asked."""
+        """Publish what the end announced, then render the job's report."""
         self.announced.publish_after_commit(conn)
-        if self.render:
-            render_report(settings, self.job_id, registry)
+        render_report(settings, self.job_id, registry)
 
 
 def job_ended(
@@ -78,7 +77,6 @@ def job_ended(
     *,
     cancel_rest: bool,
     free_slots: bool,
-    render: bool = True,
     batch: store.Batch | None = None,
 ) -> Ended:
     """What follows the end of ``job_id``, in the transaction whose statement ended it.
@@ -89,7 +87,7 @@ def job_ended(
     (a caller that frees many jobs' slots at once passes ``False`` and does
     it itself). ``batch``: the checkpoint's batch, in which the parent is
     woken (a transport in this database; nothing is read back before it is
-    sent). ``render``: whether :meth:`Ended.after_commit` renders the report.
+    sent).
     """
     announced = Announced(publisher)
     if cancel_rest:
@@ -101,13 +99,18 @@ def job_ended(
         announced += wake_parent(conn, publisher, job_id)
     else:
         wake_parent_in(batch, publisher, job_id)
-    return Ended(job_id, announced, render)
+    return Ended(job_id, announced)
 
 
 def render_report(settings: Settings, job_id: uuid.UUID, registry: Registry | None = None) -> None:
     """Render the ended job's report (the alert links to it); never raises into the caller."""
-    from engine.reports import render_after_end  # jinja2, SQLModel: the worker extra
-
+    if not settings.report_on_end:
+        return
+    try:
+        from engine.reports import render_after_end  # jinja2, SQLModel: the worker extra
+    except ImportError as exc:  # the API install renders nothing; a worker will not either
+        log.info("no report for job %s: the renderers need the worker extra (%s)", job_id, exc)
+        return
     render_after_end(settings, job_id, registry)
 
 

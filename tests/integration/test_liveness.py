@@ -709,3 +709,17 @@ def test_sweeper__a_job_it_fails_gets_its_report_where_the_alert_links(
     assert page.is_file(), f"the alert links to {link}, which was never written"
     assert "failed" in page.read_text()
     assert (tmp_path / "index.html").is_file()
+
+
+def test_cancel__an_operators_cancel_renders_the_report_like_every_other_end(
+    fast: Settings, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    settings = fast.model_copy(
+        update={"report_on_end": True, "reports_dir": tmp_path, "flow_modules": ["testflows"]}
+    )
+    job = submit("chain", {}, settings=settings, registry=flows_registry())
+    admin.cancel(settings, job.job_id, transport=PostgresTransport(settings))
+    page = Path(report_link(settings, job.job_id).removeprefix("file://"))
+    assert page.is_file(), "engine cancel ended the job without rendering its report"
+    assert "cancelled by operator" in page.read_text()
+    assert (tmp_path / "index.html").is_file()
