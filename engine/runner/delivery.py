@@ -153,6 +153,8 @@ class StepRunner:
         self.worker = worker
         self.alerts = alerts
         self.runnable = registry.runnable()
+        # the eager successor the last checkpoint claimed for this slot, not run yet
+        self.continuation: Continuation | None = None
         # whether the slot's next receive takes a batch (see _run_rounds)
         self.wants_batch = False
         self.executor = Executor(
@@ -170,15 +172,6 @@ class StepRunner:
     @property
     def conn(self) -> psycopg.Connection[Any]:
         return self.executor.conn
-
-    @property
-    def continuation(self) -> Continuation | None:
-        """The eager successor the last checkpoint claimed for this slot, not run yet."""
-        return self.executor.continuation
-
-    @continuation.setter
-    def continuation(self, value: Continuation | None) -> None:
-        self.executor.continuation = value
 
     @property
     def current(self) -> Lease | None:
@@ -248,11 +241,10 @@ class StepRunner:
             following: list[_Member] = []
             # the pure ones checkpoint together first, in one message (engine.runner.rounds)
             together, quick = self._together(quick)
-            for rounded, (outcome, continuation) in zip(
-                together, self._run_together(together), strict=True
-            ):
+            for rounded, outcome in zip(together, self._run_together(together), strict=True):
                 outcomes.append(outcome)
                 ran.append(rounded.lease.claimed)
+                continuation = outcome.continuation
                 if continuation is not None:
                     following.append(
                         self._watched(
@@ -315,9 +307,7 @@ class StepRunner:
             return [], quick
         return together, rest
 
-    def _run_together(
-        self, together: list[RoundMember]
-    ) -> list[tuple[Outcome, Continuation | None]]:
+    def _run_together(self, together: list[RoundMember]) -> list[Outcome]:
         if not together:
             return []
         for member in together:
@@ -355,7 +345,9 @@ class StepRunner:
                 claimed, member.lease.receipt, reason=f"flow or step not registered here: {exc}"
             )
             return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
-        return self.executor.run(flow, step, member.lease, member.known)
+        outcome = self.executor.run(flow, step, member.lease, member.known)
+        self.continuation = outcome.continuation
+        return outcome
 
     def held(self) -> list[Lease]:
         """The leases this slot holds now: the step running and those waiting their turn."""

@@ -7,13 +7,10 @@ them, :mod:`engine.transports.announce`) and any rows the step wrote through
 rolls all of it back (invariant 5). With the PostgreSQL transport the
 delivery is deleted and the next messages are sent in that same transaction.
 
-Eager successors (``ENGINE_EAGER_SUCCESSORS``, on by default): of the step
-runs a checkpoint makes ready, the slot creates one already leased to itself
-(a conditional insert, in the checkpoint's own transaction and under the
-job's row lock, so no other worker can have seen it pending) and runs it
-next with the checkpoint it already holds. That run has no message at all:
-its lease keeps it, and should the slot die the lease lapses and the sweeper
-announces it (invariant 9). The others are announced as usual.
+The checkpoint's write and what it leads to (successors, an eager one
+claimed for this slot, the job's end) are :mod:`engine.runner.checkpoint`;
+the eager successor comes back on the :class:`Outcome`, for the slot's
+runner to run next.
 
 With several step runs in hand, quick ones share one transaction and one
 COMMIT, each in its own savepoint (:mod:`engine.runner.group`): the
@@ -26,8 +23,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -41,31 +38,20 @@ from engine.flow import Flow, Step
 from engine.flow.registry import Registry
 from engine.flow.retry import Cancel, Fail, RetryPolicy
 from engine.infra import faults, logs, metrics
-from engine.jobs.ending import job_ended, render_report
-from engine.jobs.plan import Outputs, raw_inputs, schedule_ready, sources, upstream_outputs
+from engine.jobs.ending import render_report
+from engine.jobs.plan import Outputs, raw_inputs, sources, upstream_outputs
+from engine.runner.checkpoint import FollowUp, follow_up, put_checkpoint
 from engine.runner.context import StepContext
 from engine.runner.group import GroupCommit
 from engine.runner.lease import Heartbeat, Lease
 from engine.runner.outcome import Continuation, Outcome
 from engine.runner.park import Waits
-from engine.store.rows import Claimed, NewStepRun, QueuedClaim
-from engine.store.status import EventKind, JobStatus
-from engine.transports.announce import Announced, announce, announce_freed
+from engine.store.rows import Claimed
 from engine.transports.base import Transport
 from engine.waits.children import ChildSubmitter
 from engine.waits.wait import Wait
 
 log = logging.getLogger(__name__)
-
-
-def hands_on(flow: Flow, claimed: Claimed) -> bool:
-    """Is the checkpoint read back with its write: a single-run step with a successor?
-
-    A single-run step's stored checkpoint, handed on, spares its eager
-    successor a read of its input.
-    """
-    successor = any(claimed.step in s.after for s in flow.steps.values())
-    return successor and claimed.fanout_key == ""
 
 
 class Executor(Waits):
@@ -97,9 +83,6 @@ class Executor(Waits):
         self.may_continue = may_continue
         # told when the database went away under a step (the worker pauses receiving)
         self.on_outage = on_outage
-        # set by a checkpoint that claimed an eager successor, for the delivery to run
-        self.continuation: Continuation | None = None
-        self.ended_job: uuid.UUID | None = None  # set when this step run ended its job
         # the transaction quick step runs share (open only while the slot runs a group)
         self.group = GroupCommit(conn, transport, settings.group_commit_ms / 1000)
         # a step in a group without a transaction of its own: its savepoint is set
@@ -116,10 +99,8 @@ class Executor(Waits):
         """Run the step run of ``lease`` (which the heartbeat watches) to an outcome."""
         claimed = lease.claimed
         with logs.step_run(claimed, lease_owner=self.worker):
-            self.continuation = None
             self._savepoint_set = False
             self.current = lease
-            self.ended_job = None
             metrics.step_started(claimed)
             started = time.monotonic()
             try:
@@ -131,13 +112,22 @@ class Executor(Waits):
             metrics.step_ended(claimed, outcome.kind, took)
             if outcome.kind == "done":
                 self.group.times.record(claimed.flow, claimed.step, took)
-            if self.ended_job is not None:
-                ended = self.ended_job
+            if outcome.ended_job is not None:
+                ended = outcome.ended_job
                 if self.group.open:  # its checkpoint is not committed yet
                     self.group.after_commit(then=lambda: self.render_after_end(ended))
                 else:
                     self.render_after_end(ended)
             return outcome
+
+    @contextmanager
+    def running(self, lease: Lease) -> Iterator[None]:
+        """``lease`` is the step run executing on this slot while in the block."""
+        self.current = lease
+        try:
+            yield
+        finally:
+            self.current = None
 
     def render_after_end(self, job_id: uuid.UUID) -> None:
         render_report(self.settings, job_id, self.registry)
@@ -156,7 +146,7 @@ class Executor(Waits):
     def _execute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Outcome:
         claimed = lease.claimed
         conn = self.conn
-        announced: Announced | None = None
+        followed: tuple[FollowUp, Continuation | None] | None = None
         # A step that takes no StepContext cannot write through the engine's
         # transaction, so its BEGIN need not cost a round trip of its own: it
         # travels with the checkpoint's first statements.
@@ -187,7 +177,7 @@ class Executor(Waits):
                         raise
                     # its children commit with the park, in this transaction
                     return self._wait_children(lease, exc, commit_children)
-                announced = self._checkpoint(
+                followed = self._checkpoint(
                     flow,
                     claimed,
                     output,
@@ -206,13 +196,17 @@ class Executor(Waits):
                 store.step_savepoint_rollback(conn)  # its own checkpoint's writes
             self._group_first()
             return self.not_checkpointed(step, lease, exc)
+        assert followed is not None, "a step that returned has its checkpoint"
+        follow, continuation = followed
+        done = Outcome(
+            "done", step_run_id=claimed.id, continuation=continuation, ended_job=follow.ended_job
+        )
         if self.group.open:
-            self.group.after_commit(announced, lease.receipt)
-            return Outcome("done", step_run_id=claimed.id)
-        if announced is not None:
-            announced.publish_after_commit(conn)
+            self.group.after_commit(follow.announced, lease.receipt)
+            return done
+        follow.announced.publish_after_commit(conn)
         self._ack_after_commit(lease)
-        return Outcome("done", step_run_id=claimed.id)
+        return done
 
     def compute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> BaseModel:
         """Call the step with its inputs: its output, checked, and the lease still ours."""
@@ -292,27 +286,18 @@ class Executor(Waits):
         lease: Lease,
         begin: Callable[[], None] | None,
         commit: Callable[[], None],
-    ) -> Announced:
+    ) -> tuple[FollowUp, Continuation | None]:
         """``begin`` (unless begun), checkpoint, schedule, announce and ``commit``.
 
-        Returns what the announcement left to publish after the commit.
+        Returns what the checkpoint led to (what to publish after the commit,
+        the job it ended) and the eager successor to run next, if any.
         """
         conn = self.conn
         # from here on, a step in a group has its savepoint (set in this message)
         self._savepoint_set = self._savepoint
-        done = store.checkpoint_put_if_leased(
-            conn,
-            step_run_id=claimed.id,
-            job_id=claimed.job_id,
-            token=claimed.token,
-            output=output.model_dump(mode="json"),
-            worker=self.worker,
-            with_output=hands_on(flow, claimed),
-            begin=begin,
-            savepoint=self._savepoint,
+        done = put_checkpoint(
+            conn, flow, claimed, output, self.worker, begin=begin, savepoint=self._savepoint
         )
-        if done is None:
-            raise LeaseLost(f"checkpoint of step run {claimed.id} refused: lease token changed")
         # Inside a transport's own transaction nothing that follows needs an
         # answer: it goes as one batch, one message (not a pipeline, whose
         # statements reach the server one by one: see engine.store.batch), then
@@ -321,7 +306,7 @@ class Executor(Waits):
         # back) and the publish and delete come after the commit.
         inside = self.transport.transactional
         batch = store.Batch(conn) if inside else None
-        announced, queued, known = self.follow_up(flow, claimed, lease, done, batch)
+        follow = self.follow_up(flow, claimed, lease, done, batch)
         faults.hit("in_commit")
         if batch is not None:
             batch.send()
@@ -329,8 +314,7 @@ class Executor(Waits):
         faults.hit("after_commit")
         # an external queue's publish and delete come between this commit and the
         # successor's start, and may outlast its lease: it is checked first
-        self.continue_with(queued, known, check_lease=not inside)
-        return announced
+        return follow, follow.continuation(check_lease=not inside)
 
     def follow_up(
         self,
@@ -339,96 +323,19 @@ class Executor(Waits):
         lease: Lease,
         done: store.Checkpointed,
         batch: store.Batch | None,
-    ) -> tuple[Announced, QueuedClaim | None, Outputs]:
-        """What a checkpoint leads to, written in its transaction (not committed).
-
-        The step runs it made ready (one claimed by this slot, the rest
-        announced), the job's end, the slot its concurrency key frees, the
-        delivery's delete. Statements that need no answer go to ``batch``
-        when given (a parent its job's end wakes is announced once it is
-        sent). Returns what to publish after the commit, the eager
-        successor's claim (readable once sent) and the checkpoints it will be
-        handed.
-        """
-        conn = self.conn
-        runs: list[NewStepRun] = []
-        job_complete = False
-        known: Outputs = {}
-        if done.job_status in (JobStatus.PENDING, JobStatus.RUNNING):
-            mine = done.counts.get(claimed.step)
-            if done.output is not None and mine is not None and mine.total == 1:
-                known = {claimed.step: [(claimed.fanout_key, done.output)]}
-            scheduled = schedule_ready(
-                conn, flow, claimed.job_id, claimed.params, self.settings, done.counts, known
-            )
-            runs, job_complete = scheduled.runs, scheduled.job_complete
-        eager = runs[0] if runs and self.settings.eager_successors and self.may_continue() else None
-        published = runs[1:] if eager is not None else runs
-        queued: QueuedClaim | None = None
-        freed = Announced(self.transport)
-        if claimed.concurrency_key is not None and (
-            eager is None or eager.concurrency_key != claimed.concurrency_key
-        ):
-            # the slot this step run held is free in this commit: its next waiter
-            # is announced with it (an eager successor of the same key keeps it)
-            freed = announce_freed(conn, self.transport, [claimed.job_id])
-        faults.hit("before_commit")
-        sink: store.Executes = batch if batch is not None else conn
-        if job_complete:
-            freed += self._finish_job(claimed, batch)
-        if eager is not None:
-            queued = self._claim_eager(claimed, eager, sink)
-        announced = freed + announce(
-            sink, self.transport, job_id=claimed.job_id, new_runs=published
-        )
-        self._ack_in_commit(lease, sink)
-        return announced, queued, known
-
-    def _claim_eager(self, claimed: Claimed, run: NewStepRun, sink: store.Executes) -> QueuedClaim:
-        """Create ``run`` already leased to this slot, in the checkpoint's transaction."""
-        return store.step_run_insert_claimed(
-            sink,
-            run,
-            job_id=claimed.job_id,
-            flow=claimed.flow,
-            params=claimed.params,
-            worker=self.worker,
-            lease_s=self.settings.lease_s,
-        )
-
-    def continue_with(
-        self, queued: QueuedClaim | None, known: Outputs, *, check_lease: bool = False
-    ) -> None:
-        # read after the commit: the claim is real only once it has committed
-        if queued is None:
-            return
-        eager = queued.result()
-        if eager is None:
-            # Over its concurrency limit it was created pending, to be announced
-            # by its key's holder. Otherwise its step key existed: scheduling
-            # under the job lock makes that impossible, and were it to happen
-            # that run is someone else's.
-            log.info("eager successor not claimed here (over its concurrency limit, or taken)")
-            return
-        self.continuation = Continuation(eager, known, check_lease)
-
-    def _finish_job(self, claimed: Claimed, batch: store.Batch | None) -> Announced:
-        """End the job; a parent step run waiting for it is woken (in ``batch`` when given)."""
-        store.job_finish_if_active_logged(
-            batch if batch is not None else self.conn,
-            claimed.job_id,
-            JobStatus.DONE,
-            event=EventKind.JOB_DONE,
-            worker=self.worker,
-        )
-        self.ended_job = claimed.job_id
-        # nothing is left to cancel, and the step's own slot was freed by follow_up
-        ended = job_ended(
+    ) -> FollowUp:
+        """What the checkpoint leads to (:func:`engine.runner.checkpoint.follow_up`), and the
+        delivery's delete, in its transaction (not committed)."""
+        follow = follow_up(
             self.conn,
+            self.settings,
             self.transport,
-            claimed.job_id,
-            cancel_rest=False,
-            free_slots=False,
-            batch=batch,
+            self.worker,
+            flow,
+            claimed,
+            done,
+            batch,
+            may_continue=self.may_continue(),
         )
-        return ended.announced
+        self._ack_in_commit(lease, batch if batch is not None else self.conn)
+        return follow

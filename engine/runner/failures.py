@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import traceback
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -57,7 +56,6 @@ class Failures:
     conn: psycopg.Connection[Any]
     alerts: AlertRecorder
     on_outage: Callable[[BaseException, str], None] | None
-    ended_job: uuid.UUID | None
     _default_policy: RetryPolicy
 
     def delete_delivery(self, lease: Lease, conn: store.Executes | None = None) -> None:
@@ -159,12 +157,11 @@ class Failures:
                     worker=self.worker,
                     detail={"reason": reason, "by": "step"},
                 )
-                self.ended_job = claimed.job_id
         if ended is None:
             return self.fenced(claimed, f"lease lost before cancelling the job: {reason}", lease)
         ended.announced.publish_after_commit(self.conn)
         self.delete_delivery(lease)
-        return Outcome("cancelled", reason, claimed.id)
+        return Outcome("cancelled", reason, claimed.id, ended_job=claimed.job_id)
 
     def _failed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
         claimed = lease.claimed
@@ -236,7 +233,6 @@ class Failures:
                         conn, self.transport, claimed.job_id, cancel_rest=True, free_slots=True
                     )
                     announced += ended.announced
-                    self.ended_job = claimed.job_id
                 kind = "dead"
             if not raise_fenced:
                 if claimed.concurrency_key is not None and kind != "dead":
@@ -259,4 +255,5 @@ class Failures:
             # the first line: a driver's DETAIL lines may quote a row's values (a document's)
             error["message"].partition("\n")[0][:200],
         )
-        return Outcome(kind, error["message"], claimed.id)
+        ended_job = claimed.job_id if kind == "dead" else None
+        return Outcome(kind, error["message"], claimed.id, ended_job=ended_job)

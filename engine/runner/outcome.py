@@ -1,9 +1,14 @@
-"""What handling a delivery came to, and the eager successor it may leave behind."""
+"""What handling a delivery came to, and the eager successor it may leave behind.
+
+Both are values returned up the runner: the slot's runner reads the
+continuation off the outcome, and whoever commits last renders the report
+of the job an outcome ended; no module writes another's fields.
+"""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.jobs.plan import Outputs
 from engine.store.rows import Claimed
@@ -18,6 +23,10 @@ class Outcome:
     )
     detail: str = ""
     step_run_id: uuid.UUID | None = None
+    # the eager successor its checkpoint claimed for this slot, to run next
+    continuation: Continuation | None = field(default=None, compare=False, repr=False)
+    # the job it ended (its report is rendered once that end has committed)
+    ended_job: uuid.UUID | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import psycopg
 from pydantic import BaseModel
@@ -36,10 +37,10 @@ from engine.errors import StoreError
 from engine.flow import Flow, Step
 from engine.infra import faults, logs, metrics
 from engine.jobs.plan import Outputs
-from engine.runner.execution import Executor, hands_on
+from engine.runner.checkpoint import FollowUp, hands_on
+from engine.runner.execution import Executor
 from engine.runner.lease import Lease
-from engine.runner.outcome import Continuation, Outcome
-from engine.store.rows import QueuedClaim
+from engine.runner.outcome import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -70,18 +71,15 @@ class _Computed:
 @dataclass
 class _Followed:
     member: RoundMember
-    queued: QueuedClaim | None
-    known: Outputs
+    follow: FollowUp
     started: float
     ran: float
 
 
-def run_round(
-    executor: Executor, members: list[RoundMember]
-) -> list[tuple[Outcome, Continuation | None]]:
+def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
     """Run ``members`` (pure, quick, of distinct jobs, in job order); an outcome for each.
 
-    Each outcome comes with the eager successor its checkpoint claimed, if any.
+    Each outcome carries the eager successor its checkpoint claimed, if any.
     """
     conn = executor.conn
     group = executor.group
@@ -94,15 +92,13 @@ def run_round(
         started = time.monotonic()
         with logs.step_run(claimed, lease_owner=executor.worker):
             metrics.step_started(claimed)
-            executor.current = member.lease
             try:
-                output = executor.compute(member.flow, member.step, member.lease, member.known)
+                with executor.running(member.lease):
+                    output = executor.compute(member.flow, member.step, member.lease, member.known)
             except Exception as exc:
                 failed.append((member, exc, started))
             else:
                 computed.append(_Computed(member, output, started, time.monotonic() - started))
-            finally:
-                executor.current = None
     followed: list[_Followed] = []
     fenced: list[tuple[RoundMember, float]] = []
     try:
@@ -129,31 +125,26 @@ def run_round(
                 fenced.append((c.member, c.started))
                 continue
             with logs.step_run(claimed, lease_owner=executor.worker):
-                executor.ended_job = None
-                announced, queued, known = executor.follow_up(
+                follow = executor.follow_up(
                     c.member.flow, claimed, c.member.lease, checkpointed, batch
                 )
-                group.after_commit(announced)
-                if executor.ended_job is not None:
-                    ended = executor.ended_job
-                    group.after_commit(then=lambda job=ended: executor.render_after_end(job))
-            followed.append(_Followed(c.member, queued, known, c.started, c.ran))
+                group.after_commit(follow.announced)
+                if follow.ended_job is not None:
+                    group.after_commit(then=partial(executor.render_after_end, follow.ended_job))
+            followed.append(_Followed(c.member, follow, c.started, c.ran))
         faults.hit("in_commit")
         batch.send()
     except Exception as exc:
         return _round_failed(executor, members, computed, failed, exc)
     group.commit()
     faults.hit("after_commit")
-    results: dict[int, tuple[Outcome, Continuation | None]] = {}
+    results: dict[int, Outcome] = {}
     for f in followed:
         claimed = f.member.lease.claimed
-        executor.continuation = None
-        executor.continue_with(f.queued, f.known)
-        continuation, executor.continuation = executor.continuation, None
-        outcome = Outcome("done", step_run_id=claimed.id)
+        outcome = Outcome("done", step_run_id=claimed.id, continuation=f.follow.continuation())
         # quick or not by its own call: the round's shared statements are not its own
         _ended(executor, f.member, outcome, f.started, f.ran)
-        results[id(f.member)] = (outcome, continuation)
+        results[id(f.member)] = outcome
     for member, started in fenced:
         claimed = member.lease.claimed
         with logs.step_run(claimed, lease_owner=executor.worker):
@@ -163,9 +154,9 @@ def run_round(
                 member.lease,
             )
         _ended(executor, member, outcome, started)
-        results[id(member)] = (outcome, None)
+        results[id(member)] = outcome
     for member, raised, started in failed:
-        results[id(member)] = (_not_checkpointed(executor, member, raised, started), None)
+        results[id(member)] = _not_checkpointed(executor, member, raised, started)
     return [results[id(member)] for member in members]
 
 
@@ -175,10 +166,9 @@ def _not_checkpointed(
     """A step that raised: its failure handled after the round's commit, as alone."""
     claimed = member.lease.claimed
     with logs.step_run(claimed, lease_owner=executor.worker):
-        executor.ended_job = None
         outcome = executor.not_checkpointed(member.step, member.lease, exc)
-        if executor.ended_job is not None:
-            executor.render_after_end(executor.ended_job)
+        if outcome.ended_job is not None:
+            executor.render_after_end(outcome.ended_job)
     _ended(executor, member, outcome, started)
     return outcome
 
@@ -204,10 +194,10 @@ def _round_failed(
     computed: list[_Computed],
     failed: list[tuple[RoundMember, Exception, float]],
     exc: Exception,
-) -> list[tuple[Outcome, Continuation | None]]:
+) -> list[Outcome]:
     """A statement of the round failed: nothing of it commits; each goes again alone."""
     conn = executor.conn
-    results: dict[int, tuple[Outcome, Continuation | None]] = {}
+    results: dict[int, Outcome] = {}
     if conn.broken or conn.closed:
         # the server ended our session: nothing committed, as for a single step
         executor.group.abandon()
@@ -217,7 +207,7 @@ def _round_failed(
             with logs.step_run(claimed, lease_owner=executor.worker):
                 outcome = executor.disconnected(claimed, exc)
             _ended(executor, member, outcome, started)
-            results[id(member)] = (outcome, None)
+            results[id(member)] = outcome
         return [results[id(member)] for member in members]
     else:
         executor.group.rollback()
@@ -228,11 +218,9 @@ def _round_failed(
         )
         for c in computed:
             # called again: a step without a context wrote nothing in the database
-            executor.continuation = None
             outcome = executor.run(c.member.flow, c.member.step, c.member.lease, c.member.known)
-            continuation, executor.continuation = executor.continuation, None
-            results[id(c.member)] = (outcome, continuation)
+            results[id(c.member)] = outcome
         executor.group.commit()
     for member, step_exc, started in failed:
-        results[id(member)] = (_not_checkpointed(executor, member, step_exc, started), None)
+        results[id(member)] = _not_checkpointed(executor, member, step_exc, started)
     return [results[id(member)] for member in members]
