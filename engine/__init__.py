@@ -3,19 +3,28 @@
 A *flow* (:class:`Flow`) declares a typed graph of *steps*; a *job* is one run
 of a flow with its parameters and a *step run* is one step of one job. Flows
 are loaded explicitly into a :class:`Registry`. The public API is what this
-module exports: what a flow author needs to declare, run and test flows, and
-nothing else; flows import nothing else from ``engine``. Tools around the
-engine (the CLI, the simulator, the bench, tests) import the module they need,
-e.g. :mod:`engine.worker.processes` to start worker processes.
+module exports, one flat namespace pinned by ``tests/unit/test_public_api.py``;
+flows import nothing else from ``engine``. Tools around the engine (the CLI,
+the simulator, the bench, tests) import the module they need, e.g.
+:mod:`engine.worker.processes` to start worker processes, or
+:mod:`engine.reports` for the renderers (the worker extra).
 
-``import engine`` and :func:`submit` need only the API install (``pip install
-erp-engine``); the report renderers need the worker extra (jinja2, SQLModel)
-and are imported on first use.
+Declare a flow
+    Flow, Step, StepInput, MapOver, StepContext, Concurrency, RetryPolicy,
+    Retry, Fail, Cancel, Refused, Signal, SignalTimeout, Child, ChildrenTimeout
+Run jobs (the API install: ``pip install erp-engine``)
+    submit, Submitted, signal, Signalled, wait_for_job, JobStatus, job_info,
+    JobInfo, active_jobs, Schedule, add_schedule, list_schedules,
+    remove_schedule, Registry, Settings, migrate, MigrationReport
+A flow's own SQL and files
+    connect, load_queries, Queries, write_report_file
+Errors (the tree is drawn in :mod:`engine.errors`)
+    EngineError, ConfigError, DefinitionError, BadInput, UnknownFlow,
+    InvalidParameters, JobFailed, JobCancelled, LeaseLost, ChecksFailed,
+    MigrationError, MigrationChecksumMismatch, StoreError
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 from engine.config import Settings
 from engine.errors import (
@@ -40,35 +49,16 @@ from engine.flow.registry import Registry
 from engine.flow.retry import Cancel, Fail, Retry, RetryPolicy
 from engine.jobs.lookup import JobInfo, active_jobs, job_info, wait_for_job
 from engine.jobs.submit import Submitted, submit
+from engine.reports.storage import write_report_file
 from engine.runner.context import StepContext
 from engine.schedules.schedules import Schedule, add_schedule, list_schedules, remove_schedule
 from engine.store.db import connect
 from engine.store.migrations import MigrationReport, migrate
 from engine.store.queries import Queries
 from engine.store.queries import load as load_queries
+from engine.store.status import JobStatus
 from engine.waits.children import Child, ChildrenTimeout
 from engine.waits.signals import Signal, Signalled, SignalTimeout, signal
-
-if TYPE_CHECKING:
-    from engine.reports import render_index, render_job_report, write_report_file
-
-# names that need the worker extra: imported when first asked for
-_LAZY = {
-    "render_index": "engine.reports",
-    "render_job_report": "engine.reports",
-    "write_report_file": "engine.reports.storage",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'engine' has no attribute {name!r}")
-
 
 __all__ = [
     "BadInput",
@@ -86,6 +76,7 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "JobInfo",
+    "JobStatus",
     "LeaseLost",
     "MapOver",
     "MigrationChecksumMismatch",
@@ -115,8 +106,6 @@ __all__ = [
     "load_queries",
     "migrate",
     "remove_schedule",
-    "render_index",
-    "render_job_report",
     "signal",
     "submit",
     "wait_for_job",

@@ -150,7 +150,7 @@ def admit(params: CloseParams, conn: psycopg.Connection[Any]) -> None:
 
 
 def _run_child(ctx: StepContext, what: str, flow_name: str, params: dict[str, Any]) -> Child:
-    """The child ``what`` of this step run once it ended well; :class:`~engine.Wait` until then.
+    """The child ``what`` of this step run once it ended well; a durable wait until then.
 
     Submitted once (a rerun of the step finds it); the step parks until it
     ends. A failed or cancelled child fails the close, naming it.

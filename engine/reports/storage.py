@@ -18,15 +18,14 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Protocol
-
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.config import Settings
 from engine.errors import BadInput, ReportStoreError
 from engine.reports.links import s3_location
+
+if TYPE_CHECKING:
+    from botocore.exceptions import ClientError
 
 __all__ = [
     "CSV",
@@ -102,6 +101,10 @@ class FolderStore:
 
 def s3_client() -> Any:
     """A boto3 S3 client with bounded retries and timeouts (region: the environment's)."""
+    # imported here: `import engine` (write_report_file is public) need not load boto3
+    import boto3
+    from botocore.config import Config
+
     session = boto3.session.Session()  # one per client: the default session is not thread-safe
     config = Config(
         region_name=session.region_name or "us-east-1",
@@ -137,6 +140,8 @@ class S3Store:
         Raises :class:`ReportStoreError` naming the bucket (and what to do) when
         S3 refuses or cannot be reached; the botocore error is ``__cause__``.
         """
+        from botocore.exceptions import BotoCoreError, ClientError
+
         key = self.key(name)
         data = body.encode("utf-8") if isinstance(body, str) else body
         try:

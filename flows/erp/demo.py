@@ -42,7 +42,7 @@ from flows.erp.seed import has_erp_data, seed
 def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     """Seed the demo ERP, run the month-end close through workers, print the books."""
     # the renderers need the worker extra; the API install loads this module too
-    from engine import render_index, render_job_report
+    from engine.reports import render_index, render_job_report
 
     settings = Settings()
     click.echo(f"database: {settings.masked_database_url()}")

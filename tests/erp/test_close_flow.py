@@ -22,9 +22,10 @@ from harness import (
     wait_until,
 )
 
-from engine import Refused, Registry, load_queries, render_job_report, signal, submit
+from engine import Refused, Registry, load_queries, signal, submit
 from engine.config import Settings
 from engine.jobs import admin
+from engine.reports import render_job_report
 from flows.erp import checks, periods
 from flows.erp.seed import seed
 

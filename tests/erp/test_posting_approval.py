@@ -10,8 +10,9 @@ import pytest
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 from test_posting import insert_erp, output
 
-from engine import Registry, render_job_report, signal, submit
+from engine import Registry, signal, submit
 from engine.config import Settings
+from engine.reports import render_job_report
 
 # insert_erp's November: 5 documents post, 3 are rejected
 
