@@ -330,7 +330,7 @@ class StepRunner:
             )
             if expires is None:
                 self.executor.heartbeat.unwatch(member.lease)
-                return self.executor.fenced(
+                return self.executor.failures.fenced(
                     claimed, "eager successor's lease lapsed before it started"
                 )
         try:

@@ -36,16 +36,17 @@ from engine.config import Settings
 from engine.errors import JobCancelled, LeaseLost
 from engine.flow import Flow, Step
 from engine.flow.registry import Registry
-from engine.flow.retry import Cancel, Fail, RetryPolicy
+from engine.flow.retry import Cancel, Fail
 from engine.infra import faults, logs, metrics
 from engine.jobs.ending import render_report
 from engine.jobs.plan import Outputs, raw_inputs, sources, upstream_outputs
 from engine.runner.checkpoint import FollowUp, follow_up, put_checkpoint
 from engine.runner.context import StepContext
+from engine.runner.failures import Failures
 from engine.runner.group import GroupCommit
 from engine.runner.lease import Heartbeat, Lease
 from engine.runner.outcome import Continuation, Outcome
-from engine.runner.park import Waits
+from engine.runner.park import Park
 from engine.store.rows import Claimed
 from engine.transports.base import Transport
 from engine.waits.children import ChildSubmitter
@@ -54,7 +55,7 @@ from engine.waits.wait import Wait
 log = logging.getLogger(__name__)
 
 
-class Executor(Waits):
+class Executor:
     """Runs claimed step runs on one slot (one connection, one heartbeat)."""
 
     def __init__(
@@ -81,19 +82,22 @@ class Executor(Waits):
         self.current: Lease | None = None
         # asked before claiming an eager successor (the worker says no once stopping)
         self.may_continue = may_continue
-        # told when the database went away under a step (the worker pauses receiving)
-        self.on_outage = on_outage
+        # a step run that ends short of its checkpoint, and one that waits
+        self.failures = Failures(
+            settings=settings,
+            transport=transport,
+            worker=worker,
+            conn=conn,
+            alerts=alerts,
+            on_outage=on_outage,
+        )
+        self.park = Park(self.failures)
         # the transaction quick step runs share (open only while the slot runs a group)
         self.group = GroupCommit(conn, transport, settings.group_commit_ms / 1000)
         # a step in a group without a transaction of its own: its savepoint is set
         # with its checkpoint (_savepoint), and is to be rolled back to on failure
         self._savepoint = False
         self._savepoint_set = False
-        self._default_policy = RetryPolicy(
-            max_attempts=settings.max_attempts,
-            base_delay_s=settings.retry_base_delay_s,
-            max_delay_s=settings.retry_max_delay_s,
-        )
 
     def run(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Outcome:
         """Run the step run of ``lease`` (which the heartbeat watches) to an outcome."""
@@ -176,7 +180,7 @@ class Executor(Waits):
                     if not exc.children or conn.broken or conn.closed:
                         raise
                     # its children commit with the park, in this transaction
-                    return self._wait_children(lease, exc, commit_children)
+                    return self.park.wait_children(lease, exc, commit_children)
                 followed = self._checkpoint(
                     flow,
                     claimed,
@@ -191,7 +195,7 @@ class Executor(Waits):
                 # after a pause, a restart, a network cut): nothing committed,
                 # the group's neighbours neither
                 self.group.abandon()
-                return self.disconnected(claimed, exc)
+                return self.failures.disconnected(claimed, exc)
             if self._savepoint and self._savepoint_set:
                 store.step_savepoint_rollback(conn)  # its own checkpoint's writes
             self._group_first()
@@ -205,7 +209,7 @@ class Executor(Waits):
             self.group.after_commit(follow.announced, lease.receipt)
             return done
         follow.announced.publish_after_commit(conn)
-        self._ack_after_commit(lease)
+        self.failures.ack_after_commit(lease)
         return done
 
     def compute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> BaseModel:
@@ -239,16 +243,16 @@ class Executor(Waits):
         claimed = lease.claimed
         if isinstance(exc, LeaseLost):
             reason = str(exc) or "checkpoint refused: lease token changed"
-            return self.fenced(claimed, reason, lease)
+            return self.failures.fenced(claimed, reason, lease)
         if isinstance(exc, JobCancelled):
             # the heartbeat found the step run cancelled (and recorded it)
-            self.delete_delivery(lease)
+            self.failures.delete_delivery(lease)
             return Outcome("cancelled", str(exc), claimed.id)
         if isinstance(exc, Cancel):
-            return self._cancel_job(lease, exc.reason)
+            return self.failures.cancel_job(lease, exc.reason)
         if isinstance(exc, Wait):
-            return self._wait(lease, exc)
-        return self._failed(step, lease, exc)
+            return self.park.wait(lease, exc)
+        return self.failures.failed(step, lease, exc)
 
     def _inputs(
         self, flow: Flow, step: Step, claimed: Claimed, ctx: StepContext, known: Outputs
@@ -337,5 +341,5 @@ class Executor(Waits):
             batch,
             may_continue=self.may_continue(),
         )
-        self._ack_in_commit(lease, batch if batch is not None else self.conn)
+        self.failures.ack_in_commit(lease, batch if batch is not None else self.conn)
         return follow

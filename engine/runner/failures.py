@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import traceback
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -32,9 +33,6 @@ from engine.store.status import EventKind, JobStatus
 from engine.transports.announce import Announced, announce, announce_freed
 from engine.transports.base import Transport
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 log = logging.getLogger(__name__)
 
 
@@ -48,27 +46,45 @@ def error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
 
 
 class Failures:
-    """The failure half of :class:`~engine.runner.execution.Executor`, and acknowledging."""
+    """How this slot's step runs end short of a checkpoint, and how their deliveries go.
 
-    settings: Settings
-    transport: Transport
-    worker: str
-    conn: psycopg.Connection[Any]
-    alerts: AlertRecorder
-    on_outage: Callable[[BaseException, str], None] | None
-    _default_policy: RetryPolicy
+    One per slot, beside the executor (which holds it), sharing its connection.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        transport: Transport,
+        worker: str,
+        conn: psycopg.Connection[Any],
+        alerts: AlertRecorder,
+        on_outage: Callable[[BaseException, str], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.transport = transport
+        self.worker = worker
+        self.conn = conn
+        self.alerts = alerts
+        # told when the database went away under a step (the worker pauses receiving)
+        self.on_outage = on_outage
+        self.default_policy = RetryPolicy(
+            max_attempts=settings.max_attempts,
+            base_delay_s=settings.retry_base_delay_s,
+            max_delay_s=settings.retry_max_delay_s,
+        )
 
     def delete_delivery(self, lease: Lease, conn: store.Executes | None = None) -> None:
         # an eager successor came with no message: nothing to delete
         if lease.receipt is not None:
             self.transport.delete([lease.receipt], conn)
 
-    def _ack_in_commit(self, lease: Lease, conn: store.Executes) -> None:
+    def ack_in_commit(self, lease: Lease, conn: store.Executes) -> None:
         """A queue in this database loses the delivery in the step's own commit."""
         if self.transport.transactional:
             self.delete_delivery(lease, conn)
 
-    def _ack_after_commit(self, lease: Lease) -> None:
+    def ack_after_commit(self, lease: Lease) -> None:
         """An external queue's delivery goes once the commit is in."""
         if self.transport.transactional:
             return
@@ -139,7 +155,7 @@ class Failures:
         log.info("step run %s stopped: %s", claimed.id, reason)
         return Outcome("cancelled", reason, claimed.id)
 
-    def _cancel_job(self, lease: Lease, reason: str) -> Outcome:
+    def cancel_job(self, lease: Lease, reason: str) -> Outcome:
         claimed = lease.claimed
         ended: Ended | None = None
         with self.conn.transaction():
@@ -163,10 +179,10 @@ class Failures:
         self.delete_delivery(lease)
         return Outcome("cancelled", reason, claimed.id, ended_job=claimed.job_id)
 
-    def _failed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
+    def failed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
         claimed = lease.claimed
         conn = self.conn
-        policy = step.retry or self._default_policy
+        policy = step.retry or self.default_policy
         error = error_record(exc, claimed.attempt)
         permanent = isinstance(exc, (Fail, DefinitionError))
         alerted = False
@@ -238,11 +254,11 @@ class Failures:
                 if claimed.concurrency_key is not None and kind != "dead":
                     # the slot held by this step run is free in this commit
                     announced += announce_freed(conn, self.transport, [claimed.job_id])
-                self._ack_in_commit(lease, conn)
+                self.ack_in_commit(lease, conn)
         if raise_fenced:
             return self.fenced(claimed, f"lease lost before recording failure: {exc}", lease)
         announced.publish_after_commit(conn)
-        self._ack_after_commit(lease)
+        self.ack_after_commit(lease)
         if alerted:
             self.alerts.wake()
         log.log(

@@ -22,8 +22,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
-
 from engine import store
 from engine.errors import LeaseLost
 from engine.runner.failures import Failures
@@ -36,10 +34,14 @@ from engine.waits.wait import Wait
 log = logging.getLogger(__name__)
 
 
-class Waits(Failures):
-    """The waiting half of :class:`~engine.runner.execution.Executor`."""
+class Park:
+    """Parks this slot's step runs that wait; beside the executor, sharing its connection."""
 
-    conn: psycopg.Connection[Any]
+    def __init__(self, failures: Failures) -> None:
+        self.failures = failures
+        self.conn = failures.conn
+        self.transport = failures.transport
+        self.worker = failures.worker
 
     def _parked(self, lease: Lease, parked: store.Parked, detail: dict[str, Any]) -> Announced:
         """What follows a park, in its transaction: what it resumes or frees, its event, the ack.
@@ -68,10 +70,10 @@ class Waits(Failures):
             worker=self.worker,
             detail={**detail, "until": until, "resumed": resumed},
         )
-        self._ack_in_commit(lease, conn)
+        self.failures.ack_in_commit(lease, conn)
         return announced
 
-    def _wait(self, lease: Lease, wait: Wait) -> Outcome:
+    def wait(self, lease: Lease, wait: Wait) -> Outcome:
         claimed = lease.claimed
         conn = self.conn
         announced = Announced(self.transport)
@@ -84,13 +86,15 @@ class Waits(Failures):
             if parked is not None:  # the signal may have come between the step's look and now
                 announced = self._parked(lease, parked, {"signal": parked.wait_signal})
         if parked is None:
-            return self.fenced(claimed, f"lease lost before the step could wait: {wait}", lease)
+            return self.failures.fenced(
+                claimed, f"lease lost before the step could wait: {wait}", lease
+            )
         announced.publish_after_commit(conn)
-        self._ack_after_commit(lease)
+        self.failures.ack_after_commit(lease)
         log.info("step run %s (%s) %s", claimed.id, claimed.step, wait)
         return Outcome("waiting", str(wait), claimed.id)
 
-    def _wait_children(self, lease: Lease, wait: Wait, commit: Callable[[], None]) -> Outcome:
+    def wait_children(self, lease: Lease, wait: Wait, commit: Callable[[], None]) -> Outcome:
         """Park for the children in the step's open transaction, then ``commit`` it.
 
         Raises :class:`LeaseLost` (the caller rolls back) when the job is no
@@ -109,6 +113,6 @@ class Waits(Failures):
         announced = self._parked(lease, parked, {"children": True})
         commit()
         announced.publish_after_commit(conn)
-        self._ack_after_commit(lease)
+        self.failures.ack_after_commit(lease)
         log.info("step run %s (%s) %s", claimed.id, claimed.step, wait)
         return Outcome("waiting", str(wait), claimed.id)

@@ -148,7 +148,7 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
     for member, started in fenced:
         claimed = member.lease.claimed
         with logs.step_run(claimed, lease_owner=executor.worker):
-            outcome = executor.fenced(
+            outcome = executor.failures.fenced(
                 claimed,
                 f"checkpoint of step run {claimed.id} refused: lease token changed",
                 member.lease,
@@ -205,7 +205,7 @@ def _round_failed(
         for member, started in lost:
             claimed = member.lease.claimed
             with logs.step_run(claimed, lease_owner=executor.worker):
-                outcome = executor.disconnected(claimed, exc)
+                outcome = executor.failures.disconnected(claimed, exc)
             _ended(executor, member, outcome, started)
             results[id(member)] = outcome
         return [results[id(member)] for member in members]
