@@ -38,6 +38,37 @@ from engine.store.rows import (
     column,
 )
 
+__all__ = [
+    "checkpoint_put_if_leased",
+    "checkpoint_put_many_if_leased",
+    "lease_extend_if_owner",
+    "lease_release_if_owner",
+    "step_cancel_by_job",
+    "step_cancel_if_job_ended_many",
+    "step_claim_if_available",
+    "step_claim_many_if_available",
+    "step_count_by_status",
+    "step_counts_by_job",
+    "step_dead_if_expired_exhausted_many",
+    "step_dead_if_leased",
+    "step_outputs_select",
+    "step_reopen_by_job",
+    "step_retry_if_leased",
+    "step_run_insert_claimed",
+    "step_run_insert_many_announced",
+    "step_run_insert_many_with_outbox",
+    "step_savepoint_rollback",
+    "step_select_children_timed_out",
+    "step_select_queue_lag",
+    "step_select_status",
+    "step_wait_children_if_leased",
+    "step_wait_if_leased",
+    "step_wake_by_signal",
+    "step_wake_if_due_many",
+    "step_wake_parent",
+    "step_wake_parent_batched",
+]
+
 _q = load("step_runs")
 
 
