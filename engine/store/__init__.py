@@ -9,9 +9,12 @@ Every function takes the psycopg connection whose transaction it joins; the
 caller decides when that transaction commits.
 
 One module and one ``sql/<name>.sql`` per table or concept, holding every
-statement that writes it, whoever calls it:
+statement that writes it, whoever calls it (``claims`` shares
+``sql/step_runs.sql``):
 
-- ``step_runs``: insert, claim, lease, checkpoint, retry, dead, cancel;
+- ``step_runs``: insert, lease, checkpoint, retry, dead, park and wake, cancel;
+- ``claims``: a step run taken by one worker (one delivery, a batch of them,
+  an eager successor), with a fresh lease token and one attempt;
 - ``jobs``: submit once per fingerprint, finish, cancel, reopen;
 - ``outbox``: announcements, their relay, the sweeper's re-announcements;
 - ``dead_letters``: step runs past their cap and unusable messages;
@@ -39,6 +42,7 @@ a new statement is exported where it is written, and nowhere else.
 
 from engine.store.alerts import *  # noqa: F403
 from engine.store.batch import *  # noqa: F403
+from engine.store.claims import *  # noqa: F403
 from engine.store.dead_letters import *  # noqa: F403
 from engine.store.events import *  # noqa: F403
 from engine.store.jobs import *  # noqa: F403
