@@ -9,12 +9,13 @@ Every function takes the psycopg connection whose transaction it joins; the
 caller decides when that transaction commits.
 
 One module and one ``sql/<name>.sql`` per table or concept, holding every
-statement that writes it, whoever calls it (``claims`` shares
+statement that writes it, whoever calls it (``claims`` and ``leases`` share
 ``sql/step_runs.sql``):
 
-- ``step_runs``: insert, lease, checkpoint, retry, dead, park and wake, cancel;
+- ``step_runs``: insert, checkpoint, retry, dead, park and wake, cancel;
 - ``claims``: a step run taken by one worker (one delivery, a batch of them,
   an eager successor), with a fresh lease token and one attempt;
+- ``leases``: renewed or given back, only by the current token's holder;
 - ``jobs``: submit once per fingerprint, finish, cancel, reopen;
 - ``outbox``: announcements, their relay, the sweeper's re-announcements;
 - ``dead_letters``: step runs past their cap and unusable messages;
@@ -36,8 +37,10 @@ statements that need no answer yet (what commits with a checkpoint);
 Callers use this package as one namespace (``from engine import store``,
 then ``store.lease_extend_if_owner(...)``): the query names already say which
 table they touch, so where a statement lives can change without its callers.
-Each module's ``__all__`` is its part of that namespace, star-imported below:
-a new statement is exported where it is written, and nowhere else.
+That namespace is the ``__all__`` of each module star-imported below (the
+modules listed above but ``migrations``, plus ``rows`` and ``batch``): a new
+statement is exported where it is written, and nowhere else. The other
+modules are imported by name (``from engine.store import db, migrations``).
 """
 
 from engine.store.alerts import *  # noqa: F403
@@ -46,6 +49,7 @@ from engine.store.claims import *  # noqa: F403
 from engine.store.dead_letters import *  # noqa: F403
 from engine.store.events import *  # noqa: F403
 from engine.store.jobs import *  # noqa: F403
+from engine.store.leases import *  # noqa: F403
 from engine.store.outbox import *  # noqa: F403
 from engine.store.rows import *  # noqa: F403
 from engine.store.schedules import *  # noqa: F403

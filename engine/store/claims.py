@@ -2,12 +2,12 @@
 
 A claim is one conditional statement (invariant 2): of the workers that try,
 one gets the row back, with a new token that fences every later write about
-the step run (renewal, release, checkpoint, retry, dead, park: all in
-:mod:`engine.store.step_runs`). The job row is locked first (the one lock
-order: job, then its concurrency key, then its step runs), and a key never
-has more holders than its limit (invariant 17). Zero rows is a normal
-outcome: :class:`~engine.store.rows.ClaimRefused` says why, and a refusal
-that is not the step's fault costs no attempt (invariant 14).
+the step run (renewal and release: :mod:`engine.store.leases`; checkpoint,
+retry, dead, park: :mod:`engine.store.step_runs`). The job row is locked
+first (the one lock order: job, then its concurrency key, then its step
+runs), and a key never has more holders than its limit (invariant 17). Zero
+rows is a normal outcome: :class:`~engine.store.rows.ClaimRefused` says why,
+and a refusal that is not the step's fault costs no attempt (invariant 14).
 
 Three ways in, one claiming statement each:
 

@@ -1,11 +1,11 @@
-"""Step runs: inserted (with their outbox rows), leased, checkpointed, retried, parked, woken.
+"""Step runs: inserted (with their outbox rows), checkpointed, retried, parked, woken.
 
 Each guarded statement returns a typed outcome; zero rows is never a silent
 ``None`` for the caller to forget (``False`` or ``None`` from a fenced write
-means "lease lost"). A step run is renewed and released only by its lease
-token's holder (invariant 4), and checkpointed, retried, dead-lettered or
-parked only while that token is current (invariants 5 and 16). It is claimed
-in :mod:`engine.store.claims`, whose statements share ``sql/step_runs.sql``.
+means "lease lost"). A step run is checkpointed, retried, dead-lettered or
+parked only while its lease token is current (invariants 5 and 16). It is
+claimed in :mod:`engine.store.claims` and its lease renewed or released in
+:mod:`engine.store.leases`, whose statements share ``sql/step_runs.sql``.
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ from engine.store.rows import (
 __all__ = [
     "checkpoint_put_if_leased",
     "checkpoint_put_many_if_leased",
-    "lease_extend_if_owner",
-    "lease_release_if_owner",
     "step_cancel_by_job",
     "step_cancel_if_job_ended_many",
     "step_count_by_status",
@@ -115,26 +113,6 @@ def step_run_insert_many_announced(
 def step_savepoint_rollback(conn: psycopg.Connection[Any]) -> None:
     """Undo what followed the step's savepoint (set with its checkpoint), in the group."""
     conn.execute(_q["step_savepoint_rollback"])
-
-
-@wrap_errors
-def lease_extend_if_owner(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, lease_s: float
-) -> datetime | None:
-    """The new expiry, or ``None``: the lease is lost."""
-    row = conn.execute(
-        _q["lease_extend_if_owner"], {"id": step_run_id, "token": token, "lease_s": lease_s}
-    ).fetchone()
-    return None if row is None else column(row, "lease_expires_at")
-
-
-@wrap_errors
-def lease_release_if_owner(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID
-) -> bool:
-    """Give the step run back with the attempt it took; ``False``: the lease was lost already."""
-    cur = conn.execute(_q["lease_release_if_owner"], {"id": step_run_id, "token": token})
-    return cur.rowcount == 1
 
 
 @wrap_errors
