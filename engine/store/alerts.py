@@ -19,6 +19,18 @@ from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import ClaimedDelivery, column
 
+__all__ = [
+    "alert_delivery_claim_due_many",
+    "alert_delivery_mark_delivered_if_claimed",
+    "alert_delivery_mark_failed_if_claimed",
+    "alert_delivery_reset_abandoned",
+    "alert_delivery_select_by_alert",
+    "alert_exists",
+    "alert_insert_for_dead_letter",
+    "alert_insert_for_orphaned_versions",
+    "alert_select_recent",
+]
+
 _q = load("alerts")
 
 
@@ -136,16 +148,3 @@ def alert_select_recent(
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["alert_select_recent"], {"limit": limit, "pending_only": pending_only})
         return cur.fetchall()
-
-
-__all__ = [
-    "alert_delivery_claim_due_many",
-    "alert_delivery_mark_delivered_if_claimed",
-    "alert_delivery_mark_failed_if_claimed",
-    "alert_delivery_reset_abandoned",
-    "alert_delivery_select_by_alert",
-    "alert_exists",
-    "alert_insert_for_dead_letter",
-    "alert_insert_for_orphaned_versions",
-    "alert_select_recent",
-]

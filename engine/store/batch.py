@@ -31,6 +31,8 @@ from engine.errors import StoreError
 from engine.store import prepared
 from engine.store.errors import wrap_errors
 
+__all__ = ["Batch", "Executes", "Reply"]
+
 
 class Reply:
     """The rows one statement of a batch returned, readable once the batch was sent."""

@@ -21,6 +21,19 @@ from engine.store.queries import load
 from engine.store.rows import column
 from engine.store.status import EventKind
 
+__all__ = [
+    "Delivery",
+    "dead_letter_count_open",
+    "dead_letter_delete_closed",
+    "dead_letter_insert_message_if_new",
+    "dead_letter_insert_message_logged",
+    "dead_letter_insert_step",
+    "dead_letter_mark_replayed_by_job",
+    "dead_letter_mark_replayed_if_open",
+    "dead_letter_select_one",
+    "dead_letter_select_open",
+]
+
 _q = load("dead_letters")
 
 

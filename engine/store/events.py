@@ -19,6 +19,8 @@ from engine.store.queries import load
 from engine.store.rows import Claimed
 from engine.store.status import EventKind
 
+__all__ = ["event_count_by_step", "event_insert", "step_event_insert"]
+
 _q = load("events")
 
 

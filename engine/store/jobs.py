@@ -21,6 +21,25 @@ from engine.store.queries import load
 from engine.store.rows import ChildOf, ChildRow, Claimed, FingerprintTaken, JobRow, column
 from engine.store.step_runs import step_cancel_by_job, step_reopen_by_job
 
+__all__ = [
+    "job_cancel_descendants",
+    "job_cancel_if_active",
+    "job_cancel_if_leased",
+    "job_finish_if_active",
+    "job_finish_if_active_logged",
+    "job_insert_if_absent",
+    "job_lock_children",
+    "job_lock_if_active",
+    "job_progress",
+    "job_reopen_if_ended",
+    "job_select_active_by_fingerprint",
+    "job_select_active_matching",
+    "job_select_child",
+    "job_select_children",
+    "job_select_info",
+    "job_select_status",
+]
+
 _q = load("jobs")
 
 

@@ -20,6 +20,20 @@ from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import PendingOutbox, column
 
+__all__ = [
+    "outbox_insert_after",
+    "outbox_insert_delayed",
+    "outbox_insert_for_claimable",
+    "outbox_insert_for_freed_keys",
+    "outbox_insert_many",
+    "outbox_listen",
+    "outbox_lock_unpublished_many",
+    "outbox_mark_published_many",
+    "outbox_notify",
+    "outbox_wait_notified",
+    "sweep_lock_try",
+]
+
 _q = load("outbox")
 
 

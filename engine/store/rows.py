@@ -18,6 +18,28 @@ from engine.store.batch import Reply
 from engine.store.errors import wrap_errors
 from engine.store.status import JobStatus
 
+__all__ = [
+    "CancelledRun",
+    "Checkpoint",
+    "Checkpointed",
+    "ChildOf",
+    "ChildRow",
+    "ClaimRefused",
+    "Claimed",
+    "ClaimedDelivery",
+    "ExpiredExhausted",
+    "FingerprintTaken",
+    "JobRow",
+    "NewStepRun",
+    "Parked",
+    "PendingOutbox",
+    "QueuedClaim",
+    "SignalRow",
+    "StepCounts",
+    "StepState",
+    "WaitState",
+]
+
 
 @dataclass(frozen=True)
 class JobRow:

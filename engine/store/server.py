@@ -13,6 +13,8 @@ from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import column
 
+__all__ = ["clock_select", "database_create_if_absent", "server_ping"]
+
 _q = load("server")
 
 

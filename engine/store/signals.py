@@ -19,6 +19,13 @@ from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import SignalRow, WaitState
 
+__all__ = [
+    "signal_insert_if_absent",
+    "signal_select",
+    "signal_select_by_job",
+    "signal_select_for_wait",
+]
+
 _q = load("signals")
 
 

@@ -1,10 +1,11 @@
-"""Step runs: inserted (with their outbox rows), claimed, leased, checkpointed, retried.
+"""Step runs: inserted (with their outbox rows), checkpointed, retried, parked, woken.
 
 Each guarded statement returns a typed outcome; zero rows is never a silent
-``None`` for the caller to forget (``ClaimRefused``, ``False`` from a fenced
-write means "lease lost"). A step run is claimed by one conditional UPDATE
-(invariant 2), renewed and released only by its lease token's holder
-(invariant 4), and checkpointed only while that token is current (invariant 5).
+``None`` for the caller to forget (``False`` or ``None`` from a fenced write
+means "lease lost"). A step run is checkpointed, retried, dead-lettered or
+parked only while its lease token is current (invariants 5 and 16). It is
+claimed in :mod:`engine.store.claims` and its lease renewed or released in
+:mod:`engine.store.leases`, whose statements share ``sql/step_runs.sql``.
 """
 
 from __future__ import annotations
@@ -28,15 +29,39 @@ from engine.store.rows import (
     Checkpoint,
     Checkpointed,
     Claimed,
-    ClaimRefused,
     ExpiredExhausted,
     NewStepRun,
     Parked,
-    QueuedClaim,
     StepCounts,
     StepState,
     column,
 )
+
+__all__ = [
+    "checkpoint_put_if_leased",
+    "checkpoint_put_many_if_leased",
+    "step_cancel_by_job",
+    "step_cancel_if_job_ended_many",
+    "step_count_by_status",
+    "step_counts_by_job",
+    "step_dead_if_expired_exhausted_many",
+    "step_dead_if_leased",
+    "step_outputs_select",
+    "step_reopen_by_job",
+    "step_retry_if_leased",
+    "step_run_insert_many_announced",
+    "step_run_insert_many_with_outbox",
+    "step_savepoint_rollback",
+    "step_select_children_timed_out",
+    "step_select_queue_lag",
+    "step_select_status",
+    "step_wait_children_if_leased",
+    "step_wait_if_leased",
+    "step_wake_by_signal",
+    "step_wake_if_due_many",
+    "step_wake_parent",
+    "step_wake_parent_batched",
+]
 
 _q = load("step_runs")
 
@@ -88,156 +113,6 @@ def step_run_insert_many_announced(
 def step_savepoint_rollback(conn: psycopg.Connection[Any]) -> None:
     """Undo what followed the step's savepoint (set with its checkpoint), in the group."""
     conn.execute(_q["step_savepoint_rollback"])
-
-
-def _first(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any] | None:
-    return cur.fetchone()
-
-
-@wrap_errors
-def step_claim_if_available(
-    conn: psycopg.Connection[Any],
-    *,
-    step_run_id: uuid.UUID,
-    job_id: uuid.UUID,
-    worker: str,
-    lease_s: float,
-    runnable: Sequence[str],
-) -> Claimed | ClaimRefused:
-    """Claim in the current transaction (the caller commits); see ``ClaimRefused``.
-
-    ``runnable`` lists the ``flow:version`` pairs this worker can run; a step
-    run of any other is not claimed, so refusing it costs no attempt.
-    """
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["step_claim_if_available"],
-            {
-                "id": step_run_id,
-                "job_id": job_id,
-                "worker": worker,
-                "lease_s": lease_s,
-                "runnable": list(runnable),
-            },
-        )
-        row = _first(cur)
-        if row is not None:
-            return Claimed.from_row(row)
-        cur.execute(_q["step_select_claim_refusal"], {"id": step_run_id, "job_id": job_id})
-        return _refusal(_first(cur), runnable)
-
-
-@wrap_errors
-def step_claim_many_if_available(
-    conn: psycopg.Connection[Any],
-    wanted: Sequence[tuple[uuid.UUID, uuid.UUID]],
-    *,
-    worker: str,
-    lease_s: float,
-    runnable: Sequence[str],
-) -> list[Claimed]:
-    """Claim every claimable step run of ``wanted`` ((step run, job) pairs) in one statement.
-
-    Those not returned (taken, not due, finished, of a version this worker
-    lacks, or with a concurrency key) are for the caller to claim one by one,
-    which says why (:func:`step_claim_if_available`).
-    """
-    if not wanted:
-        return []
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["step_claim_many_if_available"],
-            {
-                "ids": [step_run_id for step_run_id, _ in wanted],
-                "job_ids": [job_id for _, job_id in wanted],
-                "worker": worker,
-                "lease_s": lease_s,
-                "runnable": list(runnable),
-            },
-        )
-        return [Claimed.from_row(row) for row in cur.fetchall()]
-
-
-def _refusal(row: dict[str, Any] | None, runnable: Sequence[str]) -> ClaimRefused:
-    if row is None:
-        return ClaimRefused("unknown")
-    if row["job_status"] not in ("pending", "running") or row["status"] in (
-        "done",
-        "dead",
-        "cancelled",
-    ):
-        return ClaimRefused("finished")
-    if row["status"] == "waiting":
-        return ClaimRefused("waiting")
-    if row["lease_live"]:
-        return ClaimRefused("held", retry_in_s=row["lease_left_s"])
-    if f"{row['flow']}:{row['flow_version']}" not in runnable:
-        return ClaimRefused("not_runnable")
-    if row["attempts"] >= row["max_attempts"]:
-        return ClaimRefused("exhausted")
-    if row["due_in_s"] <= 0 and row["over_limit"]:
-        return ClaimRefused("over_limit", key=row["concurrency_key"])
-    return ClaimRefused("not_due", retry_in_s=row["due_in_s"])
-
-
-@wrap_errors
-def step_run_insert_claimed(
-    conn: Executes,
-    run: NewStepRun,
-    *,
-    job_id: uuid.UUID,
-    flow: str,
-    params: dict[str, Any],
-    worker: str,
-    lease_s: float,
-) -> QueuedClaim:
-    """Insert ``run`` already leased to ``worker``, in the caller's transaction (batchable).
-
-    For a step run the caller's checkpoint has just made ready: it is created
-    and claimed together, and commits with that checkpoint or not at all.
-    Over its concurrency limit it is created pending (no attempt) instead,
-    to be announced by its key's holder; :meth:`QueuedClaim.result` is then
-    ``None``.
-    """
-    values = {
-        "id": run.id,
-        "job_id": job_id,
-        "step": run.step,
-        "fanout_key": run.fanout_key,
-        "fingerprint": run.fingerprint,
-        "max_attempts": run.max_attempts,
-        "item": None if run.item is None else Jsonb(run.item),
-        "concurrency_key": run.concurrency_key,
-        "concurrency_limit": run.concurrency_limit,
-        "concurrency_per_job": run.concurrency_per_job,
-        "worker": worker,
-        "lease_s": lease_s,
-    }
-    if isinstance(conn, Batch):
-        return QueuedClaim(conn.execute(_q["step_run_insert_claimed"], values), flow, params)
-    cur = conn.cursor(row_factory=dict_row)
-    cur.execute(_q["step_run_insert_claimed"], values)
-    return QueuedClaim(cur, flow, params)
-
-
-@wrap_errors
-def lease_extend_if_owner(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, lease_s: float
-) -> datetime | None:
-    """The new expiry, or ``None``: the lease is lost."""
-    row = conn.execute(
-        _q["lease_extend_if_owner"], {"id": step_run_id, "token": token, "lease_s": lease_s}
-    ).fetchone()
-    return None if row is None else column(row, "lease_expires_at")
-
-
-@wrap_errors
-def lease_release_if_owner(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID
-) -> bool:
-    """Give the step run back with the attempt it took; ``False``: the lease was lost already."""
-    cur = conn.execute(_q["lease_release_if_owner"], {"id": step_run_id, "token": token})
-    return cur.rowcount == 1
 
 
 @wrap_errors

@@ -20,6 +20,15 @@ from psycopg.rows import dict_row
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 
+__all__ = [
+    "LiveWorker",
+    "VersionInFlight",
+    "version_select_in_flight",
+    "worker_select_live",
+    "worker_stop_if_running",
+    "worker_upsert_seen",
+]
+
 _q = load("workers")
 
 
@@ -104,13 +113,3 @@ def version_select_in_flight(
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["version_select_in_flight"], {"live_s": live_s, "flow": flow})
         return [VersionInFlight(**row) for row in cur.fetchall()]
-
-
-__all__ = [
-    "LiveWorker",
-    "VersionInFlight",
-    "version_select_in_flight",
-    "worker_select_live",
-    "worker_stop_if_running",
-    "worker_upsert_seen",
-]

@@ -1,0 +1,51 @@
+"""Leases: a claimed step run's lease, renewed or given back by its token's holder.
+
+A claim (:mod:`engine.store.claims`) gives a step run a lease: a token and an
+expiry by the database clock (invariant 3). Only the holder of the current
+token renews it (invariant 4), and a lease that holds a concurrency slot is
+never renewed once expired, since its slot may have gone to the next holder
+(invariant 17). Giving a step run back returns the attempt its claim took, so
+a release costs the step nothing and never leaves a row at its cap
+(invariants 12 to 14). Either statement matching zero rows means the lease was
+lost: the caller stops working on the step run; it is not an error. The other
+ways a lease ends (checkpoint, retry, dead, park) are fenced writes in
+:mod:`engine.store.step_runs`.
+
+The statements are blocks of ``sql/step_runs.sql``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from engine.store.errors import wrap_errors
+from engine.store.queries import load
+from engine.store.rows import column
+
+__all__ = ["lease_extend_if_owner", "lease_release_if_owner"]
+
+_q = load("step_runs")
+
+
+@wrap_errors
+def lease_extend_if_owner(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, lease_s: float
+) -> datetime | None:
+    """The new expiry, or ``None``: the lease is lost."""
+    row = conn.execute(
+        _q["lease_extend_if_owner"], {"id": step_run_id, "token": token, "lease_s": lease_s}
+    ).fetchone()
+    return None if row is None else column(row, "lease_expires_at")
+
+
+@wrap_errors
+def lease_release_if_owner(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID
+) -> bool:
+    """Give the step run back with the attempt it took; ``False``: the lease was lost already."""
+    cur = conn.execute(_q["lease_release_if_owner"], {"id": step_run_id, "token": token})
+    return cur.rowcount == 1
