@@ -1,10 +1,29 @@
-"""Running step runs: delivery (claim, refusals, give-back) and execution (fenced, to a checkpoint).
+"""One step run: claim -> lease -> run -> checkpoint (fenced) | fail | park.
 
-``delivery`` turns a message into a claim or a refusal; ``execution`` runs a
-claimed step run under its lease to its checkpoint, retry or dead letter.
+The life of a step run on a worker's slot, with the module that keeps each
+invariant of DESIGN.md:
+
+- :mod:`.claim`: a message in, one conditional statement decides who runs it
+  (invariant 2); a refusal costs no attempt (14).
+- :mod:`.lease`: the heartbeat renews the lease by the database clock (3, 4)
+  and tells the step to stop when it is lost.
+- :mod:`.delivery`: the slot's ``StepRunner``: messages, refusals, batches,
+  giving a lease back (12), and the eager successor run next.
+- :mod:`.execution`: the ``Executor`` calls the step with its inputs inside
+  one transaction on the slot's connection.
+- :mod:`.checkpoint`: the output written only if the lease token still
+  matches (fencing, 5), and what it leads to as a ``FollowUp`` value: the
+  step runs made ready, the eager successor, the job's end.
+- :mod:`.failures`: retried with backoff, dead-lettered with an alert, or
+  recorded as fenced; every decision fenced like a checkpoint (11, 16).
+- :mod:`.park`: a step that waits holds nothing (``engine.waits``).
+- :mod:`.group` and :mod:`.rounds`: quick step runs share one commit, each in
+  its own savepoint or its own guarded checkpoint.
+- :mod:`.context`: ``StepContext``, what a running step gets from the engine.
 """
 
-from engine.runner.delivery import StepRunner, claim
+from engine.runner.claim import claim
+from engine.runner.delivery import StepRunner
 from engine.runner.execution import Executor
 from engine.runner.failures import error_record
 from engine.runner.outcome import Continuation, Outcome

@@ -1,13 +1,11 @@
 """Delivery: a message in, a claim or a refusal, the message acknowledged as it should be.
 
-A message only says "step run X of job J may be ready"; PostgreSQL decides.
-The claim is one conditional statement (invariant 2); losing it is normal,
-and each refusal reason leaves the message where the next attempt, or
-nobody, will find it (a refusal costs no attempt). A won claim is handed to
-the slot's :class:`~engine.runner.execution.Executor`; an eager successor the
-executor claimed in its last checkpoint's commit comes back through
-:meth:`StepRunner.run_continuation`. A lease this slot cannot use is given
-back at once with its attempt (:meth:`StepRunner.give_back`).
+Each refusal reason (:mod:`engine.runner.claim`) leaves the message where the
+next attempt, or nobody, will find it (a refusal costs no attempt). A won
+claim is handed to the slot's :class:`~engine.runner.execution.Executor`; an
+eager successor its checkpoint claimed comes back on the outcome and runs
+next (:meth:`StepRunner.run_continuation`). A lease this slot cannot use is
+given back at once with its attempt (:meth:`StepRunner.give_back`).
 
 A batch of deliveries (:meth:`StepRunner.handle_batch`) is claimed in one
 statement, then run in rounds: the step runs claimed, then the eager
@@ -22,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +28,11 @@ import psycopg
 from engine import store
 from engine.alerts import AlertRecorder
 from engine.config import Settings
-from engine.errors import Contention, MalformedMessage, UnknownFlow
+from engine.errors import MalformedMessage, UnknownFlow
 from engine.flow.registry import Registry
 from engine.infra import faults
 from engine.jobs.plan import Outputs
+from engine.runner.claim import claim, claim_many
 from engine.runner.execution import Executor
 from engine.runner.lease import Heartbeat, Lease
 from engine.runner.outcome import Continuation, Outcome
@@ -46,72 +44,6 @@ from engine.transports.base import Outgoing, Received, Transport
 from engine.transports.message import StepMessage
 
 log = logging.getLogger(__name__)
-
-
-def claim(
-    conn: psycopg.Connection[Any],
-    message: StepMessage,
-    worker: str,
-    lease_s: float,
-    runnable: Sequence[str],
-) -> Claimed | ClaimRefused:
-    """Claim the step run of ``message`` and commit (invariant 2).
-
-    On an autocommit connection (the worker's) the claim, the job start and
-    the claim event are one statement, so one round trip; otherwise they run
-    in a transaction of their own. Only jobs of a ``flow:version`` in
-    ``runnable`` are claimed (a refusal costs no attempt). Losing is normal:
-    zero rows, a serialization failure (SQLSTATE 40001), a deadlock or a lock
-    wait past ``lock_timeout`` are all "not claimed".
-    """
-    try:
-        with nullcontext() if conn.autocommit else conn.transaction():
-            result = store.step_claim_if_available(
-                conn,
-                step_run_id=message.step_run_id,
-                job_id=message.job_id,
-                worker=worker,
-                lease_s=lease_s,
-                runnable=runnable,
-            )
-            if isinstance(result, ClaimRefused) and result.reason != "unknown":
-                store.event_insert(
-                    conn,
-                    EventKind.CLAIM_REFUSED,
-                    job_id=message.job_id,
-                    step_run_id=message.step_run_id,
-                    worker=worker,
-                    detail={"reason": result.reason}
-                    | ({"key": result.key} if result.key is not None else {}),
-                )
-            return result
-    except Contention:
-        return ClaimRefused("race")
-
-
-def claim_many(
-    conn: psycopg.Connection[Any],
-    messages: Sequence[StepMessage],
-    worker: str,
-    lease_s: float,
-    runnable: Sequence[str],
-) -> list[Claimed]:
-    """Claim every claimable step run of ``messages`` in one statement (and commit).
-
-    Those left out are claimed one by one with :func:`claim`, which says why
-    a refused one was refused; a lost race here only sends them that way.
-    """
-    try:
-        with nullcontext() if conn.autocommit else conn.transaction():
-            return store.step_claim_many_if_available(
-                conn,
-                [(m.step_run_id, m.job_id) for m in messages],
-                worker=worker,
-                lease_s=lease_s,
-                runnable=runnable,
-            )
-    except Contention:
-        return []
 
 
 @dataclass

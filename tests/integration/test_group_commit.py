@@ -24,7 +24,7 @@ from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.infra import faults
 from engine.runner import Outcome, StepRunner, execution
-from engine.runner.delivery import claim_many
+from engine.runner.claim import claim_many
 from engine.runner.lease import Heartbeat
 from engine.store import db
 from engine.transports.base import Received
