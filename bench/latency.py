@@ -247,7 +247,8 @@ def run_postgres(n: int, timeout_s: float) -> None:
 
 def run_sqs(n: int, timeout_s: float) -> None:
     from bench.sqs import AWS_ENV, moto_server
-    from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
+    from engine.transports.sqs import SqsSettings, SqsTransport
+    from engine.transports.sqs_queues import create_queues
 
     with moto_server() as endpoint:
         queues = create_queues(SqsSettings(), visibility_s=120, name="engine-bench-latency")

@@ -45,7 +45,8 @@ from engine import submit
 from engine.flow.registry import Registry
 from engine.store import db
 from engine.transports.outbox import relay
-from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import SqsSettings, SqsTransport
+from engine.transports.sqs_queues import create_queues
 from engine.worker.processes import start_worker, stop_all
 
 AWS_ENV = {

@@ -1,6 +1,6 @@
 """``engine queues create``: the SQS step queue and its dead-letter queue.
 
-A thin command over :func:`engine.transports.sqs.create_queues`. Exit codes
+A thin command over :func:`engine.transports.sqs_queues.create_queues`. Exit codes
 as in :mod:`engine.cli.main`: 2 bad input, 3 the environment is wrong (no
 credentials, SQS unreachable, a bad ``ENGINE_*`` setting).
 """
@@ -12,7 +12,8 @@ import json
 import click
 
 from engine.config import Settings
-from engine.transports.sqs import SqsSettings, create_queues
+from engine.transports.sqs import SqsSettings
+from engine.transports.sqs_queues import create_queues
 
 __all__ = ["queues"]
 

@@ -1,10 +1,10 @@
 """The typed context of a run report and of the index, built from the database.
 
 Everything a template shows is computed here (templates hold no SQL and no
-logic beyond loops): the job header, the step graph's node states, one
-:class:`Attempt` per claim of a step run with its outcome (the timeline), the
-event log with lease renewals summarised, errors with tracebacks, dead letters
-and the flow's business summary (the checkpoint of its last step).
+logic beyond loops): the job header, the step graph's node states, errors
+with tracebacks, dead letters and the flow's business summary (the
+checkpoint of its last step); the timeline of attempts and the event log
+come from :mod:`engine.reports.timeline`.
 """
 
 from __future__ import annotations
@@ -23,35 +23,30 @@ from engine.errors import EngineError, NoSuchJob
 from engine.flow import Flow
 from engine.flow.registry import Registry
 from engine.reports.links import run_href
-from engine.store.models import Event, EventKind, Job, StepRun, StepStatus
+from engine.reports.timeline import (
+    Attempt,
+    EventView,
+    RenewalSummary,
+    attempts,
+    event_log,
+    lanes,
+    step_label,
+)
+from engine.store.models import Job, StepRun, StepStatus
 from engine.store.read import job_history, recent_jobs
 
 __all__ = [
-    "Attempt",
     "DeadLetterView",
     "ErrorView",
-    "EventView",
     "GraphNode",
     "IndexReport",
     "IndexRow",
-    "RenewalSummary",
     "RunReport",
     "StepRunView",
     "build_index",
     "build_run_report",
 ]
 
-# events that end an attempt, and the outcome each one gives it
-_ENDINGS: dict[EventKind, str] = {
-    EventKind.SUCCEEDED: "succeeded",
-    EventKind.RETRIED: "retried",
-    EventKind.DEAD_LETTERED: "dead_lettered",
-    EventKind.FENCED: "fenced",
-    EventKind.RELEASED: "released",
-    EventKind.CANCELLED: "cancelled",
-    EventKind.WAITING: "waiting",
-}
-_STARTS = (EventKind.CLAIMED, EventKind.RECLAIMED)
 # worst first: the colour of a graph node with several runs
 _NODE_ORDER = ("dead", "running", "waiting", "pending", "cancelled", "done")
 
@@ -124,42 +119,6 @@ class JobLink(BaseModel):
     status: str
     key: str | None
     href: str
-
-
-class Attempt(BaseModel):
-    """One claim of a step run until what ended it: one bar of the timeline."""
-
-    step_run_id: str
-    label: str
-    attempt: int | None
-    worker: str
-    start: datetime
-    end: datetime | None  # None: still running, or its worker vanished
-    outcome: str  # an _ENDINGS value, "running" or "lost" (no end event)
-    reclaimed_from: str | None
-    lease_lost_at: list[datetime]
-
-
-class EventView(BaseModel):
-    """One line of the event log (renewals are summarised instead)."""
-
-    at: datetime
-    kind: str
-    label: str
-    worker: str
-    attempt: int | None
-    detail: str
-
-
-class RenewalSummary(BaseModel):
-    """Lease renewals of one attempt, as one line."""
-
-    label: str
-    worker: str
-    attempt: int | None
-    count: int
-    first: datetime
-    last: datetime
 
 
 class DeadLetterView(BaseModel):
@@ -238,21 +197,6 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return max((end - start).total_seconds(), 0.0)
 
 
-def _label(run: StepRun | None) -> str:
-    if run is None:
-        return "(job)"
-    return f"{run.step}[{run.fanout_key}]" if run.fanout_key else run.step
-
-
-def _detail(detail: dict[str, Any]) -> str:
-    if not detail:
-        return ""
-    return "; ".join(
-        f"{k}: {v if isinstance(v, str) else json.dumps(v, default=str)}"
-        for k, v in sorted(detail.items())
-    )
-
-
 def _find_flow(registry: Registry | None, name: str) -> Flow | None:
     if registry is None or name not in registry.names():
         return None
@@ -287,45 +231,6 @@ def _nodes(flow: Flow, runs: list[StepRun]) -> list[GraphNode]:
                 )
             )
     return nodes
-
-
-def _attempts(events: list[Event], runs: dict[uuid.UUID, StepRun]) -> list[Attempt]:
-    """Pair every claim with the event that ended it (same step run, next in order)."""
-    open_: dict[uuid.UUID, Attempt] = {}
-    done: list[Attempt] = []
-    for e in events:
-        if e.step_run_id is None:
-            continue
-        kind = EventKind(e.kind)
-        current = open_.get(e.step_run_id)
-        if kind in _STARTS:
-            if current is not None:  # its worker vanished; the lease expired
-                current.outcome = "lost"
-                current.end = e.at
-                done.append(current)
-            open_[e.step_run_id] = Attempt(
-                step_run_id=str(e.step_run_id),
-                label=_label(runs.get(e.step_run_id)),
-                attempt=e.attempt,
-                worker=e.worker or "?",
-                start=e.at,
-                end=None,
-                outcome="running",
-                reclaimed_from=(str(e.detail.get("from")) if kind == EventKind.RECLAIMED else None),
-                lease_lost_at=[],
-            )
-        elif kind == EventKind.LEASE_LOST and current is not None:
-            current.lease_lost_at.append(e.at)
-        elif kind in _ENDINGS and current is not None:
-            current.outcome = _ENDINGS[kind]
-            current.end = e.at
-            done.append(open_.pop(e.step_run_id))
-    for attempt in open_.values():
-        run = runs.get(uuid.UUID(attempt.step_run_id))
-        if run is not None and run.status != StepStatus.RUNNING:
-            attempt.outcome = "lost"
-        done.append(attempt)
-    return sorted(done, key=lambda a: a.start)
 
 
 def _error(where: str, error: dict[str, Any] | None) -> ErrorView | None:
@@ -368,38 +273,9 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
     by_id = {r.id: r for r in runs}
     flow = _find_flow(registry, job.flow)
 
-    log: list[EventView] = []
-    renewals: dict[tuple[uuid.UUID | None, int | None], RenewalSummary] = {}
-    for e in events:
-        run = by_id.get(e.step_run_id) if e.step_run_id else None
-        if e.kind == EventKind.RENEWED:
-            key = (e.step_run_id, e.attempt)
-            if key in renewals:
-                renewals[key].count += 1
-                renewals[key].last = e.at
-            else:
-                renewals[key] = RenewalSummary(
-                    label=_label(run),
-                    worker=e.worker or "",
-                    attempt=e.attempt,
-                    count=1,
-                    first=e.at,
-                    last=e.at,
-                )
-            continue
-        log.append(
-            EventView(
-                at=e.at,
-                kind=str(e.kind),
-                label=_label(run),
-                worker=e.worker or "",
-                attempt=e.attempt,
-                detail=_detail(e.detail),
-            )
-        )
-    attempts = _attempts(events, by_id)
-    lanes = list(dict.fromkeys(a.worker for a in attempts))
-    errors = [view for r in runs if (view := _error(_label(r), r.error)) is not None]
+    timeline = attempts(events, by_id)
+    log, renewals = event_log(events, by_id)
+    errors = [view for r in runs if (view := _error(step_label(r), r.error)) is not None]
     summary_step, summary = _summary(flow, runs)
     end = job.finished_at
     return RunReport(
@@ -422,7 +298,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         steps=[
             StepRunView(
                 id=str(r.id),
-                label=_label(r),
+                label=step_label(r),
                 step=r.step,
                 fanout_key=r.fanout_key,
                 status=str(r.status),
@@ -435,17 +311,17 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
             )
             for r in runs
         ],
-        attempts=attempts,
-        lanes=lanes,
+        attempts=timeline,
+        lanes=lanes(timeline),
         counts=dict(Counter(str(e.kind) for e in events)),
         events=log,
-        renewals=list(renewals.values()),
+        renewals=renewals,
         errors=errors,
         dead_letters=[
             DeadLetterView(
                 id=d.id,
                 source=str(d.source),
-                label=_label(by_id.get(d.step_run_id) if d.step_run_id else None),
+                label=step_label(by_id.get(d.step_run_id) if d.step_run_id else None),
                 reason=d.reason,
                 created_at=d.created_at,
                 replayed_at=d.replayed_at,
@@ -456,7 +332,10 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         summary=summary,
         waits=[
             WaitView(
-                label=_label(r), signal=r.wait_signal, until=r.wait_until, children=r.wait_children
+                label=step_label(r),
+                signal=r.wait_signal,
+                until=r.wait_until,
+                children=r.wait_children,
             )
             for r in runs
             if r.status == StepStatus.WAITING

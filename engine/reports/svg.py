@@ -13,7 +13,8 @@ from html import escape
 
 from markupsafe import Markup
 
-from engine.reports.context import Attempt, GraphNode, IndexRow
+from engine.reports.context import GraphNode, IndexRow
+from engine.reports.timeline import Attempt
 
 __all__ = ["OUTCOME_COLOURS", "STATUS_COLOURS", "durations_svg", "gantt_svg", "graph_svg"]
 

@@ -4,7 +4,8 @@ The database is the source of truth (invariant 1); a transport only delivers
 ids, at least once (see :mod:`engine.transports.base` for the contract).
 ``postgres`` keeps its queue in a table of the engine's database (the
 embedded default); ``sqs`` is the production path (an SQS standard queue,
-configured by ``ENGINE_SQS_*``). Only these modules talk to a queue.
+configured by ``ENGINE_SQS_*``; ``sqs_queues`` creates its queues). Only
+these modules talk to a queue.
 """
 
 from __future__ import annotations

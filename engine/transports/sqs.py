@@ -24,6 +24,8 @@ because emulators do not.
   ``maxReceiveCount`` receives); :meth:`SqsTransport.receive_dead_letters`
   and :meth:`SqsTransport.delete_dead_letters` let the worker record those
   messages in ``engine_dead_letters``.
+- Creating the two queues and their redrive policy is not the transport's
+  (nor the worker's, whose IAM role may not): :mod:`engine.transports.sqs_queues`.
 
 Settings come from ``ENGINE_SQS_*`` (:class:`SqsSettings`); boto3 reads
 credentials and ``AWS_ENDPOINT_URL`` (emulators) itself.
@@ -40,7 +42,6 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
@@ -76,7 +77,8 @@ _STALE_CODES = frozenset(
         "InvalidParameterValue",
     }
 )
-_MISSING_QUEUE_CODES = frozenset(
+# Error codes meaning "no such queue" (they differ between SQS API protocols and emulators).
+MISSING_QUEUE_CODES = frozenset(
     {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue", "NonExistentQueue"}
 )
 _SEND_ENTRY_ATTEMPTS = 3  # partial batch failures are not retried by botocore
@@ -153,14 +155,15 @@ def sqs_client(sqs: SqsSettings) -> Any:
     return faults.sqs_errors(boto3.session.Session().client("sqs", config=config))
 
 
-def _error_code(exc: BaseException) -> str:
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ``ClientError`` (``""`` for anything else)."""
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code", ""))
     return ""
 
 
 @contextmanager
-def _api(operation: str) -> Iterator[None]:
+def api_call(operation: str) -> Iterator[None]:
     """Turn a botocore error (after its retries) into :class:`SqsError`."""
     try:
         yield
@@ -232,7 +235,7 @@ class _ReceiveTimes:
             return len(self._at)
 
 
-def _whole_seconds(seconds: float, upper: int) -> int:
+def whole_seconds(seconds: float, upper: int) -> int:
     """SQS takes whole seconds: round up (never hide or delay less than asked), clamp."""
     return max(0, min(upper, math.ceil(seconds)))
 
@@ -245,18 +248,6 @@ def _received(message: dict[str, Any]) -> Received:
         receipt=str(message["ReceiptHandle"]),
         receive_count=int(attributes.get(_RECEIVE_COUNT, 1)),
     )
-
-
-@dataclass(frozen=True)
-class Queues:
-    """The step queue and its dead-letter queue, as ``engine queues create`` made them."""
-
-    name: str
-    url: str
-    dlq_name: str
-    dlq_url: str
-    max_receive_count: int
-    visibility_s: int
 
 
 class SqsTransport:
@@ -319,7 +310,7 @@ class SqsTransport:
                 )
             body = m.message.encode()
             check_body(body)
-            entries.append((body, _whole_seconds(m.delay_s, MAX_DELAY_S)))
+            entries.append((body, whole_seconds(m.delay_s, MAX_DELAY_S)))
         self._check_open()
         for chunk in _chunks(entries):
             self._send_batch(chunk)
@@ -336,7 +327,7 @@ class SqsTransport:
             for i, (body, delay) in enumerate(chunk)
         }
         for attempt in range(1, _SEND_ENTRY_ATTEMPTS + 1):
-            with _api("SendMessageBatch"):
+            with api_call("SendMessageBatch"):
                 response = self.client.send_message_batch(
                     QueueUrl=self.queue_url, Entries=list(pending.values())
                 )
@@ -367,12 +358,12 @@ class SqsTransport:
         """
         if max_messages < 1:
             raise BadInput(f"max_messages must be at least 1, got {max_messages}")
-        visibility = _whole_seconds(visibility_s, MAX_VISIBILITY_S)
+        visibility = whole_seconds(visibility_s, MAX_VISIBILITY_S)
         deadline = time.monotonic() + max(0.0, wait_s)
         while not self._closed:
             remaining = deadline - time.monotonic()
-            wait = 0 if wait_s <= 0 else _whole_seconds(max(remaining, 1.0), MAX_WAIT_S)
-            with _api("ReceiveMessage"):
+            wait = 0 if wait_s <= 0 else whole_seconds(max(remaining, 1.0), MAX_WAIT_S)
+            with api_call("ReceiveMessage"):
                 response = self.client.receive_message(
                     QueueUrl=self.queue_url,
                     MaxNumberOfMessages=min(max_messages, MAX_BATCH),
@@ -408,7 +399,7 @@ class SqsTransport:
                 # asking for 0 s would release the copy rather than keep it
                 log.info("receipt at SQS's 12-hour visibility limit: this copy is lost")
                 continue
-            entries.append((receipt, _whole_seconds(min(visibility_s, allowed), MAX_VISIBILITY_S)))
+            entries.append((receipt, whole_seconds(min(visibility_s, allowed), MAX_VISIBILITY_S)))
         return self._change_visibility(entries, "extend")
 
     def release(self, receipts: Sequence[str]) -> None:
@@ -423,7 +414,7 @@ class SqsTransport:
         for chunk in _chunks(entries):
             by_id = {str(i): receipt for i, (receipt, _) in enumerate(chunk)}
             try:
-                with _api("ChangeMessageVisibilityBatch"):
+                with api_call("ChangeMessageVisibilityBatch"):
                     response = self.client.change_message_visibility_batch(
                         QueueUrl=self.queue_url,
                         Entries=[
@@ -452,7 +443,7 @@ class SqsTransport:
     def _delete(self, queue_url: str, receipts: Sequence[str]) -> None:
         for chunk in _chunks(receipts):
             try:
-                with _api("DeleteMessageBatch"):
+                with api_call("DeleteMessageBatch"):
                     response = self.client.delete_message_batch(
                         QueueUrl=queue_url,
                         Entries=[{"Id": str(i), "ReceiptHandle": r} for i, r in enumerate(chunk)],
@@ -513,7 +504,7 @@ class SqsTransport:
                 return None
             arn = str(json.loads(policy)["deadLetterTargetArn"])
             account, name = arn.split(":")[4], arn.split(":")[5]
-            with _api("GetQueueUrl"):
+            with api_call("GetQueueUrl"):
                 response = self.client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)
             self._dlq_url = str(response["QueueUrl"])
         return self._dlq_url
@@ -530,11 +521,11 @@ class SqsTransport:
         dlq = self.dead_letter_queue_url()
         if dlq is None:
             return []
-        with _api("ReceiveMessage"):
+        with api_call("ReceiveMessage"):
             response = self.client.receive_message(
                 QueueUrl=dlq,
                 MaxNumberOfMessages=max(1, min(max_messages, MAX_BATCH)),
-                VisibilityTimeout=_whole_seconds(visibility_s, MAX_VISIBILITY_S),
+                VisibilityTimeout=whole_seconds(visibility_s, MAX_VISIBILITY_S),
                 WaitTimeSeconds=0,
                 MessageSystemAttributeNames=[_RECEIVE_COUNT],
             )
@@ -584,7 +575,7 @@ class SqsTransport:
         try:
             response = self.client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)
         except ClientError as exc:
-            if _error_code(exc) in _MISSING_QUEUE_CODES:
+            if error_code(exc) in MISSING_QUEUE_CODES:
                 raise ConfigError(
                     f"SQS queue {queue_url} does not exist; create it with `engine queues create`"
                     " and set ENGINE_SQS_QUEUE_URL"
@@ -598,53 +589,3 @@ class SqsTransport:
         """Stop: a receive in flight returns ``[]`` once its poll ends; other calls raise."""
         self._closed = True
         self.client.close()
-
-
-def create_queues(
-    sqs: SqsSettings, *, visibility_s: float, name: str | None = None, client: Any | None = None
-) -> Queues:
-    """Create the step queue and its dead-letter queue with a redrive policy; idempotent.
-
-    Existing queues keep their URLs and get the configured attributes again
-    (a changed ``max_receive_count`` or visibility is applied).
-    """
-    name = name or sqs.queue_name
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,76}", name):
-        raise BadInput(
-            f"queue name {name!r}: use 1 to 76 letters, digits, '-' or '_' "
-            "(the dead-letter queue adds '-dlq')"
-        )
-    client = client if client is not None else sqs_client(sqs)
-    visibility = _whole_seconds(visibility_s, MAX_VISIBILITY_S)
-    dlq_name = f"{name}-dlq"
-    # 14 days, SQS's longest retention: time for someone to look at a poison message
-    dlq_url = _ensure_queue(client, dlq_name, {"MessageRetentionPeriod": "1209600"})
-    dlq_arn = _queue_arn(client, dlq_url)
-    redrive = json.dumps(
-        {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(sqs.max_receive_count)}
-    )
-    url = _ensure_queue(
-        client, name, {"VisibilityTimeout": str(visibility), "RedrivePolicy": redrive}
-    )
-    return Queues(name, url, dlq_name, dlq_url, sqs.max_receive_count, visibility)
-
-
-def _ensure_queue(client: Any, name: str, attributes: dict[str, str]) -> str:
-    try:
-        with _api("GetQueueUrl"):
-            url = str(client.get_queue_url(QueueName=name)["QueueUrl"])
-    except SqsError as exc:
-        if _error_code(exc.__cause__ or exc) not in _MISSING_QUEUE_CODES:
-            raise
-        # two creators racing: CreateQueue with the same attributes returns the same URL
-        with _api("CreateQueue"):
-            return str(client.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"])
-    with _api("SetQueueAttributes"):
-        client.set_queue_attributes(QueueUrl=url, Attributes=attributes)
-    return url
-
-
-def _queue_arn(client: Any, url: str) -> str:
-    with _api("GetQueueAttributes"):
-        response = client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
-    return str(response["Attributes"]["QueueArn"])

@@ -9,6 +9,7 @@ visibility (invariant 6); on SIGTERM it stops claiming and lets running steps
 finish within a grace period or gives their leases back (invariant 12).
 
 - :mod:`.worker`: ``Worker`` and ``check_startup``;
+- :mod:`.slot`: one executor slot, a thread that claims and runs what it is handed;
 - :mod:`.sweeper`: re-announces lapsed and unpublished step runs, ends what timed out;
 - :mod:`.roster`: each worker's row, and which flow versions active jobs need;
 - :mod:`.health`: ``engine worker --check``, the container's health check;

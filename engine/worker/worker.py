@@ -5,7 +5,7 @@ runs the sweeper every ``sweep_interval_s`` (a thread of its own fires due
 schedules as often, :mod:`engine.schedules.schedules`); a slot that finishes a step first
 tries to receive its next message itself, without waiting, and hands itself
 back to the main thread only when none is visible. Each executor slot is a thread
-with its own connection and its own heartbeat. On SIGTERM or SIGINT
+with its own connection and its own heartbeat (:mod:`engine.worker.slot`). On SIGTERM or SIGINT
 (invariant 12) the worker stops receiving, gives back deliveries it had not
 started, lets running steps finish within ``shutdown_grace_s``, then releases
 the leases of those still running and makes their messages visible at once,
@@ -37,14 +37,14 @@ from engine.errors import ConfigError
 from engine.flow.registry import Registry
 from engine.infra import logs
 from engine.infra.outage import Outage, is_outage
-from engine.runner import Outcome, StepRunner
-from engine.runner.lease import Heartbeat
+from engine.runner import Outcome
 from engine.schedules.firer import ScheduleFirer
 from engine.store import db
 from engine.transports import transport_for
 from engine.transports.base import Received, Transport
 from engine.transports.outbox import RelayListener
 from engine.worker.roster import Roster
+from engine.worker.slot import Slot
 from engine.worker.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -82,114 +82,6 @@ def connect_worker(settings: Settings) -> psycopg.Connection[Any]:
         f"{int(settings.idle_in_transaction_timeout_s * 1000)}"
     )
     return db.connect(settings, options=options)
-
-
-class _Slot:
-    def __init__(self, worker: Worker, index: int) -> None:
-        self.worker = worker
-        self.name = f"{worker.worker_id}/{index}"
-        self.heartbeat = Heartbeat(
-            worker.settings, worker.transport, self.name, on_outage=worker.outage.failed
-        )
-        self.runner: StepRunner | None = None
-        self.busy = False
-        self.thread = threading.Thread(
-            target=logs.inheriting(self._loop), name=f"slot-{index}", daemon=True
-        )
-
-    def _runner(self) -> StepRunner:
-        if self.runner is None or self.runner.conn.closed:
-            conn = connect_worker(self.worker.settings)
-            # a claim is one statement (one round trip); the step's own
-            # transaction is begun explicitly by the runner
-            conn.autocommit = True
-            self.runner = StepRunner(
-                settings=self.worker.settings,
-                registry=self.worker.registry,
-                transport=self.worker.transport,
-                worker=self.name,
-                conn=conn,
-                heartbeat=self.heartbeat,
-                alerts=self.worker.alerts,
-                may_continue=lambda: not self.worker.stop_event.is_set(),
-                on_outage=self.worker.outage.failed,
-            )
-        return self.runner
-
-    def _loop(self) -> None:
-        inbox = self.worker.inbox
-        batch: list[Received] | None = None
-        while True:
-            if not batch:
-                batch = inbox.get()
-                if batch is None:
-                    return
-            self.busy = True
-            try:
-                runner = self._runner()
-                # claimed in one statement; eager successors run in the same call
-                for outcome in runner.handle_batch(batch):
-                    self.worker.outcome(outcome)
-            except Exception as exc:
-                # a broken connection or an unexpected driver error: the
-                # deliveries come back after their visibility timeout, eager
-                # successors once their leases lapse (the sweeper); start afresh
-                if self.runner is not None:
-                    self.runner.executor.heartbeat.unwatch()
-                    self.runner.executor.group.abandon()
-                if is_outage(exc):
-                    self.worker.outage.failed(exc, f"slot {self.name}")
-                    self._give_back_unclaimed(batch)
-                else:
-                    log.exception(
-                        "slot %s failed handling message(s) %s",
-                        self.name,
-                        ", ".join(r.message_id for r in batch),
-                    )
-                if self.runner is not None:
-                    self.runner.conn.close()
-            finally:
-                self.busy = False
-            batch = self._receive_next()
-            if not batch:
-                self.worker.slot_freed()
-
-    def _give_back_unclaimed(self, batch: list[Received]) -> None:
-        # Nobody receives during an outage, so the copies can be visible at once
-        # and are claimed as soon as the database is back (with the PostgreSQL
-        # transport this fails too, and the copies return after their visibility).
-        try:
-            self.worker.transport.release([r.receipt for r in batch])
-        except Exception:
-            log.debug("could not release %d deliveries during the outage", len(batch))
-
-    def _receive_next(self) -> list[Received]:
-        """Visible messages for this slot (a claim batch), without waiting; none, or stopping.
-
-        Keeps a busy worker's slot from idling while the main thread wakes up
-        and receives for it; only the main thread waits for messages.
-        """
-        worker = self.worker
-        if worker.stop_event.is_set() or worker.outage.down.is_set():
-            return []
-        try:
-            # a batch while this slot's steps are quick (group commit), else one
-            runner = self.runner
-            size = worker.settings.claim_batch if runner is not None and runner.wants_batch else 1
-            batch = worker.transport.receive(size, worker.settings.visibility_s, 0.0)
-            if batch and worker.stop_event.is_set():
-                worker.transport.release([r.receipt for r in batch])
-                return []
-        except Exception as exc:
-            # never out of the slot's thread: the main thread receives instead
-            if is_outage(exc):
-                worker.outage.failed(exc, f"slot {self.name}")
-            else:
-                log.warning(
-                    "slot %s: receive failed; the main thread receives", self.name, exc_info=True
-                )
-            return []
-        return batch
 
 
 class Worker:
@@ -238,7 +130,7 @@ class Worker:
         self.roster = Roster(settings, self.worker_id, registry.runnable())
         self._free = threading.Condition()
         self._idle = settings.concurrency
-        self._slots: list[_Slot] = []
+        self._slots: list[Slot] = []
 
     # -- bookkeeping used by the slots -------------------------------------------------
 
@@ -276,7 +168,11 @@ class Worker:
         if not self._wait_for_database("start-up"):
             return 0
         self._register()
-        self._slots = [_Slot(self, i) for i in range(self.settings.concurrency)]
+        # each slot connects as the worker does: statements and lock waits bounded
+        self._slots = [
+            Slot(self, i, connect=lambda: connect_worker(self.settings))
+            for i in range(self.settings.concurrency)
+        ]
         for slot in self._slots:
             slot.thread.start()
         self.dispatcher.start()
@@ -451,7 +347,7 @@ class Worker:
             log.warning("could not mark worker %s stopped", self.worker_id)
         log.info("worker %s stopped", self.worker_id)
 
-    def _release(self, stuck: list[_Slot]) -> None:
+    def _release(self, stuck: list[Slot]) -> None:
         """Give back the leases of steps that did not finish within the grace period."""
         with db.connect(self.settings, autocommit=True) as conn:
             for slot in stuck:

@@ -31,7 +31,8 @@ from engine import submit
 from engine.config import Settings
 from engine.transports.outbox import Publisher
 from engine.transports.postgres import PostgresTransport
-from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import SqsSettings, SqsTransport
+from engine.transports.sqs_queues import create_queues
 from engine.worker.processes import WorkerProcess, stop_all
 
 pytestmark = pytest.mark.acceptance

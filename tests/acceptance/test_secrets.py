@@ -35,7 +35,8 @@ from sqs_support import fast_moto_clock, moto_server, queue_name, server_env
 
 from engine import submit
 from engine.config import Settings
-from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import SqsSettings, SqsTransport
+from engine.transports.sqs_queues import create_queues
 from engine.worker.processes import settings_env, start_worker
 
 pytestmark = pytest.mark.acceptance

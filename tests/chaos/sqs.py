@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from engine.transports.sqs import Queues, SqsSettings, create_queues
+from engine.transports.sqs import SqsSettings
+from engine.transports.sqs_queues import Queues, create_queues
 
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "chaos",

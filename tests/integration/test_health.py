@@ -19,7 +19,8 @@ from sqs_support import REGION, moto_in_process
 from engine.cli.main import EXIT_ENVIRONMENT, EXIT_OK, main
 from engine.config import Settings
 from engine.store.migrations import discover
-from engine.transports.sqs import SqsSettings, create_queues
+from engine.transports.sqs import SqsSettings
+from engine.transports.sqs_queues import create_queues
 
 CHECKS = ["settings", "timing", "flows", "database", "migrations", "queue", "alerts"]
 

@@ -24,7 +24,8 @@ from sqs_support import AWS_ENV, REGION, moto_server, queue_name
 
 from engine.config import Settings
 from engine.store.db import EMBEDDED_MISSING
-from engine.transports.sqs import SqsSettings, create_queues
+from engine.transports.sqs import SqsSettings
+from engine.transports.sqs_queues import create_queues
 
 ROOT = Path(__file__).resolve().parents[2]
 # import names of the worker and dev extras' libraries (and what they pull in)

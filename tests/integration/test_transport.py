@@ -27,7 +27,8 @@ from engine.store import db
 from engine.transports.base import Outgoing, Received, Transport
 from engine.transports.message import StepMessage
 from engine.transports.postgres import PostgresTransport
-from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import SqsSettings, SqsTransport
+from engine.transports.sqs_queues import create_queues
 
 TRANSPORTS = ["postgres", "sqs"]
 JOIN_TIMEOUT_S = 60.0

@@ -9,7 +9,8 @@ import boto3
 import pytest
 from sqs_support import REGION, documented_receipts, moto_in_process, queue_name
 
-from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import SqsSettings, SqsTransport
+from engine.transports.sqs_queues import Queues, create_queues
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from harness import fast_settings, thread_worker, wait_job_ended
 from engine import submit
 from engine.config import Settings
 from engine.flow.registry import Registry
-from engine.transports.sqs import Queues
+from engine.transports.sqs_queues import Queues
 
 MODULES = ["testflows", "childflows"]
 

@@ -19,7 +19,8 @@ from harness import fast_settings, run_of, thread_worker, wait_job_ended, wait_u
 from engine import submit
 from engine.config import Settings
 from engine.flow.registry import Registry
-from engine.transports.sqs import Queues, SqsTransport
+from engine.transports.sqs import SqsTransport
+from engine.transports.sqs_queues import Queues
 
 REGISTRY = Registry.load(["testflows", "keyedflows"])
 

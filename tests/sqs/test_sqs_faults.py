@@ -25,7 +25,8 @@ from sqs_support import REGION, moto_server, queue_name, server_env
 from engine.errors import SqsError
 from engine.transports.base import Outgoing, Received
 from engine.transports.message import StepMessage
-from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import SqsSettings, SqsTransport
+from engine.transports.sqs_queues import Queues, create_queues
 
 
 @pytest.fixture(scope="module")

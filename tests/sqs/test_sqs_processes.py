@@ -24,7 +24,8 @@ from engine.store import db
 from engine.transports.base import Outgoing
 from engine.transports.message import StepMessage
 from engine.transports.outbox import relay
-from engine.transports.sqs import SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import SqsSettings, SqsTransport
+from engine.transports.sqs_queues import create_queues
 from engine.worker.processes import WorkerProcess, stop_all
 
 pytestmark = pytest.mark.acceptance

@@ -22,7 +22,8 @@ from engine.transports import sqs as sqs_module
 from engine.transports import transport_for
 from engine.transports.base import Outgoing, Received
 from engine.transports.message import MAX_BODY_BYTES, StepMessage
-from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import SqsSettings, SqsTransport
+from engine.transports.sqs_queues import Queues, create_queues
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.store import db
 from engine.transports.message import StepMessage
-from engine.transports.sqs import Queues
+from engine.transports.sqs_queues import Queues
 
 MODULES = ["testflows", "waitflows"]
 

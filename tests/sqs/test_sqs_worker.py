@@ -28,7 +28,8 @@ from engine.jobs import admin
 from engine.runner.lease import Heartbeat, Lease
 from engine.transports.base import Received
 from engine.transports.message import StepMessage
-from engine.transports.sqs import Queues, SqsSettings, SqsTransport, create_queues
+from engine.transports.sqs import SqsSettings, SqsTransport
+from engine.transports.sqs_queues import Queues, create_queues
 from engine.worker.sweeper import Sweeper
 from engine.worker.worker import check_startup
 

@@ -26,7 +26,8 @@ from botocore.session import get_session
 from moto import mock_aws
 
 from engine.config import Settings
-from engine.transports.sqs import SqsSettings, create_queues
+from engine.transports.sqs import SqsSettings
+from engine.transports.sqs_queues import create_queues
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

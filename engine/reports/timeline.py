@@ -1,0 +1,184 @@
+"""A job's history in time: the timeline of attempts, and the event log beside it.
+
+Built from the job's append-only events (``engine_events``) and its step
+runs. Each claim of a step run (``claimed``, or ``reclaimed`` after a lease
+expired) opens an :class:`Attempt`, one bar of the timeline, closed by the
+next event of that step run that ends an attempt; a claim never closed is
+``running``, or ``lost`` when its worker vanished. The lanes are the
+workers, in the order of their first attempt. The event log lists every
+other event as one :class:`EventView` line, and sums an attempt's lease
+renewals into one :class:`RenewalSummary`. :func:`step_label` names a step
+run the way every part of a report does.
+
+A view of rows, never a source of truth (invariant 1). It keeps no
+invariant of its own; it shows them at work: every claim is a bar
+(invariant 2), renewals and ``lease_lost`` marks are the heartbeat
+(invariant 4), a ``fenced`` attempt committed nothing (invariants 5 and 16),
+and a reclaimed attempt resumed what a vanished worker left (invariants 9
+and 10).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from engine.store.models import Event, EventKind, StepRun, StepStatus
+
+__all__ = [
+    "Attempt",
+    "EventView",
+    "RenewalSummary",
+    "attempts",
+    "event_log",
+    "lanes",
+    "step_label",
+]
+
+# events that end an attempt, and the outcome each one gives it
+_ENDINGS: dict[EventKind, str] = {
+    EventKind.SUCCEEDED: "succeeded",
+    EventKind.RETRIED: "retried",
+    EventKind.DEAD_LETTERED: "dead_lettered",
+    EventKind.FENCED: "fenced",
+    EventKind.RELEASED: "released",
+    EventKind.CANCELLED: "cancelled",
+    EventKind.WAITING: "waiting",
+}
+_STARTS = (EventKind.CLAIMED, EventKind.RECLAIMED)
+
+
+class Attempt(BaseModel):
+    """One claim of a step run until what ended it: one bar of the timeline."""
+
+    step_run_id: str
+    label: str
+    attempt: int | None
+    worker: str
+    start: datetime
+    end: datetime | None  # None: still running, or its worker vanished
+    outcome: str  # an _ENDINGS value, "running" or "lost" (no end event)
+    reclaimed_from: str | None
+    lease_lost_at: list[datetime]
+
+
+class EventView(BaseModel):
+    """One line of the event log (renewals are summarised instead)."""
+
+    at: datetime
+    kind: str
+    label: str
+    worker: str
+    attempt: int | None
+    detail: str
+
+
+class RenewalSummary(BaseModel):
+    """Lease renewals of one attempt, as one line."""
+
+    label: str
+    worker: str
+    attempt: int | None
+    count: int
+    first: datetime
+    last: datetime
+
+
+def step_label(run: StepRun | None) -> str:
+    """How a report names a step run: ``step[fanout_key]``, or ``(job)`` for none."""
+    if run is None:
+        return "(job)"
+    return f"{run.step}[{run.fanout_key}]" if run.fanout_key else run.step
+
+
+def _detail(detail: dict[str, Any]) -> str:
+    if not detail:
+        return ""
+    return "; ".join(
+        f"{k}: {v if isinstance(v, str) else json.dumps(v, default=str)}"
+        for k, v in sorted(detail.items())
+    )
+
+
+def attempts(events: list[Event], runs: dict[uuid.UUID, StepRun]) -> list[Attempt]:
+    """Pair every claim with the event that ended it (same step run, next in order)."""
+    open_: dict[uuid.UUID, Attempt] = {}
+    done: list[Attempt] = []
+    for e in events:
+        if e.step_run_id is None:
+            continue
+        kind = EventKind(e.kind)
+        current = open_.get(e.step_run_id)
+        if kind in _STARTS:
+            if current is not None:  # its worker vanished; the lease expired
+                current.outcome = "lost"
+                current.end = e.at
+                done.append(current)
+            open_[e.step_run_id] = Attempt(
+                step_run_id=str(e.step_run_id),
+                label=step_label(runs.get(e.step_run_id)),
+                attempt=e.attempt,
+                worker=e.worker or "?",
+                start=e.at,
+                end=None,
+                outcome="running",
+                reclaimed_from=(str(e.detail.get("from")) if kind == EventKind.RECLAIMED else None),
+                lease_lost_at=[],
+            )
+        elif kind == EventKind.LEASE_LOST and current is not None:
+            current.lease_lost_at.append(e.at)
+        elif kind in _ENDINGS and current is not None:
+            current.outcome = _ENDINGS[kind]
+            current.end = e.at
+            done.append(open_.pop(e.step_run_id))
+    for attempt in open_.values():
+        run = runs.get(uuid.UUID(attempt.step_run_id))
+        if run is not None and run.status != StepStatus.RUNNING:
+            attempt.outcome = "lost"
+        done.append(attempt)
+    return sorted(done, key=lambda a: a.start)
+
+
+def lanes(timeline: list[Attempt]) -> list[str]:
+    """The timeline's lanes: one per worker, in the order of its first attempt."""
+    return list(dict.fromkeys(a.worker for a in timeline))
+
+
+def event_log(
+    events: list[Event], runs: dict[uuid.UUID, StepRun]
+) -> tuple[list[EventView], list[RenewalSummary]]:
+    """The event log in order, and each attempt's lease renewals summed into one line."""
+    log: list[EventView] = []
+    renewals: dict[tuple[uuid.UUID | None, int | None], RenewalSummary] = {}
+    for e in events:
+        run = runs.get(e.step_run_id) if e.step_run_id else None
+        if e.kind == EventKind.RENEWED:
+            key = (e.step_run_id, e.attempt)
+            if key in renewals:
+                renewals[key].count += 1
+                renewals[key].last = e.at
+            else:
+                renewals[key] = RenewalSummary(
+                    label=step_label(run),
+                    worker=e.worker or "",
+                    attempt=e.attempt,
+                    count=1,
+                    first=e.at,
+                    last=e.at,
+                )
+            continue
+        log.append(
+            EventView(
+                at=e.at,
+                kind=str(e.kind),
+                label=step_label(run),
+                worker=e.worker or "",
+                attempt=e.attempt,
+                detail=_detail(e.detail),
+            )
+        )
+    return log, list(renewals.values())
