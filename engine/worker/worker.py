@@ -2,7 +2,7 @@
 
 The main thread receives in batches (no more than there are idle slots) and
 runs the sweeper every ``sweep_interval_s`` (a thread of its own fires due
-schedules as often, :mod:`engine.schedules.schedules`); a slot that finishes a step first
+schedules as often, :mod:`engine.schedules.firer`); a slot that finishes a step first
 tries to receive its next message itself, without waiting, and hands itself
 back to the main thread only when none is visible. Each executor slot is a thread
 with its own connection and its own heartbeat (:mod:`engine.worker.slot`). On SIGTERM or SIGINT
