@@ -270,7 +270,7 @@ class AlertDelivery(SQLModel, table=True):
 
 
 class ScheduleRow(SQLModel, table=True):
-    """A flow submitted on a calendar (engine/recurring.py)."""
+    """A flow submitted on a calendar (engine/schedules/)."""
 
     __tablename__ = "engine_schedules"
 

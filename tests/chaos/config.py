@@ -23,7 +23,7 @@ FAULT_KINDS = (
     "sqs_errors",  # botocore hooks answer SQS calls with errors for a window (SQS only)
     "rollback",  # submits inside a psycopg transaction that rolls back
     "deploy",  # a worker whose ENGINE_FLOW_MODULES lacks a flow, beside full ones
-    "point_kill",  # a worker killed at a named fault point (engine/faults.py)
+    "point_kill",  # a worker killed at a named fault point (engine/infra/faults.py)
     "submit_kill",  # an `engine submit` killed after its commit, or after publishing
     "term_last",  # SIGTERM during the last attempt a step run is allowed
     "schedule",  # a worker killed at a schedule's fault point while it fires; each time fires once
