@@ -26,7 +26,7 @@ from engine import Refused, Registry, load_queries, render_job_report, signal, s
 from engine.config import Settings
 from engine.jobs import admin
 from flows.erp import checks, periods
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 PERIOD = "2026-11"
 # a killed worker's lease and message come back within seconds, not the FAST minute

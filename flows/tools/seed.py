@@ -50,7 +50,7 @@ HOSTILE_MEMOS = (
 )
 """Memos that every layer (SQL, HTML reports, CSV exports) must carry byte-exact."""
 
-_Q = load_queries(str(Path(__file__).parent / "sql" / "seed.sql"))
+_Q = load_queries(str(Path(__file__).parents[1] / "erp" / "sql" / "seed.sql"))
 _PERIOD: TypeAdapter[str] = TypeAdapter(Period)
 _CENT = Decimal("0.01")
 _VAT = Decimal("0.20")

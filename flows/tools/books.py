@@ -1,7 +1,8 @@
-"""``engine books check | close | reopen | history``: a period's checks and lifecycle.
+"""``engine books``: a period's trial balance, checks and lifecycle, for people and scripts.
 
 ::
 
+    engine books trial-balance --period 2026-11 [--json]
     engine books check --period 2026-11 [--json]     # exit 1 naming each broken identity
     engine books close --period 2026-11              # refused (exit 2) saying why
     engine books reopen --period 2026-11 --reason "late supplier invoice"
@@ -24,10 +25,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from engine import BadInput, ChecksFailed, EngineError, Settings, StoreError, connect
 from flows.erp import checks, periods
-from flows.erp.books import books
+from flows.erp.books import TrialBalance, cents, trial_balance
 from flows.types import Period
 
-__all__ = ["actor"]
+__all__ = ["actor", "books", "trial_balance_table"]
 
 T = TypeVar("T")
 
@@ -64,6 +65,59 @@ def _books() -> Iterator[psycopg.Connection[Any]]:
 def _run(work: Callable[[psycopg.Connection[Any]], T]) -> T:
     with _books() as conn:
         return work(conn)
+
+
+def trial_balance_table(tb: TrialBalance) -> str:
+    """The trial balance as a table for people: one line per account, then the totals."""
+    rows = [
+        (a.code, a.name, cents(a.debit), cents(a.credit), cents(a.balance)) for a in tb.accounts
+    ]
+    rows.append(("", "total", cents(tb.debit), cents(tb.credit), cents(tb.debit - tb.credit)))
+    header = ("account", "name", "debit", "credit", "balance")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(row: tuple[str, ...]) -> str:
+        left = [cell.ljust(w) for cell, w in zip(row[:2], widths[:2], strict=True)]
+        right = [cell.rjust(w) for cell, w in zip(row[2:], widths[2:], strict=True)]
+        return "  ".join(left + right)
+
+    verdict = "balanced" if tb.balanced else f"NOT BALANCED by {cents(tb.debit - tb.credit)}"
+    return "\n".join(
+        [
+            f"Trial balance {tb.period}",
+            line(header),
+            *(line(r) for r in rows),
+            f"{tb.lines} journal lines, {verdict}",
+        ]
+    )
+
+
+@click.group()
+def books() -> None:
+    """The ERP's books: trial balance, checks, and a period's close and reopen."""
+
+
+@books.command("trial-balance")
+@click.option("--period", required=True, show_envvar=True, help="accounting period, YYYY-MM")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def trial_balance_command(period: str, as_json: bool) -> None:
+    """Total debit and credit of a period's journal lines, per account."""
+    try:
+        period = TypeAdapter(Period).validate_python(period)
+    except ValidationError as exc:
+        raise BadInput(exc.errors()[0]["msg"]) from None
+    try:
+        with connect(Settings()) as conn:
+            tb = trial_balance(conn, period)
+    except BadInput:
+        raise
+    except (EngineError, psycopg.Error) as exc:
+        # psycopg's errors reach here unwrapped: flows run their own SQL
+        raise StoreError(f"cannot read the books: {exc}") from exc
+    if as_json:
+        click.echo(tb.model_dump_json())
+    else:
+        click.echo(trial_balance_table(tb))
 
 
 period_option = click.option(
