@@ -7,8 +7,10 @@ reads and closes a period's books (``engine books``). They are built on the
 domain package :mod:`flows.erp`; nothing there or in a flow imports them.
 
 The registry loads this package with the flow modules (it sits directly in
-``flows``) and adds each command of :data:`commands` to the ``engine`` CLI
-(:mod:`engine.cli.extensions`).
+``flows``) and reads :data:`commands`, as it reads a flow module's ``flow``
+(:mod:`engine.flow.registry`); the ``engine`` CLI adds each one under its own
+name (:mod:`engine.cli.extensions`). The list is the whole registration:
+no command adds itself to a group or a registry when its module is imported.
 
 Like the flows, the tools import only ``engine``'s public API, with two
 documented exceptions, both in :mod:`.demo`: :mod:`engine.worker.processes`,
@@ -25,7 +27,7 @@ from flows.tools.books import books
 from flows.tools.demo import demo
 from flows.tools.seed import command as seed_command
 
-commands: list[click.Command] = []
-commands.append(books)
-commands.append(seed_command)
-commands.append(demo)
+__all__ = ["commands"]
+
+commands: list[click.Command] = [books, seed_command, demo]
+"""The commands the ``engine`` CLI adds: ``engine books``, ``engine seed``, ``engine demo``."""

@@ -92,12 +92,7 @@ def trial_balance_table(tb: TrialBalance) -> str:
     )
 
 
-@click.group()
-def books() -> None:
-    """The ERP's books: trial balance, checks, and a period's close and reopen."""
-
-
-@books.command("trial-balance")
+@click.command("trial-balance")
 @click.option("--period", required=True, show_envvar=True, help="accounting period, YYYY-MM")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def trial_balance_command(period: str, as_json: bool) -> None:
@@ -126,7 +121,7 @@ period_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 
 
-@books.command("check")
+@click.command("check")
 @period_option
 @json_option
 def check_command(period: str, as_json: bool) -> None:
@@ -146,7 +141,7 @@ def check_command(period: str, as_json: bool) -> None:
         raise ChecksFailed(f"books of {report.period}", report.problems)
 
 
-@books.command("close")
+@click.command("close")
 @period_option
 @click.option("--by", "by", default=None, help="who closes it (default: user@host)")
 def close_command(period: str, by: str | None) -> None:
@@ -155,7 +150,7 @@ def close_command(period: str, by: str | None) -> None:
     click.echo(f"period {event.period} closed by {event.actor} at {event.at:%Y-%m-%d %H:%M:%S %Z}")
 
 
-@books.command("reopen")
+@click.command("reopen")
 @period_option
 @click.option("--reason", required=True, help="why the period is reopened (recorded)")
 @click.option("--by", "by", default=None, help="who reopens it (default: user@host)")
@@ -167,7 +162,7 @@ def reopen_command(period: str, reason: str, by: str | None) -> None:
     click.echo(f"period {event.period} reopened by {event.actor}: {event.reason}")
 
 
-@books.command("history")
+@click.command("history")
 @period_option
 @json_option
 def history_command(period: str, as_json: bool) -> None:
@@ -183,3 +178,11 @@ def history_command(period: str, as_json: bool) -> None:
     for e in events:
         why = f"  ({e.reason})" if e.reason else ""
         click.echo(f"{e.at:%Y-%m-%d %H:%M:%S %Z}  {e.action:<8}  {e.actor}{why}")
+
+
+books = click.Group(
+    "books",
+    commands=[trial_balance_command, check_command, close_command, reopen_command, history_command],
+    help="The ERP's books: trial balance, checks, and a period's close and reopen.",
+)
+"""``engine books``: its commands are listed here, not added to it by whoever imports them."""
