@@ -38,7 +38,7 @@ from psycopg.rows import tuple_row
 from pydantic import BaseModel, Field, ValidationError
 
 from engine import Fail, Flow, StepContext, load_queries, write_report_file
-from flows.types import Period
+from flows.erp.types import Period
 
 _q = load_queries(str(Path(__file__).parent / "erp" / "sql" / "migration.sql"))
 

@@ -56,7 +56,7 @@ from engine import Fail, Flow, Refused, Signal, StepContext, load_queries
 from flows.erp import periods
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
-from flows.types import Period
+from flows.erp.types import Period
 
 __all__ = [
     "APPROVAL_SIGNAL",

@@ -33,7 +33,7 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel
 
 from engine import BadInput, load_queries
-from flows.types import next_period
+from flows.erp.types import next_period
 
 __all__ = ["BooksCheck", "Check", "check_period"]
 

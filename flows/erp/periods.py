@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from engine import BadInput, Concurrency, Refused, active_jobs, load_queries
 from flows.erp import checks
-from flows.types import next_period
+from flows.erp.types import next_period
 
 __all__ = [
     "BOOK_FLOWS",

@@ -26,7 +26,7 @@ from pydantic import TypeAdapter, ValidationError
 from engine import BadInput, ChecksFailed, EngineError, Settings, StoreError, connect
 from flows.erp import checks, periods
 from flows.erp.books import TrialBalance, cents, trial_balance
-from flows.types import Period
+from flows.erp.types import Period
 
 __all__ = ["actor", "books", "trial_balance_table"]
 

@@ -34,7 +34,7 @@ from psycopg.rows import tuple_row
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from engine import BadInput, EngineError, Settings, StoreError, connect, load_queries
-from flows.types import Period
+from flows.erp.types import Period
 
 __all__ = ["DEFAULT_MOVES_PER_ITEM", "HOSTILE_MEMOS", "SeedReport", "command", "seed"]
 
