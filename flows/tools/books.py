@@ -21,12 +21,11 @@ from typing import Any, TypeVar
 
 import click
 import psycopg
-from pydantic import TypeAdapter, ValidationError
 
 from engine import BadInput, ChecksFailed, EngineError, Settings, StoreError, connect
 from flows.erp import checks, periods
 from flows.erp.books import TrialBalance, cents, trial_balance
-from flows.erp.types import Period
+from flows.erp.types import parse_period
 
 __all__ = ["actor", "books", "trial_balance_table"]
 
@@ -43,10 +42,7 @@ def actor() -> str:
 
 
 def _period(value: str) -> str:
-    try:
-        return TypeAdapter(Period).validate_python(value)
-    except ValidationError as exc:
-        raise BadInput(f"--period: {exc.errors()[0]['msg']}") from None
+    return parse_period(value, option="--period")  # these commands name the option
 
 
 @contextmanager
@@ -97,10 +93,7 @@ def trial_balance_table(tb: TrialBalance) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def trial_balance_command(period: str, as_json: bool) -> None:
     """Total debit and credit of a period's journal lines, per account."""
-    try:
-        period = TypeAdapter(Period).validate_python(period)
-    except ValidationError as exc:
-        raise BadInput(exc.errors()[0]["msg"]) from None
+    period = parse_period(period)
     try:
         with connect(Settings()) as conn:
             tb = trial_balance(conn, period)

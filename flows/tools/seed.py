@@ -31,10 +31,10 @@ import click
 import psycopg
 from psycopg import sql
 from psycopg.rows import tuple_row
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel
 
 from engine import BadInput, EngineError, Settings, StoreError, connect, load_queries
-from flows.erp.types import Period
+from flows.erp.types import parse_period, previous_period, year_month
 
 __all__ = ["DEFAULT_MOVES_PER_ITEM", "HOSTILE_MEMOS", "SeedReport", "command", "seed"]
 
@@ -51,7 +51,6 @@ HOSTILE_MEMOS = (
 """Memos that every layer (SQL, HTML reports, CSV exports) must carry byte-exact."""
 
 _Q = load_queries(str(Path(__file__).parents[1] / "erp" / "sql" / "seed.sql"))
-_PERIOD: TypeAdapter[str] = TypeAdapter(Period)
 _CENT = Decimal("0.01")
 _VAT = Decimal("0.20")
 _SIZES = ("small", "medium", "large", "flagship")
@@ -132,7 +131,7 @@ class _Month:
 
     def __init__(self, period: str) -> None:
         self.period = period
-        year, month = int(period[:4]), int(period[5:])
+        year, month = year_month(period)
         if year < 2:
             raise BadInput(f"period {period!r} is too early: the period before it must exist")
         last = calendar.monthrange(year, month)[1]
@@ -141,7 +140,7 @@ class _Month:
         self.weekdays = [i for i, d in enumerate(self.days) if d.weekday() < 5]
         weights = [1.8 if d.weekday() >= 5 else 1.0 for d in self.days]
         self.sale_cw = [sum(weights[: i + 1]) for i in range(last)]
-        self.previous = f"{year - 1:04d}-12" if month == 1 else f"{year:04d}-{month - 1:02d}"
+        self.previous = previous_period(period)
         prev = dt.date(year, month, 1) - dt.timedelta(days=1)
         self.previous_days = [prev.replace(day=d) for d in range(1, prev.day + 1)]
 
@@ -243,10 +242,7 @@ def seed(
     Joins the caller's transaction if one is open.
     """
     started = time.perf_counter()
-    try:
-        period = _PERIOD.validate_python(period)
-    except ValidationError as exc:
-        raise BadInput(str(exc.errors()[0]["msg"])) from None
+    period = parse_period(period)
     if min(stores, brands, items) < 1 or employees < stores or documents < 0:
         raise BadInput(
             f"stores ({stores}), brands ({brands}), items ({items}) must be >= 1, documents "
@@ -521,9 +517,9 @@ def _lines(
 
 def _period_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
-        return _PERIOD.validate_python(value)
-    except ValidationError as exc:
-        raise click.BadParameter(str(exc.errors()[0]["msg"]), ctx, param) from None
+        return parse_period(value)
+    except BadInput as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _option(*names: str, **kwargs: Any) -> Callable[[_F], _F]:
