@@ -11,10 +11,7 @@
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
-import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -24,21 +21,13 @@ import psycopg
 
 from engine import BadInput, ChecksFailed, EngineError, Settings, StoreError, connect
 from flows.erp import checks, periods
+from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
 from flows.erp.types import parse_period
 
-__all__ = ["actor", "books", "trial_balance_table"]
+__all__ = ["books", "trial_balance_table"]
 
 T = TypeVar("T")
-
-
-def actor() -> str:
-    """Who runs this command, for the period's history: ``user@host``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
 
 
 def _period(value: str) -> str:

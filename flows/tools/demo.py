@@ -11,8 +11,6 @@ is closed, so it only shows the books, which do not change.
 
 from __future__ import annotations
 
-import getpass
-import socket
 import time
 from typing import Any
 
@@ -31,6 +29,7 @@ from engine import (
 )
 from engine.worker.processes import worker_processes
 from flows.erp import checks, periods
+from flows.erp.actor import actor
 from flows.erp.books import trial_balance
 from flows.tools.books import trial_balance_table
 from flows.tools.seed import has_erp_data, seed
@@ -79,7 +78,7 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
             {"period": period},
             settings=settings,
             registry=registry,
-            submitted_by=f"{getpass.getuser()}@{socket.gethostname()} (engine demo)",
+            submitted_by=f"{actor()} (engine demo)",
         )
         click.echo(f"month-end close of {period}: job {job.job_id}")
         status = wait_for_job(settings, job.job_id)
