@@ -9,17 +9,17 @@ total credit; ``engine books trial-balance --period 2026-11`` shows it
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 from typing import Annotated, Any
 
 import psycopg
 from pydantic import BaseModel, PlainSerializer
 
-from engine import BadInput, load_queries
+from engine import BadInput
+from flows.erp.queries import NamedQueries
 
 __all__ = ["AccountBalance", "Money", "TrialBalance", "cents", "trial_balance"]
 
-_q = load_queries(str(Path(__file__).parent / "sql" / "books.sql"))
+_q = NamedQueries("books")
 
 CENT = Decimal("0.01")
 
@@ -60,9 +60,9 @@ class TrialBalance(BaseModel):
 
 def trial_balance(conn: psycopg.Connection[Any], period: str) -> TrialBalance:
     """The trial balance of ``period``; :class:`engine.BadInput` if the period does not exist."""
-    if conn.execute(_q["period_select"], {"period": period}).fetchone() is None:
+    if _q.first(conn, "period_select", {"period": period}) is None:
         raise BadInput(f"period {period} does not exist in erp_periods")
-    rows = conn.execute(_q["journal_line_select_totals_by_account"], {"period": period}).fetchall()
+    rows = _q.rows(conn, "journal_line_select_totals_by_account", {"period": period})
     accounts = [AccountBalance.model_validate(r) for r in rows]
     return TrialBalance(
         period=period,

@@ -24,16 +24,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import ROUND_HALF_UP, Decimal
-from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 import click
 import psycopg
 from psycopg import sql
-from psycopg.rows import tuple_row
 from pydantic import BaseModel
 
-from engine import BadInput, EngineError, Settings, StoreError, connect, load_queries
+from engine import BadInput, EngineError, Settings, StoreError, connect
+from flows.erp.queries import NamedQueries
 from flows.erp.types import parse_period, previous_period, year_month
 
 __all__ = ["DEFAULT_MOVES_PER_ITEM", "HOSTILE_MEMOS", "SeedReport", "command", "seed"]
@@ -50,7 +49,7 @@ HOSTILE_MEMOS = (
 )
 """Memos that every layer (SQL, HTML reports, CSV exports) must carry byte-exact."""
 
-_Q = load_queries(str(Path(__file__).parents[1] / "erp" / "sql" / "seed.sql"))
+_Q = NamedQueries("seed")
 _CENT = Decimal("0.01")
 _VAT = Decimal("0.20")
 _SIZES = ("small", "medium", "large", "flagship")
@@ -216,9 +215,7 @@ class _Moves:
 
 def has_erp_data(conn: psycopg.Connection[Any]) -> bool:
     """Whether the ERP tables hold data already (brands exist), as :func:`seed` decides it."""
-    with conn.cursor(row_factory=tuple_row) as cur:
-        found = cur.execute(_Q["brand_exists"]).fetchone()
-    return found is not None and bool(found[0])
+    return bool(_Q.one(conn, "brand_exists")["exists"])
 
 
 def seed(
@@ -255,33 +252,32 @@ def seed(
     opening, opening_text = world.opening(seed, period)
     docs, lines, faults = _documents(random.Random(f"{seed}:documents"), month, world, documents)
     moves = _Moves()
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(_Q["erp_seed_lock"])
-        found = cur.execute(_Q["brand_exists"]).fetchone()
-        if found is not None and found[0]:
+    with conn.transaction():
+        _Q.execute(conn, "erp_seed_lock")
+        if has_erp_data(conn):
             if not replace:
                 raise BadInput(
                     "the database already holds ERP data (brands exist); "
                     "use --replace (replace=True) to delete it and seed again"
                 )
-            cur.execute(_Q["erp_data_truncate"])
-        _copy_rows(cur, "brand_copy", world.brands)
-        _copy_rows(cur, "store_copy", world.stores)  # fields in column order
-        _copy_rows(cur, "employee_copy", world.staff)
-        _copy_rows(cur, "item_copy", [i for its in world.catalog.values() for i in its])
+            _Q.execute(conn, "erp_data_truncate")
+        _copy_rows(conn, "brand_copy", world.brands)
+        _copy_rows(conn, "store_copy", world.stores)  # fields in column order
+        _copy_rows(conn, "employee_copy", world.staff)
+        _copy_rows(conn, "item_copy", [i for its in world.catalog.values() for i in its])
         # a fixed closing time, not now(): a reseed must be row-identical
         at = f"{period}-01 00:00:00+00"
         closed = (month.previous, "closed", at, at, "seed")
-        _copy_rows(cur, "period_copy", [closed, (period, "open", None, None, None)])
-        _copy_bulk(cur, "erp_opening_balances", "opening_balance_copy", opening_text)
+        _copy_rows(conn, "period_copy", [closed, (period, "open", None, None, None)])
+        _copy_bulk(conn, "erp_opening_balances", "opening_balance_copy", opening_text)
         # every store starts its books in the seeded period, from the openings loaded above
-        _copy_rows(cur, "store_period_copy", [(s.id, period, "loaded") for s in world.stores])
+        _copy_rows(conn, "store_period_copy", [(s.id, period, "loaded") for s in world.stores])
         move_rng = random.Random(f"{seed}:moves")
         chunks = _moves(move_rng, month, world, opening, moves_per_item, moves)
-        _copy_bulk(cur, "erp_stock_moves", "stock_move_copy", chunks)
-        _copy_rows(cur, "document_copy", docs)
-        _copy_rows(cur, "document_line_copy", lines)
-        cur.execute(_Q["erp_seed_analyze"])
+        _copy_bulk(conn, "erp_stock_moves", "stock_move_copy", chunks)
+        _copy_rows(conn, "document_copy", docs)
+        _copy_rows(conn, "document_line_copy", lines)
+        _Q.execute(conn, "erp_seed_analyze")
     return SeedReport(
         period=period,
         closed_period=month.previous,
@@ -302,39 +298,47 @@ def seed(
     )
 
 
-def _copy_rows(cur: psycopg.Cursor[Any], query: str, rows: Iterable[Sequence[Any]]) -> None:
-    with cur.copy(_Q[query]) as copy:
+def _copy_rows(conn: psycopg.Connection[Any], query: str, rows: Iterable[Sequence[Any]]) -> None:
+    with _Q.copy(conn, query) as copy:
         for row in rows:
             copy.write_row(row)
 
 
-def _copy_bulk(cur: psycopg.Cursor[Any], table: str, query: str, chunks: Iterable[str]) -> None:
+def _copy_bulk(
+    conn: psycopg.Connection[Any], table: str, query: str, chunks: Iterable[str]
+) -> None:
     """COPY into ``table`` without its foreign keys and plain indexes, then restore them.
 
     At a million rows the per-row foreign key triggers cost several times the
     load itself; dropping them for the load and re-adding them (one set-based
     check each) is PostgreSQL's own advice, and the transaction makes it atomic.
     """
-    keys = cur.execute(_Q["constraint_select_foreign_keys"], {"table": table}).fetchall()
-    indexes = cur.execute(_Q["index_select_secondary"], {"table": table}).fetchall()
+    keys = [
+        (r["conname"], r["pg_get_constraintdef"])
+        for r in _Q.rows(conn, "constraint_select_foreign_keys", {"table": table})
+    ]
+    indexes = [
+        (r["indexrelid"], r["pg_get_indexdef"])
+        for r in _Q.rows(conn, "index_select_secondary", {"table": table})
+    ]
     ident = sql.Identifier(table)
     for name, _ in keys:
-        cur.execute(sql.SQL(_Q["constraint_drop"]).format(table=ident, name=sql.Identifier(name)))
+        conn.execute(sql.SQL(_Q["constraint_drop"]).format(table=ident, name=sql.Identifier(name)))
     for name, _ in indexes:
-        cur.execute(sql.SQL(_Q["index_drop"]).format(name=sql.SQL(name)))
-    _copy_text(cur, query, chunks)
+        conn.execute(sql.SQL(_Q["index_drop"]).format(name=sql.SQL(name)))
+    _copy_text(conn, query, chunks)
     for _, definition in indexes:
-        cur.execute(definition)
+        conn.execute(definition)
     for name, definition in keys:
         add = sql.SQL(_Q["constraint_add"])
-        cur.execute(
+        conn.execute(
             add.format(table=ident, name=sql.Identifier(name), definition=sql.SQL(definition))
         )
 
 
-def _copy_text(cur: psycopg.Cursor[Any], query: str, chunks: Iterable[str]) -> None:
+def _copy_text(conn: psycopg.Connection[Any], query: str, chunks: Iterable[str]) -> None:
     """COPY pre-formatted text: for the big tables, whose values never need escaping."""
-    with cur.copy(_Q[query]) as copy:
+    with _Q.copy(conn, query) as copy:
         for chunk in chunks:
             copy.write(chunk)
 
