@@ -77,9 +77,15 @@ def trial_balance_table(tb: TrialBalance) -> str:
     )
 
 
+period_option = click.option(
+    "--period", required=True, show_envvar=True, help="accounting period, YYYY-MM"
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+
+
 @click.command("trial-balance")
-@click.option("--period", required=True, show_envvar=True, help="accounting period, YYYY-MM")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@period_option
+@json_option
 def trial_balance_command(period: str, as_json: bool) -> None:
     """Total debit and credit of a period's journal lines, per account."""
     period = parse_period(period)
@@ -95,12 +101,6 @@ def trial_balance_command(period: str, as_json: bool) -> None:
         click.echo(tb.model_dump_json())
     else:
         click.echo(trial_balance_table(tb))
-
-
-period_option = click.option(
-    "--period", required=True, show_envvar=True, help="accounting period, YYYY-MM"
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 
 
 @click.command("check")
