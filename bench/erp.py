@@ -2,7 +2,7 @@
 
 One run per size, each in a fresh scratch database (``engine_bench_erp``):
 
-1. **Seed** with :func:`flows.erp.seed.seed` (one transaction, COPY), then
+1. **Seed** with :func:`flows.tools.seed.seed` (one transaction, COPY), then
    ``VACUUM ANALYZE`` the ERP tables (as autovacuum would have done by month
    end), so neither the engine nor the floor pays for first-touch hint bits.
 2. Start ``BENCH_ERP_WORKERS`` (2) processes of ``python -m engine worker
@@ -66,7 +66,7 @@ from engine import load_queries, submit
 from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.store import migrations
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 # its own scratch database: ``engine_bench`` (the runtime parts) may be in use by
 # another run on the same server, and a drop WITH (FORCE) would cut it off

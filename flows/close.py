@@ -60,8 +60,8 @@ from flows.erp import checks, periods
 from flows.erp.books import Money, TrialBalance, trial_balance
 from flows.erp.checks import BooksCheck
 from flows.erp.periods import PeriodEvent
+from flows.erp.types import Period
 from flows.posting import MAX_REJECTIONS, Approval, PostingSummary, Rejection
-from flows.types import Period
 
 __all__ = ["Books", "CloseParams", "MonthEnd", "flow"]
 

@@ -56,7 +56,7 @@ from pydantic import BaseModel, Field
 from engine import Fail, Flow, Refused, StepContext
 from flows.erp import inventory, periods
 from flows.erp.inventory import Mover, StoreRef, StoreTotals
-from flows.types import Period
+from flows.erp.types import Period
 
 
 class CostingParams(BaseModel):

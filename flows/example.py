@@ -15,7 +15,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from engine import Flow
-from flows.types import Period
+from flows.erp.types import Period
 
 __all__ = ["Chunk", "ChunkResult", "ExampleParams", "Plan", "Total", "flow"]
 

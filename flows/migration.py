@@ -33,14 +33,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-import psycopg
-from psycopg.rows import tuple_row
 from pydantic import BaseModel, Field, ValidationError
 
-from engine import Fail, Flow, StepContext, load_queries, write_report_file
-from flows.types import Period
+from engine import Fail, Flow, StepContext, write_report_file
+from flows.erp.queries import NamedQueries
+from flows.erp.types import Period
 
-_q = load_queries(str(Path(__file__).parent / "erp" / "sql" / "migration.sql"))
+_q = NamedQueries("migration")
 
 CHUNK_ROWS = 1000
 Kind = Literal["items", "opening-balances"]
@@ -159,15 +158,6 @@ def plan(params: MigrationParams) -> MigrationPlan:
     )
 
 
-def _fetch(
-    conn: psycopg.Connection[Any], name: str, params: dict[str, Any] | None = None
-) -> list[tuple[Any, ...]]:
-    # tuples whatever row factory the engine's connection has
-    with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(_q[name], params)
-        return cur.fetchall()
-
-
 def _problems(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
@@ -196,29 +186,30 @@ def load_chunk(chunk: Chunk, plan: MigrationPlan, ctx: StepContext) -> ChunkLoad
         valid.append((number, *row.model_dump().values()))
     conn = ctx.conn
     if plan.kind == "items":
-        conn.execute(_q["items_lock"])
-        conn.execute(_q["staged_items_create"])
+        _q.execute(conn, "items_lock")
+        _q.execute(conn, "staged_items_create")
         _copy(ctx, "staged_items", ["row_number", *fields], valid)
-        for r in _fetch(conn, "staged_items_unknown_brand"):
-            rejects.append((r[0], f"unknown brand {r[1]}", ""))
-        [counts] = _fetch(conn, "items_upsert_from_staged")
+        for r in _q.rows(conn, "staged_items_unknown_brand"):
+            rejects.append((r["row_number"], f"unknown brand {r['brand_code']}", ""))
+        counts = _q.one(conn, "items_upsert_from_staged")
     else:
-        conn.execute(_q["staged_openings_create"])
+        _q.execute(conn, "staged_openings_create")
         _copy(ctx, "staged_openings", ["row_number", *fields], valid)
-        for r in _fetch(conn, "staged_openings_unresolved"):
-            rejects.append((r[0], r[1], ""))
+        for r in _q.rows(conn, "staged_openings_unresolved"):
+            rejects.append((r["row_number"], r["reason"], ""))
         for statement in ("openings_lock_periods", "openings_claim_first_periods"):
-            conn.execute(_q[statement])
-        conn.execute(_q["openings_lock_store_periods"])
+            _q.execute(conn, statement)
+        _q.execute(conn, "openings_lock_store_periods")
         # parameters given (none), so psycopg reads the statement's %% as %
-        for r in _fetch(conn, "staged_openings_refused", {}):
-            rejects.append((r[0], r[1], ""))
-        [counts] = _fetch(conn, "openings_upsert_from_staged")
-    inserted, updated = int(counts[0]), int(counts[1])
+        for r in _q.rows(conn, "staged_openings_refused", {}):
+            rejects.append((r["row_number"], r["reason"], ""))
+        counts = _q.one(conn, "openings_upsert_from_staged")
+    inserted, updated = int(counts["inserted"]), int(counts["updated"])
     if rejects:
         by_row = {n: raw for n, _, raw in rejects if raw}
-        conn.execute(
-            _q["rejects_insert"],
+        _q.execute(
+            conn,
+            "rejects_insert",
             {
                 "key": _key(plan),
                 "rows": [n for n, _, _ in rejects],
@@ -260,14 +251,14 @@ def _neutralise(cell: str) -> str:
 @flow.step(after=["load_chunk", "plan"])
 def report(loaded: list[ChunkLoaded], plan: MigrationPlan, ctx: StepContext) -> MigrationSummary:
     """Totals, and the rejected rows written to a CSV file beside the report."""
-    rows = _fetch(ctx.conn, "rejects_select", {"key": _key(plan)})
+    rows = _q.rows(ctx.conn, "rejects_select", {"key": _key(plan)})
     rejects_file = None
     if rows:
         text = io.StringIO(newline="")
         writer = csv.writer(text)
         writer.writerow(["row", "reason", "raw"])
         for r in rows:
-            writer.writerow([r[0], _neutralise(r[1]), _neutralise(r[2])])
+            writer.writerow([r["row_number"], _neutralise(r["reason"]), _neutralise(r["raw"])])
         # a path, or s3://bucket/prefix/... when the reports go to S3
         rejects_file = write_report_file(
             f"migration-{plan.sha256[:12]}-rejects.csv", text.getvalue()

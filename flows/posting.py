@@ -46,17 +46,17 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from pydantic import BaseModel, Field
 
-from engine import Fail, Flow, Refused, Signal, StepContext, load_queries
+from engine import Fail, Flow, Refused, Signal, StepContext
 from flows.erp import periods
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
-from flows.types import Period
+from flows.erp.queries import NamedQueries
+from flows.erp.types import Period
 
 __all__ = [
     "APPROVAL_SIGNAL",
@@ -72,7 +72,7 @@ __all__ = [
     "post_documents",
 ]
 
-_q = load_queries(str(Path(__file__).parent / "erp" / "sql" / "posting.sql"))
+_q = NamedQueries("posting")
 
 MAX_REJECTIONS = 200
 """Rejected documents listed per chunk result and in the summary (counts stay exact)."""
@@ -180,16 +180,16 @@ def post_documents(
     One statement in the caller's transaction; calling it again for the same
     range posts nothing more (see the module docstring).
     """
-    row = conn.execute(
-        _q["document_post_or_reject_many_if_unposted"],
+    row = _q.one(
+        conn,
+        "document_post_or_reject_many_if_unposted",
         {
             "period": period,
             "first_id": first_id,
             "last_id": last_id,
             "max_rejections": MAX_REJECTIONS,
         },
-    ).fetchone()
-    assert row is not None, "an aggregate query returns one row"
+    )
     return ChunkResult(
         first_id=first_id,
         last_id=last_id,
@@ -205,10 +205,11 @@ def select_chunks(conn: psycopg.Connection[Any], period: str) -> Selection:
     """The period's unposted documents in id-range chunks; :class:`engine.Refused` if the
     period does not exist or is closed (its row is share-locked for the caller's transaction)."""
     status = periods.lock_for_writing(conn, period, doing="posting its documents")
-    rows = conn.execute(
-        _q["document_select_unposted_chunks"],
+    rows = _q.rows(
+        conn,
+        "document_select_unposted_chunks",
         {"period": period, "chunk_size": ErpSettings().posting_chunk_size},
-    ).fetchall()
+    )
     chunks = [Chunk.model_validate(r) for r in rows]
     return Selection(
         period=period,
@@ -259,10 +260,7 @@ def reconcile(
     rejected = sum(r.rejected for r in results)
     debit = sum((r.debit for r in results), Decimal(0))
     credit = sum((r.credit for r in results), Decimal(0))
-    books = ctx.conn.execute(
-        _q["journal_select_document_totals"], {"period": params.period}
-    ).fetchone()
-    assert books is not None, "an aggregate query returns one row"
+    books = _q.one(ctx.conn, "journal_select_document_totals", {"period": params.period})
     problems: list[str] = []
     if debit != credit:
         problems.append(f"the journals posted do not balance: debit {debit} != credit {credit}")

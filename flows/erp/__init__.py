@@ -1,13 +1,12 @@
-"""The retail ERP's domain: its books, demo data and tools.
+"""The retail ERP's domain: its books, periods, inventory and checks.
 
-The flows (``flows/costing.py``, ``flows/posting.py``, ``flows/migration.py``)
-run the heavy jobs on these tables; this package holds what they share, and
-exports the command line tools the ``engine`` CLI adds (``engine seed``,
-``engine books``, ``engine demo``). It uses ``engine``'s public API only,
-except that the demo starts its worker processes with :mod:`engine.worker.processes`:
-an operator's tool, not something a flow needs.
+The flows (``flows/costing.py``, ``flows/posting.py``, ``flows/migration.py``,
+``flows/close.py``) run the heavy jobs on these tables; this package holds
+what they share: the ledger read as a trial balance (:mod:`.books`), the
+lifecycle of a period (:mod:`.periods`), inventory costing (:mod:`.inventory`),
+the auditor's identities (:mod:`.checks`), the ``ERP_*`` settings
+(:mod:`.config`) and the SQL they run (``sql/``). It uses ``engine``'s public
+API only and knows nothing of the command line: the operator's tools (seed,
+demo, ``engine books``) live in :mod:`flows.tools`, which imports this
+package, never the other way round.
 """
-
-from flows.erp.commands import commands
-
-__all__ = ["commands"]

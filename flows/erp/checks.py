@@ -25,19 +25,18 @@ flow) refuses to close while any check fails.
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from pydantic import BaseModel
 
-from engine import BadInput, load_queries
-from flows.types import next_period
+from engine import BadInput
+from flows.erp.queries import NamedQueries
+from flows.erp.types import next_period
 
 __all__ = ["BooksCheck", "Check", "check_period"]
 
-_q = load_queries(str(Path(__file__).parent / "sql" / "checks.sql"))
+_q = NamedQueries("checks")
 
 
 class Check(BaseModel):
@@ -67,12 +66,6 @@ class BooksCheck(BaseModel):
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
 
 
-def _rows(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q[name], params)
-        return cur.fetchall()
-
-
 def _examples(items: list[str], shown: int = 5) -> str:
     more = f" and {len(items) - shown} more" if len(items) > shown else ""
     return ", ".join(items[:shown]) + more
@@ -81,10 +74,9 @@ def _examples(items: list[str], shown: int = 5) -> str:
 def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
     """Run every check of ``period``; :class:`engine.BadInput` if the period does not exist."""
     params = {"period": period, "next": next_period(period)}
-    found = _rows(conn, "period_stores", params)
-    if not found:
+    head = _q.first(conn, "period_stores", params)
+    if head is None:
         raise BadInput(f"period {period} does not exist in erp_periods")
-    head = found[0]
     costed = head["costed"]
     all_costed = head["stores"] > 0 and costed == head["stores"]
     checks = [
@@ -109,7 +101,7 @@ def _skipped(name: str, why: str) -> Check:
 
 
 def _journals(conn: psycopg.Connection[Any], params: dict[str, Any]) -> Check:
-    [row] = _rows(conn, "journals_unbalanced", params)
+    row = _q.one(conn, "journals_unbalanced", params)
     name = "journals balance"
     totals = f"{row['journals']} journals, debit {row['debit']}, credit {row['credit']}"
     if row["unbalanced"]:
@@ -128,7 +120,7 @@ def _inventory(conn: psycopg.Connection[Any], params: dict[str, Any], costed: in
     per_store, company = "inventory conservation per store", "inventory conservation company-wide"
     if not costed:
         return [_skipped(per_store, "no store costed"), _skipped(company, "no store costed")]
-    rows = _rows(conn, "inventory_by_store", params)
+    rows = _q.rows(conn, "inventory_by_store", params)
     broken = []
     sums = dict.fromkeys(
         ("opening", "receipts", "transfer_in", "cogs", "transfer_out", "closing"), Decimal(0)
@@ -169,14 +161,14 @@ def _transfers(
     name = "transfers net to zero"
     if not all_costed:
         return _skipped(name, f"{uncosted} store(s) not costed; a transfer has two sides")
-    [row] = _rows(conn, "transfers_company_wide", params)
+    row = _q.one(conn, "transfers_company_wide", params)
     detail = f"transfers in {row['transfer_in']}, transfers out {row['transfer_out']}"
     return Check(name=name, ok=row["transfer_in"] == row["transfer_out"], detail=detail)
 
 
 def _cogs(conn: psycopg.Connection[Any], params: dict[str, Any], costed: int) -> Check:
     name = "COGS journals = item costs"
-    rows = _rows(conn, "cogs_journals_vs_costs", params)
+    rows = _q.rows(conn, "cogs_journals_vs_costs", params)
     if not costed and not rows:
         return _skipped(name, "no store costed")
     if rows:
@@ -189,7 +181,7 @@ def _openings(conn: psycopg.Connection[Any], params: dict[str, Any], costed: int
     name = f"openings of {params['next']} = closings"
     if not costed:
         return _skipped(name, "no store costed")
-    rows = _rows(conn, "openings_vs_closings", params)
+    rows = _q.rows(conn, "openings_vs_closings", params)
     if rows:
         diffs = [f"{r['code']} ({r['items']} items)" for r in rows]
         return Check(name=name, ok=False, detail=f"{len(rows)} store(s) differ: {_examples(diffs)}")
@@ -200,7 +192,7 @@ def _after_close(conn: psycopg.Connection[Any], params: dict[str, Any], status: 
     name = "closed books unchanged"
     if status != "closed":
         return _skipped(name, f"period is {status}")
-    [row] = _rows(conn, "journals_after_close", params)
+    row = _q.one(conn, "journals_after_close", params)
     if row["late"]:
         return Check(name=name, ok=False, detail=f"{row['late']} journal(s) posted after the close")
     return Check(name=name, ok=True, detail="no journal posted after the close")

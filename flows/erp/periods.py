@@ -23,16 +23,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
-from psycopg.rows import dict_row
 from pydantic import BaseModel
 
-from engine import BadInput, Concurrency, Refused, active_jobs, load_queries
+from engine import BadInput, Concurrency, Refused, active_jobs
 from flows.erp import checks
-from flows.types import next_period
+from flows.erp.queries import NamedQueries
+from flows.erp.types import next_period
 
 __all__ = [
     "BOOK_FLOWS",
@@ -54,7 +53,7 @@ __all__ = [
     "status",
 ]
 
-_q = load_queries(str(Path(__file__).parent / "sql" / "periods.sql"))
+_q = NamedQueries("periods")
 
 BOOK_FLOWS = ("posting", "costing", "close")
 """Flows whose jobs write a period's books: a close waits until none of them is active."""
@@ -92,17 +91,6 @@ class PeriodEvent(BaseModel):
     at: datetime
 
 
-def _rows(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q[name], params)
-        return cur.fetchall() if cur.description is not None else []
-
-
-def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    rows = _rows(conn, name, params)
-    return rows[0] if rows else None
-
-
 class PeriodInfo(BaseModel):
     """A period's row: its status and when it was costed and closed, by whom."""
 
@@ -114,12 +102,12 @@ class PeriodInfo(BaseModel):
 
 
 def info(conn: psycopg.Connection[Any], period: str) -> PeriodInfo | None:
-    row = _one(conn, "period_select", {"period": period})
+    row = _q.first(conn, "period_select", {"period": period})
     return None if row is None else PeriodInfo.model_validate(row)
 
 
 def status(conn: psycopg.Connection[Any], period: str) -> Status | None:
-    row = _one(conn, "period_select", {"period": period})
+    row = _q.first(conn, "period_select", {"period": period})
     return None if row is None else row["status"]
 
 
@@ -130,7 +118,7 @@ def lock_for_writing(conn: psycopg.Connection[Any], period: str, *, doing: str) 
     :class:`engine.Refused`, which a step turns into its failure (nothing of
     the step's transaction commits).
     """
-    row = _one(conn, "period_lock_shared", {"period": period})
+    row = _q.first(conn, "period_lock_shared", {"period": period})
     if row is None:
         raise Refused(f"period {period} does not exist in erp_periods; cannot go on {doing}")
     if row["status"] == "closed":
@@ -145,7 +133,7 @@ def starting_points(
     conn: psycopg.Connection[Any], period: str, store: str | None = None
 ) -> list[StartingPoint]:
     """Every store in scope (one, by code, or all) and its standing for ``period``."""
-    rows = _rows(conn, "store_period_starting_points", {"period": period, "store": store})
+    rows = _q.rows(conn, "store_period_starting_points", {"period": period, "store": store})
     return [StartingPoint(store_id=r.pop("id"), **r) for r in rows]
 
 
@@ -185,9 +173,9 @@ def mark_store_costed(conn: psycopg.Connection[Any], period: str, store_id: int)
     Raises :class:`engine.Refused` when the store has no starting point for it.
     """
     params = {"period": period, "store_id": store_id}
-    if _one(conn, "store_period_mark_costed", params) is not None:
+    if _q.first(conn, "store_period_mark_costed", params) is not None:
         return True
-    if _one(conn, "store_period_select_for_update", params) is None:
+    if _q.first(conn, "store_period_select_for_update", params) is None:
         raise Refused(f"store id {store_id} has no starting point for {period}")
     return False
 
@@ -200,21 +188,21 @@ def open_next_for_store(conn: psycopg.Connection[Any], period: str, store_id: in
     """
     following = next_period(period)
     if status(conn, following) is None:
-        _rows(conn, "period_insert_next", {"period": following})
+        _q.execute(conn, "period_insert_next", {"period": following})
     lock_for_writing(conn, following, doing=f"carrying {period}'s closing balances forward")
-    _rows(conn, "store_period_insert_carried", {"store_id": store_id, "period": following})
+    _q.execute(conn, "store_period_insert_carried", {"store_id": store_id, "period": following})
     return following
 
 
 def ensure_period(conn: psycopg.Connection[Any], period: str) -> None:
     """``period`` exists (open if it is new)."""
-    _rows(conn, "period_insert_next", {"period": period})
+    _q.execute(conn, "period_insert_next", {"period": period})
 
 
 def mark_costed_if_complete(conn: psycopg.Connection[Any], period: str, actor: str) -> bool:
     """Mark ``period`` costed if every store is; ``True`` if this call did."""
-    _one(conn, "period_lock_exclusive", {"period": period})
-    if _one(conn, "period_mark_costed_if_all_stores", {"period": period}) is None:
+    _q.execute(conn, "period_lock_exclusive", {"period": period})
+    if _q.first(conn, "period_mark_costed_if_all_stores", {"period": period}) is None:
         return False
     _event(conn, period, "costed", actor, "")
     return True
@@ -223,17 +211,16 @@ def mark_costed_if_complete(conn: psycopg.Connection[Any], period: str, actor: s
 def _event(
     conn: psycopg.Connection[Any], period: str, action: str, actor: str, reason: str
 ) -> PeriodEvent:
-    row = _one(
+    row = _q.one(
         conn,
         "period_event_insert",
         {"period": period, "action": action, "actor": actor, "reason": reason},
     )
-    assert row is not None, "INSERT ... RETURNING returns its row"
     return PeriodEvent.model_validate(row)
 
 
 def _locked(conn: psycopg.Connection[Any], period: str) -> dict[str, Any]:
-    row = _one(conn, "period_lock_exclusive", {"period": period})
+    row = _q.first(conn, "period_lock_exclusive", {"period": period})
     if row is None:
         raise BadInput(f"period {period} does not exist in erp_periods")
     return row
@@ -261,7 +248,7 @@ def close(
             f"cannot close {period}: {len(busy)} job(s) of the period are active: {jobs}; "
             "wait for them to end (engine status JOB_ID) or cancel them"
         )
-    uncosted = [r["code"] for r in _rows(conn, "stores_not_costed", {"period": period})]
+    uncosted = [r["code"] for r in _q.rows(conn, "stores_not_costed", {"period": period})]
     if uncosted:
         raise Refused(
             f"cannot close {period}: {_codes(uncosted)} not costed for it "
@@ -274,7 +261,7 @@ def close(
         raise Refused(
             f"cannot close {period}: the books do not check: " + "; ".join(report.problems)
         )
-    closed = _one(conn, "period_close", {"period": period, "actor": actor})
+    closed = _q.first(conn, "period_close", {"period": period, "actor": actor})
     assert closed is not None, "the row is locked and costed"
     return _event(conn, period, "closed", actor, "")
 
@@ -286,10 +273,10 @@ def reopen(conn: psycopg.Connection[Any], period: str, *, actor: str, reason: st
     row = _locked(conn, period)
     if row["status"] != "closed":
         raise Refused(f"period {period} is {row['status']}, not closed: nothing to reopen")
-    _one(conn, "period_reopen", {"period": period})
+    _q.execute(conn, "period_reopen", {"period": period})
     return _event(conn, period, "reopened", actor, reason.strip())
 
 
 def history(conn: psycopg.Connection[Any], period: str) -> list[PeriodEvent]:
-    rows = _rows(conn, "period_events_select", {"period": period})
+    rows = _q.rows(conn, "period_events_select", {"period": period})
     return [PeriodEvent.model_validate(r) for r in rows]

@@ -28,7 +28,7 @@ from engine import Registry, submit
 from engine.config import Settings
 from engine.worker.processes import WorkerProcess, start_worker
 from flows.erp.books import trial_balance
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 pytestmark = pytest.mark.acceptance
 

@@ -14,7 +14,7 @@ from harness import start_worker_process, wait_job_ended, wait_until
 
 from engine.config import Settings
 from engine.worker.processes import WorkerProcess
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 pytestmark = pytest.mark.acceptance
 

@@ -12,7 +12,7 @@ from harness import engine_cli as engine
 from engine.config import Settings
 from flows import costing
 from flows.erp import periods
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 pytestmark = pytest.mark.acceptance
 NOV = "2026-11"

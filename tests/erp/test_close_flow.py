@@ -27,7 +27,7 @@ from engine.config import Settings
 from engine.jobs import admin
 from engine.reports import render_job_report
 from flows.erp import checks, periods
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 PERIOD = "2026-11"
 # a killed worker's lease and message come back within seconds, not the FAST minute

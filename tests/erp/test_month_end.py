@@ -11,7 +11,7 @@ from harness import fast_settings, thread_worker, wait_job_ended
 from engine import Registry, submit
 from engine.config import Settings
 from flows.erp.books import trial_balance
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 PERIOD = "2026-11"
 

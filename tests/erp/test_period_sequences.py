@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from engine import BadInput, Refused, Registry, submit
 from engine.config import Settings
 from flows.erp import checks, periods
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 PERIODS = ("2026-11", "2026-12", "2027-01")
 STORES = ("ST001", "ST002", "ST003", "ST009")  # ST009 is a new store with no books

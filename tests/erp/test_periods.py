@@ -25,7 +25,7 @@ from engine.config import Settings
 from engine.store.db import connect
 from flows import posting
 from flows.erp import checks, periods
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 NOV, DEC, JAN = "2026-11", "2026-12", "2027-01"
 FLOWS = ["flows.costing", "flows.posting", "flows.close", "flows.migration"]

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from engine import BadInput, Settings
-from flows.erp.seed import HOSTILE_MEMOS, SeedReport, seed
+from flows.tools.seed import HOSTILE_MEMOS, SeedReport, seed
 
 TINY: dict[str, Any] = {
     "stores": 5,

@@ -28,7 +28,7 @@ from engine.reports.serve import make_server
 from engine.runner import claim
 from engine.store import Claimed, db
 from engine.transports.message import StepMessage
-from flows.erp.seed import seed
+from flows.tools.seed import seed
 
 PERIOD = "2026-11"
 XSS = ["<script>alert(1)</script>", '"><img src=x onerror=alert(2)>', "{{ 7*7 }}"]

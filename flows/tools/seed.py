@@ -24,17 +24,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import ROUND_HALF_UP, Decimal
-from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 import click
 import psycopg
 from psycopg import sql
-from psycopg.rows import tuple_row
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel
 
-from engine import BadInput, EngineError, Settings, StoreError, connect, load_queries
-from flows.types import Period
+from engine import BadInput, EngineError, Settings, StoreError, connect
+from flows.erp.queries import NamedQueries
+from flows.erp.types import parse_period, previous_period, year_month
 
 __all__ = ["DEFAULT_MOVES_PER_ITEM", "HOSTILE_MEMOS", "SeedReport", "command", "seed"]
 
@@ -50,8 +49,7 @@ HOSTILE_MEMOS = (
 )
 """Memos that every layer (SQL, HTML reports, CSV exports) must carry byte-exact."""
 
-_Q = load_queries(str(Path(__file__).parent / "sql" / "seed.sql"))
-_PERIOD: TypeAdapter[str] = TypeAdapter(Period)
+_Q = NamedQueries("seed")
 _CENT = Decimal("0.01")
 _VAT = Decimal("0.20")
 _SIZES = ("small", "medium", "large", "flagship")
@@ -132,7 +130,7 @@ class _Month:
 
     def __init__(self, period: str) -> None:
         self.period = period
-        year, month = int(period[:4]), int(period[5:])
+        year, month = year_month(period)
         if year < 2:
             raise BadInput(f"period {period!r} is too early: the period before it must exist")
         last = calendar.monthrange(year, month)[1]
@@ -141,7 +139,7 @@ class _Month:
         self.weekdays = [i for i, d in enumerate(self.days) if d.weekday() < 5]
         weights = [1.8 if d.weekday() >= 5 else 1.0 for d in self.days]
         self.sale_cw = [sum(weights[: i + 1]) for i in range(last)]
-        self.previous = f"{year - 1:04d}-12" if month == 1 else f"{year:04d}-{month - 1:02d}"
+        self.previous = previous_period(period)
         prev = dt.date(year, month, 1) - dt.timedelta(days=1)
         self.previous_days = [prev.replace(day=d) for d in range(1, prev.day + 1)]
 
@@ -217,9 +215,7 @@ class _Moves:
 
 def has_erp_data(conn: psycopg.Connection[Any]) -> bool:
     """Whether the ERP tables hold data already (brands exist), as :func:`seed` decides it."""
-    with conn.cursor(row_factory=tuple_row) as cur:
-        found = cur.execute(_Q["brand_exists"]).fetchone()
-    return found is not None and bool(found[0])
+    return bool(_Q.one(conn, "brand_exists")["exists"])
 
 
 def seed(
@@ -243,10 +239,7 @@ def seed(
     Joins the caller's transaction if one is open.
     """
     started = time.perf_counter()
-    try:
-        period = _PERIOD.validate_python(period)
-    except ValidationError as exc:
-        raise BadInput(str(exc.errors()[0]["msg"])) from None
+    period = parse_period(period)
     if min(stores, brands, items) < 1 or employees < stores or documents < 0:
         raise BadInput(
             f"stores ({stores}), brands ({brands}), items ({items}) must be >= 1, documents "
@@ -259,33 +252,32 @@ def seed(
     opening, opening_text = world.opening(seed, period)
     docs, lines, faults = _documents(random.Random(f"{seed}:documents"), month, world, documents)
     moves = _Moves()
-    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(_Q["erp_seed_lock"])
-        found = cur.execute(_Q["brand_exists"]).fetchone()
-        if found is not None and found[0]:
+    with conn.transaction():
+        _Q.execute(conn, "erp_seed_lock")
+        if has_erp_data(conn):
             if not replace:
                 raise BadInput(
                     "the database already holds ERP data (brands exist); "
                     "use --replace (replace=True) to delete it and seed again"
                 )
-            cur.execute(_Q["erp_data_truncate"])
-        _copy_rows(cur, "brand_copy", world.brands)
-        _copy_rows(cur, "store_copy", world.stores)  # fields in column order
-        _copy_rows(cur, "employee_copy", world.staff)
-        _copy_rows(cur, "item_copy", [i for its in world.catalog.values() for i in its])
+            _Q.execute(conn, "erp_data_truncate")
+        _copy_rows(conn, "brand_copy", world.brands)
+        _copy_rows(conn, "store_copy", world.stores)  # fields in column order
+        _copy_rows(conn, "employee_copy", world.staff)
+        _copy_rows(conn, "item_copy", [i for its in world.catalog.values() for i in its])
         # a fixed closing time, not now(): a reseed must be row-identical
         at = f"{period}-01 00:00:00+00"
         closed = (month.previous, "closed", at, at, "seed")
-        _copy_rows(cur, "period_copy", [closed, (period, "open", None, None, None)])
-        _copy_bulk(cur, "erp_opening_balances", "opening_balance_copy", opening_text)
+        _copy_rows(conn, "period_copy", [closed, (period, "open", None, None, None)])
+        _copy_bulk(conn, "erp_opening_balances", "opening_balance_copy", opening_text)
         # every store starts its books in the seeded period, from the openings loaded above
-        _copy_rows(cur, "store_period_copy", [(s.id, period, "loaded") for s in world.stores])
+        _copy_rows(conn, "store_period_copy", [(s.id, period, "loaded") for s in world.stores])
         move_rng = random.Random(f"{seed}:moves")
         chunks = _moves(move_rng, month, world, opening, moves_per_item, moves)
-        _copy_bulk(cur, "erp_stock_moves", "stock_move_copy", chunks)
-        _copy_rows(cur, "document_copy", docs)
-        _copy_rows(cur, "document_line_copy", lines)
-        cur.execute(_Q["erp_seed_analyze"])
+        _copy_bulk(conn, "erp_stock_moves", "stock_move_copy", chunks)
+        _copy_rows(conn, "document_copy", docs)
+        _copy_rows(conn, "document_line_copy", lines)
+        _Q.execute(conn, "erp_seed_analyze")
     return SeedReport(
         period=period,
         closed_period=month.previous,
@@ -306,39 +298,47 @@ def seed(
     )
 
 
-def _copy_rows(cur: psycopg.Cursor[Any], query: str, rows: Iterable[Sequence[Any]]) -> None:
-    with cur.copy(_Q[query]) as copy:
+def _copy_rows(conn: psycopg.Connection[Any], query: str, rows: Iterable[Sequence[Any]]) -> None:
+    with _Q.copy(conn, query) as copy:
         for row in rows:
             copy.write_row(row)
 
 
-def _copy_bulk(cur: psycopg.Cursor[Any], table: str, query: str, chunks: Iterable[str]) -> None:
+def _copy_bulk(
+    conn: psycopg.Connection[Any], table: str, query: str, chunks: Iterable[str]
+) -> None:
     """COPY into ``table`` without its foreign keys and plain indexes, then restore them.
 
     At a million rows the per-row foreign key triggers cost several times the
     load itself; dropping them for the load and re-adding them (one set-based
     check each) is PostgreSQL's own advice, and the transaction makes it atomic.
     """
-    keys = cur.execute(_Q["constraint_select_foreign_keys"], {"table": table}).fetchall()
-    indexes = cur.execute(_Q["index_select_secondary"], {"table": table}).fetchall()
+    keys = [
+        (r["conname"], r["pg_get_constraintdef"])
+        for r in _Q.rows(conn, "constraint_select_foreign_keys", {"table": table})
+    ]
+    indexes = [
+        (r["indexrelid"], r["pg_get_indexdef"])
+        for r in _Q.rows(conn, "index_select_secondary", {"table": table})
+    ]
     ident = sql.Identifier(table)
     for name, _ in keys:
-        cur.execute(sql.SQL(_Q["constraint_drop"]).format(table=ident, name=sql.Identifier(name)))
+        conn.execute(sql.SQL(_Q["constraint_drop"]).format(table=ident, name=sql.Identifier(name)))
     for name, _ in indexes:
-        cur.execute(sql.SQL(_Q["index_drop"]).format(name=sql.SQL(name)))
-    _copy_text(cur, query, chunks)
+        conn.execute(sql.SQL(_Q["index_drop"]).format(name=sql.SQL(name)))
+    _copy_text(conn, query, chunks)
     for _, definition in indexes:
-        cur.execute(definition)
+        conn.execute(definition)
     for name, definition in keys:
         add = sql.SQL(_Q["constraint_add"])
-        cur.execute(
+        conn.execute(
             add.format(table=ident, name=sql.Identifier(name), definition=sql.SQL(definition))
         )
 
 
-def _copy_text(cur: psycopg.Cursor[Any], query: str, chunks: Iterable[str]) -> None:
+def _copy_text(conn: psycopg.Connection[Any], query: str, chunks: Iterable[str]) -> None:
     """COPY pre-formatted text: for the big tables, whose values never need escaping."""
-    with cur.copy(_Q[query]) as copy:
+    with _Q.copy(conn, query) as copy:
         for chunk in chunks:
             copy.write(chunk)
 
@@ -521,9 +521,9 @@ def _lines(
 
 def _period_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
-        return _PERIOD.validate_python(value)
-    except ValidationError as exc:
-        raise click.BadParameter(str(exc.errors()[0]["msg"]), ctx, param) from None
+        return parse_period(value)
+    except BadInput as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _option(*names: str, **kwargs: Any) -> Callable[[_F], _F]:

@@ -11,14 +11,13 @@ is closed, so it only shows the books, which do not change.
 
 from __future__ import annotations
 
-import getpass
-import socket
 import time
 from typing import Any
 
 import click
 import psycopg
 
+import engine.reports  # the renderers: they import jinja2 when first called, not here
 from engine import (
     JobFailed,
     Registry,
@@ -30,8 +29,10 @@ from engine import (
 )
 from engine.worker.processes import worker_processes
 from flows.erp import checks, periods
-from flows.erp.books import _table, trial_balance
-from flows.erp.seed import has_erp_data, seed
+from flows.erp.actor import actor
+from flows.erp.books import trial_balance
+from flows.tools.books import trial_balance_table
+from flows.tools.seed import has_erp_data, seed
 
 
 @click.command("demo")
@@ -41,9 +42,6 @@ from flows.erp.seed import has_erp_data, seed
 @click.option("--seed", "seed_value", default=7, show_default=True, help="demo data seed")
 def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     """Seed the demo ERP, run the month-end close through workers, print the books."""
-    # the renderers need the worker extra; the API install loads this module too
-    from engine.reports import render_index, render_job_report
-
     settings = Settings()
     click.echo(f"database: {settings.masked_database_url()}")
     report = migrate(settings)
@@ -69,7 +67,7 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     if closed is not None:
         click.echo(closed)
         _show_books(settings, period)
-        click.echo(f"all runs: {render_index(settings)}  (browse: engine reports serve)")
+        _show_index(settings)
         return
     registry = Registry.load(settings.flow_modules)
     started = time.perf_counter()
@@ -80,7 +78,7 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
             {"period": period},
             settings=settings,
             registry=registry,
-            submitted_by=f"{getpass.getuser()}@{socket.gethostname()} (engine demo)",
+            submitted_by=f"{actor()} (engine demo)",
         )
         click.echo(f"month-end close of {period}: job {job.job_id}")
         status = wait_for_job(settings, job.job_id)
@@ -89,9 +87,9 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     _show_books(settings, period)
     # the workers render each report as its job ends; render again here so the
     # path printed exists whatever ENGINE_REPORT_ON_END says
-    page = render_job_report(settings, job.job_id, registry=registry)
+    page = engine.reports.render_job_report(settings, job.job_id, registry=registry)
     click.echo(f"month-end report: {page}  (or: engine status {job.job_id})")
-    click.echo(f"all runs: {render_index(settings)}  (browse: engine reports serve)")
+    _show_index(settings)
     if status != "done":
         raise JobFailed(f"the month-end close ended {status}")
 
@@ -109,8 +107,13 @@ def _closed_already(conn: psycopg.Connection[Any], period: str) -> str | None:
 
 def _show_books(settings: Settings, period: str) -> None:
     with connect(settings, autocommit=True) as conn:
-        click.echo(_table(trial_balance(conn, period)))
+        click.echo(trial_balance_table(trial_balance(conn, period)))
         report = checks.check_period(conn, period)
     verdict = "every identity holds" if report.ok else "; ".join(report.problems)
     held = sum(1 for c in report.checks if c.ok and not c.skipped)
     click.echo(f"books check {period} ({report.status}): {held} checks, {verdict}")
+
+
+def _show_index(settings: Settings) -> None:
+    index = engine.reports.render_index(settings)
+    click.echo(f"all runs: {index}  (browse: engine reports serve)")

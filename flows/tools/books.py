@@ -1,7 +1,8 @@
-"""``engine books check | close | reopen | history``: a period's checks and lifecycle.
+"""``engine books``: a period's trial balance, checks and lifecycle, for people and scripts.
 
 ::
 
+    engine books trial-balance --period 2026-11 [--json]
     engine books check --period 2026-11 [--json]     # exit 1 naming each broken identity
     engine books close --period 2026-11              # refused (exit 2) saying why
     engine books reopen --period 2026-11 --reason "late supplier invoice"
@@ -10,42 +11,27 @@
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
-import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
 import psycopg
-from pydantic import TypeAdapter, ValidationError
 
 from engine import BadInput, ChecksFailed, EngineError, Settings, StoreError, connect
 from flows.erp import checks, periods
-from flows.erp.books import books
-from flows.types import Period
+from flows.erp.actor import actor
+from flows.erp.books import TrialBalance, cents, trial_balance
+from flows.erp.types import parse_period
 
-__all__ = ["actor"]
+__all__ = ["books", "trial_balance_table"]
 
 T = TypeVar("T")
 
 
-def actor() -> str:
-    """Who runs this command, for the period's history: ``user@host``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
-
-
 def _period(value: str) -> str:
-    try:
-        return TypeAdapter(Period).validate_python(value)
-    except ValidationError as exc:
-        raise BadInput(f"--period: {exc.errors()[0]['msg']}") from None
+    return parse_period(value, option="--period")  # these commands name the option
 
 
 @contextmanager
@@ -66,13 +52,58 @@ def _run(work: Callable[[psycopg.Connection[Any]], T]) -> T:
         return work(conn)
 
 
+def trial_balance_table(tb: TrialBalance) -> str:
+    """The trial balance as a table for people: one line per account, then the totals."""
+    rows = [
+        (a.code, a.name, cents(a.debit), cents(a.credit), cents(a.balance)) for a in tb.accounts
+    ]
+    rows.append(("", "total", cents(tb.debit), cents(tb.credit), cents(tb.debit - tb.credit)))
+    header = ("account", "name", "debit", "credit", "balance")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(row: tuple[str, ...]) -> str:
+        left = [cell.ljust(w) for cell, w in zip(row[:2], widths[:2], strict=True)]
+        right = [cell.rjust(w) for cell, w in zip(row[2:], widths[2:], strict=True)]
+        return "  ".join(left + right)
+
+    verdict = "balanced" if tb.balanced else f"NOT BALANCED by {cents(tb.debit - tb.credit)}"
+    return "\n".join(
+        [
+            f"Trial balance {tb.period}",
+            line(header),
+            *(line(r) for r in rows),
+            f"{tb.lines} journal lines, {verdict}",
+        ]
+    )
+
+
 period_option = click.option(
     "--period", required=True, show_envvar=True, help="accounting period, YYYY-MM"
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 
 
-@books.command("check")
+@click.command("trial-balance")
+@period_option
+@json_option
+def trial_balance_command(period: str, as_json: bool) -> None:
+    """Total debit and credit of a period's journal lines, per account."""
+    period = parse_period(period)
+    try:
+        with connect(Settings()) as conn:
+            tb = trial_balance(conn, period)
+    except BadInput:
+        raise
+    except (EngineError, psycopg.Error) as exc:
+        # psycopg's errors reach here unwrapped: flows run their own SQL
+        raise StoreError(f"cannot read the books: {exc}") from exc
+    if as_json:
+        click.echo(tb.model_dump_json())
+    else:
+        click.echo(trial_balance_table(tb))
+
+
+@click.command("check")
 @period_option
 @json_option
 def check_command(period: str, as_json: bool) -> None:
@@ -92,7 +123,7 @@ def check_command(period: str, as_json: bool) -> None:
         raise ChecksFailed(f"books of {report.period}", report.problems)
 
 
-@books.command("close")
+@click.command("close")
 @period_option
 @click.option("--by", "by", default=None, help="who closes it (default: user@host)")
 def close_command(period: str, by: str | None) -> None:
@@ -101,7 +132,7 @@ def close_command(period: str, by: str | None) -> None:
     click.echo(f"period {event.period} closed by {event.actor} at {event.at:%Y-%m-%d %H:%M:%S %Z}")
 
 
-@books.command("reopen")
+@click.command("reopen")
 @period_option
 @click.option("--reason", required=True, help="why the period is reopened (recorded)")
 @click.option("--by", "by", default=None, help="who reopens it (default: user@host)")
@@ -113,7 +144,7 @@ def reopen_command(period: str, reason: str, by: str | None) -> None:
     click.echo(f"period {event.period} reopened by {event.actor}: {event.reason}")
 
 
-@books.command("history")
+@click.command("history")
 @period_option
 @json_option
 def history_command(period: str, as_json: bool) -> None:
@@ -129,3 +160,11 @@ def history_command(period: str, as_json: bool) -> None:
     for e in events:
         why = f"  ({e.reason})" if e.reason else ""
         click.echo(f"{e.at:%Y-%m-%d %H:%M:%S %Z}  {e.action:<8}  {e.actor}{why}")
+
+
+books = click.Group(
+    "books",
+    commands=[trial_balance_command, check_command, close_command, reopen_command, history_command],
+    help="The ERP's books: trial balance, checks, and a period's close and reopen.",
+)
+"""``engine books``: its commands are listed here, not added to it by whoever imports them."""

@@ -1,0 +1,81 @@
+"""Accounting periods as values: the ``Period`` type and the one parser of a period.
+
+Each type validates at the boundary (CLI, API, message) and its error names the
+bad value and the expected form, so ``engine submit`` can print it as is. A
+flow's parameters declare :data:`Period`; a command or a function that takes
+a period as a plain string checks it with :func:`parse_period`, which gives
+the same message.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError
+
+from engine import BadInput
+
+__all__ = ["Period", "next_period", "parse_period", "previous_period", "year_month"]
+
+_PATTERN = "[0-9]{4}-(0[1-9]|1[0-2])"
+_PERIOD = re.compile(_PATTERN)
+
+
+def _check_period(value: str) -> str:
+    if _PERIOD.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "period_format",
+            "invalid period {period}: expected YYYY-MM with a month from 01 to 12, e.g. 2026-11",
+            {"period": repr(value)},
+        )
+    return value
+
+
+def _period_schema(schema: dict[str, Any]) -> None:
+    schema["pattern"] = f"^{_PATTERN}$"
+
+
+Period = Annotated[
+    str,
+    AfterValidator(_check_period),
+    Field(
+        description="accounting period, YYYY-MM (e.g. 2026-11)",
+        json_schema_extra=_period_schema,
+    ),
+]
+"""An accounting month as ``YYYY-MM`` (month 01-12). ``26-11`` and ``2026-1`` are rejected."""
+
+_ADAPTER: TypeAdapter[str] = TypeAdapter(Period)
+
+
+def parse_period(value: str, *, option: str | None = None) -> str:
+    """``value`` if it is a :data:`Period`, else :class:`engine.BadInput` naming it.
+
+    The message is the type's own (``invalid period '2026-13': expected
+    YYYY-MM ...``), after ``"{option}: "`` when ``option`` names the command
+    line option it came from.
+    """
+    try:
+        return _ADAPTER.validate_python(value)
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"])
+        raise BadInput(f"{option}: {message}" if option else message) from None
+
+
+def year_month(period: str) -> tuple[int, int]:
+    """The year and the month of a valid ``period`` (``(2026, 11)`` for ``"2026-11"``)."""
+    return int(period[:4]), int(period[5:])
+
+
+def next_period(period: str) -> str:
+    """The month after ``period`` (``next_period("2026-12") == "2027-01"``)."""
+    year, month = year_month(period)
+    return f"{year + month // 12:04d}-{month % 12 + 1:02d}"
+
+
+def previous_period(period: str) -> str:
+    """The month before ``period`` (``previous_period("2027-01") == "2026-12"``)."""
+    year, month = year_month(period)
+    return f"{year - 1:04d}-12" if month == 1 else f"{year:04d}-{month - 1:02d}"

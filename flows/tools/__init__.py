@@ -1,0 +1,33 @@
+"""The ERP's tools: demo data, the demo and the ``engine books`` commands.
+
+These are for an operator at a terminal, not for a flow: :mod:`.seed` fills
+the ERP tables with a deterministic month (``engine seed``), :mod:`.demo`
+runs a month end from an empty database (``engine demo``), :mod:`.books`
+reads and closes a period's books (``engine books``). They are built on the
+domain package :mod:`flows.erp`; nothing there or in a flow imports them.
+
+The registry loads this package with the flow modules (it sits directly in
+``flows``) and reads :data:`commands`, as it reads a flow module's ``flow``
+(:mod:`engine.flow.registry`); the ``engine`` CLI adds each one under its own
+name (:mod:`engine.cli.extensions`). The list is the whole registration:
+no command adds itself to a group or a registry when its module is imported.
+
+Like the flows, the tools import only ``engine``'s public API, with two
+documented exceptions, both in :mod:`.demo`: :mod:`engine.worker.processes`,
+to start its worker processes as production does, and :mod:`engine.reports`,
+for the report renderers (``render_index``, ``render_job_report``), which are
+not part of the root API and load jinja2 only when called.
+"""
+
+from __future__ import annotations
+
+import click
+
+from flows.tools.books import books
+from flows.tools.demo import demo
+from flows.tools.seed import command as seed_command
+
+__all__ = ["commands"]
+
+commands: list[click.Command] = [books, seed_command, demo]
+"""The commands the ``engine`` CLI adds: ``engine books``, ``engine seed``, ``engine demo``."""
