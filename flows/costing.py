@@ -2,32 +2,45 @@
 
 ``engine submit costing --period 2026-11 [--store ST001]``
 
-Method, per store and item, for one period:
+Method, per period, item and store (:mod:`flows.erp.average` states it in
+full, with its proof obligations in the tests):
 
-- **Opening** balances come from ``erp_opening_balances`` of the period (loaded
-  by the migration flow for the first period, carried forward by the previous
-  costing afterwards).
-- **Receipts** are valued at their purchase unit cost.
-- **Transfers** between stores are valued at the *sending* store's opening
-  average cost (opening value / opening quantity, 4 decimals; the item's
-  standard cost when the sender had no stock). Both sides use the same
-  per-move value, so the company's inventory value is unchanged by a
-  transfer, and stores can be costed independently and in parallel.
-- **Average cost** = (opening + receipts + transfers in) value / quantity,
-  rounded to 4 decimals; when that quantity is not positive, the opening
-  average, else the standard cost.
-- **Issues** are sales net of customer returns and stock adjustments (a
-  return or a positive count difference is a negative issue); COGS = issue
-  quantity x average cost, to the cent.
-- **Closing value** = opening + receipts + transfers in - COGS - transfers
-  out: the remainder, so value is conserved to the cent (a CHECK enforces
-  it). **Negative stock** is not refused: issues beyond what was available
-  are costed at the average, the closing quantity is negative and carries the
-  remainder as its value; the summary counts such items.
+- **Opening** balances come from ``erp_opening_balances`` of the period
+  (loaded for the store's first period, carried forward by the previous
+  costing afterwards). **Receipts** are valued at their purchase unit cost,
+  each to the cent. Moves are the posted documents' (:mod:`flows.posting`).
+- With A = opening + receipts + transfers-in quantity, each store with A > 0
+  has its average a, defined exactly by a x A = opening value + receipts
+  value + the sum over its transfers in of (quantity x the sender's a). A
+  transfer is valued at the sender's average **of the period**, so a store
+  opened this month that forwards what it received passes on what it cost,
+  and stores that send each other goods in a loop depend on each other:
+  each item's system is solved exactly (strongly connected groups of the
+  transfer graph, in topological order, with rationals: no iteration).
+- **Fallback**: a store with A <= 0 takes its opening average (when its
+  opening quantity is positive), else the item's standard cost; so does
+  every store of a loop whose system has no unique solution (stores that
+  only supply each other); the report names those loops.
+- **Rounding**: the average to 4 decimals, half away from zero; a transfer
+  move's value = quantity x the sender's rounded average, to the cent, the
+  same on both sides; COGS = net issue quantity (sales net of returns and
+  stock-count differences) x the rounded average, to the cent; closing value
+  = opening + receipts + transfers in - COGS - transfers out: the remainder,
+  so value is conserved to the cent per store and company-wide (a CHECK
+  enforces it). **Negative stock** is not refused: issues beyond what was
+  available are costed at the average, the closing quantity is negative and
+  carries the remainder as its value; the summary counts such items.
 
-Each store's item costs, its COGS journal (Dr 5000 COGS, Cr 1300 Inventory,
-keyed by period and store) and its closing balances carried forward as the
-next period's opening balances are written in the step's fenced transaction,
+Steps: ``check_period``; ``solve`` (the period's averages of the items that
+move between stores, once per period, written to ``erp_item_averages``);
+``cost_store`` per store, in parallel (one statement each, using the solved
+averages); ``mark_costed``; ``summarize``.
+
+Each store's item costs, its journals (:func:`flows.erp.inventory.costing_journals`:
+COGS, stock-count adjustments and transfers through the inter-store account,
+keyed by period and store, and its opening stock in its first period) and
+its closing balances carried forward as the next period's opening balances
+are written in the step's fenced transaction,
 so they commit exactly once, together with its checkpoint. The period is
 marked costed once every store is, by whichever job costs the last one.
 
@@ -55,7 +68,7 @@ from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, StepContext
 from flows.erp import inventory, periods
-from flows.erp.inventory import Mover, StoreRef, StoreTotals
+from flows.erp.inventory import FallbackGroup, Mover, Solved, StoreRef, StoreTotals
 from flows.erp.types import Period
 
 
@@ -73,7 +86,7 @@ class CostingPlan(BaseModel):
 
 class StoreCost(StoreTotals):
     store: StoreRef
-    journal_id: int | None
+    journal_ids: dict[str, int]
     top_movers: list[Mover]
 
 
@@ -97,6 +110,10 @@ class CostingSummary(BaseModel):
     cogs_value: Decimal
     closing_value: Decimal
     negative_items: int
+    moving_items: int = 0
+    loops: int = 0
+    fallback_groups: list[FallbackGroup] = []
+    method: str = ""
     brands: list[BrandTotal]
     per_store: list[StoreCost]
     largest_movers: list[Mover]
@@ -107,8 +124,9 @@ flow = Flow(
     "costing",
     params=CostingParams,
     # 3: holds the period's concurrency key (a job of version 2 in flight runs without it)
-    version=3,
-    description="Periodic weighted-average inventory costing per store; COGS journals.",
+    # 4: the exact multi-store average (step solve); journals through flows.erp.ledger
+    version=4,
+    description="Periodic weighted average per store, solved exactly across stores; journals.",
     concurrency=periods.PERIOD_KEY,
 )
 
@@ -168,22 +186,33 @@ def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) 
     except Refused as exc:
         raise Fail(str(exc)) from exc
     totals = inventory.store_totals(conn, period, store.id)
-    journal = None
-    if totals.cogs_value != 0:
-        journal = inventory.post_cogs_journal(
-            conn, period, store.id, f"costing:{period}:{store.code}", totals.cogs_value
-        )
+    journals = inventory.post_costing(conn, period, store, totals)
     return StoreCost(
         store=store,
-        journal_id=journal,
+        journal_ids=journals,
         top_movers=inventory.top_movers(conn, period, store.id),
         **totals.model_dump(),
     )
 
 
-@flow.step(map_over="check_period.stores")
+def solve_period(conn: psycopg.Connection[Any], period: str) -> Solved:
+    """Solve the period's averages once, under the period's share lock (a close waits)."""
+    try:
+        periods.lock_for_writing(conn, period, doing="solving its averages")
+    except Refused as exc:
+        raise Fail(str(exc)) from exc
+    return inventory.solve_averages(conn, period)
+
+
+@flow.step(after=["check_period"])
+def solve(params: CostingParams, ctx: StepContext) -> Solved:
+    """Solve, exactly and once per period, the averages of the items that move between stores."""
+    return solve_period(ctx.conn, params.period)
+
+
+@flow.step(map_over="check_period.stores", after=["solve"])
 def cost_store(store: StoreRef, params: CostingParams, ctx: StepContext) -> StoreCost:
-    """Cost one store in one statement and post its COGS journal (once)."""
+    """Cost one store in one statement with the solved averages; post its journals (once)."""
     return cost_one_store(ctx.conn, params.period, store)
 
 
@@ -212,8 +241,18 @@ def brand_totals(costs: list[StoreCost]) -> list[BrandTotal]:
     return sorted(brands.values(), key=lambda b: b.brand)
 
 
-@flow.step(after=["mark_costed", "cost_store", "check_period"])
-def summarize(closed: PeriodCosted, costs: list[StoreCost], plan: CostingPlan) -> CostingSummary:
+METHOD = (
+    "periodic weighted average per store and item; transfers at the sender's average of "
+    "the period, solved exactly across stores (loops included); average rounded to 4 "
+    "decimals, values to the cent, half away from zero; fallback: opening average, else "
+    "standard cost; closing value is the remainder"
+)
+
+
+@flow.step(after=["mark_costed", "cost_store", "check_period", "solve"])
+def summarize(
+    closed: PeriodCosted, costs: list[StoreCost], plan: CostingPlan, solved: Solved
+) -> CostingSummary:
     """Totals per brand and store, and the largest movers."""
     brands = brand_totals(costs)
     movers = sorted((m for c in costs for m in c.top_movers), key=lambda m: (-m.cogs_value, m.sku))[
@@ -230,6 +269,10 @@ def summarize(closed: PeriodCosted, costs: list[StoreCost], plan: CostingPlan) -
         cogs_value=sum((c.cogs_value for c in costs), Decimal(0)),
         closing_value=sum((c.closing_value for c in costs), Decimal(0)),
         negative_items=sum(c.negative_items for c in costs),
+        moving_items=solved.items,
+        loops=solved.loops,
+        fallback_groups=solved.fallback_groups,
+        method=METHOD,
         brands=brands,
         per_store=costs,
         largest_movers=movers,

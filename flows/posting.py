@@ -52,9 +52,10 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, Signal, StepContext
-from flows.erp import periods
+from flows.erp import ledger, periods
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
+from flows.erp.ledger import Journal, signed
 from flows.erp.queries import NamedQueries
 from flows.erp.types import Period
 
@@ -135,6 +136,7 @@ class ChunkResult(BaseModel):
     last_id: int
     posted: int
     rejected: int
+    stock_moves: int = Field(default=0, description="stock moves written from the posted lines")
     debit: Money
     credit: Money
     rejections: list[Rejection] = Field(description=f"at most {MAX_REJECTIONS}, by id")
@@ -177,17 +179,42 @@ def post_documents(
 ) -> ChunkResult:
     """Validate and post (or reject) the unposted documents of ``period`` in an id range.
 
-    One statement in the caller's transaction; calling it again for the same
+    In the caller's transaction: the documents are locked and judged, the
+    valid ones' journals posted through :func:`flows.erp.ledger.post` (one per
+    document, the net amount per account on the document's store), then
+    those documents marked posted with their stock moves written, and the
+    invalid ones rejected with their reasons. Calling it again for the same
     range posts nothing more (see the module docstring).
     """
+    params = {"period": period, "first_id": first_id, "last_id": last_id}
+    judged = _q.rows(conn, "documents_lock_and_judge", params)
+    journals = [
+        Journal(
+            period=period,
+            source="document",
+            source_key=f"document:{d['id']}",
+            store_id=d["store_id"],
+            memo=d["memo"],
+            lines=[
+                line
+                for a in d["amounts"]
+                for line in signed(a["account"], d["store_id"], Decimal(a["amount"]))
+            ],
+        )
+        for d in judged
+        if d["reason"] is None
+    ]
+    posted = ledger.post(conn, journals)
+    fresh = set(posted.keys)
+    done = [j for j in journals if j.source_key in fresh]
+    bad = [d for d in judged if d["reason"] is not None]
     row = _q.one(
         conn,
-        "document_post_or_reject_many_if_unposted",
+        "documents_mark_and_move_if_unposted",
         {
-            "period": period,
-            "first_id": first_id,
-            "last_id": last_id,
-            "max_rejections": MAX_REJECTIONS,
+            "posted": [int(j.source_key.split(":", 1)[1]) for j in done],
+            "rejected": [d["id"] for d in bad],
+            "reasons": [d["reason"] for d in bad],
         },
     )
     return ChunkResult(
@@ -195,9 +222,13 @@ def post_documents(
         last_id=last_id,
         posted=row["posted"],
         rejected=row["rejected"],
-        debit=row["debit"],
-        credit=row["credit"],
-        rejections=[Rejection.model_validate(r) for r in row["rejections"]],
+        stock_moves=row["moves"],
+        debit=sum((j.debit for j in done), Decimal(0)),
+        credit=sum((j.credit for j in done), Decimal(0)),
+        rejections=[
+            Rejection(id=d["id"], number=d["number"], reason=d["reason"])
+            for d in bad[:MAX_REJECTIONS]
+        ],
     )
 
 

@@ -57,7 +57,6 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
                 employees=500,
                 items=items,
                 period=period,
-                documents=2000,
                 seed=seed_value,
             )
             counts = ", ".join(f"{n} {t[4:]}" for t, n in made.table_counts().items())

@@ -15,28 +15,83 @@ SELECT EXISTS (
 -- The costing statement is planned with inflated row estimates (the union of opening and moved items joined twice), which crosses jit_optimize_above_cost: LLVM inlining and optimisation then cost about 1 s per store for a query that runs in 0.3 s. Off for the store's costing transaction only.
 SET LOCAL jit = off;
 
+-- average_transfer_items --
+-- The items of the period that move between stores, with their standard cost: the only ones whose averages depend on other stores' (solved in Python, exactly).
+SELECT i.id, i.sku, i.standard_cost
+FROM erp_items AS i
+WHERE i.id IN (SELECT item_id FROM erp_stock_moves
+               WHERE period = %(period)s AND kind = 'transfer_in')
+ORDER BY i.id;
+
+-- average_figures_of_transfer_items --
+-- Each store's own figures for those items: opening quantity and value, receipts quantity and value (each receipt valued to the cent, as costing values it).
+WITH moving AS (
+    SELECT DISTINCT item_id FROM erp_stock_moves
+    WHERE period = %(period)s AND kind = 'transfer_in'
+),
+figures AS (
+    SELECT o.item_id, o.store_id, o.qty AS oq, o.value AS ov, 0 AS rq, 0 AS rv
+    FROM erp_opening_balances AS o JOIN moving USING (item_id)
+    WHERE o.period = %(period)s
+    UNION ALL
+    SELECT m.item_id, m.store_id, 0, 0, m.qty, round(m.qty * m.unit_cost, 2)
+    FROM erp_stock_moves AS m JOIN moving USING (item_id)
+    WHERE m.period = %(period)s AND m.kind = 'receipt'
+)
+SELECT item_id, store_id, sum(oq) AS opening_qty, sum(ov) AS opening_value,
+       sum(rq) AS receipt_qty, sum(rv) AS receipt_value
+FROM figures
+GROUP BY item_id, store_id
+ORDER BY item_id, store_id;
+
+-- average_transfer_edges --
+-- The transfer graph of each item: quantity sent from one store to another in the period (read from the receiving side; posting writes both).
+SELECT item_id, counterpart_store_id AS sender, store_id AS receiver, sum(qty) AS qty
+FROM erp_stock_moves
+WHERE period = %(period)s AND kind = 'transfer_in'
+GROUP BY item_id, counterpart_store_id, store_id
+ORDER BY item_id, sender, receiver;
+
+-- average_solve_claim --
+-- The averages of a period are solved once (its primary key): a rerun, or a second job of the period, finds them and writes nothing.
+INSERT INTO erp_average_solves (period, items, loops, fallback_groups)
+VALUES (%(period)s, %(items)s, %(loops)s, %(fallback_groups)s)
+ON CONFLICT (period) DO NOTHING
+RETURNING period;
+
+-- average_solve_select --
+-- What the period's solve found, for the costing report.
+SELECT period, solved_at, items, loops, fallback_groups
+FROM erp_average_solves WHERE period = %(period)s;
+
+-- average_copy --
+-- Every store's average of every moving item, solved once per period.
+COPY erp_item_averages (period, item_id, store_id, average_cost, average_from, loop_group) FROM STDIN;
+
 -- item_costs_insert_for_store --
--- One set-based statement per store: periodic weighted average; closing value is the remainder, so value is conserved to the cent (CHECK on erp_item_costs).
-WITH moves AS (
-    -- transfers are valued at the sender's opening average: a primary-key lookup
-    -- of that one balance (sender, item, period) per transfer move
+-- One set-based statement per store: periodic weighted average; an item that moves between stores takes its average as solved for the period (erp_item_averages), and a transfer is valued at the sender's average, the same value on both sides; closing value is the remainder, so value is conserved to the cent (CHECK on erp_item_costs).
+WITH solved AS (
+    SELECT item_id, store_id, average_cost, average_from, loop_group
+    FROM erp_item_averages WHERE period = %(period)s
+),
+moves AS (
     SELECT m.item_id,
            sum(m.qty) FILTER (WHERE m.kind = 'receipt') AS receipt_qty,
            sum(round(m.qty * m.unit_cost, 2)) FILTER (WHERE m.kind = 'receipt') AS receipt_value,
            sum(m.qty) FILTER (WHERE m.kind = 'transfer_in') AS transfer_in_qty,
-           sum(round(m.qty * coalesce(round(sb.value / sb.qty, 4), i.standard_cost), 2))
-               FILTER (WHERE m.kind = 'transfer_in') AS transfer_in_value,
+           sum(round(m.qty * sa.average_cost, 2)) FILTER (WHERE m.kind = 'transfer_in')
+               AS transfer_in_value,
            -sum(m.qty) FILTER (WHERE m.kind IN ('sale', 'return', 'adjustment')) AS issue_qty,
            -sum(m.qty) FILTER (WHERE m.kind = 'transfer_out') AS transfer_out_qty,
-           sum(round(-m.qty * coalesce(round(sb.value / sb.qty, 4), i.standard_cost), 2))
-               FILTER (WHERE m.kind = 'transfer_out') AS transfer_out_value
+           sum(round(-m.qty * sa.average_cost, 2)) FILTER (WHERE m.kind = 'transfer_out')
+               AS transfer_out_value
     FROM erp_stock_moves AS m
-    JOIN erp_items AS i ON i.id = m.item_id
-    LEFT JOIN erp_opening_balances AS sb
+    -- the sender's solved average: the counterpart for a transfer in, this store for one out
+    LEFT JOIN solved AS sa
            ON m.kind IN ('transfer_in', 'transfer_out')
-          AND sb.store_id = CASE WHEN m.kind = 'transfer_in' THEN m.counterpart_store_id
+          AND sa.item_id = m.item_id
+          AND sa.store_id = CASE WHEN m.kind = 'transfer_in' THEN m.counterpart_store_id
                                  ELSE m.store_id END
-          AND sb.item_id = m.item_id AND sb.period = m.period AND sb.qty > 0
     WHERE m.period = %(period)s AND m.store_id = %(store_id)s
     GROUP BY m.item_id
 ),
@@ -50,39 +105,69 @@ combined AS (
            coalesce(mv.receipt_qty, 0) AS rq, coalesce(mv.receipt_value, 0) AS rv,
            coalesce(mv.transfer_in_qty, 0) AS tq, coalesce(mv.transfer_in_value, 0) AS tv,
            coalesce(mv.issue_qty, 0) AS iq,
-           coalesce(mv.transfer_out_qty, 0) AS xq, coalesce(mv.transfer_out_value, 0) AS xv
+           coalesce(mv.transfer_out_qty, 0) AS xq, coalesce(mv.transfer_out_value, 0) AS xv,
+           s.average_cost AS solved_cost, s.average_from AS solved_from, s.loop_group
     FROM (SELECT item_id FROM opening UNION SELECT item_id FROM moves) AS k
     JOIN erp_items AS i ON i.id = k.item_id
     LEFT JOIN opening AS o ON o.item_id = k.item_id
     LEFT JOIN moves AS mv ON mv.item_id = k.item_id
+    LEFT JOIN solved AS s ON s.item_id = k.item_id AND s.store_id = %(store_id)s
 ),
 costed AS (
+    -- an item that does not move between stores: its own figures; the numerator at
+    -- scale 20 so that rounding to 4 decimals is exact (half away from zero)
     SELECT c.*,
-           CASE WHEN c.oq + c.rq + c.tq > 0 THEN round((c.ov + c.rv + c.tv) / (c.oq + c.rq + c.tq), 4)
-                WHEN c.oq > 0 THEN round(c.ov / c.oq, 4)
-                ELSE c.standard_cost END AS avg_cost
+           coalesce(c.solved_cost,
+               CASE WHEN c.oq + c.rq + c.tq > 0
+                        THEN round((c.ov + c.rv)::numeric(38,20) / (c.oq + c.rq + c.tq), 4)
+                    WHEN c.oq > 0 THEN round(c.ov::numeric(38,20) / c.oq, 4)
+                    ELSE c.standard_cost END) AS avg_cost,
+           coalesce(c.solved_from,
+               CASE WHEN c.oq + c.rq + c.tq > 0 THEN 'solved'
+                    WHEN c.oq > 0 THEN 'fallback_opening'
+                    ELSE 'fallback_standard' END) AS avg_from
     FROM combined AS c
 )
 INSERT INTO erp_item_costs (
     period, store_id, item_id, opening_qty, opening_value, receipt_qty, receipt_value,
-    transfer_in_qty, transfer_in_value, average_cost, issue_qty, cogs_value,
-    transfer_out_qty, transfer_out_value, closing_qty, closing_value)
-SELECT %(period)s, %(store_id)s, item_id, oq, ov, rq, rv, tq, tv, avg_cost, iq,
-       round(iq * avg_cost, 2), xq, xv,
+    transfer_in_qty, transfer_in_value, average_cost, average_from, loop_group, issue_qty,
+    cogs_value, transfer_out_qty, transfer_out_value, closing_qty, closing_value)
+SELECT %(period)s, %(store_id)s, item_id, oq, ov, rq, rv, tq, tv, avg_cost, avg_from, loop_group,
+       iq, round(iq * avg_cost, 2), xq, xv,
        oq + rq + tq - iq - xq,
        ov + rv + tv - round(iq * avg_cost, 2) - xv
 FROM costed;
 
 -- store_costs_totals --
--- What the store's COGS journal and the summary are built from.
+-- What the store's costing journal and the summary are built from; the adjustments' share of COGS (stock counts) goes to 5100, valued like every issue at the item's average.
+WITH adjusted AS (
+    SELECT m.item_id, -sum(m.qty) AS qty
+    FROM erp_stock_moves AS m
+    WHERE m.period = %(period)s AND m.store_id = %(store_id)s AND m.kind = 'adjustment'
+    GROUP BY m.item_id
+)
 SELECT count(*)::int AS items,
-       coalesce(sum(receipt_value), 0) AS receipt_value,
-       coalesce(sum(transfer_in_value), 0) AS transfer_in_value,
-       coalesce(sum(cogs_value), 0) AS cogs_value,
-       coalesce(sum(transfer_out_value), 0) AS transfer_out_value,
-       coalesce(sum(closing_value), 0) AS closing_value,
-       count(*) FILTER (WHERE closing_qty < 0)::int AS negative_items
-FROM erp_item_costs WHERE period = %(period)s AND store_id = %(store_id)s;
+       coalesce(sum(c.opening_value), 0) AS opening_value,
+       coalesce(sum(c.receipt_value), 0) AS receipt_value,
+       coalesce(sum(c.transfer_in_value), 0) AS transfer_in_value,
+       coalesce(sum(c.cogs_value), 0) AS cogs_value,
+       coalesce(sum(round(a.qty * c.average_cost, 2)), 0) AS adjustment_value,
+       coalesce(sum(c.transfer_out_value), 0) AS transfer_out_value,
+       coalesce(sum(c.closing_value), 0) AS closing_value,
+       count(*) FILTER (WHERE c.closing_qty < 0)::int AS negative_items,
+       count(*) FILTER (WHERE c.loop_group IS NOT NULL)::int AS loop_items,
+       count(*) FILTER (WHERE c.average_from <> 'solved')::int AS fallback_items
+FROM erp_item_costs AS c
+LEFT JOIN adjusted AS a ON a.item_id = c.item_id
+WHERE c.period = %(period)s AND c.store_id = %(store_id)s;
+
+-- store_opening_loaded --
+-- A store whose books start in this period (opening 'loaded') has its opening stock put in the ledger by its costing: the total of its opening balances.
+SELECT sp.opening = 'loaded' AS loaded,
+       (SELECT coalesce(sum(value), 0) FROM erp_opening_balances
+        WHERE period = %(period)s AND store_id = %(store_id)s) AS value
+FROM erp_store_periods AS sp
+WHERE sp.period = %(period)s AND sp.store_id = %(store_id)s;
 
 -- store_top_movers --
 -- The items with the largest cost of goods sold in the store.
@@ -91,23 +176,6 @@ FROM erp_item_costs AS c JOIN erp_items AS i ON i.id = c.item_id
 WHERE c.period = %(period)s AND c.store_id = %(store_id)s
 ORDER BY c.cogs_value DESC, i.sku
 LIMIT %(limit)s;
-
--- journal_insert_if_absent --
--- The source key is unique: the COGS journal of one costing step is posted once, whatever retries happen.
-INSERT INTO erp_journals (period, store_id, source, source_key, memo)
-VALUES (%(period)s, %(store_id)s, 'costing', %(source_key)s, %(memo)s)
-ON CONFLICT (source_key) DO NOTHING
-RETURNING id;
-
--- journal_select_by_key --
--- A rerun finds the journal its first run posted.
-SELECT id FROM erp_journals WHERE source_key = %(source_key)s;
-
--- journal_lines_insert_cogs --
--- Dr cost of goods sold, Cr inventory (reversed when returns exceed sales); one balanced pair.
-INSERT INTO erp_journal_lines (journal_id, line_no, account_code, store_id, debit, credit)
-VALUES (%(journal_id)s, 1, '5000', %(store_id)s, greatest(%(amount)s, 0), greatest(-%(amount)s, 0)),
-       (%(journal_id)s, 2, '1300', %(store_id)s, greatest(-%(amount)s, 0), greatest(%(amount)s, 0));
 
 -- opening_carry_forward_for_store --
 -- A store's closing balances become its next period's opening balances, once, in the store's own costing transaction.

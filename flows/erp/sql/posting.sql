@@ -9,11 +9,10 @@ FROM (
 GROUP BY chunk
 ORDER BY chunk;
 
--- document_post_or_reject_many_if_unposted --
--- A document is posted at most once (the caller holds the period's row FOR SHARE, so it is not closed): its journal's source_key 'document:<id>' is unique, only documents whose journal this statement inserted are marked posted, and every UPDATE restates status = 'unposted'.
+-- documents_lock_and_judge --
+-- Every unposted document of the range, locked in id order (two postings of the same range serialise), with every problem found in a fixed order (NULL when valid) and, for a valid one, its journal: the net amount per account, on the document's store. Amounts to Inventory (1300) come only from stock received on a purchase invoice; everything else in 1300 is costing's.
 WITH docs AS (
-    -- row locks, taken in id order, serialise two postings of the same range
-    SELECT id, number, period, store_id, memo
+    SELECT id, number, kind, period, store_id, counterpart_store_id, memo
     FROM erp_documents
     WHERE period = %(period)s AND id BETWEEN %(first_id)s AND %(last_id)s AND status = 'unposted'
     ORDER BY id
@@ -29,70 +28,119 @@ per_doc AS (
                FILTER (WHERE l.line_no IS NOT NULL AND a.code IS NULL) AS unknown_accounts,
            string_agg(format('line %%s has both debit %%s and credit %%s',
                              l.line_no, l.debit, l.credit), '; ' ORDER BY l.line_no)
-               FILTER (WHERE l.debit > 0 AND l.credit > 0) AS two_sided
+               FILTER (WHERE l.debit > 0 AND l.credit > 0) AS two_sided,
+           string_agg(format('line %%s: %%s', l.line_no, p.problem), '; ' ORDER BY l.line_no)
+               FILTER (WHERE p.problem IS NOT NULL) AS line_problems
     FROM docs AS d
     LEFT JOIN erp_document_lines AS l ON l.document_id = d.id
     LEFT JOIN erp_accounts AS a ON a.code = l.account_code
+    LEFT JOIN LATERAL (SELECT CASE
+        WHEN l.line_no IS NULL THEN NULL
+        -- stock documents: items and quantities, no amounts (costing values them)
+        WHEN d.kind IN ('stock_transfer', 'stock_count') AND l.item_id IS NULL
+            THEN 'a stock line names no item'
+        WHEN d.kind IN ('stock_transfer', 'stock_count') AND (l.debit <> 0 OR l.credit <> 0)
+            THEN format('a %%s carries no amount (costing values it), got debit %%s credit %%s',
+                        replace(d.kind, '_', ' '), l.debit, l.credit)
+        WHEN d.kind = 'stock_transfer' AND NOT coalesce(l.qty > 0, false)
+            THEN format('quantity transferred must be > 0, got %%s', coalesce(l.qty::text, 'none'))
+        WHEN d.kind = 'stock_count' AND coalesce(l.qty, 0) = 0
+            THEN 'a count difference must not be 0 or missing'
+        WHEN d.kind IN ('stock_transfer', 'stock_count') THEN NULL
+        -- invoices and credit notes
+        WHEN l.item_id IS NOT NULL AND NOT coalesce(l.qty > 0, false)
+            THEN format('item quantity must be > 0, got %%s', coalesce(l.qty::text, 'none'))
+        WHEN l.item_id IS NOT NULL AND d.kind = 'purchase_invoice' AND l.account_code <> '1300'
+            THEN format('stock received goes to 1300 (Inventory), not %%s', l.account_code)
+        WHEN l.item_id IS NOT NULL AND d.kind = 'purchase_invoice'
+             AND NOT coalesce(l.unit_cost >= 0, false)
+            THEN 'a purchase line needs a unit cost >= 0'
+        WHEN l.item_id IS NOT NULL AND d.kind = 'purchase_invoice'
+             AND l.debit <> round(l.qty * l.unit_cost, 2)
+            THEN format('debit %%s != quantity %%s x unit cost %%s = %%s',
+                        l.debit, l.qty, l.unit_cost, round(l.qty * l.unit_cost, 2))
+        WHEN l.account_code IN ('1300', '1350')
+             AND NOT (d.kind = 'purchase_invoice' AND l.item_id IS NOT NULL)
+            THEN format('%%s is kept by stock moves and costing: a %%s cannot post to it',
+                        l.account_code, replace(d.kind, '_', ' '))
+        END AS problem) AS p ON true
     GROUP BY d.id
 ),
 verdict AS (
-    SELECT d.id, d.number, d.period, d.store_id, d.memo,
-           -- every problem found, in a fixed order; NULL when the document is valid
+    SELECT d.id, d.number, d.kind, d.store_id, d.memo,
            nullif(array_to_string(ARRAY[
                CASE
                    WHEN t.lines = 0 THEN 'no lines'
+                   WHEN d.kind IN ('stock_transfer', 'stock_count') THEN NULL
                    WHEN t.debit <> t.credit
                        THEN format('unbalanced: debit %%s != credit %%s', t.debit, t.credit)
                    WHEN t.debit = 0 THEN 'zero amount: debit and credit are both 0.00'
                END,
+               CASE
+                   WHEN d.kind <> 'stock_transfer' THEN NULL
+                   WHEN d.counterpart_store_id IS NULL THEN 'a stock transfer names no receiving store'
+                   WHEN d.counterpart_store_id = d.store_id THEN 'a stock transfer to its own store'
+               END,
                t.unknown_accounts,
-               t.two_sided
+               t.two_sided,
+               t.line_problems
            ], '; '), '') AS reason
     FROM docs AS d
     JOIN per_doc AS t ON t.id = d.id
-),
-journals AS (
-    INSERT INTO erp_journals (period, store_id, source, source_key, memo)
-    SELECT period, store_id, 'document', 'document:' || id, memo
-    FROM verdict
-    WHERE reason IS NULL
-    ORDER BY id
-    ON CONFLICT (source_key) DO NOTHING
-    RETURNING id AS journal_id, source_key
-),
-posting AS (
-    SELECT j.journal_id, v.id, v.store_id
-    FROM journals AS j
-    JOIN verdict AS v ON j.source_key = 'document:' || v.id
-),
-journal_lines AS (
-    INSERT INTO erp_journal_lines (journal_id, line_no, account_code, store_id, debit, credit)
-    SELECT p.journal_id, l.line_no, l.account_code, p.store_id, l.debit, l.credit
-    FROM posting AS p
-    JOIN erp_document_lines AS l ON l.document_id = p.id
-    RETURNING debit, credit
-),
-posted AS (
+)
+SELECT v.id, v.number, v.kind, v.store_id, v.memo, v.reason,
+       CASE WHEN v.reason IS NULL THEN coalesce((
+           SELECT jsonb_agg(jsonb_build_object('account', n.account_code, 'amount', n.amount::text)
+                            ORDER BY n.account_code)
+           FROM (SELECT l.account_code, sum(l.debit) - sum(l.credit) AS amount
+                 FROM erp_document_lines AS l
+                 WHERE l.document_id = v.id
+                 GROUP BY l.account_code
+                 HAVING sum(l.debit) - sum(l.credit) <> 0) AS n), '[]') END AS amounts
+FROM verdict AS v
+ORDER BY v.id;
+
+-- documents_mark_and_move_if_unposted --
+-- The documents whose journal this transaction posted become posted and write their stock moves (one per item line; a transfer's two sides, out at the sender and in at the receiver, from the same line); the rejected ones keep their reasons. Every UPDATE restates status = 'unposted' and a move is unique per (document, line, kind), so nothing happens twice.
+WITH posted AS (
     UPDATE erp_documents AS d
     SET status = 'posted'
-    FROM posting AS p
-    WHERE d.id = p.id AND d.status = 'unposted'
-    RETURNING d.id
+    WHERE d.id = ANY(%(posted)s::bigint[]) AND d.status = 'unposted'
+    RETURNING d.id, d.kind, d.period, d.store_id, d.counterpart_store_id, d.issued_on
+),
+lines AS (
+    SELECT p.*, l.line_no, l.item_id, l.qty, l.unit_cost
+    FROM posted AS p
+    JOIN erp_document_lines AS l ON l.document_id = p.id AND l.item_id IS NOT NULL
+),
+moves AS (
+    INSERT INTO erp_stock_moves (period, store_id, item_id, moved_on, kind, qty, unit_cost,
+                                 counterpart_store_id, document_id, line_no)
+    SELECT lines.period, m.at_store, lines.item_id, lines.issued_on, m.kind, m.qty, m.unit_cost,
+           m.counterpart, lines.id, lines.line_no
+    FROM lines
+    CROSS JOIN LATERAL (VALUES
+        ('sale', -qty, NULL::numeric, NULL::integer, kind = 'sales_invoice', store_id),
+        ('return', qty, NULL, NULL, kind = 'credit_note', store_id),
+        ('receipt', qty, unit_cost, NULL, kind = 'purchase_invoice', store_id),
+        ('adjustment', qty, NULL, NULL, kind = 'stock_count', store_id),
+        ('transfer_out', -qty, NULL, counterpart_store_id, kind = 'stock_transfer', store_id),
+        ('transfer_in', qty, NULL, store_id, kind = 'stock_transfer', counterpart_store_id)
+    ) AS m (kind, qty, unit_cost, counterpart, applies, at_store)
+    WHERE m.applies
+    ON CONFLICT (document_id, line_no, kind) DO NOTHING
+    RETURNING 1
 ),
 rejected AS (
     UPDATE erp_documents AS d
-    SET status = 'rejected', reject_reason = v.reason
-    FROM verdict AS v
-    WHERE d.id = v.id AND v.reason IS NOT NULL AND d.status = 'unposted'
-    RETURNING d.id, d.number, v.reason
+    SET status = 'rejected', reject_reason = r.reason
+    FROM unnest(%(rejected)s::bigint[], %(reasons)s::text[]) AS r (id, reason)
+    WHERE d.id = r.id AND d.status = 'unposted'
+    RETURNING d.id
 )
-SELECT (SELECT count(*) FROM posted) AS posted,
-       (SELECT count(*) FROM rejected) AS rejected,
-       (SELECT coalesce(sum(debit), 0) FROM journal_lines) AS debit,
-       (SELECT coalesce(sum(credit), 0) FROM journal_lines) AS credit,
-       (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'id', r.id, 'number', r.number, 'reason', r.reason) ORDER BY r.id), '[]')
-        FROM (SELECT * FROM rejected ORDER BY id LIMIT %(max_rejections)s) AS r) AS rejections;
+SELECT (SELECT count(*) FROM posted)::int AS posted,
+       (SELECT count(*) FROM moves)::int AS moves,
+       (SELECT count(*) FROM rejected)::int AS rejected;
 
 -- journal_select_document_totals --
 -- Double entry: every document journal of the period balances and all of them together do; this query counts the ones that do not.

@@ -8,7 +8,8 @@ SELECT EXISTS (SELECT 1 FROM erp_brands);
 
 -- erp_data_truncate --
 -- Replace empties every ERP data table (the chart of accounts stays) and restarts identities, so a reseed is row-identical; CASCADE reaches only tables that reference these.
-TRUNCATE erp_period_events, erp_store_periods,
+TRUNCATE erp_period_events, erp_store_periods, erp_period_balances,
+         erp_item_averages, erp_average_solves,
          erp_journal_lines, erp_journals, erp_item_costs, erp_stock_moves,
          erp_document_lines, erp_documents, erp_opening_balances, erp_periods,
          erp_items, erp_employees, erp_stores, erp_brands, erp_migration_rejects
@@ -68,18 +69,14 @@ COPY erp_opening_balances (store_id, item_id, period, qty, value) FROM STDIN;
 -- The seeded period is every store's first: costing starts there, from the loaded openings.
 COPY erp_store_periods (store_id, period, opening) FROM STDIN;
 
--- stock_move_copy --
--- id is GENERATED ALWAYS: COPY order fixes the ids, and a transfer_in follows its transfer_out.
-COPY erp_stock_moves (period, store_id, item_id, moved_on, kind, qty, unit_cost, counterpart_store_id) FROM STDIN;
-
 -- document_copy --
 -- Documents arrive unposted; posting decides, and rejects the bad ones with a reason.
-COPY erp_documents (id, number, kind, period, store_id, employee_id, issued_on, memo) FROM STDIN;
+COPY erp_documents (id, number, kind, period, store_id, employee_id, issued_on, memo, counterpart_store_id) FROM STDIN;
 
 -- document_line_copy --
 -- Accounts are not foreign keys on purpose: an unknown account must reach posting to be rejected there.
-COPY erp_document_lines (document_id, line_no, account_code, item_id, qty, debit, credit, description) FROM STDIN;
+COPY erp_document_lines (document_id, line_no, account_code, item_id, qty, debit, credit, description, unit_cost) FROM STDIN;
 
 -- erp_seed_analyze --
 -- Fresh statistics, so the first costing or posting job plans its joins on real row counts.
-ANALYZE erp_stores, erp_items, erp_opening_balances, erp_stock_moves, erp_documents, erp_document_lines;
+ANALYZE erp_stores, erp_items, erp_opening_balances, erp_documents, erp_document_lines;
