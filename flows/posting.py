@@ -232,10 +232,31 @@ def post_documents(
     )
 
 
-def select_chunks(conn: psycopg.Connection[Any], period: str) -> Selection:
-    """The period's unposted documents in id-range chunks; :class:`engine.Refused` if the
-    period does not exist or is closed (its row is share-locked for the caller's transaction)."""
+def check_postable(conn: psycopg.Connection[Any], period: str) -> str:
+    """The period's status, or :class:`engine.Refused` if its documents cannot be posted.
+
+    Refused when the period does not exist or is closed (its row is
+    share-locked for the caller's transaction), and when it has unposted
+    documents but its stock is already valued (a store costed, or the
+    period's averages solved): their stock moves would change figures that
+    costing has written once and for all.
+    """
     status = periods.lock_for_writing(conn, period, doing="posting its documents")
+    valued = _q.one(conn, "period_stock_valued", {"period": period})
+    if valued["unposted"] and (valued["costed_stores"] or valued["solved"]):
+        raise Refused(
+            f"cannot post {valued['unposted']} document(s) into {period}: its stock is "
+            f"already costed ({valued['costed_stores']} store(s) costed, averages "
+            f"{'solved' if valued['solved'] else 'not solved'}); date them into the next "
+            "open period"
+        )
+    return status
+
+
+def select_chunks(conn: psycopg.Connection[Any], period: str) -> Selection:
+    """The period's unposted documents in id-range chunks; :class:`engine.Refused` if they
+    cannot be posted (:func:`check_postable`)."""
+    status = check_postable(conn, period)
     rows = _q.rows(
         conn,
         "document_select_unposted_chunks",
@@ -252,8 +273,8 @@ def select_chunks(conn: psycopg.Connection[Any], period: str) -> Selection:
 
 @flow.admit
 def admit(params: PostingParams, conn: psycopg.Connection[Any]) -> None:
-    """The period exists and is not closed."""
-    periods.lock_for_writing(conn, params.period, doing="posting its documents")
+    """The period exists, is not closed, and its stock is not costed while documents wait."""
+    check_postable(conn, params.period)
 
 
 @flow.step()
@@ -268,9 +289,7 @@ def select_documents(params: PostingParams, ctx: StepContext) -> Selection:
 def post_one_chunk(conn: psycopg.Connection[Any], period: str, chunk: Chunk) -> ChunkResult:
     """Post one chunk in the caller's (fenced) transaction, under the period's share lock."""
     try:
-        periods.lock_for_writing(
-            conn, period, doing=f"posting documents {chunk.first_id}-{chunk.last_id}"
-        )
+        check_postable(conn, period)
     except Refused as exc:
         raise Fail(f"{exc}; the documents stay unposted") from exc
     return post_documents(conn, period, chunk.first_id, chunk.last_id)

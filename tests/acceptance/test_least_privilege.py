@@ -118,7 +118,7 @@ BRN-9003,NOPE,Ghost brand item,1,2
 def test_worker_process__month_end_and_a_migration_under_the_worker_role(
     settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    seed(conn, stores=4, brands=2, employees=8, items=30, period=PERIOD, documents=80, seed=5)
+    seed(conn, stores=4, brands=2, employees=8, items=30, period=PERIOD, seed=5)
     reports = tmp_path / "reports"
     overrides: dict[str, Any] = {
         "flow_modules": ERP_FLOWS,

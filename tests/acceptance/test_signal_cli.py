@@ -71,7 +71,7 @@ def test_cli__posting_waits_for_approval_and_resumes_by_engine_signal(
     settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     made = seed(
-        conn, stores=3, brands=1, employees=6, items=10, period=PERIOD, documents=60, seed=2
+        conn, stores=3, brands=1, employees=6, items=10, period=PERIOD, seed=2
     )
     assert made.bad_documents.get("unbalanced", 0) + made.bad_documents.get("unknown_account", 0)
     workers = [

@@ -20,7 +20,7 @@ NOV = "2026-11"
 
 @pytest.fixture
 def books(conn: psycopg.Connection[Any]) -> None:
-    seed(conn, stores=3, brands=1, employees=3, items=5, period=NOV, documents=20, seed=8)
+    seed(conn, stores=3, brands=1, employees=3, items=5, period=NOV, seed=8)
 
 
 def cost_all(conn: psycopg.Connection[Any]) -> None:

@@ -55,7 +55,7 @@ def fast(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 @pytest.fixture
 def made(conn: psycopg.Connection[Any]) -> Any:
     return seed(
-        conn, stores=5, brands=2, employees=10, items=8, period=PERIOD, documents=90, seed=4
+        conn, stores=5, brands=2, employees=10, items=8, period=PERIOD, seed=4
     )
 
 

@@ -20,7 +20,7 @@ def test_month_end__seeded_month_costs_equal_the_reference_and_books_balance(
     settings: Settings, conn: psycopg.Connection[Any]
 ) -> None:
     made = seed(
-        conn, stores=6, brands=2, employees=12, items=40, period=PERIOD, documents=150, seed=3
+        conn, stores=6, brands=2, employees=12, items=40, period=PERIOD, seed=3
     )
     registry = Registry.load(["flows.costing", "flows.posting"])
     fast = fast_settings(settings, flow_modules=["flows.costing", "flows.posting"], concurrency=3)

@@ -80,7 +80,6 @@ def fresh_books(conn: psycopg.Connection[Any], new_store: bool) -> str:
         employees=3,
         items=5,
         period="2026-11",
-        documents=25,
         seed=2,
         replace=True,
     )

@@ -48,7 +48,7 @@ def fast(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 @pytest.fixture
 def books(conn: psycopg.Connection[Any]) -> None:
     """Four stores of two brands, November seeded (open, openings loaded), October closed."""
-    seed(conn, stores=4, brands=2, employees=8, items=10, period=NOV, documents=80, seed=11)
+    seed(conn, stores=4, brands=2, employees=8, items=10, period=NOV, seed=11)
 
 
 @pytest.fixture

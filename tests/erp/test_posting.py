@@ -21,21 +21,21 @@ from flows.posting import post_documents
 
 EVIL_MEMO = "'; DROP TABLE erp_documents; -- <script>alert(1)</script>"
 
-# id -> (number, kind, period, memo, lines as (account, debit, credit))
-DOCUMENTS: dict[int, tuple[str, str, str, str, list[tuple[str, str, str]]]] = {
+# id -> (number, kind, period, memo, lines as (account, debit, credit[, item, qty, unit cost]))
+DOCUMENTS: dict[int, tuple[str, str, str, str, list[tuple[Any, ...]]]] = {
     1: (
         "SI-1",
         "sales_invoice",
         "2026-11",
         "",
-        [("1100", "120.00", "0"), ("4000", "0", "100.00"), ("2100", "0", "20.00")],
+        [("1100", "120.00", "0"), ("4000", "0", "100.00", 1, 4), ("2100", "0", "20.00")],
     ),
     2: (
         "PI-2",
         "purchase_invoice",
         "2026-11",
         "",
-        [("1300", "50.00", "0"), ("2000", "0", "50.00")],
+        [("1300", "50.00", "0", 1, 5, "10.0000"), ("2000", "0", "50.00")],
     ),
     3: ("SI-3", "sales_invoice", "2026-11", "", [("1000", "120.00", "0"), ("4000", "0", "100.00")]),
     4: ("SI-4", "sales_invoice", "2026-11", "", [("1000", "10.00", "0"), ("9999", "0", "10.00")]),
@@ -56,7 +56,7 @@ GOOD = {1, 2, 5, 6, 8}
 REJECTED = {
     3: "unbalanced: debit 120.00 != credit 100.00",
     4: "unknown account 9999 on line 2",
-    7: "no lines",
+    7: "no lines; a stock transfer names no receiving store",
 }
 
 
@@ -91,12 +91,13 @@ def insert_erp(conn: psycopg.Connection[Any]) -> None:
             ],
         )
         cur.executemany(
-            "INSERT INTO erp_document_lines (document_id, line_no, account_code, debit, credit) "
-            "VALUES (%s, %s, %s, %s, %s)",
+            "INSERT INTO erp_document_lines "
+            "(document_id, line_no, account_code, debit, credit, item_id, qty, unit_cost) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             [
-                (i, n, account, Decimal(debit), Decimal(credit))
+                (i, n, account, Decimal(debit), Decimal(credit), *(list(rest) + [None] * 3)[:3])
                 for i, (*_, lines) in DOCUMENTS.items()
-                for n, (account, debit, credit) in enumerate(lines, start=1)
+                for n, (account, debit, credit, *rest) in enumerate(lines, start=1)
             ],
         )
 
@@ -346,3 +347,127 @@ def test_post_documents__two_transactions_on_one_range_post_once(
     assert (posted_first.posted, posted_first.rejected) == (5, 3)
     assert (posted_second.posted, posted_second.rejected) == (0, 0)
     assert journal_count(conn) == len(GOOD)
+
+
+def test_post_documents__a_posted_document_writes_its_stock_moves_once(
+    conn: psycopg.Connection[Any],
+) -> None:
+    insert_erp(conn)
+    conn.execute(
+        "INSERT INTO erp_documents (id, number, kind, period, store_id, employee_id, issued_on, "
+        "counterpart_store_id) VALUES (11, 'TR-11', 'stock_transfer', '2026-11', 1, 1, "
+        "'2026-11-20', 2), (12, 'SC-12', 'stock_count', '2026-11', 2, 2, '2026-11-30', NULL)"
+    )
+    conn.execute(
+        "INSERT INTO erp_document_lines (document_id, line_no, account_code, item_id, qty) "
+        "VALUES (11, 1, '1300', 1, 3), (12, 1, '1300', 1, -2)"
+    )
+    post_documents(conn, "2026-11", 1, 12)
+    post_documents(conn, "2026-11", 1, 12)  # again: nothing more
+    moves = conn.execute(
+        "SELECT document_id, line_no, store_id, kind, qty, unit_cost, counterpart_store_id AS cp, "
+        "moved_on::text AS day FROM erp_stock_moves ORDER BY document_id, kind"
+    ).fetchall()
+    assert [
+        (m["document_id"], m["store_id"], m["kind"], m["qty"], m["unit_cost"], m["cp"])
+        for m in moves
+    ] == [
+        (1, 2, "sale", Decimal("-4.000"), None, None),
+        (2, 1, "receipt", Decimal("5.000"), Decimal("10.0000"), None),
+        (11, 2, "transfer_in", Decimal("3.000"), None, 1),
+        (11, 1, "transfer_out", Decimal("-3.000"), None, 2),
+        (12, 2, "adjustment", Decimal("-2.000"), None, None),
+    ]
+    assert {m["day"] for m in moves} == {"2026-11-15", "2026-11-20", "2026-11-30"}
+    # a transfer or a count has no amount of its own: its journal has no lines
+    empty = conn.execute(
+        "SELECT count(*) AS n FROM erp_journals j "
+        "WHERE source_key IN ('document:11', 'document:12') "
+        "AND NOT EXISTS (SELECT 1 FROM erp_journal_lines l WHERE l.journal_id = j.id)"
+    ).fetchone()
+    assert empty == {"n": 2}
+
+
+@pytest.mark.parametrize(
+    ("kind", "counterpart", "lines", "reason"),
+    [
+        (
+            "purchase_invoice",
+            None,
+            [("1300", "50.01", "0", 1, 5, "10.0000"), ("2000", "0", "50.01")],
+            "line 1: debit 50.01 != quantity 5.000 x unit cost 10.0000 = 50.00",
+        ),
+        (
+            "purchase_invoice",
+            None,
+            [("1300", "50.00", "0", 1, 5, None), ("2000", "0", "50.00")],
+            "line 1: a purchase line needs a unit cost >= 0",
+        ),
+        (
+            "sales_invoice",
+            None,
+            [("1000", "10.00", "0"), ("1300", "0", "10.00")],
+            "line 2: 1300 is kept by stock moves and costing: a sales invoice cannot post to it",
+        ),
+        (
+            "sales_invoice",
+            None,
+            [("1000", "10.00", "0"), ("4000", "0", "10.00", 1, -1)],
+            "line 2: item quantity must be > 0, got -1.000",
+        ),
+        (
+            "stock_transfer",
+            1,
+            [("1300", "0", "0", 1, 2)],
+            "a stock transfer to its own store",
+        ),
+        (
+            "stock_transfer",
+            2,
+            [("1300", "5.00", "0", 1, 2)],
+            "line 1: a stock transfer carries no amount (costing values it), got debit 5.00 "
+            "credit 0.00",
+        ),
+        (
+            "stock_count",
+            None,
+            [("1300", "0", "0", 1, 0)],
+            "line 1: a count difference must not be 0",
+        ),
+    ],
+)
+def test_post_documents__rejects_a_document_that_would_move_stock_wrongly_naming_why(
+    conn: psycopg.Connection[Any],
+    kind: str,
+    counterpart: int | None,
+    lines: list[tuple[Any, ...]],
+    reason: str,
+) -> None:
+    insert_erp(conn)
+    conn.execute(
+        "INSERT INTO erp_documents (id, number, kind, period, store_id, employee_id, issued_on, "
+        "counterpart_store_id) VALUES (20, 'X-20', %s, '2026-11', 1, 1, '2026-11-20', %s)",
+        (kind, counterpart),
+    )
+    for n, (account, debit, credit, *rest) in enumerate(lines, 1):
+        item, qty, unit = (list(rest) + [None] * 3)[:3]
+        conn.execute(
+            "INSERT INTO erp_document_lines (document_id, line_no, account_code, debit, credit, "
+            "item_id, qty, unit_cost) VALUES (20, %s, %s, %s, %s, %s, %s, %s)",
+            (n, account, Decimal(debit), Decimal(credit), item, qty, unit),
+        )
+    result = post_documents(conn, "2026-11", 20, 20)
+    assert (result.posted, result.rejected) == (0, 1)
+    assert result.rejections[0].reason.startswith(reason), result.rejections[0].reason
+    moves = conn.execute("SELECT count(*) AS n FROM erp_stock_moves").fetchone()
+    assert moves == {"n": 0}
+
+
+def test_posting__refused_once_the_period_stock_is_costed_while_documents_wait(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    insert_erp(conn)
+    conn.execute("INSERT INTO erp_average_solves (period, items, loops) VALUES ('2026-11', 0, 0)")
+    with pytest.raises(Refused, match=r"cannot post 8 document\(s\) into 2026-11: its stock"):
+        submit("posting", {"period": "2026-11"}, settings=fast, registry=registry)
+    assert journal_count(conn) == 0

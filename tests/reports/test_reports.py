@@ -119,7 +119,7 @@ def fast(settings: Settings, tmp_path: Path) -> Settings:
 @pytest.fixture
 def erp(settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path) -> Settings:
     """A small seeded month, and settings whose flows are the ERP's."""
-    seed(conn, stores=3, brands=2, employees=6, items=6, period=PERIOD, documents=30, seed=7)
+    seed(conn, stores=3, brands=2, employees=6, items=6, period=PERIOD, seed=7)
     return fast_settings(
         settings, flow_modules=ERP_FLOWS, concurrency=2, reports_dir=tmp_path / "out"
     )

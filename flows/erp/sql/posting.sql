@@ -155,3 +155,11 @@ FROM (
     WHERE j.period = %(period)s AND j.source = 'document'
     GROUP BY j.id
 ) AS per_journal;
+
+-- period_stock_valued --
+-- Costing values a period's stock from its posted moves (the averages are solved once per period, then each store costed once): unposted documents of a period whose stock is valued can no longer be posted into it.
+SELECT (SELECT count(*) FROM erp_store_periods
+        WHERE period = %(period)s AND costed_at IS NOT NULL)::int AS costed_stores,
+       EXISTS (SELECT 1 FROM erp_average_solves WHERE period = %(period)s) AS solved,
+       (SELECT count(*) FROM erp_documents
+        WHERE period = %(period)s AND status = 'unposted')::int AS unposted;
