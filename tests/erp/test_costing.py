@@ -60,6 +60,8 @@ def small_erp(conn: psycopg.Connection[Any]) -> None:
         (1, 1, "transfer_out", -3, None, 2),
         (2, 1, "transfer_in", 3, None, 1),
         (2, 1, "sale", -9, None, None),  # more than it ever had: negative stock
+        (2, 1, "transfer_out", -2, None, 1),  # and back: ST001 and ST002 form a loop
+        (1, 1, "transfer_in", 2, None, 2),
         (1, 2, "receipt", 7, 1.3333, None),
         (1, 2, "adjustment", -1, None, None),
         (3, 3, "receipt", 5, 79.99, None),
@@ -68,12 +70,21 @@ def small_erp(conn: psycopg.Connection[Any]) -> None:
         (4, 4, "transfer_out", -100, None, 3),
         (3, 4, "transfer_in", 100, None, 4),
     ]
+    # the moves are lines of one posted document; a transfer's two sides share a line
+    conn.execute("INSERT INTO erp_employees VALUES (1, 1, 'Ann', 'clerk')")
+    conn.execute(
+        "INSERT INTO erp_documents (id, number, kind, period, store_id, employee_id, issued_on, "
+        "status) VALUES (1, 'SC-1', 'stock_count', %s, 1, 1, '2026-11-10', 'posted')",
+        (PERIOD,),
+    )
     with conn.cursor().copy(
         "COPY erp_stock_moves (period, store_id, item_id, moved_on, kind, qty, unit_cost, "
-        "counterpart_store_id) FROM STDIN"
+        "counterpart_store_id, document_id, line_no) FROM STDIN"
     ) as copy:
+        line = 0
         for store, item, kind, qty, cost, cp in moves:
-            copy.write_row((PERIOD, store, item, "2026-11-10", kind, qty, cost, cp))
+            line += kind != "transfer_in"
+            copy.write_row((PERIOD, store, item, "2026-11-10", kind, qty, cost, cp, 1, line))
 
 
 def summary(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any]:
@@ -132,17 +143,17 @@ def test_costing__a_store_step_that_dies_halfway_leaves_nothing_and_is_retried(
     registry: Registry,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = inventory.post_cogs_journal
+    real = inventory.post_costing
     failures = {"left": 2}
 
-    def crash_after_writing(*args: Any, **kwargs: Any) -> int:
-        journal = real(*args, **kwargs)
+    def crash_after_writing(*args: Any, **kwargs: Any) -> dict[str, int]:
+        journals = real(*args, **kwargs)
         if failures["left"]:
             failures["left"] -= 1
             raise ConnectionResetError("worker lost mid-step, after writing its rows")
-        return journal
+        return journals
 
-    monkeypatch.setattr(inventory, "post_cogs_journal", crash_after_writing)
+    monkeypatch.setattr(inventory, "post_costing", crash_after_writing)
     job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
     with thread_worker(fast, registry):
         assert wait_job_ended(conn, job.job_id) == "done"
@@ -168,6 +179,7 @@ def test_costing__jit_is_off_for_a_store_costing_transaction_only(
     # JIT compiled the store statement for ~1 s at real size (a 0.3 s query)
     default = conn.execute("SELECT reset_val FROM pg_settings WHERE name = 'jit'").fetchone()
     with conn.transaction():
+        inventory.solve_averages(conn, PERIOD)
         assert inventory.cost_store(conn, PERIOD, 1)
         inside = conn.execute("SHOW jit").fetchone()
     after = conn.execute("SHOW jit").fetchone()
@@ -234,3 +246,48 @@ def test_costing__value_is_conserved_and_transfers_net_to_zero(
     assert row is not None
     assert row["tin"] == row["tout"]
     assert row["leak"] == Decimal(0)
+
+
+@pytest.mark.usefixtures("small_erp")
+def test_costing__a_loop_between_two_stores_is_solved_exactly_worked_by_hand(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    """Shirt BR1-1: ST001 sends 3 to ST002, ST002 sends 2 back, in the same month.
+
+    ST001: A = 10 opening + 20 received + 2 in = 32; a1 x 32 = 130.00 + 262.00 + 2 x a2
+    ST002: A = 4 opening + 3 in = 7;                  a2 x 7 = 50.00 + 3 x a1
+    so 218 a1 = 2844: a1 = 2844/218 = 13.04587... -> 13.0459
+       a2 = (50 + 3 a1) / 7 = 19432/1526 = 12.73394... -> 12.7339
+    ST001 -> ST002: 3 x 13.0459 = 39.1377 -> 39.14 on both sides
+    ST002 -> ST001: 2 x 12.7339 = 25.4678 -> 25.47 on both sides
+    ST001 COGS: (25 sold - 2 returned) x 13.0459 = 300.0557 -> 300.06;
+          closing 10 + 20 + 2 - 23 - 3 = 6 units, 130 + 262 + 25.47 - 300.06 - 39.14 = 78.27
+    ST002 COGS: 9 x 12.7339 = 114.6051 -> 114.61;
+          closing 4 + 3 - 9 - 2 = -4 units (oversold), 50 + 39.14 - 114.61 - 25.47 = -50.94
+    """
+    job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id) == "done"
+    rows = {
+        r["store_id"]: r
+        for r in conn.execute(
+            "SELECT * FROM erp_item_costs WHERE period = %s AND item_id = 1", (PERIOD,)
+        )
+    }
+    got = {
+        s: (
+            r["average_cost"], r["average_from"], r["loop_group"], r["transfer_in_value"],
+            r["transfer_out_value"], r["cogs_value"], r["closing_qty"], r["closing_value"],
+        )
+        for s, r in rows.items()
+    }  # fmt: skip
+    d = Decimal
+    assert got == {
+        1: (d("13.0459"), "solved", "ST001+ST002", d("25.47"), d("39.14"), d("300.06"),
+            d("6.000"), d("78.27")),
+        2: (d("12.7339"), "solved", "ST001+ST002", d("39.14"), d("25.47"), d("114.61"),
+            d("-4.000"), d("-50.94")),
+    }  # fmt: skip
+    result = summary(conn, job.job_id)
+    assert (result["moving_items"], result["loops"], result["fallback_groups"]) == (2, 1, [])
+    assert "solved exactly" in result["method"]
