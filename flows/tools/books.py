@@ -7,6 +7,8 @@
     engine books close --period 2026-11              # refused (exit 2) saying why
     engine books reopen --period 2026-11 --reason "late supplier invoice"
     engine books history --period 2026-11 [--json]
+    engine books stock-ledger --period 2026-11 [--store ST001] [--sku SKU] [--json]
+    engine books item-costs --period 2026-11 [--store ST001] [--sku SKU] [--json]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from flows.erp import checks, periods
 from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
 from flows.erp.types import parse_period
+from flows.tools.exports import item_costs_command, stock_ledger_command
 
 __all__ = ["books", "trial_balance_table"]
 
@@ -164,7 +167,15 @@ def history_command(period: str, as_json: bool) -> None:
 
 books = click.Group(
     "books",
-    commands=[trial_balance_command, check_command, close_command, reopen_command, history_command],
+    commands=[
+        trial_balance_command,
+        check_command,
+        close_command,
+        reopen_command,
+        history_command,
+        stock_ledger_command,
+        item_costs_command,
+    ],
     help="The ERP's books: trial balance, checks, and a period's close and reopen.",
 )
 """``engine books``: its commands are listed here, not added to it by whoever imports them."""
