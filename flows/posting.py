@@ -237,15 +237,16 @@ def check_postable(conn: psycopg.Connection[Any], period: str) -> str:
 
     Refused when the period does not exist or is closed (its row is
     share-locked for the caller's transaction), and when it has unposted
-    documents but its stock is already valued (a store costed, or the
-    period's averages solved): their stock moves would change figures that
-    costing has written once and for all.
+    documents that move stock but its stock is already valued (a store
+    costed, or the period's averages solved): their stock moves would change
+    figures that costing has written once and for all. A document without
+    stock lines (a service invoice) can still be posted.
     """
     status = periods.lock_for_writing(conn, period, doing="posting its documents")
     valued = _q.one(conn, "period_stock_valued", {"period": period})
     if valued["unposted"] and (valued["costed_stores"] or valued["solved"]):
         raise Refused(
-            f"cannot post {valued['unposted']} document(s) into {period}: its stock is "
+            f"cannot post {valued['unposted']} document(s) that move stock into {period}: its stock is "
             f"already costed ({valued['costed_stores']} store(s) costed, averages "
             f"{'solved' if valued['solved'] else 'not solved'}); date them into the next "
             "open period"

@@ -106,7 +106,9 @@ def assert_closed_exactly_once(conn: psycopg.Connection[Any], made: Any, s: dict
         "count(*) FILTER (WHERE source = 'costing') AS costing FROM erp_journals"
     ).fetchone()
     assert journals is not None and journals["documents"] == s["documents_posted"]
-    assert journals["costing"] == sum(1 for c in s["per_store"] if c["journal_id"] is not None)
+    assert journals["costing"] == sum(
+        1 for c in s["per_store"] if any(k.startswith("costing:") for k in c["journal_ids"])
+    )
     assert s["stores"] == 5 and len({c["store"]["code"] for c in s["per_store"]}) == 5
     report = checks.check_period(conn, PERIOD)
     assert report.ok, report.problems

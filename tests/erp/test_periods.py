@@ -208,10 +208,9 @@ def test_close__refused_until_every_store_is_costed_and_no_job_of_the_period_run
         Refused, match=r"cannot close 2026-11: stores ST001, ST002, ST003, ST004 not costed"
     ):
         close(conn, NOV)
-    pending = submit("posting", {"period": NOV}, settings=fast, registry=registry)
     with thread_worker(fast, registry):
+        run(fast, registry, conn, "posting", period=NOV)
         run(fast, registry, conn, "costing", period=NOV)
-        assert wait_job_ended(conn, pending.job_id) == "done"
     held = submit("posting", {"period": NOV}, settings=fast, registry=registry)  # no worker
     with pytest.raises(
         Refused, match=f"1 job\\(s\\) of the period are active: posting {held.job_id}"
@@ -232,8 +231,8 @@ def test_close__refused_until_every_store_is_costed_and_no_job_of_the_period_run
 def test_close__a_closed_period_refuses_every_writer_until_reopened_with_a_reason(
     fast: Settings, registry: Registry, conn: psycopg.Connection[Any], worker: None, tmp_path: Path
 ) -> None:
-    run(fast, registry, conn, "costing", period=NOV)
     run(fast, registry, conn, "posting", period=NOV)
+    run(fast, registry, conn, "costing", period=NOV)
     close(conn, NOV)
     before = snapshot(conn)
     for flow, params in (
@@ -269,9 +268,24 @@ def test_close__a_closed_period_refuses_every_writer_until_reopened_with_a_reaso
 def _costed_and_posted_but_one_chunk(
     fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
 ) -> posting.Chunk:
-    """November costed and posted except the last chunk, which the test posts itself."""
+    """November posted and costed; three late service invoices (no stock lines) wait in
+    one chunk, which the test posts itself."""
     with thread_worker(fast, registry):
+        run(fast, registry, conn, "posting", period=NOV)
         run(fast, registry, conn, "costing", period=NOV)
+    conn.execute(
+        "INSERT INTO erp_documents (id, number, kind, period, store_id, employee_id, issued_on) "
+        "SELECT m + n, 'SI-LATE-' || n, 'sales_invoice', %s, 1, "
+        "(SELECT min(id) FROM erp_employees WHERE store_id = 1), '2026-11-30' "
+        "FROM (SELECT max(id) AS m FROM erp_documents) AS d, generate_series(1, 3) AS n",
+        (NOV,),
+    )
+    conn.execute(
+        "INSERT INTO erp_document_lines (document_id, line_no, account_code, debit, credit) "
+        "SELECT id, 1, '1000', 12.00, 0 FROM erp_documents WHERE number LIKE 'SI-LATE-%%' "
+        "UNION ALL SELECT id, 2, '4000', 0, 12.00 FROM erp_documents "
+        "WHERE number LIKE 'SI-LATE-%%'"
+    )
     with connect(fast) as c:
         selection = posting.select_chunks(c, NOV)
     return selection.chunks[-1]
