@@ -135,9 +135,12 @@ def test_worker_process__month_end_and_a_migration_under_the_worker_role(
 
     worker = start_worker_process(settings, **overrides)
     try:
+        # posting writes the stock moves that costing values: post first
+        posted = submit("posting", {"period": PERIOD}, settings=fast, registry=registry)
+        assert wait_job_ended(conn, posted.job_id, timeout=120) == "done", _stop(worker)[-4000:]
         jobs = {
+            "posting": posted,
             "costing": submit("costing", {"period": PERIOD}, settings=fast, registry=registry),
-            "posting": submit("posting", {"period": PERIOD}, settings=fast, registry=registry),
             "migration": submit(
                 "migration",
                 {"source": str(source), "kind": "items"},

@@ -70,9 +70,7 @@ def test_cli__signal_bad_input_exits_2_naming_the_value(settings: Settings) -> N
 def test_cli__posting_waits_for_approval_and_resumes_by_engine_signal(
     settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    made = seed(
-        conn, stores=3, brands=1, employees=6, items=10, period=PERIOD, seed=2
-    )
+    made = seed(conn, stores=3, brands=1, employees=6, items=10, period=PERIOD, seed=2)
     assert made.bad_documents.get("unbalanced", 0) + made.bad_documents.get("unknown_account", 0)
     workers = [
         start_worker_process(settings, flow_modules=["flows.posting"], concurrency=2)

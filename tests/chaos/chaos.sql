@@ -115,7 +115,7 @@ CROSS JOIN LATERAL (
 ) AS e;
 
 -- oracle_erp_effects --
--- Oracle 1 for the books: a posted document has exactly one journal with a copy of its lines, a COGS journal has one balanced pair, every journal balances.
+-- Oracle 1 for the books: a posted document has exactly one journal (one line per account its lines net to) and its stock moves once, every journal balances.
 SELECT
     (SELECT count(*) FROM erp_documents AS d
       WHERE d.status = 'posted'
@@ -126,11 +126,21 @@ SELECT
         AND NOT EXISTS (SELECT 1 FROM erp_documents AS d
                         WHERE j.source_key = 'document:' || d.id AND d.status = 'posted'))
       AS journal_without_posted,
+    -- a document's journal has one line per account its lines net to non-zero, and a
+    -- posted document one stock move per stock line (two for a transfer)
     (SELECT count(*) FROM erp_journals AS j
-      WHERE (SELECT count(*) FROM erp_journal_lines AS l WHERE l.journal_id = j.id)
-            <> CASE WHEN j.source = 'costing' THEN 2
-                    ELSE (SELECT count(*) FROM erp_document_lines AS dl
-                          WHERE j.source_key = 'document:' || dl.document_id) END)
+      WHERE j.source = 'document'
+        AND (SELECT count(*) FROM erp_journal_lines AS l WHERE l.journal_id = j.id)
+            <> (SELECT count(*) FROM (SELECT dl.account_code FROM erp_document_lines AS dl
+                                      WHERE j.source_key = 'document:' || dl.document_id
+                                      GROUP BY dl.account_code
+                                      HAVING sum(dl.debit) - sum(dl.credit) <> 0) AS a))
+    + (SELECT count(*) FROM erp_documents AS d
+        WHERE d.status = 'posted'
+          AND (SELECT count(*) FROM erp_stock_moves AS m WHERE m.document_id = d.id)
+              <> (SELECT count(*) * CASE WHEN d.kind = 'stock_transfer' THEN 2 ELSE 1 END
+                  FROM erp_document_lines AS dl
+                  WHERE dl.document_id = d.id AND dl.item_id IS NOT NULL))
       AS journal_lines_off,
     (SELECT count(*) FROM (SELECT journal_id FROM erp_journal_lines
                            GROUP BY journal_id HAVING sum(debit) <> sum(credit)) AS u)

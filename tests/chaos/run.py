@@ -210,8 +210,6 @@ class Run:
             str(cfg.items),
             "--period",
             PERIOD,
-            "--documents",
-            str(cfg.documents),
             "--seed",
             str(self.seed),
         ]

@@ -54,9 +54,7 @@ def fast(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.fixture
 def made(conn: psycopg.Connection[Any]) -> Any:
-    return seed(
-        conn, stores=5, brands=2, employees=10, items=8, period=PERIOD, seed=4
-    )
+    return seed(conn, stores=5, brands=2, employees=10, items=8, period=PERIOD, seed=4)
 
 
 def summary(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any]:

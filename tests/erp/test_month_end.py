@@ -19,9 +19,7 @@ PERIOD = "2026-11"
 def test_month_end__seeded_month_costs_equal_the_reference_and_books_balance(
     settings: Settings, conn: psycopg.Connection[Any]
 ) -> None:
-    made = seed(
-        conn, stores=6, brands=2, employees=12, items=40, period=PERIOD, seed=3
-    )
+    made = seed(conn, stores=6, brands=2, employees=12, items=40, period=PERIOD, seed=3)
     registry = Registry.load(["flows.costing", "flows.posting"])
     fast = fast_settings(settings, flow_modules=["flows.costing", "flows.posting"], concurrency=3)
     with thread_worker(fast, registry):

@@ -468,6 +468,8 @@ def test_posting__refused_once_the_period_stock_is_costed_while_documents_wait(
 ) -> None:
     insert_erp(conn)
     conn.execute("INSERT INTO erp_average_solves (period, items, loops) VALUES ('2026-11', 0, 0)")
-    with pytest.raises(Refused, match=r"cannot post 2 document\(s\) that move stock into 2026-11: its stock"):
+    with pytest.raises(
+        Refused, match=r"cannot post 2 document\(s\) that move stock into 2026-11: its stock"
+    ):
         submit("posting", {"period": "2026-11"}, settings=fast, registry=registry)
     assert journal_count(conn) == 0
