@@ -246,8 +246,8 @@ def check_postable(conn: psycopg.Connection[Any], period: str) -> str:
     valued = _q.one(conn, "period_stock_valued", {"period": period})
     if valued["unposted"] and (valued["costed_stores"] or valued["solved"]):
         raise Refused(
-            f"cannot post {valued['unposted']} document(s) that move stock into {period}: its stock is "
-            f"already costed ({valued['costed_stores']} store(s) costed, averages "
+            f"cannot post {valued['unposted']} document(s) that move stock into {period}: "
+            f"its stock is already costed ({valued['costed_stores']} store(s) costed, averages "
             f"{'solved' if valued['solved'] else 'not solved'}); date them into the next "
             "open period"
         )
