@@ -1,7 +1,9 @@
 """Settings of the ERP flows, read from ``ERP_*`` environment variables.
 
-They tune how the ERP jobs split their work, not what they compute: a posting
-job posts the same documents whatever its chunk size.
+Most tune how the ERP jobs split their work, not what they compute: a posting
+job posts the same documents whatever its chunk size. The fiscal year decides
+where the books start a year: its first period's trial balance opens with the
+previous years' income and expense rolled into retained earnings (3100).
 """
 
 from __future__ import annotations
@@ -22,4 +24,10 @@ class ErpSettings(BaseSettings):
         ge=1,
         le=100_000,
         description="documents per posting step run (one transaction each)",
+    )
+    fiscal_year_start_month: int = Field(
+        default=1,
+        ge=1,
+        le=12,
+        description="month the fiscal year starts in (1 = the calendar year)",
     )

@@ -2,7 +2,11 @@
 
 A period is ``open``, then ``costed`` (every store costed), then ``closed``;
 ``reopen`` (with a reason) makes a closed period costed again. Each change is
-recorded in ``erp_period_events`` with who made it and why.
+recorded in ``erp_period_events`` with who made it and why. A close keeps the
+period's closing balances per account and store (``erp_period_balances``,
+from :func:`flows.erp.books.balances`), which the next period's opening must
+equal (:mod:`flows.erp.checks`); a reopen drops them, the next close takes
+them again.
 
 Each store has a chain of periods (``erp_store_periods``): its first period
 gets its starting point from opening balances that were *loaded* (seed,
@@ -29,7 +33,7 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import BadInput, Concurrency, Refused, active_jobs
-from flows.erp import checks
+from flows.erp import books, checks
 from flows.erp.queries import NamedQueries
 from flows.erp.types import next_period
 
@@ -233,7 +237,8 @@ def close(
 
     Refused while a posting, costing or close job of the period is active
     (other than ``job``, the caller's own), while a store is not costed, or
-    while :func:`flows.erp.checks.check_period` finds a broken identity.
+    while :func:`flows.erp.checks.check_period` finds a broken identity. Once
+    closed, the period's closing balances are kept per account and store.
     """
     row = _locked(conn, period)
     if row["status"] == "closed":
@@ -263,17 +268,36 @@ def close(
         )
     closed = _q.first(conn, "period_close", {"period": period, "actor": actor})
     assert closed is not None, "the row is locked and costed"
+    _snapshot_balances(conn, period)
     return _event(conn, period, "closed", actor, "")
 
 
+def _snapshot_balances(conn: psycopg.Connection[Any], period: str) -> None:
+    """Keep ``period``'s closing balances, per account and store, as they are now."""
+    rows = books.balances(conn, period)
+    _q.execute(conn, "period_balances_delete", {"period": period})
+    _q.execute(
+        conn,
+        "period_balances_insert",
+        {
+            "period": period,
+            "accounts": [b.code for b in rows],
+            "stores": [b.store_id for b in rows],
+            "balances": [b.closing for b in rows],
+        },
+    )
+
+
 def reopen(conn: psycopg.Connection[Any], period: str, *, actor: str, reason: str) -> PeriodEvent:
-    """Reopen a closed ``period`` (it becomes costed), recording ``reason``."""
+    """Reopen a closed ``period`` (it becomes costed), recording ``reason``; its kept
+    closing balances go (the next close keeps them again)."""
     if not reason.strip():
         raise BadInput("--reason: required: say why the period is reopened (it is recorded)")
     row = _locked(conn, period)
     if row["status"] != "closed":
         raise Refused(f"period {period} is {row['status']}, not closed: nothing to reopen")
     _q.execute(conn, "period_reopen", {"period": period})
+    _q.execute(conn, "period_balances_delete", {"period": period})
     return _event(conn, period, "reopened", actor, reason.strip())
 
 

@@ -17,7 +17,14 @@ from pydantic_core import PydanticCustomError
 
 from engine import BadInput
 
-__all__ = ["Period", "next_period", "parse_period", "previous_period", "year_month"]
+__all__ = [
+    "Period",
+    "fiscal_year_start",
+    "next_period",
+    "parse_period",
+    "previous_period",
+    "year_month",
+]
 
 _PATTERN = "[0-9]{4}-(0[1-9]|1[0-2])"
 _PERIOD = re.compile(_PATTERN)
@@ -79,3 +86,15 @@ def previous_period(period: str) -> str:
     """The month before ``period`` (``previous_period("2027-01") == "2026-12"``)."""
     year, month = year_month(period)
     return f"{year - 1:04d}-12" if month == 1 else f"{year:04d}-{month - 1:02d}"
+
+
+def fiscal_year_start(period: str, start_month: int) -> str:
+    """The first period of ``period``'s fiscal year, a year that starts in ``start_month``.
+
+    ``fiscal_year_start("2026-06", 7) == "2025-07"``; with ``start_month`` 1
+    (the calendar year) it is January of the period's year.
+    """
+    if not 1 <= start_month <= 12:
+        raise ValueError(f"a fiscal year starts in a month from 1 to 12, not {start_month}")
+    year, month = year_month(period)
+    return f"{year if month >= start_month else year - 1:04d}-{start_month:02d}"

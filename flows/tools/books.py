@@ -2,7 +2,7 @@
 
 ::
 
-    engine books trial-balance --period 2026-11 [--json]
+    engine books trial-balance --period 2026-11 [--by-store] [--json]
     engine books check --period 2026-11 [--json]     # exit 1 naming each broken identity
     engine books close --period 2026-11              # refused (exit 2) saying why
     engine books reopen --period 2026-11 --reason "late supplier invoice"
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from typing import Any, TypeVar
 
 import click
@@ -56,28 +57,51 @@ def _run(work: Callable[[psycopg.Connection[Any]], T]) -> T:
 
 
 def trial_balance_table(tb: TrialBalance) -> str:
-    """The trial balance as a table for people: one line per account, then the totals."""
+    """The trial balance as a table for people: a line per account (and store), the totals."""
+    by_store = tb.by_store
+
+    def cells(
+        code: str, name: str, store: str | None, amounts: tuple[Decimal, ...]
+    ) -> tuple[str, ...]:
+        where = ("-" if store is None else store,) if by_store else ()
+        return (code, name, *where, *(cents(v) for v in amounts))
+
     rows = [
-        (a.code, a.name, cents(a.debit), cents(a.credit), cents(a.balance)) for a in tb.accounts
+        cells(a.code, a.name, a.store, (a.opening, a.debit, a.credit, a.closing))
+        for a in tb.accounts
     ]
-    rows.append(("", "total", cents(tb.debit), cents(tb.credit), cents(tb.debit - tb.credit)))
-    header = ("account", "name", "debit", "credit", "balance")
+    rows.append(cells("", "total", "", (tb.opening, tb.debit, tb.credit, tb.closing)))
+    header = ("account", "name", *(("store",) if by_store else ()))
+    header += ("opening", "debit", "credit", "closing")
+    text = len(header) - 4  # left-aligned columns; the amounts are right-aligned
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(row: tuple[str, ...]) -> str:
-        left = [cell.ljust(w) for cell, w in zip(row[:2], widths[:2], strict=True)]
-        right = [cell.rjust(w) for cell, w in zip(row[2:], widths[2:], strict=True)]
-        return "  ".join(left + right)
+        left = [cell.ljust(w) for cell, w in zip(row[:text], widths[:text], strict=True)]
+        right = [cell.rjust(w) for cell, w in zip(row[text:], widths[text:], strict=True)]
+        return "  ".join(left + right).rstrip()
 
-    verdict = "balanced" if tb.balanced else f"NOT BALANCED by {cents(tb.debit - tb.credit)}"
     return "\n".join(
         [
-            f"Trial balance {tb.period}",
+            f"Trial balance {tb.period}{' by store' if by_store else ''}",
             line(header),
             *(line(r) for r in rows),
-            f"{tb.lines} journal lines, {verdict}",
+            f"{tb.lines} journal lines, {_verdict(tb)}",
         ]
     )
+
+
+def _verdict(tb: TrialBalance) -> str:
+    if tb.balanced:
+        return "balanced"
+    wrong = [
+        f"{column} sums to {cents(total)}"
+        for column, total in (("opening", tb.opening), ("closing", tb.closing))
+        if total != 0
+    ]
+    if tb.debit != tb.credit:
+        wrong.append(f"debit {cents(tb.debit)} != credit {cents(tb.credit)}")
+    return "NOT BALANCED: " + "; ".join(wrong)
 
 
 period_option = click.option(
@@ -88,13 +112,15 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print one JS
 
 @click.command("trial-balance")
 @period_option
+@click.option("--by-store", is_flag=True, help="a row per account and store (- for none)")
 @json_option
-def trial_balance_command(period: str, as_json: bool) -> None:
-    """Total debit and credit of a period's journal lines, per account."""
+def trial_balance_command(period: str, by_store: bool, as_json: bool) -> None:
+    """Opening, debit, credit and closing of each account in a period (opening: the periods
+    before; a new fiscal year's has the earlier years' income and expense in 3100)."""
     period = parse_period(period)
     try:
         with connect(Settings()) as conn:
-            tb = trial_balance(conn, period)
+            tb = trial_balance(conn, period, by_store=by_store)
     except BadInput:
         raise
     except (EngineError, psycopg.Error) as exc:

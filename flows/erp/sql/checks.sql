@@ -59,13 +59,19 @@ SELECT coalesce(sum(transfer_in_value), 0) AS transfer_in,
 FROM erp_item_costs WHERE period = %(period)s;
 
 -- cogs_journals_vs_costs --
--- Each costed store's COGS journal (Dr 5000, net) equals its item costs' COGS; a costing journal for a store not costed is a problem too.
+-- Each costed store's costing journal agrees with its item costs: net debit to 5000 + 5100 (sales and stock counts) = their COGS, and to 1350 = transfers out - transfers in; a costing journal for a store not costed is a problem too.
 WITH costs AS (
-    SELECT store_id, sum(cogs_value) AS cogs FROM erp_item_costs
+    SELECT store_id, sum(cogs_value) AS cogs,
+           sum(transfer_out_value) - sum(transfer_in_value) AS transfers
+    FROM erp_item_costs
     WHERE period = %(period)s GROUP BY store_id
 ),
 journals AS (
-    SELECT j.store_id, sum(l.debit - l.credit) FILTER (WHERE l.account_code = '5000') AS cogs
+    SELECT j.store_id,
+           coalesce(sum(l.debit - l.credit) FILTER (WHERE l.account_code IN ('5000', '5100')), 0)
+               AS cogs,
+           coalesce(sum(l.debit - l.credit) FILTER (WHERE l.account_code = '1350'), 0)
+               AS transfers
     FROM erp_journals AS j JOIN erp_journal_lines AS l ON l.journal_id = j.id
     WHERE j.period = %(period)s AND j.source = 'costing'
     GROUP BY j.store_id
@@ -74,13 +80,126 @@ stores AS (
     SELECT store_id FROM erp_store_periods WHERE period = %(period)s AND costed_at IS NOT NULL
     UNION SELECT store_id FROM journals
 )
-SELECT s.code, coalesce(c.cogs, 0) AS costs, coalesce(j.cogs, 0) AS journal
+SELECT s.code,
+       coalesce(c.cogs, 0) AS costs, coalesce(j.cogs, 0) AS journal,
+       coalesce(c.transfers, 0) AS transfers, coalesce(j.transfers, 0) AS journal_transfers
 FROM stores AS k
 JOIN erp_stores AS s ON s.id = k.store_id
 LEFT JOIN costs AS c ON c.store_id = k.store_id
 LEFT JOIN journals AS j ON j.store_id = k.store_id
 WHERE coalesce(c.cogs, 0) <> coalesce(j.cogs, 0)
+   OR coalesce(c.transfers, 0) <> coalesce(j.transfers, 0)
 ORDER BY s.id;
+
+-- item_costs_vs_stock_moves --
+-- Per costed store and item, the item costs' quantities and receipt value are the sums of the period's stock moves (a receipt valued to the cent, as costing values it): costing read every move, and none came after it. The first differences, and how many there are.
+WITH costed AS (
+    SELECT store_id FROM erp_store_periods WHERE period = %(period)s AND costed_at IS NOT NULL
+),
+moves AS (
+    SELECT m.store_id, m.item_id,
+           coalesce(sum(m.qty) FILTER (WHERE m.kind = 'receipt'), 0) AS receipt_qty,
+           coalesce(sum(round(m.qty * m.unit_cost, 2)) FILTER (WHERE m.kind = 'receipt'), 0)
+               AS receipt_value,
+           coalesce(sum(m.qty) FILTER (WHERE m.kind = 'transfer_in'), 0) AS transfer_in_qty,
+           coalesce(-sum(m.qty) FILTER (WHERE m.kind = 'transfer_out'), 0) AS transfer_out_qty,
+           coalesce(-sum(m.qty) FILTER (WHERE m.kind IN ('sale', 'return', 'adjustment')), 0)
+               AS issue_qty
+    FROM erp_stock_moves AS m JOIN costed AS k ON k.store_id = m.store_id
+    WHERE m.period = %(period)s
+    GROUP BY m.store_id, m.item_id
+),
+costs AS (
+    SELECT c.store_id, c.item_id, c.receipt_qty, c.receipt_value, c.transfer_in_qty,
+           c.transfer_out_qty, c.issue_qty
+    FROM erp_item_costs AS c JOIN costed AS k ON k.store_id = c.store_id
+    WHERE c.period = %(period)s
+),
+compared AS (
+    SELECT coalesce(c.store_id, m.store_id) AS store_id, coalesce(c.item_id, m.item_id) AS item_id,
+           coalesce(c.receipt_qty, 0) AS costs_receipt_qty,
+           coalesce(m.receipt_qty, 0) AS moves_receipt_qty,
+           coalesce(c.receipt_value, 0) AS costs_receipt_value,
+           coalesce(m.receipt_value, 0) AS moves_receipt_value,
+           coalesce(c.transfer_in_qty, 0) AS costs_transfer_in_qty,
+           coalesce(m.transfer_in_qty, 0) AS moves_transfer_in_qty,
+           coalesce(c.transfer_out_qty, 0) AS costs_transfer_out_qty,
+           coalesce(m.transfer_out_qty, 0) AS moves_transfer_out_qty,
+           coalesce(c.issue_qty, 0) AS costs_issue_qty,
+           coalesce(m.issue_qty, 0) AS moves_issue_qty
+    FROM costs AS c
+    FULL JOIN moves AS m ON m.store_id = c.store_id AND m.item_id = c.item_id
+)
+SELECT s.code AS store, i.sku, d.*, count(*) OVER ()::int AS differ
+FROM compared AS d
+JOIN erp_stores AS s ON s.id = d.store_id
+JOIN erp_items AS i ON i.id = d.item_id
+WHERE (costs_receipt_qty, costs_receipt_value, costs_transfer_in_qty, costs_transfer_out_qty,
+       costs_issue_qty)
+   <> (moves_receipt_qty, moves_receipt_value, moves_transfer_in_qty, moves_transfer_out_qty,
+       moves_issue_qty)
+ORDER BY d.store_id, d.item_id
+LIMIT 5;
+
+-- inventory_gl_vs_stock_ledger_by_store --
+-- One fact, two records: each costed store's inventory in the ledger (1300, every line on the store up to the end of the period) equals its stock ledger's closing value (item costs of the period).
+WITH costed AS (
+    SELECT store_id FROM erp_store_periods WHERE period = %(period)s AND costed_at IS NOT NULL
+),
+gl AS (
+    SELECT l.store_id, sum(l.debit - l.credit) AS value
+    FROM erp_journals AS j JOIN erp_journal_lines AS l ON l.journal_id = j.id
+    WHERE j.period <= %(period)s AND l.account_code = '1300'
+      AND l.store_id IN (SELECT store_id FROM costed)
+    GROUP BY l.store_id
+),
+stock AS (
+    SELECT store_id, sum(closing_value) AS value FROM erp_item_costs
+    WHERE period = %(period)s GROUP BY store_id
+)
+SELECT s.code, coalesce(g.value, 0) AS gl, coalesce(k.value, 0) AS stock
+FROM costed AS c
+JOIN erp_stores AS s ON s.id = c.store_id
+LEFT JOIN gl AS g ON g.store_id = c.store_id
+LEFT JOIN stock AS k ON k.store_id = c.store_id
+ORDER BY s.id;
+
+-- inventory_gl_vs_stock_ledger_company_wide --
+-- Company-wide, every inventory line of the ledger up to the end of the period (a line without a store included) equals the stock ledger's closing value of every store.
+SELECT (SELECT coalesce(sum(l.debit - l.credit), 0)
+        FROM erp_journals AS j JOIN erp_journal_lines AS l ON l.journal_id = j.id
+        WHERE j.period <= %(period)s AND l.account_code = '1300') AS gl,
+       (SELECT coalesce(sum(closing_value), 0) FROM erp_item_costs
+        WHERE period = %(period)s) AS stock;
+
+-- inter_store_by_store --
+-- The inter-store account (1350) of the period per store: a sender's net debit is what it sent (transfers out - in), and what one store sends another receives, so company-wide it nets to zero.
+SELECT s.code, coalesce(sum(l.debit), 0) AS debit, coalesce(sum(l.credit), 0) AS credit
+FROM erp_journals AS j
+JOIN erp_journal_lines AS l ON l.journal_id = j.id
+LEFT JOIN erp_stores AS s ON s.id = l.store_id
+WHERE j.period = %(period)s AND l.account_code = '1350'
+GROUP BY l.store_id, s.code
+ORDER BY l.store_id NULLS FIRST;
+
+-- period_standing --
+-- A period's status (none: it does not exist), whether its close kept its balances, and whether any journal line is dated before it (its opening carries something).
+SELECT (SELECT status FROM erp_periods WHERE period = %(of)s) AS status,
+       EXISTS (SELECT 1 FROM erp_period_balances WHERE period = %(of)s) AS kept,
+       EXISTS (SELECT 1 FROM erp_journals AS j
+               JOIN erp_journal_lines AS l ON l.journal_id = j.id
+               WHERE j.period < %(of)s) AS lines_before;
+
+-- period_balances_select --
+-- A closed period's closing balances as its close kept them, per account and store; rolled into a new fiscal year, its income and expense are retained earnings.
+SELECT CASE WHEN %(roll)s AND a.kind IN ('income', 'expense') THEN %(retained)s
+            ELSE b.account_code END AS code,
+       b.store_id, s.code AS store, sum(b.balance) AS balance
+FROM erp_period_balances AS b
+JOIN erp_accounts AS a ON a.code = b.account_code
+LEFT JOIN erp_stores AS s ON s.id = b.store_id
+WHERE b.period = %(period)s
+GROUP BY 1, b.store_id, s.code;
 
 -- openings_vs_closings --
 -- Next period's openings are this period's closings, item by item, for every costed store (zero balances are not carried).

@@ -85,3 +85,14 @@ RETURNING id, period, action, actor, reason, at;
 -- A period's history, oldest first.
 SELECT id, period, action, actor, reason, at FROM erp_period_events
 WHERE period = %(period)s ORDER BY id;
+
+-- period_balances_delete --
+-- A period has one snapshot of its closing balances at most, taken by its last close: the close replaces it, a reopen removes it (the balances are no longer final).
+DELETE FROM erp_period_balances WHERE period = %(period)s;
+
+-- period_balances_insert --
+-- The closing balances of the period as it closes, one row per account and store (unique, NULL store included), in the close's transaction: the next period's opening is checked against them.
+INSERT INTO erp_period_balances (period, account_code, store_id, balance)
+SELECT %(period)s, b.account_code, b.store_id, b.balance
+FROM unnest(%(accounts)s::text[], %(stores)s::int[], %(balances)s::numeric[])
+    AS b (account_code, store_id, balance);
