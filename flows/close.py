@@ -145,8 +145,12 @@ flow = Flow(
 
 @flow.admit
 def admit(params: CloseParams, conn: psycopg.Connection[Any]) -> None:
-    """The period is not closed and every store can be costed for it."""
-    costing.plan_costing(conn, params.period, None)
+    """The period is not closed, its documents can be posted and every store can be costed."""
+    posting.check_postable(conn, params.period)
+    points = periods.starting_points(conn, params.period, None)
+    why = periods.missing_starting_points(params.period, points)
+    if why is not None:
+        raise Refused(why)
 
 
 def _run_child(ctx: StepContext, what: str, flow_name: str, params: dict[str, Any]) -> Child:

@@ -135,10 +135,18 @@ def plan_costing(conn: psycopg.Connection[Any], period: str, store: str | None) 
     """The stores to cost for ``period``, or :class:`engine.Refused` naming what is missing.
 
     The period must exist and not be closed (its row is share-locked for the
-    caller's transaction), and every store in scope must have its starting
-    point for it. Used by the admission check, the plan step and the close flow.
+    caller's transaction), no document that moves stock may wait unposted
+    (costing values the posted moves, once), and every store in scope must
+    have its starting point for it. Used by the admission check, the plan step and the close flow.
     """
     status = periods.lock_for_writing(conn, period, doing="costing")
+    stock = periods.stock_state(conn, period)
+    if stock.unposted and not stock.valued:
+        raise Refused(
+            f"cannot cost {period}: {stock.unposted} document(s) that move stock are not "
+            f"posted yet (engine submit posting --period {period}, or the month end: "
+            f"engine submit close --period {period})"
+        )
     points = periods.starting_points(conn, period, store)
     if store is not None and not points:
         raise Refused(f"unknown store {store!r}: no store has that code")

@@ -232,7 +232,9 @@ def post_documents(
     )
 
 
-def check_postable(conn: psycopg.Connection[Any], period: str) -> str:
+def check_postable(
+    conn: psycopg.Connection[Any], period: str, *, doing: str = "posting its documents"
+) -> str:
     """The period's status, or :class:`engine.Refused` if its documents cannot be posted.
 
     Refused when the period does not exist or is closed (its row is
@@ -242,13 +244,13 @@ def check_postable(conn: psycopg.Connection[Any], period: str) -> str:
     figures that costing has written once and for all. A document without
     stock lines (a service invoice) can still be posted.
     """
-    status = periods.lock_for_writing(conn, period, doing="posting its documents")
-    valued = _q.one(conn, "period_stock_valued", {"period": period})
-    if valued["unposted"] and (valued["costed_stores"] or valued["solved"]):
+    status = periods.lock_for_writing(conn, period, doing=doing)
+    stock = periods.stock_state(conn, period)
+    if stock.unposted and stock.valued:
         raise Refused(
-            f"cannot post {valued['unposted']} document(s) that move stock into {period}: "
-            f"its stock is already costed ({valued['costed_stores']} store(s) costed, averages "
-            f"{'solved' if valued['solved'] else 'not solved'}); date them into the next "
+            f"cannot post {stock.unposted} document(s) that move stock into {period}: "
+            f"its stock is already costed ({stock.costed_stores} store(s) costed, averages "
+            f"{'solved' if stock.solved else 'not solved'}); date them into the next "
             "open period"
         )
     return status
@@ -290,7 +292,7 @@ def select_documents(params: PostingParams, ctx: StepContext) -> Selection:
 def post_one_chunk(conn: psycopg.Connection[Any], period: str, chunk: Chunk) -> ChunkResult:
     """Post one chunk in the caller's (fenced) transaction, under the period's share lock."""
     try:
-        check_postable(conn, period)
+        check_postable(conn, period, doing=f"posting documents {chunk.first_id}-{chunk.last_id}")
     except Refused as exc:
         raise Fail(f"{exc}; the documents stay unposted") from exc
     return post_documents(conn, period, chunk.first_id, chunk.last_id)

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from engine import BadInput, Concurrency, Refused, active_jobs
 from flows.erp import books, checks
@@ -299,6 +299,28 @@ def reopen(conn: psycopg.Connection[Any], period: str, *, actor: str, reason: st
     _q.execute(conn, "period_reopen", {"period": period})
     _q.execute(conn, "period_balances_delete", {"period": period})
     return _event(conn, period, "reopened", actor, reason.strip())
+
+
+class StockState(BaseModel):
+    """Where a period's stock stands: valued by costing, and documents that would move it."""
+
+    costed_stores: int
+    solved: bool
+    unposted: int = Field(description="unposted documents of the period with stock lines")
+
+    @property
+    def valued(self) -> bool:
+        return bool(self.costed_stores or self.solved)
+
+
+def stock_state(conn: psycopg.Connection[Any], period: str) -> StockState:
+    """Whether ``period``'s stock is valued, and how many documents that move it wait.
+
+    Costing values a period's stock once, from its posted moves: it is
+    refused while such documents wait (post them first), and posting them is
+    refused once the stock is valued (they belong to the next open period).
+    """
+    return StockState.model_validate(_q.one(conn, "period_stock_state", {"period": period}))
 
 
 def history(conn: psycopg.Connection[Any], period: str) -> list[PeriodEvent]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from erp_checks import assert_costs_equal_reference
 from harness import (
     fast_settings,
     run_of,
@@ -162,9 +163,10 @@ def test_close__fails_naming_the_broken_identity_and_leaves_the_period_open(
     fast: Settings, registry: Registry, conn: psycopg.Connection[Any], made: Any
 ) -> None:
     # a carried-forward balance tampered with: next period's openings != closings
-    job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
     with thread_worker(fast, registry):
-        assert wait_job_ended(conn, job.job_id, timeout=120) == "done"
+        for flow in ("posting", "costing"):
+            job = submit(flow, {"period": PERIOD}, settings=fast, registry=registry)
+            assert wait_job_ended(conn, job.job_id, timeout=120) == "done"
         conn.execute(
             "UPDATE erp_opening_balances SET value = value + 1 WHERE (store_id, item_id) = "
             "(SELECT store_id, item_id FROM erp_opening_balances WHERE period = '2026-12' "
@@ -222,6 +224,56 @@ def test_close__workers_killed_minus_9_in_the_middle_resume_and_close_exactly_on
     assert kills >= 1, "no worker was killed: the test proved nothing"
     assert wait_job_ended(conn, job.job_id) == "done"
     assert_closed_exactly_once(conn, made, summary(conn, job.job_id))
+
+
+def test_close__workers_killed_minus_9_mid_costing_resume_and_cost_every_store_once(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], made: Any
+) -> None:
+    """A quiet worker runs the close until its costing child is submitted, then stops; from
+    there on worker processes SIGKILL themselves at a commit with probability 0.6, a new
+    one each time: kills land while the costing solves and costs its stores, and the books
+    come out as if nothing had happened."""
+    job = submit("close", {"period": PERIOD}, settings=fast, registry=registry)
+
+    def costing_child() -> dict[str, Any] | None:
+        return next((c for c in children(conn, job.job_id) if c["flow"] == "costing"), None)
+
+    def job_ended() -> bool:
+        row = conn.execute("SELECT status FROM engine_jobs WHERE id = %s", (job.job_id,)).fetchone()
+        return row is not None and row["status"] in ("done", "failed", "cancelled")
+
+    with thread_worker(fast.model_copy(update={"concurrency": 1}), registry):
+        wait_until(lambda: costing_child() is not None, timeout=120, what="the costing child")
+    kills, mid_costing, rounds = 0, 0, 0
+    while not job_ended():
+        rounds += 1
+        assert rounds <= 80, f"no progress after {rounds} worker processes"
+        fault = "before_commit" if rounds % 2 else "after_commit"
+        worker = start_worker_process(
+            fast, faults=f"{fault}=kill:0.6", concurrency=1, flow_modules=FLOWS, **QUICK_RECOVERY
+        )
+        try:
+            wait_until(
+                lambda w=worker: not w.alive() or job_ended(),  # type: ignore[misc]
+                timeout=90,
+                what="the worker to die or the close to end",
+            )
+            died = not worker.alive()
+        finally:
+            worker.kill()
+        if died and worker.returncode != -9:
+            output = worker.stdout.read() if worker.stdout is not None else ""
+            raise AssertionError(f"worker exited {worker.returncode}: {output[-2000:]}")
+        child = costing_child()
+        kills += died
+        mid_costing += died and child is not None and child["status"] == "running"
+    print(f"close survived {kills} kill(s), {mid_costing} while its costing ran")
+    assert mid_costing >= 1, "no worker was killed while the costing ran: the test proved nothing"
+    assert wait_job_ended(conn, job.job_id) == "done"
+    assert_closed_exactly_once(conn, made, summary(conn, job.job_id))
+    assert assert_costs_equal_reference(conn, PERIOD) > 0
+    solves = conn.execute("SELECT count(*) AS n FROM erp_average_solves").fetchone()
+    assert solves == {"n": 1}
 
 
 def test_close__the_period_stays_held_while_its_posting_child_awaits_approval(

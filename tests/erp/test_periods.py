@@ -47,8 +47,10 @@ def fast(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.fixture
 def books(conn: psycopg.Connection[Any]) -> None:
-    """Four stores of two brands, November seeded (open, openings loaded), October closed."""
+    """Four stores of two brands, November seeded (open, openings loaded) and its documents
+    posted (costing values posted moves), October closed."""
     seed(conn, stores=4, brands=2, employees=8, items=10, period=NOV, seed=11)
+    posting.post_documents(conn, NOV, 1, 10**9)
 
 
 @pytest.fixture

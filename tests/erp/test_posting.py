@@ -306,7 +306,9 @@ def test_books_cli__trial_balance_json_after_posting(
 
     assert result.returncode == 0, result.stderr
     tb = json.loads(result.stdout)
-    assert set(tb) == {"period", "debit", "credit", "lines", "accounts"}
+    assert set(tb) == {
+        "period", "by_store", "opening", "debit", "credit", "closing", "lines", "accounts"
+    }  # fmt: skip
     assert (tb["period"], tb["debit"], tb["credit"], tb["lines"]) == (
         "2026-11",
         "222.50",
@@ -317,9 +319,12 @@ def test_books_cli__trial_balance_json_after_posting(
     assert accounts["1100"] == {
         "code": "1100",
         "name": "Accounts receivable",
+        "store": None,
+        "opening": "0.00",
         "debit": "120.00",
         "credit": "0.00",
         "balance": "120.00",
+        "closing": "120.00",
     }
     assert accounts["4000"]["balance"] == "-137.50"
     assert "9999" not in accounts

@@ -96,3 +96,13 @@ INSERT INTO erp_period_balances (period, account_code, store_id, balance)
 SELECT %(period)s, b.account_code, b.store_id, b.balance
 FROM unnest(%(accounts)s::text[], %(stores)s::int[], %(balances)s::numeric[])
     AS b (account_code, store_id, balance);
+
+-- period_stock_state --
+-- A period's stock is valued once (its averages solved once, each store costed once) from its posted moves: costing waits until no document that moves stock is unposted, and such a document is no longer posted into a period whose stock is valued (one without stock lines, a service invoice, still can).
+SELECT (SELECT count(*) FROM erp_store_periods
+        WHERE period = %(period)s AND costed_at IS NOT NULL)::int AS costed_stores,
+       EXISTS (SELECT 1 FROM erp_average_solves WHERE period = %(period)s) AS solved,
+       (SELECT count(*) FROM erp_documents AS d
+        WHERE d.period = %(period)s AND d.status = 'unposted'
+          AND EXISTS (SELECT 1 FROM erp_document_lines AS l
+                      WHERE l.document_id = d.id AND l.item_id IS NOT NULL))::int AS unposted;

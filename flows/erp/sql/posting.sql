@@ -155,13 +155,3 @@ FROM (
     WHERE j.period = %(period)s AND j.source = 'document'
     GROUP BY j.id
 ) AS per_journal;
-
--- period_stock_valued --
--- Costing values a period's stock from its posted moves (the averages are solved once per period, then each store costed once): unposted documents that move stock can no longer be posted into a period whose stock is valued (one without stock lines, a service invoice, still can).
-SELECT (SELECT count(*) FROM erp_store_periods
-        WHERE period = %(period)s AND costed_at IS NOT NULL)::int AS costed_stores,
-       EXISTS (SELECT 1 FROM erp_average_solves WHERE period = %(period)s) AS solved,
-       (SELECT count(*) FROM erp_documents AS d
-        WHERE d.period = %(period)s AND d.status = 'unposted'
-          AND EXISTS (SELECT 1 FROM erp_document_lines AS l
-                      WHERE l.document_id = d.id AND l.item_id IS NOT NULL))::int AS unposted;
