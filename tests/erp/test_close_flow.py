@@ -47,7 +47,7 @@ def registry() -> Registry:
 
 @pytest.fixture
 def fast(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("ERP_POSTING_CHUNK_SIZE", "15")
+    monkeypatch.setenv("ERP_POSTING_CHUNK_SIZE", "100")
     return fast_settings(
         settings, flow_modules=FLOWS, concurrency=2, reports_dir=tmp_path / "reports"
     )
