@@ -11,7 +11,7 @@ the simulator, the bench, tests) import the module they need, e.g.
 
 Declare a flow
     Flow, Step, StepInput, MapOver, StepContext, Concurrency, RetryPolicy,
-    Retry, Fail, Cancel, Refused, Signal, SignalTimeout, Child, ChildrenTimeout
+    Retry, Fail, Reject, Cancel, Refused, Signal, SignalTimeout, Child, ChildrenTimeout
 Run jobs (the API install: ``pip install erp-engine``)
     submit, Submitted, signal, Signalled, wait_for_job, JobStatus, job_info,
     JobInfo, active_jobs, Schedule, add_schedule, list_schedules,
@@ -46,7 +46,7 @@ from engine.errors import (
 from engine.flow import Flow, MapOver, Step, StepInput
 from engine.flow.concurrency import Concurrency
 from engine.flow.registry import Registry
-from engine.flow.retry import Cancel, Fail, Retry, RetryPolicy
+from engine.flow.retry import Cancel, Fail, Reject, Retry, RetryPolicy
 from engine.jobs.lookup import JobInfo, active_jobs, job_info, wait_for_job
 from engine.jobs.submit import Submitted, submit
 from engine.reports.storage import write_report_file
@@ -85,6 +85,7 @@ __all__ = [
     "Queries",
     "Refused",
     "Registry",
+    "Reject",
     "Retry",
     "RetryPolicy",
     "Schedule",

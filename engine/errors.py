@@ -40,10 +40,10 @@
         └── JobCancelled             the job was cancelled
 
 The exceptions a step raises on purpose to steer its run (``Retry``, ``Fail``,
-``Cancel``) are not errors; they live in :mod:`engine.flow.retry`. Outside the
-tree on purpose: :class:`engine.infra.faults.FaultInjected`, which stands for a
-bug (a plain ``Exception``) at a chaos run's fault point. Driver errors
-(psycopg) are translated into ``StoreError`` in :mod:`engine.store` only.
+``Reject``, ``Cancel``) are not errors; they live in :mod:`engine.flow.retry`.
+Outside the tree on purpose: :class:`engine.infra.faults.FaultInjected`, which
+stands for a bug (a plain ``Exception``) at a chaos run's fault point. Driver
+errors (psycopg) are translated into ``StoreError`` in :mod:`engine.store` only.
 
 Messages name the bad value and what would be valid. They never contain a
 secret: URLs are masked with :func:`engine.config.mask_url` before they are

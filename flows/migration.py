@@ -1,15 +1,32 @@
 """Data migration: load legacy CSV exports into the ERP, idempotently.
 
-``engine submit migration --source items.csv --kind items|opening-balances``
+``engine submit migration --source items.csv --kind items|opening-balances
+[--encoding utf-8]``
+
+Data errors are the data's, not an incident. The file as a whole is checked
+at submit (its admission check: nothing is written and ``engine submit``
+exits 2 when it is refused) and again when the job plans, in case it changed
+in between: it must exist, decode in its stated encoding (the first bad byte
+is named by offset and line; with ``utf-8``, a byte order mark is accepted),
+be well-formed CSV as a whole (a quote never closed swallows the rest of the
+file), have the kind's columns in its header, each named once, and at least
+one row. A file refused once the job runs fails the job once with the reason
+(:class:`engine.Reject`): no retry, no dead letter, no alert.
 
 The file is split into chunks of rows (one step run each). Every row is
-validated on its own (pydantic); valid rows are upserted by their natural key
-(items: ``sku``; opening balances: store, item, period), and an upsert that
-would change nothing writes nothing, so a rerun of the same file changes
-nothing. Rejected rows are kept with their reason and written beside the
-reports as ``migration-<checksum>-rejects.csv`` (in ``ENGINE_REPORTS_DIR``, or
-under ``ENGINE_REPORTS_URL`` on S3), with cells that a spreadsheet would run as
-formulas neutralised.
+checked on its own: its column count against the header's, its cells
+(pydantic, and no NUL character, which text cannot hold), and its natural key
+(items: ``sku``; opening balances: store, item, period) against the rows
+before it: a key the file states again rejects the later row as a
+"duplicate of row N", across chunks too (found when the job plans). Valid
+rows are upserted by their natural key, and an upsert that would change
+nothing writes nothing, so a rerun of the same file changes nothing. An
+existing item whose standard cost the file changes is updated (the file is
+the new truth) and listed old -> new in the summary. Rejected rows are kept
+with their reason and their original line, exactly as in the file, and
+written beside the reports as ``migration-<checksum>-rejects.csv`` (in
+``ENGINE_REPORTS_DIR``, or under ``ENGINE_REPORTS_URL`` on S3), with cells
+that a spreadsheet would run as formulas neutralised.
 
 Opening balances respect the books (:mod:`flows.erp.periods`): they are
 loaded only into a store's first period, while that period is open and the
@@ -18,36 +35,59 @@ period whose openings costing carried forward, is rejected with the reason,
 never written over.
 
 Workers read the file, so it must be on storage they share (a mounted
-volume). Its sha256 is taken when the job plans; a chunk that finds a
-different file fails rather than mixing two versions.
+volume) and, for the submit's check, on the submitting machine too. Its
+sha256 is taken when the job plans; a chunk that finds a different file
+rejects it rather than mixing two versions.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import io
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+import psycopg
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from engine import Fail, Flow, StepContext, write_report_file
+from engine import Flow, Refused, Reject, StepContext, write_report_file
 from flows.erp.queries import NamedQueries
 from flows.erp.types import Period
 
 _q = NamedQueries("migration")
 
 CHUNK_ROWS = 1000
+MAX_LISTED = 200  # cost changes listed in the summary; ``cost_changed`` is the full count
 Kind = Literal["items", "opening-balances"]
 
 
 class MigrationParams(BaseModel):
     source: str = Field(description="CSV file to load (on storage the workers share)")
     kind: Kind = Field(description="what the file holds: items or opening-balances")
+    encoding: str = Field(
+        default="utf-8",
+        description="the file's text encoding, a Python codec name (utf-8, cp1252, latin-1, "
+        "utf-16, ...); a UTF-8 file may start with a byte order mark",
+    )
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        try:
+            name = codecs.lookup(value).name
+            b"".decode(name)  # a text encoding, not a bytes-to-bytes codec (base64)
+        except LookupError:
+            raise ValueError(
+                f"unknown text encoding {value!r}: give a Python codec name, "
+                "e.g. utf-8, cp1252, latin-1 or utf-16"
+            ) from None
+        return name
 
 
 class ItemRow(BaseModel):
@@ -70,6 +110,11 @@ MODELS: dict[str, type[ItemRow] | type[OpeningRow]] = {
     "items": ItemRow,
     "opening-balances": OpeningRow,
 }
+# the natural key of a row: a file states each item, or each opening balance, once
+KEYS: dict[str, tuple[str, ...]] = {
+    "items": ("sku",),
+    "opening-balances": ("store_code", "sku", "period"),
+}
 
 
 class Chunk(BaseModel):
@@ -80,9 +125,19 @@ class Chunk(BaseModel):
 class MigrationPlan(BaseModel):
     source: str
     kind: Kind
+    encoding: str = "utf-8"
     sha256: str
     rows: int
     chunks: list[Chunk]
+
+
+class CostChange(BaseModel):
+    """An existing item whose standard cost the file changes (the file is the new truth)."""
+
+    row: int
+    sku: str
+    old: Decimal
+    new: Decimal
 
 
 class ChunkLoaded(BaseModel):
@@ -91,6 +146,8 @@ class ChunkLoaded(BaseModel):
     updated: int
     unchanged: int
     rejected: int
+    cost_changed: int = 0
+    cost_changes: list[CostChange] = Field(default_factory=list)
 
 
 class MigrationSummary(BaseModel):
@@ -103,64 +160,262 @@ class MigrationSummary(BaseModel):
     unchanged: int
     rejected: int
     rejects_file: str | None
+    cost_changed: int = Field(default=0, description="items whose standard cost changed")
+    cost_changes: list[CostChange] = Field(
+        default_factory=list,
+        description=f"the first {MAX_LISTED} by row; `cost_changed` is the full count",
+    )
 
 
 flow = Flow(
     "migration",
+    version=2,
     params=MigrationParams,
     description="Load legacy items or opening balances from CSV; upsert by natural key.",
 )
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
+# -- the file -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Record:
+    """One CSV record of the file (the header, or a row) as read."""
+
+    number: int  # the data row's number, 1-based (the header is 0); blank lines are no row
+    line: int  # the file's line where it starts, 1-based
+    raw: str  # its text exactly as in the file (quoted line breaks included), without its own
+    cells: list[str] | None  # None: not well-formed CSV (``error`` says why)
+    error: str = ""
+
+
+def _codec(encoding: str) -> str:
+    # a spreadsheet's UTF-8 export may start with a byte order mark
+    return "utf-8-sig" if encoding == "utf-8" else encoding
+
+
+def _records(path: Path, encoding: str) -> Iterator[Record]:
+    """The file's records, the header first, each with its original text."""
+    with path.open(encoding=_codec(encoding), newline="") as f:
+        taken: list[str] = []
+
+        def lines() -> Iterator[str]:
+            for line in f:
+                taken.append(line)
+                yield line
+
+        # strict: a stray quote is an error, never a silently different value
+        reader = csv.reader(lines(), strict=True)
+        number = 0
+        while True:
+            start = reader.line_num + 1
+            taken.clear()
+            try:
+                cells: list[str] | None = next(reader)
+                error = ""
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                cells, error = None, str(exc)
+            if cells == []:
+                continue  # a blank line
+            text = "".join(taken)
+            for end in ("\r\n", "\n", "\r"):
+                if text.endswith(end):
+                    text = text[: -len(end)]
+                    break
+            yield Record(number, start, text, cells, error)
+            number += 1
+
+
+def _decoded_sha256(path: Path, source: str, encoding: str) -> str:
+    """The file's sha256, once every byte of it decodes; else refused, naming the first bad one."""
+    decoder = codecs.getincrementaldecoder(_codec(encoding))()
+    digest = hashlib.sha256()
+    offset = newlines = 0
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        while True:
+            block = f.read(1 << 20)
+            state = decoder.getstate()
+            try:
+                newlines += decoder.decode(block, final=not block).count("\n")
+            except UnicodeDecodeError as exc:
+                # the bytes in error may begin in bytes the decoder held from the last block
+                bad = offset + len(block) - len(exc.object) + exc.start
+                decoder.setstate(state)
+                line = newlines + decoder.decode(block[: max(0, bad - offset)]).count("\n") + 1
+                raise Refused(
+                    f"{source} is not {encoding} text: byte offset {bad} (line {line}) holds "
+                    f"0x{exc.object[exc.start]:02x}, which {encoding} cannot decode "
+                    f"({exc.reason}); save the file as {encoding}, or give its encoding "
+                    "with --encoding (e.g. cp1252 for a Windows export)"
+                ) from None
+            if not block:
+                return digest.hexdigest()
+            digest.update(block)
+            offset += len(block)
 
 
-def _rows(path: Path) -> Iterator[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        yield from csv.DictReader(f)
+class Source:
+    """A CSV export checked as a whole: its checksum, its header and its rows.
+
+    Raises :class:`engine.Refused`, naming what is wrong and what would do,
+    when the file cannot be loaded at all.
+    """
+
+    def __init__(self, source: str, kind: Kind, encoding: str) -> None:
+        self.source, self.kind, self.encoding = source, kind, encoding
+        self.path = Path(source)
+        expected = ",".join(MODELS[kind].model_fields)
+        if not self.path.is_file():
+            raise Refused(
+                f"source file {source!r} does not exist (or is not a file); it must be on "
+                "storage the workers share"
+            )
+        try:
+            self.sha256 = _decoded_sha256(self.path, source, encoding)
+            header = next(_records(self.path, encoding), None)
+        except OSError as exc:
+            raise Refused(f"source file {source!r} cannot be read: {exc.strerror}") from exc
+        if header is None:
+            raise Refused(f"{source} is empty: no header line; expected header: {expected}")
+        if header.cells is None:
+            raise Refused(f"{source}: line 1: the header is not valid CSV ({header.error})")
+        # a byte order mark that the encoding keeps (utf-16-le, ...) is no part of a name
+        names = [c.strip() for c in header.cells]
+        names[0] = names[0].lstrip("\ufeff").strip()
+        for name in names:
+            if name and names.count(name) > 1:
+                raise Refused(
+                    f"{source}: column {name} is named twice in the header; "
+                    f"expected header: {expected}"
+                )
+        missing = [c for c in MODELS[kind].model_fields if c not in names]
+        if missing:
+            hint = ""
+            if names[0].startswith("\u00ef\u00bb\u00bf"):  # a UTF-8 byte order mark, misread
+                hint = (
+                    f" (the file starts with a UTF-8 byte order mark: is it utf-8, not {encoding}?)"
+                )
+            raise Refused(
+                f"{source}: missing column(s) {', '.join(missing)} for kind {kind!r}; "
+                f"expected header: {expected}{hint}"
+            )
+        self.width = len(names)
+        self.columns = {c: names.index(c) for c in MODELS[kind].model_fields}
+
+    def rows(self) -> Iterator[Record]:
+        """The data rows, in order; refused on a flaw that breaks the rest of the file."""
+        records = _records(self.path, self.encoding)
+        next(records)  # the header
+        empty = True
+        for record in records:
+            if record.error == "unexpected end of data":
+                raise Refused(
+                    f"{self.source}: line {record.line}: a quoted field starts here and is "
+                    "never closed (the rest of the file would be one value); close it, and "
+                    'write a quote inside a quoted value as ""'
+                )
+            if record.error.startswith("field larger than field limit"):
+                raise Refused(
+                    f"{self.source}: line {record.line}: a value longer than "
+                    f"{csv.field_size_limit()} characters starts here; is a quote never closed?"
+                )
+            empty = False
+            yield record
+        if empty:
+            raise Refused(f"{self.source} has a header and no data rows: nothing to load")
+
+    def values(self, record: Record) -> dict[str, str] | str:
+        """The row's values by column (stripped), or why the row is rejected."""
+        if record.cells is None:
+            return f"malformed CSV at line {record.line}: {record.error}"
+        if len(record.cells) != self.width:
+            count = len(record.cells)
+            return f"row has {count} column{'' if count == 1 else 's'}, the header has {self.width}"
+        values = {c: record.cells[i].strip() for c, i in self.columns.items()}
+        for column, value in values.items():
+            if "\x00" in value:
+                return f"{column}: contains a NUL character (0x00), which text cannot hold"
+        return values
+
+    def key(self, record: Record) -> list[str] | None:
+        """The row's natural key, when the row has one to compare."""
+        values = self.values(record)
+        if isinstance(values, str):
+            return None
+        key = [values[c] for c in KEYS[self.kind]]
+        return key if all(key) else None
 
 
-def _key(plan: MigrationPlan) -> str:
-    return f"{plan.kind}:{plan.sha256}"
+def _storable(raw: str) -> str:
+    # text cannot hold NUL: shown as the symbol for null (the reason names it)
+    return raw.replace("\x00", "\u2400")
+
+
+def _rejects_key(plan: MigrationPlan, job_id: object) -> str:
+    # the rejects of this job: a rerun of the file lists its own
+    return f"{plan.kind}:{plan.sha256}:{job_id}"
+
+
+# -- the steps ----------------------------------------------------------------------------
+
+
+@flow.admit
+def admit(params: MigrationParams, conn: psycopg.Connection[Any]) -> None:
+    """The file can be loaded: there, in its encoding, with the kind's header and rows."""
+    source = Source(params.source, params.kind, params.encoding)
+    for _ in source.rows():
+        pass
 
 
 @flow.step()
-def plan(params: MigrationParams) -> MigrationPlan:
-    """Check the file and its header; split it into chunks of rows."""
-    path = Path(params.source)
-    if not path.is_file():
-        raise Fail(f"source file {params.source!r} does not exist (or is not a file)")
-    expected = list(MODELS[params.kind].model_fields)
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        header = next(csv.reader(f), [])
-    missing = [c for c in expected if c not in header]
-    if missing:
-        raise Fail(
-            f"{params.source}: missing column(s) {', '.join(missing)} for kind "
-            f"{params.kind!r}; expected header: {','.join(expected)}"
-        )
-    total = sum(1 for _ in _rows(path))
+def plan(params: MigrationParams, ctx: StepContext) -> MigrationPlan:
+    """Check the file again; reject the rows that repeat a key; split it into chunks."""
+    conn = ctx.conn
+    _q.execute(conn, "staged_keys_create")
+    try:
+        # the file may have changed or vanished since the submit checked it
+        source = Source(params.source, params.kind, params.encoding)
+        total = 0
+        with _q.copy(conn, "staged_keys_copy") as copy:
+            for record in source.rows():
+                total += 1
+                key = source.key(record)
+                if key is not None:
+                    copy.write_row((record.number, key, _storable(record.raw)))
+    except Refused as exc:
+        raise Reject(str(exc)) from exc
     chunks = [
         Chunk(first_row=start, rows=min(CHUNK_ROWS, total - start + 1))
         for start in range(1, total + 1, CHUNK_ROWS)
     ]
-    return MigrationPlan(
-        source=str(path.resolve()),
+    planned = MigrationPlan(
+        source=str(source.path.resolve()),
         kind=params.kind,
-        sha256=_digest(path),
+        encoding=params.encoding,
+        sha256=source.sha256,
         rows=total,
         chunks=chunks,
     )
+    _q.execute(
+        conn,
+        "rejects_insert_duplicates",
+        {"key": _rejects_key(planned, ctx.job_id), "names": list(KEYS[params.kind])},
+    )
+    _q.execute(conn, "staged_keys_drop")
+    return planned
+
+
+def _quoted(value: object) -> str:
+    if isinstance(value, str) and len(value) > 60:
+        return f"{value[:60]!r}... ({len(value)} characters)"
+    return repr(value)
 
 
 def _problems(exc: ValidationError) -> str:
     return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
+        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {_quoted(e.get('input'))})"
         for e in exc.errors()
     )
 
@@ -168,90 +423,102 @@ def _problems(exc: ValidationError) -> str:
 @flow.step(map_over="plan.chunks")
 def load_chunk(chunk: Chunk, plan: MigrationPlan, ctx: StepContext) -> ChunkLoaded:
     """Validate each row of the chunk; upsert the valid ones; record the rejects."""
-    path = Path(plan.source)
-    if not path.is_file() or _digest(path) != plan.sha256:
-        raise Fail(f"{plan.source} changed since the job started (sha256 differs); resubmit")
-    model = MODELS[plan.kind]
-    fields = list(model.model_fields)
-    valid: list[tuple[Any, ...]] = []
-    rejects: list[tuple[int, str, str]] = []
-    window = itertools.islice(_rows(path), chunk.first_row - 1, chunk.first_row - 1 + chunk.rows)
-    for number, raw in enumerate(window, start=chunk.first_row):
-        text = ",".join(str(v) for v in raw.values())
-        try:
-            row = model.model_validate({k: (raw.get(k) or "").strip() for k in fields})
-        except ValidationError as exc:
-            rejects.append((number, _problems(exc), text))
-            continue
-        valid.append((number, *row.model_dump().values()))
+    try:
+        source = Source(plan.source, plan.kind, plan.encoding)
+    except Refused as exc:
+        raise Reject(f"{plan.source} changed since the job planned it: {exc}") from exc
+    if source.sha256 != plan.sha256:
+        raise Reject(
+            f"{plan.source} changed since the job planned it (its sha256 differs); a job loads "
+            "one version of a file: submit the new one as a new job"
+        )
     conn = ctx.conn
+    key = _rejects_key(plan, ctx.job_id)
+    last = chunk.first_row + chunk.rows - 1
+    window = {"key": key, "first": chunk.first_row, "last": last}
+    duplicates = {r["row_number"] for r in _q.rows(conn, "rejects_select_rows_between", window)}
+    model = MODELS[plan.kind]
+    raws: dict[int, str] = {}
+    valid: list[tuple[Any, ...]] = []
+    rejects: list[tuple[int, str]] = []
+    for record in itertools.islice(source.rows(), chunk.first_row - 1, last):
+        raws[record.number] = record.raw
+        if record.number in duplicates:
+            continue  # rejected when the job planned
+        values = source.values(record)
+        if isinstance(values, str):
+            rejects.append((record.number, values))
+            continue
+        try:
+            row = model.model_validate(values)
+        except ValidationError as exc:
+            rejects.append((record.number, _problems(exc)))
+            continue
+        valid.append((record.number, *row.model_dump().values()))
+    changes: list[dict[str, Any]] = []
     if plan.kind == "items":
         _q.execute(conn, "items_lock")
         _q.execute(conn, "staged_items_create")
-        _copy(ctx, "staged_items", ["row_number", *fields], valid)
+        with _q.copy(conn, "staged_items_copy") as copy:
+            for staged in valid:
+                copy.write_row(staged)
         for r in _q.rows(conn, "staged_items_unknown_brand"):
-            rejects.append((r["row_number"], f"unknown brand {r['brand_code']}", ""))
+            rejects.append((r["row_number"], f"unknown brand {r['brand_code']}"))
+        changes = _q.rows(conn, "staged_items_cost_changes")
         counts = _q.one(conn, "items_upsert_from_staged")
+        _q.execute(conn, "staged_items_drop")
     else:
         _q.execute(conn, "staged_openings_create")
-        _copy(ctx, "staged_openings", ["row_number", *fields], valid)
+        with _q.copy(conn, "staged_openings_copy") as copy:
+            for staged in valid:
+                copy.write_row(staged)
         for r in _q.rows(conn, "staged_openings_unresolved"):
-            rejects.append((r["row_number"], r["reason"], ""))
+            rejects.append((r["row_number"], r["reason"]))
         for statement in ("openings_lock_periods", "openings_claim_first_periods"):
             _q.execute(conn, statement)
         _q.execute(conn, "openings_lock_store_periods")
         # parameters given (none), so psycopg reads the statement's %% as %
         for r in _q.rows(conn, "staged_openings_refused", {}):
-            rejects.append((r["row_number"], r["reason"], ""))
+            rejects.append((r["row_number"], r["reason"]))
         counts = _q.one(conn, "openings_upsert_from_staged")
+        _q.execute(conn, "staged_openings_drop")
     inserted, updated = int(counts["inserted"]), int(counts["updated"])
     if rejects:
-        by_row = {n: raw for n, _, raw in rejects if raw}
         _q.execute(
             conn,
             "rejects_insert",
             {
-                "key": _key(plan),
-                "rows": [n for n, _, _ in rejects],
-                "reasons": [reason for _, reason, _ in rejects],
-                "raws": [by_row.get(n) or _raw_row(path, n) for n, _, _ in rejects],
+                "key": key,
+                "rows": [n for n, _ in rejects],
+                "reasons": [reason for _, reason in rejects],
+                "raws": [_storable(raws[n]) for n, _ in rejects],
             },
         )
-    rejected = len({n for n, _, _ in rejects})
+    rejected = len({n for n, _ in rejects} | duplicates)
     return ChunkLoaded(
         first_row=chunk.first_row,
         inserted=inserted,
         updated=updated,
         unchanged=chunk.rows - rejected - inserted - updated,
         rejected=rejected,
+        cost_changed=len(changes),
+        cost_changes=[
+            CostChange(row=c["row_number"], sku=c["sku"], old=c["old"], new=c["new"])
+            for c in changes[:MAX_LISTED]
+        ],
     )
-
-
-def _raw_row(path: Path, number: int) -> str:
-    row = next(itertools.islice(_rows(path), number - 1, number), {})
-    return ",".join(str(v) for v in row.values())
-
-
-def _copy(ctx: StepContext, table: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
-    from psycopg import sql
-
-    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns))
-    )
-    with ctx.conn.cursor().copy(statement) as copy:
-        for row in rows:
-            copy.write_row(row)
 
 
 def _neutralise(cell: str) -> str:
-    # a cell starting like a formula would run in a spreadsheet (=cmd|...)
+    # a cell starting like a formula would run in a spreadsheet (=cmd|...); the leading
+    # quote keeps it text, and the line after it is still the original, as a person reads it
     return "'" + cell if cell[:1] in ("=", "+", "-", "@", "\t", "\r") else cell
 
 
 @flow.step(after=["load_chunk", "plan"])
 def report(loaded: list[ChunkLoaded], plan: MigrationPlan, ctx: StepContext) -> MigrationSummary:
-    """Totals, and the rejected rows written to a CSV file beside the report."""
-    rows = _q.rows(ctx.conn, "rejects_select", {"key": _key(plan)})
+    """Totals, the cost changes, and the rejected rows written to a CSV file beside the report."""
+    rows = _q.rows(ctx.conn, "rejects_select", {"key": _rejects_key(plan, ctx.job_id)})
     rejects_file = None
     if rows:
         text = io.StringIO(newline="")
@@ -263,6 +530,7 @@ def report(loaded: list[ChunkLoaded], plan: MigrationPlan, ctx: StepContext) -> 
         rejects_file = write_report_file(
             f"migration-{plan.sha256[:12]}-rejects.csv", text.getvalue()
         )
+    changes = sorted((c for chunk in loaded for c in chunk.cost_changes), key=lambda c: c.row)
     return MigrationSummary(
         kind=plan.kind,
         source=plan.source,
@@ -273,4 +541,6 @@ def report(loaded: list[ChunkLoaded], plan: MigrationPlan, ctx: StepContext) -> 
         unchanged=sum(c.unchanged for c in loaded),
         rejected=sum(c.rejected for c in loaded),
         rejects_file=rejects_file,
+        cost_changed=sum(c.cost_changed for c in loaded),
+        cost_changes=changes[:MAX_LISTED],
     )

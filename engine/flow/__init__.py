@@ -12,7 +12,7 @@ registered by an import's side effect.
 - :mod:`.registry`: which flows (and versions) this process knows;
 - :mod:`.concurrency`: declaring and rendering keys (the claim SQL enforces them);
 - :mod:`.retry`: ``RetryPolicy`` and a step's explicit control flow
-  (``Retry``, ``Fail``, ``Cancel``).
+  (``Retry``, ``Fail``, ``Reject``, ``Cancel``).
 """
 
 from engine.flow.flow import Flow, MapOver, Step, StepInput, register_injectable

@@ -5,7 +5,10 @@ and jitter until its attempts reach the cap; then it is dead-lettered and the
 job fails. A step steers this with:
 
 - ``Retry(delay_s)``: try again after ``delay_s`` (counts as an attempt);
-- ``Fail(reason)``: do not retry; dead-letter now;
+- ``Fail(reason)``: do not retry; dead-letter now (a fault: an alert is recorded);
+- ``Reject(reason)``: the input data is refused: fail the job now, once, with
+  ``reason``; no retry, no dead letter, no alert (the data is at fault, not
+  the flow or the engine);
 - ``Cancel(reason)``: cancel the whole job.
 """
 
@@ -31,6 +34,24 @@ class Retry(StepControl):
 
 class Fail(StepControl):
     """A permanent failure: no more attempts; the step run is dead-lettered."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Reject(StepControl):
+    """The step's input data is refused: the job fails once with ``reason``.
+
+    For data the step can never use as it is, whoever runs it (a source file
+    that changed or vanished, that is not in its stated encoding): a retry
+    would refuse it again, and there is nothing for an operator's pager in
+    the flow or the engine. The step run ends (status ``dead``, its error
+    kept) with a ``rejected`` event, the job fails with ``reason``, the
+    rest of the job is cancelled, and nothing is dead-lettered or alerted.
+    Nothing the step wrote commits. Once the data is fixed, ``engine retry``
+    resumes the job from its checkpoints. Fenced like ``Fail`` (invariant 16).
+    """
 
     def __init__(self, reason: str) -> None:
         self.reason = reason

@@ -71,10 +71,15 @@ class Metrics:
             "steps_reclaimed", "step runs claimed from an expired lease of another attempt"
         )
         self.succeeded = counter("steps_succeeded", "attempts that committed their checkpoint")
-        self.failed = counter("steps_failed", "attempts whose step raised (then retried or dead)")
+        self.failed = counter(
+            "steps_failed", "attempts whose step raised (then retried, dead or rejected)"
+        )
         self.retried = counter("steps_retried", "failed attempts scheduled for a retry")
         self.dead_lettered = counter(
             "steps_dead_lettered", "step runs dead-lettered (attempts exhausted, permanent failure)"
+        )
+        self.rejected = counter(
+            "steps_rejected", "step runs that refused their input data (Reject): no dead letter"
         )
         self.fenced = counter(
             "steps_fenced", "attempts refused at commit: their lease was taken (LeaseLost)"
@@ -153,7 +158,7 @@ def step_started(claimed: Claimed) -> None:
 
 
 def step_ended(claimed: Claimed, outcome: str, seconds: float) -> None:
-    """How the attempt ended: done, retried, dead, fenced or cancelled (Outcome.kind)."""
+    """How the attempt ended: done, retried, dead, rejected, fenced or cancelled (Outcome.kind)."""
     m = _current
     if m is None:
         return
@@ -164,6 +169,9 @@ def step_ended(claimed: Claimed, outcome: str, seconds: float) -> None:
     elif outcome in ("retried", "dead"):
         m.failed.labels(*labels).inc()
         (m.retried if outcome == "retried" else m.dead_lettered).labels(*labels).inc()
+    elif outcome == "rejected":
+        m.failed.labels(*labels).inc()
+        m.rejected.labels(*labels).inc()
     elif outcome == "fenced":
         m.fenced.labels(*labels).inc()
     elif outcome == "cancelled":

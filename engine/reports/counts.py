@@ -30,9 +30,10 @@ class StepOutcomes(BaseModel):
     claimed: int  # attempts begun (reclaims included)
     reclaimed: int  # claimed from a lease that had expired
     succeeded: int
-    failed: int  # the step raised: then retried or dead-lettered by its worker
+    failed: int  # the step raised: then retried, dead-lettered by its worker, or rejected
     retried: int
     dead_lettered: int  # by its worker or by the sweeper (last lease lapsed)
+    rejected: int  # the step refused its input data (Reject): the job failed, no dead letter
     fenced: int  # refused at commit: the lease had been taken
 
 

@@ -32,6 +32,7 @@ OUTCOME_COLOURS: dict[str, str] = {
     "succeeded": "#2e7d32",
     "retried": "#f9a825",
     "dead_lettered": "#c62828",
+    "rejected": "#ad1457",
     "fenced": "#6a1b9a",
     "released": "#78909c",
     "cancelled": "#ef6c00",

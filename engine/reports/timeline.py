@@ -44,6 +44,7 @@ _ENDINGS: dict[EventKind, str] = {
     EventKind.SUCCEEDED: "succeeded",
     EventKind.RETRIED: "retried",
     EventKind.DEAD_LETTERED: "dead_lettered",
+    EventKind.REJECTED: "rejected",
     EventKind.FENCED: "fenced",
     EventKind.RELEASED: "released",
     EventKind.CANCELLED: "cancelled",

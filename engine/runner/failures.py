@@ -1,11 +1,13 @@
-"""How a step run that does not reach its checkpoint ends: retried, dead, cancelled or fenced.
+"""How a step run ends short of its checkpoint: retried, dead, rejected, cancelled or fenced.
 
 Every outcome here is written under the same fence as a checkpoint: a stale
 attempt (its lease reclaimed) retries nothing, dead-letters nothing and
 cancels nothing (invariant 16); it records that it was fenced, and the
 message is left to the new owner. A dead letter fails the job, cancels its
 siblings (nothing is left running under an ended job) and records one alert
-in the same transaction (:class:`~engine.alerts.AlertRecorder`).
+in the same transaction (:class:`~engine.alerts.AlertRecorder`). A step that
+refuses its input data (:class:`~engine.flow.retry.Reject`) fails its job the
+same way, once, without a dead letter or an alert: the data is at fault.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import DefinitionError
 from engine.flow import Step
-from engine.flow.retry import Fail, Retry, RetryPolicy
+from engine.flow.retry import Fail, Reject, Retry, RetryPolicy
 from engine.infra.outage import is_outage
 from engine.jobs.ending import Ended, job_ended
 from engine.runner.lease import Lease
@@ -180,11 +182,18 @@ class Failures:
         return Outcome("cancelled", reason, claimed.id, ended_job=claimed.job_id)
 
     def failed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
+        """The step raised: retry it (under its cap), or end it and fail the job.
+
+        A step run ends ``dead``: dead-lettered with one alert when it failed
+        (attempts exhausted, ``Fail``), or with no dead letter and no alert
+        when it refused its input data (``Reject``, outcome ``rejected``).
+        """
         claimed = lease.claimed
         conn = self.conn
         policy = step.retry or self.default_policy
         error = error_record(exc, claimed.attempt)
-        permanent = isinstance(exc, (Fail, DefinitionError))
+        rejected = isinstance(exc, Reject)
+        permanent = rejected or isinstance(exc, (Fail, DefinitionError))
         alerted = False
         announced = Announced(self.transport)
         with conn.transaction():
@@ -213,46 +222,15 @@ class Failures:
                     )
                 kind = "retried"
             else:
-                raise_fenced = not store.step_dead_if_leased(conn, claimed, error)
-                if not raise_fenced:
-                    reason = (
-                        f"{error['type']}: {error['message'][:500]}"
-                        f" (attempt {claimed.attempt} of {claimed.max_attempts})"
-                    )
-                    dead_letter = store.dead_letter_insert_step(
-                        conn,
-                        job_id=claimed.job_id,
-                        step_run_id=claimed.id,
-                        reason=reason,
-                        error=error,
-                    )
-                    # in this transaction: no dead letter commits without its alert
-                    alerted = self.alerts.record(conn, dead_letter)
-                    store.step_event_insert(
-                        conn,
-                        EventKind.DEAD_LETTERED,
-                        claimed,
-                        worker=self.worker,
-                        detail={"reason": reason},
-                    )
-                    store.job_finish_if_active_logged(
-                        conn,
-                        claimed.job_id,
-                        JobStatus.FAILED,
-                        event=EventKind.JOB_FAILED,
-                        worker=self.worker,
-                        error=f"step {step.name}: {reason}",
-                    )
-                    # a failed job leaves nothing running: its children and the
-                    # step's siblings are cancelled, the slots they held freed
-                    ended = job_ended(
-                        conn, self.transport, claimed.job_id, cancel_rest=True, free_slots=True
-                    )
-                    announced += ended.announced
-                kind = "dead"
+                ended = self._end_job(step, claimed, error, rejected=rejected)
+                raise_fenced = ended is None
+                if ended is not None:
+                    announced, alerted = ended
+                kind = "rejected" if rejected else "dead"
             if not raise_fenced:
-                if claimed.concurrency_key is not None and kind != "dead":
-                    # the slot held by this step run is free in this commit
+                if claimed.concurrency_key is not None and kind == "retried":
+                    # the slot held by this step run is free in this commit (an
+                    # ended job freed its slots already)
                     announced += announce_freed(conn, self.transport, [claimed.job_id])
                 self.ack_in_commit(lease, conn)
         if raise_fenced:
@@ -262,7 +240,7 @@ class Failures:
         if alerted:
             self.alerts.wake()
         log.log(
-            logging.ERROR if kind == "dead" else logging.INFO,
+            {"dead": logging.ERROR, "rejected": logging.WARNING}.get(kind, logging.INFO),
             "step run %s (%s) attempt %d failed (%s): %s",
             claimed.id,
             step.name,
@@ -271,5 +249,55 @@ class Failures:
             # the first line: a driver's DETAIL lines may quote a row's values (a document's)
             error["message"].partition("\n")[0][:200],
         )
-        ended_job = claimed.job_id if kind == "dead" else None
+        ended_job = claimed.job_id if kind != "retried" else None
         return Outcome(kind, error["message"], claimed.id, ended_job=ended_job)
+
+    def _end_job(
+        self, step: Step, claimed: Claimed, error: dict[str, Any], *, rejected: bool
+    ) -> tuple[Announced, bool] | None:
+        """End the step run and fail its job, in the caller's transaction.
+
+        A failure is dead-lettered with its alert (``True``: one was recorded);
+        a rejection of the step's input data records only that it was rejected.
+        ``None``: the lease was lost and nothing was written (invariant 16).
+        """
+        conn = self.conn
+        if not store.step_dead_if_leased(conn, claimed, error):
+            return None
+        summary = f"{error['type']}: {error['message'][:500]}"
+        alerted = False
+        if rejected:
+            reason = summary
+            store.step_event_insert(
+                conn, EventKind.REJECTED, claimed, worker=self.worker, detail={"reason": reason}
+            )
+        else:
+            reason = f"{summary} (attempt {claimed.attempt} of {claimed.max_attempts})"
+            dead_letter = store.dead_letter_insert_step(
+                conn,
+                job_id=claimed.job_id,
+                step_run_id=claimed.id,
+                reason=reason,
+                error=error,
+            )
+            # in this transaction: no dead letter commits without its alert
+            alerted = self.alerts.record(conn, dead_letter)
+            store.step_event_insert(
+                conn,
+                EventKind.DEAD_LETTERED,
+                claimed,
+                worker=self.worker,
+                detail={"reason": reason},
+            )
+        store.job_finish_if_active_logged(
+            conn,
+            claimed.job_id,
+            JobStatus.FAILED,
+            event=EventKind.JOB_FAILED,
+            worker=self.worker,
+            error=f"step {step.name}: {reason}",
+        )
+        # a failed job leaves nothing running: its children and the step's
+        # siblings are cancelled, the slots they held freed
+        ended = job_ended(conn, self.transport, claimed.job_id, cancel_rest=True, free_slots=True)
+        return ended.announced, alerted

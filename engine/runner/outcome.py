@@ -18,9 +18,8 @@ from engine.store.rows import Claimed
 class Outcome:
     """What handling one delivery came to (for logs, tests and metrics)."""
 
-    kind: (
-        str  # done | retried | dead | fenced | cancelled | waiting | refused | dropped | malformed
-    )
+    # done, retried, dead, rejected, fenced, cancelled, waiting, refused, dropped, malformed
+    kind: str
     detail: str = ""
     step_run_id: uuid.UUID | None = None
     # the eager successor its checkpoint claimed for this slot, to run next

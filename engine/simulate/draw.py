@@ -30,6 +30,7 @@ COLOURS = {
     "lease_lost": "#6a1b9a",
     "released": "#78909c",
     "dead_lettered": "#c62828",
+    "rejected": "#ad1457",
     "pending": "#d0d0d0",
     "duplicate": "#8e24aa",
     "spawn": "#2e7d32",

@@ -25,6 +25,7 @@ _ENDS: dict[EventKind, str] = {
     EventKind.LEASE_LOST: "lease_lost",
     EventKind.RELEASED: "released",
     EventKind.DEAD_LETTERED: "dead_lettered",
+    EventKind.REJECTED: "rejected",
 }
 
 

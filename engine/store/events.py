@@ -70,7 +70,8 @@ def step_event_insert(
 
 @wrap_errors
 def event_count_by_step(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-    """Per flow and step: attempts claimed, reclaimed, succeeded, failed, retried, dead, fenced."""
+    """Per flow and step: attempts claimed, reclaimed, succeeded, failed, retried, dead,
+    rejected and fenced."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["event_count_by_step"])
         return [dict(r) for r in cur]

@@ -45,6 +45,7 @@ class EventKind(enum.StrEnum):
     SUCCEEDED = "succeeded"
     RETRIED = "retried"
     DEAD_LETTERED = "dead_lettered"
+    REJECTED = "rejected"  # the step refused its input data (Reject): no dead letter
     CANCELLED = "cancelled"
     FENCED = "fenced"
     MESSAGE_DROPPED = "message_dropped"

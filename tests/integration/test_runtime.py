@@ -553,6 +553,44 @@ def test_retry_job__a_failed_job_resumes_from_its_checkpoints(
     ).fetchall() == [{"r": True}]
 
 
+def test_reject__the_job_fails_once_with_the_reason_no_dead_letter_no_alert(
+    fast: Settings, conn: psycopg.Connection[Any], tmp_path: Any
+) -> None:
+    from engine.jobs import admin
+
+    bad = tmp_path / "bad-data"
+    bad.touch()
+    job = submit("chain", {"reject_while": str(bad)}, settings=fast, registry=flows_registry())
+    with thread_worker(fast):
+        assert wait_job_ended(conn, job.job_id) == "failed"
+        run = steps(conn, job.job_id)["b"]
+        # one attempt: no retry, though the policy allows five
+        assert (run["status"], run["attempts"]) == ("dead", 1)
+        assert run["error"]["type"] == "Reject"
+        assert "b refuses its input" in run["error"]["message"]
+        failed = conn.execute(
+            "SELECT error FROM engine_jobs WHERE id = %s", (job.job_id,)
+        ).fetchone()
+        assert failed is not None
+        assert failed["error"].startswith("step b: Reject: b refuses its input")
+        dead = conn.execute("SELECT count(*) AS n FROM engine_dead_letters").fetchone()
+        assert dead == {"n": 0}, "no dead letter"
+        assert recorded_alerts(conn) == [], "no alert"
+        rejected = events(conn, job.job_id, "rejected")
+        assert [e["step_run_id"] for e in rejected] == [step_run_id(conn, job.job_id, "b")]
+        assert events(conn, job.job_id, "retried") == []
+        assert events(conn, job.job_id, "dead_lettered") == []
+        assert len(events(conn, job.job_id, "job_failed")) == 1
+        assert effects(conn, job.job_id) == [("a", "", 1)], "the rejected attempt rolled back"
+        assert "c" not in steps(conn, job.job_id)
+
+        # the data fixed, `engine retry` resumes the job from its checkpoints
+        bad.unlink()
+        assert admin.retry_job(fast, job.job_id).step_runs == 1
+        wait_until(lambda: job_status_of(conn, job.job_id) == "done")
+    assert effects(conn, job.job_id) == [("a", "", 1), ("b", "", 2), ("c", "", 1)]
+
+
 def test_visibility_shorter_than_the_step__the_copy_backs_off_then_is_deleted(
     fast: Settings, conn: psycopg.Connection[Any], tmp_path: Any
 ) -> None:

@@ -84,6 +84,7 @@ ADMIN_SQL: dict[str, list[str]] = {
 }
 _EXPLAINABLE = re.compile(r"^(SELECT|WITH|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 _PARAM = re.compile(r"%\((\w+)\)s")
+_COPY_IN = re.compile(r"^COPY\b.*\bFROM STDIN;?$", re.IGNORECASE | re.DOTALL)
 
 
 def _blocks(path: str) -> dict[str, str]:
@@ -350,6 +351,10 @@ def _run_as_worker(worker_conn: psycopg.Connection[Any], path: str, name: str) -
                 pass  # no rows: the privilege is checked when the COPY starts
         elif _EXPLAINABLE.match(statement):
             worker_conn.execute(f"EXPLAIN (COSTS OFF) {statement}", params)
+        elif _COPY_IN.match(statement):
+            # a stream in (the migration's staging): run as the flow does, with no rows
+            with worker_conn.cursor() as cur, cur.copy(statement):
+                pass
         elif not _statement(blocks[name]).upper().startswith("CREATE TEMP TABLE"):
             worker_conn.execute(statement, params)
 

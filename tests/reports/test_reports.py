@@ -242,7 +242,7 @@ def test_report__a_flow_not_registered_still_renders_without_graph(
 
 
 def test_report__user_strings_are_escaped_everywhere(
-    erp: Settings, conn: psycopg.Connection[Any]
+    erp: Settings, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     row = conn.execute(
         "SELECT (SELECT max(id) FROM erp_documents) AS doc, "
@@ -262,8 +262,19 @@ def test_report__user_strings_are_escaped_everywhere(
             (base + i, text[:40], text, base + i, text),
         )
     posting = run_job(erp, conn, "posting", {"period": PERIOD})
-    # a user string in the parameters and in an error message
-    migration = run_job(erp, conn, "migration", {"source": XSS[0], "kind": "items"})
+    # a user string in the parameters and in an error message: a file there at the
+    # submit (which checks it) and gone when the job runs
+    hostile = tmp_path / XSS[0]  # a folder '<script>alert(1)<' and a file 'script>'
+    hostile.parent.mkdir()
+    hostile.write_text("sku,brand_code,name,standard_cost,price\nA,B,c,1,2\n", encoding="utf-8")
+    registry = Registry.load(erp.flow_modules)
+    job = submit(
+        "migration", {"source": str(hostile), "kind": "items"}, settings=erp, registry=registry
+    )
+    hostile.unlink()
+    with thread_worker(erp, registry):
+        assert wait_job_ended(conn, job.job_id, timeout=120) == "failed"
+    migration = job.job_id
     paths = [
         Path(stored)
         for stored in (
@@ -285,7 +296,7 @@ def test_report__user_strings_are_escaped_everywhere(
     posting_text = " ".join(check_html(paths[0].read_text(encoding="utf-8")).text)
     assert all(s in posting_text for s in XSS)  # shown as text, {{ 7*7 }} not evaluated
     migration_text = " ".join(check_html(paths[1].read_text(encoding="utf-8")).text)
-    assert f"source file {XSS[0]!r} does not exist" in migration_text
+    assert f"source file {str(hostile)!r} does not exist" in migration_text
 
 
 # -- index, build, serve, CLI ------------------------------------------------------------

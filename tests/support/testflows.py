@@ -10,7 +10,9 @@ job parameters, so worker processes need no shared memory:
   test kill, stop or signal a worker mid-step;
 - ``fail_times``: the step raises on its first ``fail_times`` attempts;
 - ``hold_then``: ``cancel`` or ``fail``: once released, the held step raises
-  ``Cancel`` or ``Fail`` instead of returning (a decision taken late).
+  ``Cancel`` or ``Fail`` instead of returning (a decision taken late);
+- ``reject_while``: while this file exists, step ``fail_step`` raises
+  ``Reject`` (its input data is refused until someone fixes it).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from engine import Cancel, Fail, Flow, RetryPolicy, StepContext
+from engine import Cancel, Fail, Flow, Reject, RetryPolicy, StepContext
 
 log = logging.getLogger("testflows")
 
@@ -51,6 +53,7 @@ class Params(BaseModel):
     fail_times: int = 0
     fail_step: str = "b"
     hold_then: str = ""
+    reject_while: str = ""
 
 
 class Out(BaseModel):
@@ -77,6 +80,8 @@ def effect(ctx: StepContext, params: Params, step: str) -> Out:
             raise Cancel(f"{step} decided to cancel the job")
         if params.hold_then == "fail":
             raise Fail(f"{step} decided to fail for good")
+    if step == params.fail_step and params.reject_while and Path(params.reject_while).exists():
+        raise Reject(f"{step} refuses its input: {params.reject_while} says the data is bad")
     if step == params.fail_step and ctx.attempt <= params.fail_times:
         # a second line as a driver's would be: it quotes a document's values
         raise ValueError(

@@ -60,6 +60,7 @@ def test_metrics__each_outcome_counted_once_under_its_flow_and_step(
     metrics.step_ended(claimed("b"), "done", 1.5)
     metrics.step_ended(claimed("c"), "dead", 0.1)
     metrics.step_ended(claimed("c"), "fenced", 0.1)
+    metrics.step_ended(claimed("e"), "rejected", 0.2)
     metrics.dead_lettered(None, "d")
     labels = {"flow": "chain", "step": "b"}
     assert value(registry, "engine_steps_started_total", **labels) == 2
@@ -71,6 +72,10 @@ def test_metrics__each_outcome_counted_once_under_its_flow_and_step(
     assert value(registry, "engine_steps_dead_lettered_total", flow="chain", step="c") == 1
     assert value(registry, "engine_steps_fenced_total", flow="chain", step="c") == 1
     assert value(registry, "engine_steps_dead_lettered_total", flow="", step="d") == 1
+    rejected = {"flow": "chain", "step": "e"}
+    assert value(registry, "engine_steps_rejected_total", **rejected) == 1
+    assert value(registry, "engine_steps_failed_total", **rejected) == 1
+    assert value(registry, "engine_steps_dead_lettered_total", **rejected) == 0
     assert value(registry, "engine_step_duration_seconds_sum", outcome="done", **labels) == 1.5
 
 

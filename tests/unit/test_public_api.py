@@ -34,6 +34,7 @@ PUBLIC = [
     "Queries",
     "Refused",
     "Registry",
+    "Reject",
     "Retry",
     "RetryPolicy",
     "Schedule",

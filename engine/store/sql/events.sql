@@ -4,20 +4,21 @@ INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
 VALUES (%(kind)s, %(job_id)s, %(step_run_id)s, %(worker)s, %(attempt)s, %(detail)s);
 
 -- event_count_by_step --
--- Read-only, for `engine status --json`: what attempts came to, per flow and step, from the append-only history (failed: the step raised, then retried or dead-lettered by its worker; the sweeper's dead letters are not failures of a step).
+-- Read-only, for `engine status --json`: what attempts came to, per flow and step, from the append-only history (failed: the step raised, then retried, dead-lettered by its worker or rejected its input; the sweeper's dead letters are not failures of a step).
 SELECT j.flow, s.step,
        count(*) FILTER (WHERE e.kind IN ('claimed', 'reclaimed'))::int AS claimed,
        count(*) FILTER (WHERE e.kind = 'reclaimed')::int AS reclaimed,
        count(*) FILTER (WHERE e.kind = 'succeeded')::int AS succeeded,
-       count(*) FILTER (WHERE e.kind = 'retried'
+       count(*) FILTER (WHERE e.kind IN ('retried', 'rejected')
                            OR (e.kind = 'dead_lettered'
                                AND e.detail->>'by' IS DISTINCT FROM 'sweeper'))::int AS failed,
        count(*) FILTER (WHERE e.kind = 'retried')::int AS retried,
        count(*) FILTER (WHERE e.kind = 'dead_lettered')::int AS dead_lettered,
+       count(*) FILTER (WHERE e.kind = 'rejected')::int AS rejected,
        count(*) FILTER (WHERE e.kind = 'fenced')::int AS fenced
 FROM engine_events AS e
 JOIN engine_step_runs AS s ON s.id = e.step_run_id
 JOIN engine_jobs AS j ON j.id = s.job_id
-WHERE e.kind IN ('claimed', 'reclaimed', 'succeeded', 'retried', 'dead_lettered', 'fenced')
+WHERE e.kind IN ('claimed', 'reclaimed', 'succeeded', 'retried', 'dead_lettered', 'rejected', 'fenced')
 GROUP BY j.flow, s.step
 ORDER BY j.flow, s.step;

@@ -2,12 +2,55 @@
 -- New items take ids from max(id) + n: chunks loading items at once are serialised here.
 LOCK TABLE erp_items IN SHARE ROW EXCLUSIVE MODE;
 
+-- staged_keys_create --
+-- The natural key and original line of every row of the file, for the plan's duplicate check; dropped by the step (steps grouped in one transaction each create it), at commit at the latest.
+CREATE TEMP TABLE staged_keys (row_number integer, key text[], raw text) ON COMMIT DROP;
+
+-- staged_keys_copy --
+-- Streams the rows' keys in (row number, key values in KEYS order, original line).
+COPY staged_keys (row_number, key, raw) FROM STDIN;
+
+-- rejects_insert_duplicates --
+-- A file states each natural key once: a row repeating an earlier row's key is rejected naming the first (which alone may load), across the whole file, before any chunk loads.
+INSERT INTO erp_migration_rejects (job_fingerprint, row_number, reason, raw)
+SELECT %(key)s, k.row_number,
+       format('duplicate of row %%s (%%s)', k.first_row,
+              (SELECT string_agg(u.name || ' ' || u.value, ', ' ORDER BY u.position)
+               FROM unnest(%(names)s::text[], k.key) WITH ORDINALITY AS u (name, value, position))),
+       k.raw
+FROM (SELECT row_number, key, raw, min(row_number) OVER (PARTITION BY key) AS first_row
+      FROM staged_keys) AS k
+WHERE k.row_number > k.first_row
+ORDER BY k.row_number
+ON CONFLICT (job_fingerprint, row_number) DO NOTHING;
+
+-- staged_keys_drop --
+-- The plan is done with the keys: gone now, so another plan in this transaction can stage its own.
+DROP TABLE staged_keys;
+
 -- staged_items_create --
--- Validated rows of one chunk, gone at commit.
+-- Validated rows of one chunk; dropped by the step (chunks grouped in one transaction each create it), at commit at the latest.
 CREATE TEMP TABLE staged_items (
     row_number integer, sku text, brand_code text, name text,
     standard_cost numeric(14,4), price numeric(14,2)
 ) ON COMMIT DROP;
+
+-- staged_items_copy --
+-- Streams the chunk's valid rows in, in the columns of ItemRow.
+COPY staged_items (row_number, sku, brand_code, name, standard_cost, price) FROM STDIN;
+
+-- staged_items_drop --
+-- The chunk is loaded: its staging table goes now, so another chunk in this transaction can stage its own.
+DROP TABLE staged_items;
+
+-- staged_items_cost_changes --
+-- Existing items whose standard cost the chunk changes, read under items_lock before the upsert: the file is the new truth, and each change is reported old -> new, never silently overwritten.
+SELECT s.row_number, s.sku, i.standard_cost AS old, s.standard_cost AS new
+FROM staged_items AS s
+JOIN erp_items AS i ON i.sku = s.sku
+JOIN erp_brands AS b ON b.code = s.brand_code
+WHERE i.standard_cost <> s.standard_cost
+ORDER BY s.row_number;
 
 -- items_upsert_from_staged --
 -- Natural key sku: a rerun with the same values updates nothing (IS DISTINCT FROM guard).
@@ -37,11 +80,19 @@ SELECT row_number, brand_code FROM staged_items
 WHERE brand_code NOT IN (SELECT code FROM erp_brands) ORDER BY row_number;
 
 -- staged_openings_create --
--- Validated opening-balance rows of one chunk, gone at commit.
+-- Validated opening-balance rows of one chunk; dropped by the step (chunks grouped in one transaction each create it), at commit at the latest.
 CREATE TEMP TABLE staged_openings (
     row_number integer, store_code text, sku text, period text,
     qty numeric(14,3), value numeric(16,2)
 ) ON COMMIT DROP;
+
+-- staged_openings_copy --
+-- Streams the chunk's valid rows in, in the columns of OpeningRow.
+COPY staged_openings (row_number, store_code, sku, period, qty, value) FROM STDIN;
+
+-- staged_openings_drop --
+-- The chunk is loaded: its staging table goes now, so another chunk in this transaction can stage its own.
+DROP TABLE staged_openings;
 
 -- staged_openings_unresolved --
 -- Rows whose store, item or period does not exist are rejected with the name that failed.
@@ -121,13 +172,18 @@ SELECT count(*) FILTER (WHERE inserted)::int AS inserted,
 FROM upserted;
 
 -- rejects_insert --
--- A rejected row is recorded once per source file (its checksum) and row number.
+-- A rejected row is recorded once per job and source file (its checksum) and row number, with its reason and original line.
 INSERT INTO erp_migration_rejects (job_fingerprint, row_number, reason, raw)
 SELECT %(key)s, r.row_number, r.reason, r.raw
 FROM unnest(%(rows)s::int[], %(reasons)s::text[], %(raws)s::text[]) AS r (row_number, reason, raw)
 ON CONFLICT (job_fingerprint, row_number) DO NOTHING;
 
+-- rejects_select_rows_between --
+-- The rows of a chunk's range rejected already (duplicates, when the job planned): the chunk skips them.
+SELECT row_number FROM erp_migration_rejects
+WHERE job_fingerprint = %(key)s AND row_number BETWEEN %(first)s AND %(last)s;
+
 -- rejects_select --
--- Every rejected row of a source file, for the file written beside the report.
+-- Every rejected row of a job's source file, for the file written beside the report.
 SELECT row_number, reason, raw FROM erp_migration_rejects
 WHERE job_fingerprint = %(key)s ORDER BY row_number;
