@@ -644,6 +644,9 @@ def run(
         )
 
         if full:
+            if not vacuum:  # the floors' plans: with or without the moves' statistics
+                analyzed = int(bool(scalar(conn, AUTOANALYZED)))
+                emit(bench, "stock_moves_autoanalyzed_before_floors", analyzed, "bool")
             floors = run_floors(
                 conn, sizes.period, moves, per_store=costing is not None, bench=bench
             )
