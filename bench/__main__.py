@@ -17,13 +17,16 @@ Sizes (environment):
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
-The ERP month end (``erp``, see ``bench/erp.py``): seed, costing and posting
-through two worker processes, the plain-SQL costing floor, worker memory.
+The ERP month end (``erp``, see ``bench/erp.py``): seed a month of documents, post them
+(journals and ~1M stock moves), then the close (costing with the exact solve, checks)
+through two worker processes; the costing floors (the old one-statement method, the
+current per-store statement) and worker memory at two sizes.
 
-    BENCH_ERP_ITEMS=2000         items per brand (~1M stock moves at 50 stores)
-    BENCH_ERP_DOCUMENTS=100000   accounting documents to post
+    BENCH_ERP_ITEMS=2000         items per brand (~1M stock moves at 50 stores; 20000: 10x)
     BENCH_ERP_STORES=50 BENCH_ERP_BRANDS=4 BENCH_ERP_EMPLOYEES=500 BENCH_ERP_PERIOD=2026-11
-    BENCH_ERP_HALF=1             also cost a month at half the items (memory: flat or not)
+    BENCH_ERP_HALF=1             first run the month end at BENCH_ERP_SMALL_ITEMS (default
+                                 half the items) too, for the memory comparison; 0 skips it
+    BENCH_ERP_VACUUM=1           VACUUM ANALYZE the posted moves before the close (0: autovacuum)
     BENCH_ERP_WORKERS=2          worker processes (one slot each)
     BENCH_ERP_TIMEOUT_S=900      bound on one job
 

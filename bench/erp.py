@@ -1,39 +1,54 @@
-"""The ERP month end: seed a real-size month, cost it and post it through the engine.
+"""The ERP month end: seed a real-size month, post it, close it (costing) through the engine.
 
 One run per size, each in a fresh scratch database (``engine_bench_erp``):
 
-1. **Seed** with :func:`flows.tools.seed.seed` (one transaction, COPY), then
+1. **Seed** with :func:`flows.tools.seed.seed`: the documents the stores
+   produce in a month (sales invoices of daily takings, credit notes,
+   purchase invoices, transfers, a stock count) and no stock moves; then
    ``VACUUM ANALYZE`` the ERP tables (as autovacuum would have done by month
    end), so neither the engine nor the floor pays for first-touch hint bits.
 2. Start ``BENCH_ERP_WORKERS`` (2) processes of ``python -m engine worker
    --concurrency 1`` with the default flow modules (every module of ``flows/``;
    ``ENGINE_FLOW_MODULES`` is removed from their environment) and wait until
    each has logged its start, so process start-up is not timed.
-3. **Costing**: submit ``costing --period P``; the time is from just before the
-   submit to the poll of ``engine_jobs`` that sees the job finished (polls every
-   50 ms; the database's own created -> finished span is reported beside it).
-   Rate: stock moves of the period per second.
-4. **Floor** (full size only): the SQL of the ``item_costs_insert_for_store``
-   block of ``flows/erp/sql/costing.sql`` (read with ``engine.load_queries``),
-   retargeted at ``floor_item_costs`` (``LIKE erp_item_costs INCLUDING ALL``,
-   so no foreign keys), run on one connection in one transaction with JIT
-   off, as the costing step runs it:
-   ``per_store_loop`` executes it once per store; ``one_statement`` is the same
-   text with the store filter removed and the store added to every grouping and
-   join key (derived from the block by exact replacements; skipped with a
-   message if the block no longer has the expected shape). Both results are
-   compared to what the engine wrote in ``erp_item_costs``.
-5. **Posting** (full size only): submit ``posting --period P``; rates are the
-   period's unposted documents and their lines per second.
+3. **Posting**: submit ``posting --period P``; it writes every document's
+   journal and its stock moves (~1M at full size). The time is from just
+   before the submit to the poll of ``engine_jobs`` that sees the job finished
+   (polls every 50 ms; the database's own created -> finished span beside it).
+   Rates: documents, document lines and stock moves written per second.
+   Posting is its own job, not the close's child, so that the moves it wrote
+   can be ``VACUUM ANALYZE``d before costing reads them (``BENCH_ERP_VACUUM``;
+   a worker cannot, and autovacuum may or may not have come by in a real
+   close): costing and the floors below then read the same, settled tables.
+4. **Close**: submit ``close --period P``: its posting child finds nothing left
+   to post, its costing child (steps ``check_period``, ``solve``, ``cost_store``
+   per store, ``mark_costed``, ``summarize``) costs the period, then the books
+   are checked and the period closed. ``costing_s`` is the costing child's
+   created -> finished span (database clock); the solve step's time is its
+   claim -> finish; each child's steps are reported from ``engine_step_runs``.
+   Items moving between stores and their loops come from ``erp_average_solves``.
+5. **Floors** (full size only; ``bench/erp_floor.sql``), each on one
+   connection in one transaction with JIT off, as the costing step runs:
+   ``old_one_statement`` is today's method before the exact solve (transfers at
+   the sender's opening average, one statement for every store) into a scratch
+   table: the fixed floor of the performance goal, costing within 1.5x of it;
+   ``per_store_loop`` is the current ``item_costs_insert_for_store`` block of
+   ``flows/erp/sql/costing.sql``, once per store with the averages the close
+   solved, compared row for row with what the engine wrote.
 6. **Memory**: each worker's ``VmHWM`` (peak resident set) from
-   ``/proc/<pid>/status``, read after costing and at the end, before SIGTERM.
+   ``/proc/<pid>/status``: at start, after posting and after the close. The
+   month end is first run at a smaller size (``BENCH_ERP_SMALL_ITEMS``, half
+   by default) and the peaks after the close compared: a flat footprint stays
+   near 1.0x while the stock moves grow.
 
 Sizes (environment): ``BENCH_ERP_STORES`` 50, ``BENCH_ERP_BRANDS`` 4,
-``BENCH_ERP_EMPLOYEES`` 500, ``BENCH_ERP_ITEMS`` 2000 (per brand),
-``BENCH_ERP_DOCUMENTS`` 100000, ``BENCH_ERP_PERIOD`` 2026-11, ``BENCH_ERP_SEED``
-1, ``BENCH_ERP_WORKERS`` 2, ``BENCH_ERP_HALF`` 1 (also run at half the items,
-costing only, for the memory comparison; 0 skips it), ``BENCH_ERP_TIMEOUT_S``
-900 (bound on one job; a figure is reported as null, never failed, on time).
+``BENCH_ERP_EMPLOYEES`` 500, ``BENCH_ERP_ITEMS`` 2000 (per brand; ~1M stock
+moves at 50 stores; 20000 for the goal's 10x), ``BENCH_ERP_PERIOD`` 2026-11,
+``BENCH_ERP_SEED`` 1, ``BENCH_ERP_WORKERS`` 2, ``BENCH_ERP_HALF`` 1 (0 skips the
+smaller run), ``BENCH_ERP_SMALL_ITEMS`` (default ``BENCH_ERP_ITEMS // 2``),
+``BENCH_ERP_VACUUM`` 1 (0 leaves the posted moves to autovacuum),
+``BENCH_ERP_TIMEOUT_S`` 900 (bound on one job; a figure is reported as null,
+never failed, on time).
 """
 
 from __future__ import annotations
@@ -44,6 +59,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -66,30 +82,41 @@ from engine import load_queries, submit
 from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.store import migrations
-from flows.tools.seed import seed
+from flows.tools.seed import SeedReport, seed
 
 # its own scratch database: ``engine_bench`` (the runtime parts) may be in use by
 # another run on the same server, and a drop WITH (FORCE) would cut it off
 SCRATCH_DB = "engine_bench_erp"
 COSTING_SQL = ROOT / "flows" / "erp" / "sql" / "costing.sql"
 COSTING_BLOCK = "item_costs_insert_for_store"
+FLOOR_SQL = Path(__file__).with_name("erp_floor.sql")
 FLOOR_TABLE = "floor_item_costs"
-ERP_TABLES = (
+FLOOR_OLD_TABLE = "floor_old_item_costs"
+GOAL_COSTING_OVER_FLOOR = 1.5
+SEEDED_TABLES = (
     "erp_brands",
     "erp_stores",
     "erp_employees",
     "erp_items",
     "erp_periods",
     "erp_opening_balances",
-    "erp_stock_moves",
     "erp_documents",
     "erp_document_lines",
 )
+# what posting wrote (and the documents it marked)
+POSTED_TABLES = ("erp_stock_moves", "erp_documents", "erp_journals", "erp_journal_lines")
 
 JOB = """
 SELECT status,
        extract(epoch FROM finished_at - created_at)::float8 AS db_s
 FROM engine_jobs WHERE id = %s
+"""
+
+# the child jobs of a job (the close's posting and costing), their span on the db clock
+CHILDREN = """
+SELECT id, flow, child_key, status,
+       extract(epoch FROM finished_at - created_at)::float8 AS db_s
+FROM engine_jobs WHERE parent_job_id = %s ORDER BY created_at
 """
 
 # per step of the job: how many step runs, their claim -> finish time summed and
@@ -126,6 +153,13 @@ SELECT count(*) FILTER (WHERE status = 'posted')::int,
 FROM erp_documents WHERE period = %s
 """
 
+SOLVES = "SELECT items, loops FROM erp_average_solves WHERE period = %s"
+
+# did autovacuum analyze the posted moves before the bench did (how a real close finds them)
+AUTOANALYZED = """
+SELECT last_autoanalyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'erp_stock_moves'
+"""
+
 STORES = "SELECT id FROM erp_stores ORDER BY id"
 
 # rows of one table not in the other, both ways (the same costing, to the cent)
@@ -136,38 +170,6 @@ SELECT (SELECT count(*) FROM (SELECT * FROM erp_item_costs WHERE period = %(peri
                               SELECT * FROM erp_item_costs WHERE period = %(period)s) AS b)
 """
 
-# the per-store block -> one statement for every store (whitespace-normalised
-# text, comments removed); each pattern must occur exactly once
-ALL_STORES_EDITS = (
-    ("SELECT m.item_id,", "SELECT m.store_id, m.item_id,"),
-    (
-        "WHERE m.period = %(period)s AND m.store_id = %(store_id)s GROUP BY m.item_id",
-        "WHERE m.period = %(period)s GROUP BY m.store_id, m.item_id",
-    ),
-    (
-        "SELECT item_id, qty, value FROM erp_opening_balances "
-        "WHERE period = %(period)s AND store_id = %(store_id)s",
-        "SELECT store_id, item_id, qty, value FROM erp_opening_balances WHERE period = %(period)s",
-    ),
-    (
-        "SELECT i.id AS item_id, i.standard_cost,",
-        "SELECT k.store_id, i.id AS item_id, i.standard_cost,",
-    ),
-    (
-        "(SELECT item_id FROM opening UNION SELECT item_id FROM moves)",
-        "(SELECT store_id, item_id FROM opening UNION SELECT store_id, item_id FROM moves)",
-    ),
-    (
-        "LEFT JOIN opening AS o ON o.item_id = k.item_id",
-        "LEFT JOIN opening AS o ON o.store_id = k.store_id AND o.item_id = k.item_id",
-    ),
-    (
-        "LEFT JOIN moves AS mv ON mv.item_id = k.item_id",
-        "LEFT JOIN moves AS mv ON mv.store_id = k.store_id AND mv.item_id = k.item_id",
-    ),
-    ("SELECT %(period)s, %(store_id)s, item_id,", "SELECT %(period)s, store_id, item_id,"),
-)
-
 
 @dataclass(frozen=True)
 class Sizes:
@@ -175,7 +177,6 @@ class Sizes:
     brands: int
     employees: int
     items: int
-    documents: int
     period: str
     seed: int
 
@@ -186,18 +187,31 @@ class Sizes:
             brands=env_int("BENCH_ERP_BRANDS", 4),
             employees=env_int("BENCH_ERP_EMPLOYEES", 500),
             items=env_int("BENCH_ERP_ITEMS", 2000),
-            documents=env_int("BENCH_ERP_DOCUMENTS", 100_000),
             period=os.environ.get("BENCH_ERP_PERIOD") or "2026-11",
             seed=env_int("BENCH_ERP_SEED", 1),
         )
 
 
+Step = tuple[Any, ...]
+
+
 @dataclass
 class JobResult:
+    job_id: Any
     status: str | None
     wall_s: float | None
     db_s: float | None
-    steps: list[tuple[Any, ...]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+
+
+@dataclass
+class SizeResult:
+    """What one size's run is compared on: its stock moves and the workers' peaks."""
+
+    items: int
+    moves: int | None = None
+    peak_after_posting: float | None = None
+    peak_after_close: float | None = None
 
 
 # -- worker processes ------------------------------------------------------------------
@@ -208,7 +222,7 @@ class FlowWorkers(Workers):
 
     ``Workers`` always sets ``ENGINE_FLOW_MODULES``; here it is removed from the
     workers' environment, so they load every module of ``flows/`` as in
-    production (costing, posting, ...).
+    production (costing, posting, close, ...).
     """
 
     def __init__(self, info: str, *, count: int) -> None:
@@ -288,14 +302,28 @@ def drop_database(name: str) -> None:
         )
 
 
+def vacuum_analyze(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> float:
+    """``VACUUM (ANALYZE)`` of ``tables``; its seconds."""
+    started = time.perf_counter()
+    conn.execute(
+        sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(", ").join(sql.Identifier(t) for t in tables))
+    )
+    return time.perf_counter() - started
+
+
+def scalar(conn: psycopg.Connection[Any], query: str | sql.Composed, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()
+    return row[0] if row else None
+
+
 # -- phases ----------------------------------------------------------------------------
 
 
-def seed_month(info: str, sizes: Sizes, items: int, documents: int, bench: str) -> int:
-    """Seed, VACUUM ANALYZE; the period's stock moves."""
+def seed_month(info: str, sizes: Sizes, items: int, bench: str) -> SeedReport:
+    """Seed the month's documents, VACUUM ANALYZE; what the seed wrote."""
     log(
         f"{bench}: seeding {sizes.stores} stores, {sizes.brands} brands, "
-        f"{sizes.employees} employees, {items} items per brand, {documents} documents ..."
+        f"{sizes.employees} employees, {items} items per brand ..."
     )
     with psycopg.connect(info, autocommit=True) as conn:
         started = time.perf_counter()
@@ -306,32 +334,38 @@ def seed_month(info: str, sizes: Sizes, items: int, documents: int, bench: str) 
             employees=sizes.employees,
             items=items,
             period=sizes.period,
-            documents=documents,
             seed=sizes.seed,
         )
         seeded = time.perf_counter() - started
-        started = time.perf_counter()
-        conn.execute(
-            sql.SQL("VACUUM (ANALYZE) {}").format(
-                sql.SQL(", ").join(sql.Identifier(t) for t in ERP_TABLES)
-            )
-        )
-        vacuumed = time.perf_counter() - started
-    counts = report.table_counts()
-    rows = sum(counts.values())
+        vacuumed = vacuum_analyze(conn, SEEDED_TABLES)
+    rows = sum(report.table_counts().values())
     emit(bench, "seed_s", seeded, "s")
     emit(bench, "seed_rows", rows, "rows")
     emit(bench, "seed_rows_per_s", rows / seeded, "rows/s")
-    emit(bench, "seed_stock_moves", report.stock_moves, "rows")
+    emit(bench, "seed_items", report.items, "items")
     emit(bench, "seed_documents", report.documents, "rows")
+    for kind, n in report.documents_by_kind.items():
+        emit(bench, f"seed_documents_{kind}", n, "rows")
     emit(bench, "seed_document_lines", report.document_lines, "rows")
+    emit(bench, "seed_stock_moves_to_post", report.stock_moves, "rows")
+    emit(bench, "seed_loop_items", report.loop_items, "items")
+    emit(bench, "seed_loop_items_share", report.loop_items / report.items, "fraction")
+    emit(bench, "seed_new_stores", len(report.new_stores), "stores")
     emit(bench, "vacuum_analyze_s", vacuumed, "s")
+    docs = ", ".join(f"{k} {v}" for k, v in report.documents_by_kind.items())
     log(
-        f"{bench}: seeded {rows} rows in {seeded:.1f} s ({report.stock_moves} stock moves, "
-        f"{report.documents} documents, {report.document_lines} document lines; "
-        f"bad documents {report.bad_documents}); VACUUM ANALYZE {vacuumed:.1f} s"
+        f"{bench}: seeded {rows} rows in {seeded:.1f} s ({report.documents} documents: {docs}; "
+        f"{report.document_lines} lines; {report.stock_moves} stock moves to post; "
+        f"{report.loop_items} of {report.items} items move in loops; "
+        f"{len(report.new_stores)} new stores; bad documents {report.bad_documents}); "
+        f"VACUUM ANALYZE {vacuumed:.1f} s"
     )
-    return report.stock_moves
+    return report
+
+
+@cache
+def registry() -> Registry:
+    return Registry.load(["flows.posting", "flows.costing", "flows.close"])
 
 
 def run_job(
@@ -344,16 +378,14 @@ def run_job(
     bench: str,
 ) -> JobResult:
     """Submit ``flow --period`` and poll ``engine_jobs`` until it finishes (or time runs out)."""
-    registry = Registry.load(["flows.costing", "flows.posting"])
     log(f"{bench}: {flow} --period {period} ...")
     started = time.perf_counter()
-    job = submit(registry.get(flow), {"period": period}, settings=settings_for(info))
+    job = submit(registry().get(flow), {"period": period}, settings=settings_for(info))
     deadline = time.monotonic() + timeout_s
     status: str | None = None
     wall: float | None = None
     while True:
-        row = conn.execute(JOB, (job.job_id,)).fetchone()
-        status = row[0] if row else None
+        status = scalar(conn, JOB, (job.job_id,))
         if status in ("done", "failed", "cancelled"):
             wall = time.perf_counter() - started
             break
@@ -366,21 +398,39 @@ def run_job(
             break
         time.sleep(0.05)
     row = conn.execute(JOB, (job.job_id,)).fetchone()
-    db_s = row[1] if row else None
-    steps = conn.execute(STEPS, (job.job_id,)).fetchall()
+    result = JobResult(job.job_id, status, wall, row[1] if row else None)
+    result.steps = job_steps(conn, result, flow, bench)
     if status != "done":
-        for step, key, st, error in conn.execute(JOB_ERRORS, (job.job_id,)).fetchall():
-            log(f"{bench}: {flow} step {step}[{key}] {st}: {error[:500]}")
         if status in ("failed", "cancelled"):
             workers.show_logs()
-        wall = None
+        result.wall_s = None
+    return result
+
+
+def job_steps(conn: psycopg.Connection[Any], job: JobResult, flow: str, bench: str) -> list[Step]:
+    """The job's steps from ``engine_step_runs``, logged; its errors logged if it failed."""
+    if job.status != "done":
+        for step, key, st, error in conn.execute(JOB_ERRORS, (job.job_id,)).fetchall():
+            log(f"{bench}: {flow} step {step}[{key}] {st}: {error[:500]}")
+    steps = conn.execute(STEPS, (job.job_id,)).fetchall()
     for step, runs, total, longest, first, last, attempts in steps:
         log(
             f"  {flow}.{step}: {runs} run(s), claim->finish sum {total or 0:.2f} s, "
             f"max {longest or 0:.3f} s; first claim at +{first or 0:.2f} s, "
             f"last finish at +{last or 0:.2f} s; max attempts {attempts}"
         )
-    return JobResult(status, wall, db_s, steps)
+    return steps
+
+
+def children(conn: psycopg.Connection[Any], parent: JobResult, bench: str) -> dict[str, JobResult]:
+    """The child jobs of ``parent`` by key (the close's ``posting`` and ``costing``)."""
+    found: dict[str, JobResult] = {}
+    for job_id, flow, key, status, db_s in conn.execute(CHILDREN, (parent.job_id,)).fetchall():
+        log(f"  child {key} ({flow} {job_id}): {status}, created -> finished {db_s or 0:.2f} s")
+        child = JobResult(job_id, status, db_s if status == "done" else None, db_s)
+        child.steps = job_steps(conn, child, f"{flow} (child)", bench)
+        found[key] = child
+    return found
 
 
 def emit_steps(bench: str, flow: str, result: JobResult) -> None:
@@ -391,184 +441,288 @@ def emit_steps(bench: str, flow: str, result: JobResult) -> None:
             emit(bench, f"{flow}_step_{step}_max_s", longest, "s")
 
 
-def all_stores_sql(block: str) -> str | None:
-    """The per-store block as one statement for every store; None if its shape changed."""
-    text = " ".join(re.sub(r"--[^\n]*", "", block).split())
-    for old, new in ALL_STORES_EDITS:
-        if text.count(old) != 1:
-            log(f"floor one_statement skipped: {old!r} is not in the costing block once")
-            return None
-        text = text.replace(old, new)
-    if "%(store_id)s" in text:
-        log("floor one_statement skipped: the block still filters on store_id")
+def step_seconds(result: JobResult, name: str) -> float | None:
+    """The claim -> finish seconds of step ``name``, summed over its runs."""
+    return next((s[2] for s in result.steps if s[0] == name), None)
+
+
+def post_month(
+    conn: psycopg.Connection[Any],
+    info: str,
+    workers: FlowWorkers,
+    sizes: Sizes,
+    timeout_s: float,
+    bench: str,
+) -> int | None:
+    """Post the period's documents (journals and stock moves); the moves written."""
+    documents, lines = conn.execute(UNPOSTED, (sizes.period,)).fetchone()  # type: ignore[misc]
+    posting = run_job(conn, info, workers, "posting", sizes.period, timeout_s, bench)
+    posted, rejected = conn.execute(POSTED, (sizes.period,)).fetchone()  # type: ignore[misc]
+    moves: int = scalar(conn, STOCK_MOVES, (sizes.period,))
+    wall = posting.wall_s
+    emit(bench, "posting_s", wall, "s")
+    emit(bench, "posting_job_db_s", posting.db_s, "s")
+    emit(bench, "posting_documents", documents, "rows")
+    emit(bench, "posting_document_lines", lines, "rows")
+    emit(bench, "posting_posted", posted, "rows")
+    emit(bench, "posting_rejected", rejected, "rows")
+    emit(bench, "posting_stock_moves_written", moves, "rows")
+    emit(bench, "posting_documents_per_s", documents / wall if wall else None, "docs/s")
+    emit(bench, "posting_document_lines_per_s", lines / wall if wall else None, "lines/s")
+    emit(bench, "posting_stock_moves_per_s", moves / wall if wall else None, "moves/s")
+    emit_steps(bench, "posting", posting)
+    if wall:
+        log(
+            f"{bench}: posting {documents} documents ({lines} lines) in {wall:.2f} s "
+            f"= {documents / wall:.0f} documents/s, {lines / wall:.0f} lines/s; "
+            f"{moves} stock moves written ({moves / wall:.0f}/s); "
+            f"posted {posted}, rejected {rejected} (goal: >= 20000 lines/s)"
+        )
+    return moves if posting.status == "done" else None
+
+
+def close_month(
+    conn: psycopg.Connection[Any],
+    info: str,
+    workers: FlowWorkers,
+    sizes: Sizes,
+    moves: int,
+    total: int,
+    timeout_s: float,
+    bench: str,
+) -> JobResult | None:
+    """The close job (posting child, costing child, checks, close); the costing child.
+
+    ``total`` is the number of items, for the share of them that move between stores.
+    """
+    close = run_job(conn, info, workers, "close", sizes.period, timeout_s, bench)
+    emit(bench, "close_s", close.wall_s, "s")
+    emit(bench, "close_done", int(close.status == "done"), "bool")
+    emit(bench, "close_job_db_s", close.db_s, "s")
+    emit_steps(bench, "close", close)
+    kids = children(conn, close, bench)
+    for key, child in kids.items():
+        emit(bench, f"close_child_{key}_s", child.db_s, "s")
+    costing = kids.get("costing")
+    if costing is None:
+        log(f"{bench}: the close ran no costing child (status {close.status})")
         return None
-    return text
+    if "posting" in kids:
+        emit_steps(bench, "close_child_posting", kids["posting"])
+    emit_steps(bench, "costing", costing)
+    wall = costing.wall_s
+    solve = step_seconds(costing, "solve")
+    emit(bench, "costing_s", wall, "s")
+    emit(bench, "costing_solve_s", solve, "s")
+    emit(bench, "costing_stock_moves", moves, "rows")
+    emit(bench, "costing_stock_moves_per_s", moves / wall if wall else None, "moves/s")
+    if solved := conn.execute(SOLVES, (sizes.period,)).fetchone():
+        items, loops = solved
+        emit(bench, "costing_moving_items", items, "items")
+        emit(bench, "costing_moving_items_share", items / total, "fraction")
+        emit(bench, "costing_loops", loops, "loops")
+        log(
+            f"{bench}: {items} of {total} items move between stores "
+            f"({items / total:.1%}); {loops} loops (erp_average_solves)"
+        )
+    if wall:
+        log(
+            f"{bench}: costing {moves} stock moves in {wall:.2f} s = {moves / wall:.0f} moves/s "
+            f"(solve {solve or 0:.2f} s)"
+        )
+    ended = f"in {close.wall_s:.2f} s" if close.wall_s else f"{close.status} (see above)"
+    log(f"{bench}: the close ended {ended}")
+    return costing
 
 
-def run_floor(
-    conn: psycopg.Connection[Any], period: str, moves: int, bench: str
+def run_floors(
+    conn: psycopg.Connection[Any], period: str, moves: int, *, per_store: bool, bench: str
 ) -> dict[str, float]:
-    """The plain-SQL floor of costing: per-store loop and one statement; their seconds."""
-    block = load_queries(str(COSTING_SQL))[COSTING_BLOCK]
-    target = "INSERT INTO erp_item_costs"
-    if block.count(target) != 1:
-        log(f"floor skipped: {COSTING_BLOCK} does not contain {target!r} exactly once")
-        return {}
-    per_store = block.replace(target, f"INSERT INTO {FLOOR_TABLE}")
-    variants: dict[str, str | None] = {
-        "per_store_loop": per_store,
-        "one_statement": all_stores_sql(per_store),
-    }
-    conn.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
-    conn.execute(f"CREATE TABLE {FLOOR_TABLE} (LIKE erp_item_costs INCLUDING ALL)")
-    stores = [r[0] for r in conn.execute(STORES).fetchall()]
-    diff = sql.SQL(DIFF).format(floor=sql.Identifier(FLOOR_TABLE))
+    """The plain-SQL floors of costing: the old one statement, the current per-store loop."""
+    costing = load_queries(str(COSTING_SQL))
+    floor = load_queries(str(FLOOR_SQL))
     times: dict[str, float] = {}
-    for name, text in variants.items():
-        if text is None:
-            continue
-        conn.execute(f"TRUNCATE {FLOOR_TABLE}")
+    stores = [r[0] for r in conn.execute(STORES).fetchall()]
+
+    def timed(name: str, run: Callable[[], object]) -> float:
         started = time.perf_counter()
         with conn.transaction():
-            # as the costing step does (see the block's comment)
-            conn.execute(load_queries(str(COSTING_SQL))["jit_off_for_transaction"])
-            if name == "per_store_loop":
-                for store in stores:
-                    conn.execute(text, {"period": period, "store_id": store})
-            else:
-                conn.execute(text, {"period": period})
+            conn.execute(costing["jit_off_for_transaction"])  # as the costing step does
+            run()
         elapsed = times[name] = time.perf_counter() - started
-        rows = conn.execute(f"SELECT count(*)::int FROM {FLOOR_TABLE}").fetchone()[0]  # type: ignore[index]
-        differs = conn.execute(diff, {"period": period}).fetchone()[0]  # type: ignore[index]
         emit(bench, f"floor_{name}_s", elapsed, "s")
         emit(bench, f"floor_{name}_stock_moves_per_s", moves / elapsed, "moves/s")
-        emit(bench, f"floor_{name}_rows_differing_from_engine", differs, "rows")
-        log(
-            f"{bench}: floor {name}: {rows} item costs in {elapsed:.2f} s "
-            f"({moves / elapsed:.0f} moves/s); rows differing from the engine's: {differs}"
-        )
+        return elapsed
+
+    params = {"period": period}
+    conn.execute(f"DROP TABLE IF EXISTS {FLOOR_OLD_TABLE}")
+    conn.execute(floor["floor_old_item_costs_create"])
+    elapsed = timed(
+        "old_one_statement", lambda: conn.execute(floor["floor_old_item_costs_insert"], params)
+    )
+    rows, unmatched, average_differs, closing_differs = conn.execute(  # type: ignore[misc]
+        floor["floor_old_item_costs_compare"], params
+    ).fetchone()
+    emit(bench, "floor_old_one_statement_rows", rows, "rows")
+    emit(bench, "floor_old_one_statement_rows_unmatched", unmatched, "rows")
+    emit(bench, "floor_old_one_statement_average_differs", average_differs, "rows")
+    log(
+        f"{bench}: floor old_one_statement (transfers at the sender's opening average): "
+        f"{rows} item costs in {elapsed:.2f} s ({moves / elapsed:.0f} moves/s); "
+        f"rows on one side only {unmatched}; average changed by the exact solve "
+        f"{average_differs}, closing value {closing_differs}"
+    )
+    conn.execute(f"DROP TABLE {FLOOR_OLD_TABLE}")
+
+    block = costing[COSTING_BLOCK]
+    target = "INSERT INTO erp_item_costs"
+    if not per_store:
+        return times
+    if block.count(target) != 1:
+        log(f"floor per_store_loop skipped: {COSTING_BLOCK} has not {target!r} exactly once")
+        return times
+    text = block.replace(target, f"INSERT INTO {FLOOR_TABLE}")
+    conn.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+    conn.execute(f"CREATE TABLE {FLOOR_TABLE} (LIKE erp_item_costs INCLUDING ALL)")
+
+    def loop() -> None:
+        for store in stores:
+            conn.execute(text, {"period": period, "store_id": store})
+
+    elapsed = timed("per_store_loop", loop)
+    rows = scalar(conn, f"SELECT count(*)::int FROM {FLOOR_TABLE}")
+    diff = sql.SQL(DIFF).format(floor=sql.Identifier(FLOOR_TABLE))
+    differs = scalar(conn, diff, params)
+    emit(bench, "floor_per_store_loop_rows_differing_from_engine", differs, "rows")
+    log(
+        f"{bench}: floor per_store_loop (current block, solved averages): {rows} item costs "
+        f"in {elapsed:.2f} s ({moves / elapsed:.0f} moves/s); "
+        f"rows differing from the engine's: {differs}"
+    )
     conn.execute(f"DROP TABLE {FLOOR_TABLE}")
     return times
 
 
-def run(sizes: Sizes, items: int, *, full: bool, workers_n: int, timeout_s: float) -> float | None:
-    """One size: seed, costing (and at full size the floor and posting).
-
-    Returns the workers' peak RSS (MiB) after costing: the figure compared across sizes.
-    """
+def run(
+    sizes: Sizes, items: int, *, full: bool, workers_n: int, timeout_s: float, vacuum: bool
+) -> SizeResult:
+    """One size: seed, post, close (and at full size the floors); what memory is compared on."""
     bench = f"erp/items={items}"
-    # the half-size month has half the documents too (it only costs them; seed()
-    # refuses fewer than five valid documents: HOSTILE_MEMOS are zipped strictly)
-    documents = sizes.documents if full else sizes.documents // 2
+    result = SizeResult(items)
     info = fresh_database(SCRATCH_DB)
     log(f"{bench}: scratch database {masked(info)}")
-    moves = seed_month(info, sizes, items, documents, bench)
-    after_costing: float | None = None
-    with (
-        psycopg.connect(info, autocommit=True) as conn,
-        FlowWorkers(info, count=workers_n) as workers,
-    ):
+    report = seed_month(info, sizes, items, bench)
+    workers = FlowWorkers(info, count=workers_n)
+    with psycopg.connect(info, autocommit=True) as conn, workers:
         if not workers.wait_started():
             log(f"{bench}: workers did not start")
             workers.show_logs()
-            return None
-        idle = workers.peak_rss_mb()
-        emit(bench, "worker_rss_at_start", idle, "MiB")
+            return result
+        emit(bench, "worker_rss_at_start", workers.peak_rss_mb(), "MiB")
 
-        moves = conn.execute(STOCK_MOVES, (sizes.period,)).fetchone()[0]  # type: ignore[index]
-        costing = run_job(conn, info, workers, "costing", sizes.period, timeout_s, bench)
-        emit(bench, "costing_s", costing.wall_s, "s")
-        emit(bench, "costing_job_db_s", costing.db_s, "s")
-        emit(bench, "costing_stock_moves", moves, "rows")
-        emit(
-            bench,
-            "costing_stock_moves_per_s",
-            moves / costing.wall_s if costing.wall_s else None,
-            "moves/s",
-        )
-        emit_steps(bench, "costing", costing)
-        after_costing = workers.peak_rss_mb()
-        emit(bench, "worker_peak_rss_after_costing", after_costing, "MiB")
-        if costing.wall_s:
+        moves = result.moves = post_month(conn, info, workers, sizes, timeout_s, bench)
+        result.peak_after_posting = workers.peak_rss_mb()
+        emit(bench, "worker_peak_rss_after_posting", result.peak_after_posting, "MiB")
+        if moves is None:
+            return result
+        autoanalyzed = bool(scalar(conn, AUTOANALYZED))
+        emit(bench, "stock_moves_autoanalyzed_before_close", int(autoanalyzed), "bool")
+        if vacuum:
+            vacuumed = vacuum_analyze(conn, POSTED_TABLES)
+            emit(bench, "vacuum_analyze_after_posting_s", vacuumed, "s")
             log(
-                f"{bench}: costing {moves} stock moves in {costing.wall_s:.2f} s "
-                f"= {moves / costing.wall_s:.0f} moves/s; "
-                f"worker peak RSS {after_costing or 0:.0f} MiB"
+                f"{bench}: VACUUM ANALYZE of the posted tables {vacuumed:.1f} s "
+                f"(autovacuum had analyzed the moves already: {autoanalyzed})"
             )
 
-        if full:
-            floor = run_floor(conn, sizes.period, moves, bench)
-            for name, seconds in floor.items():
-                ratio = costing.wall_s / seconds if costing.wall_s and seconds else None
-                emit(bench, f"costing_over_floor_{name}", ratio, "x")
+        costing = close_month(conn, info, workers, sizes, moves, report.items, timeout_s, bench)
+        result.peak_after_close = workers.peak_rss_mb()
+        emit(bench, "worker_peak_rss_after_close", result.peak_after_close, "MiB")
+        log(
+            f"{bench}: worker peak RSS {result.peak_after_posting or 0:.0f} MiB after posting, "
+            f"{result.peak_after_close or 0:.0f} MiB after the close"
+        )
 
-            documents, lines = conn.execute(UNPOSTED, (sizes.period,)).fetchone()  # type: ignore[misc]
-            posting = run_job(conn, info, workers, "posting", sizes.period, timeout_s, bench)
-            posted, rejected = conn.execute(POSTED, (sizes.period,)).fetchone()  # type: ignore[misc]
-            wall = posting.wall_s
-            emit(bench, "posting_s", wall, "s")
-            emit(bench, "posting_job_db_s", posting.db_s, "s")
-            emit(bench, "posting_documents", documents, "rows")
-            emit(bench, "posting_document_lines", lines, "rows")
-            emit(bench, "posting_posted", posted, "rows")
-            emit(bench, "posting_rejected", rejected, "rows")
-            emit(bench, "posting_documents_per_s", documents / wall if wall else None, "docs/s")
-            emit(bench, "posting_document_lines_per_s", lines / wall if wall else None, "lines/s")
-            emit_steps(bench, "posting", posting)
-            if wall:
+        if full:
+            if not vacuum:  # the floors' plans: with or without the moves' statistics
+                analyzed = int(bool(scalar(conn, AUTOANALYZED)))
+                emit(bench, "stock_moves_autoanalyzed_before_floors", analyzed, "bool")
+            floors = run_floors(
+                conn, sizes.period, moves, per_store=costing is not None, bench=bench
+            )
+            wall = costing.wall_s if costing else None
+            for name, seconds in floors.items():
+                emit(bench, f"costing_over_floor_{name}", wall / seconds if wall else None, "x")
+            if wall and (old := floors.get("old_one_statement")):
+                verdict = "within" if wall / old <= GOAL_COSTING_OVER_FLOOR else "NOT within"
                 log(
-                    f"{bench}: posting {documents} documents ({lines} lines) in {wall:.2f} s "
-                    f"= {lines / wall:.0f} lines/s, {documents / wall:.0f} documents/s; "
-                    f"posted {posted}, rejected {rejected} (goal: >= 20000 lines/s)"
+                    f"{bench}: costing {wall:.2f} s / old one-statement floor {old:.2f} s = "
+                    f"{wall / old:.2f}x: {verdict} the goal's {GOAL_COSTING_OVER_FLOOR}x"
                 )
-            peak = workers.peak_rss_mb()
-            emit(bench, "worker_peak_rss", peak, "MiB")
-            log(f"{bench}: worker peak RSS {peak or 0:.0f} MiB (costing and posting)")
-    return after_costing
+    return result
 
 
 def run_all() -> None:
     sizes = Sizes.from_env()
     workers_n = env_int("BENCH_ERP_WORKERS", 2)
     timeout_s = env_float("BENCH_ERP_TIMEOUT_S", 900)
-    half = env_int("BENCH_ERP_HALF", 1)
+    small_items = env_int("BENCH_ERP_SMALL_ITEMS", sizes.items // 2)
+    if not env_int("BENCH_ERP_HALF", 1):
+        small_items = 0
+    vacuum = env_int("BENCH_ERP_VACUUM", 1) > 0
     for name, value in (
         ("stores", sizes.stores),
         ("brands", sizes.brands),
         ("employees", sizes.employees),
         ("items_per_brand", sizes.items),
-        ("documents", sizes.documents),
+        ("small_items_per_brand", small_items),
         ("workers", workers_n),
     ):
         emit("erp/config", name, value, name)
-    half_peak: float | None = None
-    if half and sizes.items >= 2:
-        half_items = sizes.items // 2
-        half_peak = _guarded(
-            half_items,
-            lambda: run(sizes, half_items, full=False, workers_n=workers_n, timeout_s=timeout_s),
-        )
+    small: SizeResult | None = None
     try:
-        full_peak = _guarded(
+        if 0 < small_items < sizes.items:
+            small = _guarded(
+                small_items,
+                lambda: run(
+                    sizes,
+                    small_items,
+                    full=False,
+                    workers_n=workers_n,
+                    timeout_s=timeout_s,
+                    vacuum=vacuum,
+                ),
+            )
+        full = _guarded(
             sizes.items,
-            lambda: run(sizes, sizes.items, full=True, workers_n=workers_n, timeout_s=timeout_s),
+            lambda: run(
+                sizes,
+                sizes.items,
+                full=True,
+                workers_n=workers_n,
+                timeout_s=timeout_s,
+                vacuum=vacuum,
+            ),
         )
     finally:
         try:
             drop_database(SCRATCH_DB)
         except Exception as exc:
             log(f"could not drop the scratch database {SCRATCH_DB}: {exc}")
-    if half_peak and full_peak:
-        # double the items (and stock moves): a flat footprint stays near 1.0x
-        ratio = full_peak / half_peak
-        emit("erp/memory", "worker_peak_rss_after_costing_full_over_half", ratio, "x")
+    if small and full and small.peak_after_close and full.peak_after_close:
+        # more items, more stock moves: a flat footprint stays near 1.0x
+        ratio = full.peak_after_close / small.peak_after_close
+        moves = full.moves / small.moves if full.moves and small.moves else None
+        emit("erp/memory", "worker_peak_rss_after_close_full_over_small", ratio, "x")
+        emit("erp/memory", "stock_moves_full_over_small", moves, "x")
         log(
-            f"worker peak RSS after costing: {half_peak:.0f} MiB at {sizes.items // 2} items, "
-            f"{full_peak:.0f} MiB at {sizes.items} items ({ratio:.2f}x)"
+            f"worker peak RSS after the close: {small.peak_after_close:.0f} MiB at "
+            f"{small.items} items, {full.peak_after_close:.0f} MiB at {full.items} items "
+            f"({ratio:.2f}x for {moves or 0:.1f}x the stock moves)"
         )
 
 
-def _guarded(items: int, size_run: Callable[[], float | None]) -> float | None:
+def _guarded(items: int, size_run: Callable[[], SizeResult]) -> SizeResult | None:
     """One size's run; an error is logged (with its traceback) and the next size still runs."""
     try:
         return size_run()
