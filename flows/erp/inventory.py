@@ -80,69 +80,92 @@ def group_id(stores: tuple[int, ...], codes: dict[int, str]) -> str:
     return "+".join(codes[s] for s in stores)
 
 
+SOLVE_BATCH = 2000
+"""Moving items read, solved and written at a time: the solve's memory does not grow with
+the month."""
+
+
 def solve_averages(conn: psycopg.Connection[Any], period: str) -> Solved:
     """Solve the averages of ``period``'s items that move between stores, once.
 
-    Reads each moving item's store figures and transfer graph, solves it
-    exactly (:func:`flows.erp.average.solve_item`) and writes every store's
-    rounded average, in the caller's transaction. A second call (a rerun, a
-    second job) finds the period solved and writes nothing.
+    Claims the period's solve first (a rerun, or a second job, finds it and
+    writes nothing), then, :data:`SOLVE_BATCH` moving items at a time, reads
+    each item's transfer graph and its stores' figures, solves it exactly
+    (:func:`flows.erp.average.solve_item`) and writes the rounded average of
+    every store of the graph (a sender or a receiver), all in the caller's
+    transaction. The other stores of an item are costed from their own
+    figures alone, by the same rule.
     """
     params = {"period": period}
-    done = _q.first(conn, "average_solve_select", params)
-    if done is not None:
-        return _solved(done, solved_now=False)
+    if _q.first(conn, "average_solve_claim", params) is None:
+        return _solved(_q.one(conn, "average_solve_select", params), solved_now=False)
     codes = {s.id: s.code for s in stores(conn, None)}
-    items = {
-        r["id"]: (r["sku"], r["standard_cost"])
+    items = [
+        (int(r["id"]), str(r["sku"]), r["standard_cost"])
         for r in _q.rows(conn, "average_transfer_items", params)
-    }
+    ]
+    loops = 0
+    fallbacks: list[FallbackGroup] = []
+    for start in range(0, len(items), SOLVE_BATCH):
+        batch = items[start : start + SOLVE_BATCH]
+        found, fell_back = _solve_batch(conn, period, batch, codes)
+        loops += found
+        fallbacks += fell_back
+    _q.execute(
+        conn,
+        "average_solve_record",
+        {
+            "period": period,
+            "items": len(items),
+            "loops": loops,
+            "fallback_groups": json.dumps([g.model_dump() for g in fallbacks]),
+        },
+    )
+    return Solved(
+        period=period, items=len(items), loops=loops, fallback_groups=fallbacks, solved_now=True
+    )
+
+
+def _solve_batch(
+    conn: psycopg.Connection[Any],
+    period: str,
+    batch: list[tuple[int, str, Decimal]],
+    codes: dict[int, str],
+) -> tuple[int, list[FallbackGroup]]:
+    """Solve and write one batch of moving items; its loops, and the loops that fell back."""
+    edges: dict[int, list[Transfer]] = defaultdict(list)
+    nodes: set[tuple[int, int]] = set()  # (item, store): the stores of each item's graph
+    ids = {"period": period, "items": [item for item, _, _ in batch]}
+    for r in _q.rows(conn, "average_transfer_edges", ids):
+        edges[r["item_id"]].append(
+            Transfer(sender=r["sender"], receiver=r["receiver"], qty=r["qty"])
+        )
+        nodes.update(((r["item_id"], r["sender"]), (r["item_id"], r["receiver"])))
+    pairs = sorted(nodes)
+    graph = {"period": period, "items": [i for i, _ in pairs], "stores": [s for _, s in pairs]}
     figures: dict[int, dict[int, Figures]] = defaultdict(dict)
-    for r in _q.rows(conn, "average_figures_of_transfer_items", params):
+    for r in _q.rows(conn, "average_figures_of_transfer_items", graph):
         figures[r["item_id"]][r["store_id"]] = Figures(
             opening_qty=r["opening_qty"],
             opening_value=r["opening_value"],
             receipt_qty=r["receipt_qty"],
             receipt_value=r["receipt_value"],
         )
-    edges: dict[int, list[Transfer]] = defaultdict(list)
-    for r in _q.rows(conn, "average_transfer_edges", params):
-        edges[r["item_id"]].append(
-            Transfer(sender=r["sender"], receiver=r["receiver"], qty=r["qty"])
-        )
-    rows: list[tuple[Any, ...]] = []
     loops: set[tuple[int, tuple[int, ...]]] = set()
-    fallbacks: dict[tuple[int, tuple[int, ...]], FallbackGroup] = {}
-    for item_id, (sku, standard) in items.items():
-        solved: dict[int, Average] = solve_item(figures.get(item_id, {}), edges[item_id], standard)
-        for store_id, avg in sorted(solved.items()):
-            group = None if avg.group is None else group_id(avg.group, codes)
-            rows.append((period, item_id, store_id, avg.cost, avg.source, group))
-            if avg.group is not None:
-                loops.add((item_id, avg.group))
-                if avg.singular:
-                    fallbacks[item_id, avg.group] = FallbackGroup(
-                        sku=sku, stores=[codes[s] for s in avg.group]
-                    )
-    groups = [fallbacks[k] for k in sorted(fallbacks)]
-    claimed = _q.first(
-        conn,
-        "average_solve_claim",
-        {
-            "period": period,
-            "items": len(items),
-            "loops": len(loops),
-            "fallback_groups": json.dumps([g.model_dump() for g in groups]),
-        },
-    )
-    if claimed is None:  # solved meanwhile by another transaction: its averages stand
-        return _solved(_q.one(conn, "average_solve_select", params), solved_now=False)
+    fallbacks: list[FallbackGroup] = []
     with _q.copy(conn, "average_copy") as copy:
-        for row in rows:
-            copy.write_row(row)
-    return Solved(
-        period=period, items=len(items), loops=len(loops), fallback_groups=groups, solved_now=True
-    )
+        for item_id, sku, standard in batch:
+            solved: dict[int, Average] = solve_item(figures[item_id], edges[item_id], standard)
+            for store_id, avg in sorted(solved.items()):
+                group = None if avg.group is None else group_id(avg.group, codes)
+                copy.write_row((period, item_id, store_id, avg.cost, avg.source, group))
+                if avg.group is not None and (item_id, avg.group) not in loops:
+                    loops.add((item_id, avg.group))
+                    if avg.singular:
+                        fallbacks.append(
+                            FallbackGroup(sku=sku, stores=[codes[s] for s in avg.group])
+                        )
+    return len(loops), fallbacks
 
 
 def _solved(row: dict[str, Any], *, solved_now: bool) -> Solved:

@@ -118,5 +118,6 @@ CREATE TABLE erp_period_balances (
 -- balances (a reopen deletes the snapshot, the next close writes it again).
 GRANT INSERT ON erp_stock_moves TO engine_worker;
 GRANT SELECT, INSERT ON erp_item_averages, erp_average_solves TO engine_worker;
+GRANT UPDATE (items, loops, fallback_groups) ON erp_average_solves TO engine_worker;
 GRANT SELECT, INSERT, DELETE ON erp_period_balances TO engine_worker;
 GRANT SELECT ON erp_items TO engine_worker;

@@ -207,6 +207,15 @@ class _World:
         # the last stores of brands that have others open this period: no opening stock
         movable = [s.id for s in self.stores if len(self.by_brand[s.brand_id]) > 1]
         self.new = set(movable[len(movable) - new :]) if new else set()
+        # a new store gets ~40% of its brand's items, each from one settled store
+        stocking = random.Random(f"{seed}:stocking")
+        self.stocked_by: dict[tuple[int, int], int] = {}
+        for shop in sorted(self.new):
+            brand = self.stores[shop - 1].brand_id
+            senders = [s for s in self.by_brand[brand] if s not in self.new]
+            for item in self.catalog[brand] if senders else []:
+                if stocking.random() < 0.4:
+                    self.stocked_by[shop, item.id] = stocking.choice(senders)
         # about one item in eight goes round a loop of two or three settled stores
         looping = random.Random(f"{seed}:loops")
         self.loops: dict[int, list[int]] = {}
@@ -463,10 +472,10 @@ def _walk(
                 for r in range(receipts):
                     day = first if r == 0 else choice(weekdays)
                     events.append((day, 0, max(1, int(each * (0.8 + 0.4 * rand()))), 0))
-            if settled and rand() < 0.06:  # rebalancing between settled stores
+            if settled and rand() < 0.02:  # rebalancing between settled stores
                 events.append((randrange(last), 1, 1 + randrange(6), choice(settled)))
-            for to in fresh:  # a new store is stocked by the others of its brand
-                if rand() < 0.4:
+            for to in fresh:  # a new store is stocked by one settled store per item
+                if world.stocked_by.get((to, item.id)) == shop.id:
                     events.append((choice(early), 1, 5 + randrange(16), to))
             if shop.id in world.new and received and settled and rand() < 0.3:
                 events.append(

@@ -24,19 +24,21 @@ WHERE i.id IN (SELECT item_id FROM erp_stock_moves
 ORDER BY i.id;
 
 -- average_figures_of_transfer_items --
--- Each store's own figures for those items: opening quantity and value, receipts quantity and value (each receipt valued to the cent, as costing values it).
-WITH moving AS (
-    SELECT DISTINCT item_id FROM erp_stock_moves
-    WHERE period = %(period)s AND kind = 'transfer_in'
+-- The own figures of each store of each moving item's transfer graph: opening quantity and value, receipts quantity and value (each receipt valued to the cent, as costing values it). The (item, store) pairs come as arrays and meet the moves on their index's columns (period, store, item): right after posting the planner's estimates of the new moves are stale, and a join planned on them must not become a scan of the period per item.
+WITH nodes AS (
+    SELECT * FROM unnest(%(items)s::int[], %(stores)s::int[]) AS n (item_id, store_id)
 ),
 figures AS (
     SELECT o.item_id, o.store_id, o.qty AS oq, o.value AS ov, 0 AS rq, 0 AS rv
-    FROM erp_opening_balances AS o JOIN moving USING (item_id)
-    WHERE o.period = %(period)s
+    FROM nodes AS n
+    JOIN erp_opening_balances AS o
+      ON o.period = %(period)s AND o.store_id = n.store_id AND o.item_id = n.item_id
     UNION ALL
     SELECT m.item_id, m.store_id, 0, 0, m.qty, round(m.qty * m.unit_cost, 2)
-    FROM erp_stock_moves AS m JOIN moving USING (item_id)
-    WHERE m.period = %(period)s AND m.kind = 'receipt'
+    FROM nodes AS n
+    JOIN erp_stock_moves AS m
+      ON m.period = %(period)s AND m.store_id = n.store_id AND m.item_id = n.item_id
+    WHERE m.kind = 'receipt'
 )
 SELECT item_id, store_id, sum(oq) AS opening_qty, sum(ov) AS opening_value,
        sum(rq) AS receipt_qty, sum(rv) AS receipt_value
@@ -45,19 +47,26 @@ GROUP BY item_id, store_id
 ORDER BY item_id, store_id;
 
 -- average_transfer_edges --
--- The transfer graph of each item: quantity sent from one store to another in the period (read from the receiving side; posting writes both).
+-- The transfer graph of each item of a batch: quantity sent from one store to another in the period (read from the receiving side; posting writes both), through the partial index of transfers by (period, item).
 SELECT item_id, counterpart_store_id AS sender, store_id AS receiver, sum(qty) AS qty
 FROM erp_stock_moves
 WHERE period = %(period)s AND kind = 'transfer_in'
+  AND item_id = ANY(%(items)s::int[])
 GROUP BY item_id, counterpart_store_id, store_id
 ORDER BY item_id, sender, receiver;
 
 -- average_solve_claim --
--- The averages of a period are solved once (its primary key): a rerun, or a second job of the period, finds them and writes nothing.
-INSERT INTO erp_average_solves (period, items, loops, fallback_groups)
-VALUES (%(period)s, %(items)s, %(loops)s, %(fallback_groups)s)
+-- The averages of a period are solved once (its primary key), claimed before they are written: a rerun, or a second job of the period, finds them (or waits for the transaction that writes them) and writes nothing.
+INSERT INTO erp_average_solves (period, items, loops)
+VALUES (%(period)s, 0, 0)
 ON CONFLICT (period) DO NOTHING
 RETURNING period;
+
+-- average_solve_record --
+-- What the solve found, for the costing report, in the transaction that claimed and wrote it.
+UPDATE erp_average_solves
+SET items = %(items)s, loops = %(loops)s, fallback_groups = %(fallback_groups)s
+WHERE period = %(period)s;
 
 -- average_solve_select --
 -- What the period's solve found, for the costing report.
