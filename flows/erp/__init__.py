@@ -2,11 +2,12 @@
 
 The flows (``flows/costing.py``, ``flows/posting.py``, ``flows/migration.py``,
 ``flows/close.py``) run the heavy jobs on these tables; this package holds
-what they share: the ledger read as a trial balance (:mod:`.books`), the
-lifecycle of a period (:mod:`.periods`), inventory costing (:mod:`.inventory`)
-and its multi-store average cost (:mod:`.average`), the auditor's identities
-(:mod:`.checks`), the ``ERP_*`` settings (:mod:`.config`) and the SQL they
-run (``sql/``). It uses ``engine``'s public API only and knows nothing of the
+what they share: the one module that posts journals (:mod:`.ledger`), the
+ledger read as a trial balance (:mod:`.books`), the lifecycle of a period
+(:mod:`.periods`), inventory costing (:mod:`.inventory`) and its exact
+multi-store average cost (:mod:`.average`), the auditor's identities
+(:mod:`.checks`) and exports (:mod:`.exports`), the ``ERP_*`` settings
+(:mod:`.config`) and the SQL they run (``sql/``). It uses ``engine``'s public API only and knows nothing of the
 command line: the operator's tools (seed, demo, ``engine books``) live in
 :mod:`flows.tools`, which imports this package, never the other way round.
 """
