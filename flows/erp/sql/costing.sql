@@ -79,11 +79,7 @@ COPY erp_item_averages (period, item_id, store_id, average_cost, average_from, l
 
 -- item_costs_insert_for_store --
 -- One set-based statement per store: periodic weighted average; an item that moves between stores takes its average as solved for the period (erp_item_averages), and a transfer is valued at the sender's average, the same value on both sides; closing value is the remainder, so value is conserved to the cent (CHECK on erp_item_costs).
-WITH solved AS (
-    SELECT item_id, store_id, average_cost, average_from, loop_group
-    FROM erp_item_averages WHERE period = %(period)s
-),
-moves AS (
+WITH moves AS (
     SELECT m.item_id,
            sum(m.qty) FILTER (WHERE m.kind = 'receipt') AS receipt_qty,
            sum(round(m.qty * m.unit_cost, 2)) FILTER (WHERE m.kind = 'receipt') AS receipt_value,
@@ -96,8 +92,10 @@ moves AS (
                AS transfer_out_value
     FROM erp_stock_moves AS m
     -- the sender's solved average: the counterpart for a transfer in, this store for one out
-    LEFT JOIN solved AS sa
+    -- (primary-key lookups, transfers only)
+    LEFT JOIN erp_item_averages AS sa
            ON m.kind IN ('transfer_in', 'transfer_out')
+          AND sa.period = m.period
           AND sa.item_id = m.item_id
           AND sa.store_id = CASE WHEN m.kind = 'transfer_in' THEN m.counterpart_store_id
                                  ELSE m.store_id END
@@ -120,7 +118,8 @@ combined AS (
     JOIN erp_items AS i ON i.id = k.item_id
     LEFT JOIN opening AS o ON o.item_id = k.item_id
     LEFT JOIN moves AS mv ON mv.item_id = k.item_id
-    LEFT JOIN solved AS s ON s.item_id = k.item_id AND s.store_id = %(store_id)s
+    LEFT JOIN erp_item_averages AS s
+           ON s.period = %(period)s AND s.item_id = k.item_id AND s.store_id = %(store_id)s
 ),
 costed AS (
     -- an item that does not move between stores: its own figures; the numerator at
