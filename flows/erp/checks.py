@@ -48,6 +48,7 @@ from pydantic import BaseModel
 
 from engine import BadInput
 from flows.erp import books
+from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.ledger import ACCOUNTS
 from flows.erp.queries import NamedQueries
@@ -71,14 +72,24 @@ class Check(BaseModel):
     detail: str
 
 
+class Reconciled(BaseModel):
+    """One costed store's inventory in both records: the ledger's 1300 and the stock ledger."""
+
+    store: str
+    gl_inventory: Money
+    stock_ledger: Money
+    difference: Money
+
+
 class BooksCheck(BaseModel):
-    """Every check of one period."""
+    """Every check of one period, and the inventory reconciliation per costed store."""
 
     period: str
     status: str
     stores: int
     stores_costed: int
     checks: list[Check]
+    reconciliation: list[Reconciled] = []
 
     @property
     def ok(self) -> bool:
@@ -104,13 +115,14 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
     all_costed = head["stores"] > 0 and costed == head["stores"]
     uncosted = head["stores"] - costed
     balances = {(b.code, b.store_id): b for b in books.balances(conn, period)}
+    reconciled: list[Reconciled] = []
     checks = [
         _journals(conn, params),
         *_inventory(conn, params, costed),
         _transfers(conn, params, all_costed, uncosted),
         _moves(conn, params, costed),
         _cogs(conn, params, costed),
-        *_gl_inventory(conn, params, costed, all_costed, uncosted),
+        *_gl_inventory(conn, params, costed, all_costed, uncosted, reconciled),
         _inter_store(conn, params, all_costed, uncosted),
         _last_closing(conn, period, balances),
         _openings(conn, params, costed),
@@ -122,6 +134,7 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
         stores=head["stores"],
         stores_costed=costed,
         checks=checks,
+        reconciliation=reconciled,
     )
 
 
@@ -252,6 +265,7 @@ def _gl_inventory(
     costed: int,
     all_costed: bool,
     uncosted: int,
+    reconciled: list[Reconciled],
 ) -> list[Check]:
     per_store, company = (
         "GL inventory = stock ledger per store",
@@ -260,6 +274,15 @@ def _gl_inventory(
     if not costed:
         return [_skipped(per_store, "no store costed"), _skipped(company, "no store costed")]
     rows = _q.rows(conn, "inventory_gl_vs_stock_ledger_by_store", params)
+    reconciled += [
+        Reconciled(
+            store=r["code"],
+            gl_inventory=r["gl"],
+            stock_ledger=r["stock"],
+            difference=r["gl"] - r["stock"],
+        )
+        for r in rows
+    ]
     broken = [
         f"{r['code']} GL 1300 {r['gl']} != stock ledger {r['stock']}"
         for r in rows

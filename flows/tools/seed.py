@@ -330,9 +330,9 @@ def seed(
         at = f"{period}-01 00:00:00+00"
         closed = (month.previous, "closed", at, at, "seed")
         _copy_rows(conn, "period_copy", [closed, (period, "open", None, None, None)])
-        _copy_bulk(conn, "erp_opening_balances", "opening_balance_copy", opening_text)
-        # every store starts its books in the seeded period, from the openings loaded above
+        # every store starts its books in the seeded period, from the openings loaded next
         _copy_rows(conn, "store_period_copy", [(s.id, period, "loaded") for s in world.stores])
+        _copy_bulk(conn, "erp_opening_balances", "opening_balance_copy", opening_text)
         moves_rng = random.Random(f"{seed}:moves")
         activity = _walk(moves_rng, month, world, opening, moves_per_item, walk)
         lines = itertools.chain(
@@ -531,8 +531,8 @@ class _Paper:
     in cash), one credit note (the day's returns, refunded), one purchase
     invoice (the day's deliveries, on account), one stock transfer per
     receiving store; its month ends with one stock count. About 1% of the
-    sales invoices and credit notes are bad on purpose (unbalanced, or an
-    unknown account): posting rejects them, and their stock never moves.
+    sales invoices are bad on purpose (unbalanced, or an unknown account):
+    posting rejects them, and their stock never moves.
     A few documents are dated in the closed period before.
     """
 
@@ -544,7 +544,7 @@ class _Paper:
         self.moves: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
         self.numbers: Counter[tuple[str, int]] = Counter()
-        self.eligible = 0  # sales invoices and credit notes so far: where faults go
+        self.eligible = 0  # sales invoices so far: where faults go
         self.hostile = list(HOSTILE_MEMOS)
 
     def store_documents(self, shop: _Store, act: _Activity) -> str:
@@ -605,7 +605,10 @@ class _Paper:
         fault: str | None = None,
     ) -> None:
         rng = self.rng
-        if fault is None and kind != "purchase_invoice":
+        # faults go on sales invoices only: a rejected one leaves stock on the shelf, so
+        # negative stock stays what the walk planted (a rejected delivery, or refund,
+        # would take away stock that later sales counted on)
+        if fault is None and kind == "sales_invoice":
             self.eligible += 1
             if self.eligible in (3, 8) or rng.random() < 0.01:
                 planted = {3: "unbalanced", 8: "unknown_account"}

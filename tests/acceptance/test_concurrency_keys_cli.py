@@ -98,12 +98,15 @@ def test_concurrency_keys_cli__two_periods_run_in_parallel_one_periods_jobs_neve
 ) -> None:
     seeded = engine(
         settings, "seed", "--stores", "3", "--brands", "1", "--employees", "3", "--items", "5",
-        "--period", NOV, "--documents", "60", "--seed", "8",
+        "--period", NOV, "--seed", "8",
     )  # fmt: skip
     assert seeded.returncode == 0, seeded.stderr
-    # ST001 costed for November opens December for it (its starting point carried)
+    # November posted, then ST001 costed for it, which opens December for ST001 (its
+    # starting point carried)
     procs = workers(settings, tmp_path, "setup")
     try:
+        posted = engine(settings, "submit", "posting", "--period", NOV, "--wait")
+        assert posted.returncode == 0, posted.stderr
         first = engine(settings, "submit", "costing", "--period", NOV, "--store", "ST001", "--wait")
         assert first.returncode == 0, first.stderr
     finally:

@@ -37,7 +37,7 @@ def close(conn: psycopg.Connection[Any], period: str) -> None:
 
 def seeded(conn: psycopg.Connection[Any], period: str = "2026-11") -> None:
     """Three stores seeded for ``period`` (one transfer between two of them), posted and costed."""
-    seed(conn, stores=3, brands=1, employees=3, items=5, period=period, seed=8)
+    seed(conn, stores=3, brands=1, employees=3, items=5, period=period, seed=9, new_stores=1)
     post(conn, period)
     cost(conn, period)
 

@@ -43,15 +43,15 @@ def small_erp(conn: psycopg.Connection[Any]) -> None:
         "(4, 2, 'BR2-2', 'bulb', 0.333, 1)"
     )
     conn.execute("INSERT INTO erp_periods (period) VALUES ('2026-11')")
+    # every store's books start in November, from the openings below
+    conn.execute(
+        "INSERT INTO erp_store_periods (store_id, period, opening) "
+        "SELECT id, '2026-11', 'loaded' FROM erp_stores"
+    )
     conn.execute(
         "INSERT INTO erp_opening_balances VALUES (1, 1, '2026-11', 10, 130), "
         "(1, 2, '2026-11', 3, 3.70), (2, 1, '2026-11', 4, 50), (3, 3, '2026-11', 2, 161),"
         " (4, 4, '2026-11', 1000, 333)"
-    )
-    # every store's books start in November, from the openings above
-    conn.execute(
-        "INSERT INTO erp_store_periods (store_id, period, opening) "
-        "SELECT id, '2026-11', 'loaded' FROM erp_stores"
     )
     moves = [
         (1, 1, "receipt", 20, 13.10, None),

@@ -55,6 +55,11 @@ def _setup(conn: psycopg.Connection[Any], month: Month) -> None:
             (item, f"SKU{item}", f"item {item}", cost, cost * 2),
         )
     conn.execute("INSERT INTO erp_periods (period) VALUES (%s)", (PERIOD,))
+    conn.execute(
+        "INSERT INTO erp_store_periods (store_id, period, opening) "
+        "SELECT id, %s, 'loaded' FROM erp_stores",
+        (PERIOD,),
+    )
     # every move is a line of one posted document (the two sides of a transfer share one)
     conn.execute(
         "INSERT INTO erp_documents (id, number, kind, period, store_id, employee_id, issued_on, "

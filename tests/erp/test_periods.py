@@ -184,6 +184,7 @@ def test_plan_step__checks_again_when_admission_was_passed_earlier(
 ) -> None:
     """A job admitted while a store had its start, retried after it lost it, fails in plan."""
     job = submit("costing", {"period": NOV}, settings=fast, registry=registry)
+    conn.execute("DELETE FROM erp_opening_balances WHERE store_id = 2")
     conn.execute("DELETE FROM erp_store_periods WHERE store_id = 2")
     with thread_worker(fast, registry):
         assert wait_job_ended(conn, job.job_id, timeout=60) == "failed"

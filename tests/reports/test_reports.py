@@ -131,6 +131,7 @@ def erp(settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path) -> Se
 def test_report__clean_costing_run_shows_header_graph_timeline_and_totals(
     erp: Settings, conn: psycopg.Connection[Any]
 ) -> None:
+    run_job(erp, conn, "posting", {"period": PERIOD})  # costing values the posted moves
     job_id = run_job(erp, conn, "costing", {"period": PERIOD})
     path, html = page(erp, job_id)
     assert path == erp.reports_dir / "runs" / f"{job_id}.html"
@@ -139,7 +140,7 @@ def test_report__clean_costing_run_shows_header_graph_timeline_and_totals(
     for expected in ("costing", "done", str(job_id), "Per brand", "Per store", "Largest movers"):
         assert expected in text
     assert 'class="graph"' in html and 'class="gantt"' in html
-    # the graph: four steps, cost_store fanned out over three stores
+    # the graph: five steps, cost_store fanned out over three stores
     assert "\u00d73 \u00b7 3/3 done" in text
     brands = conn.execute("SELECT code FROM erp_brands ORDER BY code").fetchall()
     stores = conn.execute("SELECT code FROM erp_stores ORDER BY code").fetchall()
@@ -401,6 +402,7 @@ def _open_in_chromium(chromium: str, page_path: Path, shot: Path, profile: Path)
 def test_browser__report_and_index_open_from_disk_without_console_errors(
     erp: Settings, conn: psycopg.Connection[Any], tmp_path: Path, chromium: str
 ) -> None:
+    run_job(erp, conn, "posting", {"period": PERIOD})
     job_id = run_job(erp, conn, "costing", {"period": PERIOD})
     report = Path(render_job_report(erp, job_id))
     index = Path(render_index(erp))
