@@ -522,8 +522,8 @@ def test_checks__a_cent_on_the_inter_store_account_is_named(
     # a store that sent goods: its costing journal has Dr 1350 / Cr 1300 for them
     sender = conn.execute(
         "SELECT s.code, min(l.journal_id) AS journal, "
-        "min(l.line_no) FILTER (WHERE l.account_code = '1350') AS dr_line, max(l.line_no) FILTER (WHERE l.account_code = '1300' AND l.credit > 0) "
-        "AS cr_line "
+        "min(l.line_no) FILTER (WHERE l.account_code = '1350') AS dr_line, "
+        "max(l.line_no) FILTER (WHERE l.account_code = '1300' AND l.credit > 0) AS cr_line "
         "FROM erp_journals j JOIN erp_journal_lines l ON l.journal_id = j.id "
         "JOIN erp_stores s ON s.id = j.store_id "
         "WHERE j.source = 'costing' AND j.period = %s "
