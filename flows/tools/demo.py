@@ -12,6 +12,7 @@ is closed, so it only shows the books, which do not change.
 from __future__ import annotations
 
 import time
+from decimal import Decimal
 from typing import Any
 
 import click
@@ -30,7 +31,7 @@ from engine import (
 from engine.worker.processes import worker_processes
 from flows.erp import checks, periods
 from flows.erp.actor import actor
-from flows.erp.books import trial_balance
+from flows.erp.books import TrialBalance, cents, trial_balance
 from flows.tools.books import trial_balance_table
 from flows.tools.seed import has_erp_data, seed
 
@@ -107,10 +108,32 @@ def _closed_already(conn: psycopg.Connection[Any], period: str) -> str | None:
 def _show_books(settings: Settings, period: str) -> None:
     with connect(settings, autocommit=True) as conn:
         click.echo(trial_balance_table(trial_balance(conn, period)))
+        click.echo(_month_in_figures(trial_balance(conn, period, by_store=True)))
         report = checks.check_period(conn, period)
     verdict = "every identity holds" if report.ok else "; ".join(report.problems)
     held = sum(1 for c in report.checks if c.ok and not c.skipped)
     click.echo(f"books check {period} ({report.status}): {held} checks, {verdict}")
+
+
+def _month_in_figures(tb: TrialBalance) -> str:
+    """What an accountant reads first: margin, and inventory store by store."""
+    moved = {code: Decimal(0) for code in ("4000", "4100", "5000", "5100")}
+    stock: list[tuple[Decimal, str]] = []
+    for a in tb.accounts:
+        if a.code in moved:
+            moved[a.code] += a.debit - a.credit
+        elif a.code == "1300" and a.store is not None:
+            stock.append((a.closing, a.store))
+    net_sales = -(moved["4000"] + moved["4100"])
+    cogs = moved["5000"] + moved["5100"]
+    share = f"{cogs / net_sales:.1%}" if net_sales else "n/a"
+    low, store = min(stock) if stock else (Decimal(0), "none")
+    debit = sum(1 for value, _ in stock if value > 0)
+    return (
+        f"net sales {cents(net_sales)}, cost of goods sold {cents(cogs)} ({share} of net "
+        f"sales, gross margin {cents(net_sales - cogs)}); inventory (1300) a debit in "
+        f"{debit} of {len(stock)} stores, the lowest {cents(low)} ({store})"
+    )
 
 
 def _show_index(settings: Settings) -> None:

@@ -27,8 +27,12 @@ def _rows(conn: psycopg.Connection[Any], name: str) -> list[tuple[str, ...]]:
 
 
 def snapshot(conn: psycopg.Connection[Any], periods: list[str]) -> dict[str, Any]:
+    known = {r["period"] for r in conn.execute("SELECT period FROM erp_periods").fetchall()}
+    # a period costing has not opened yet has no trial balance, in either run
     books: dict[str, Any] = {
-        f"trial_balance {p}": trial_balance(conn, p).model_dump(mode="json") for p in periods
+        f"trial_balance {p}": trial_balance(conn, p).model_dump(mode="json")
+        for p in periods
+        if p in known
     }
     for section in SECTIONS:
         books[section] = _rows(conn, f"books_{section}")

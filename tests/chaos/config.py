@@ -61,7 +61,7 @@ class ChaosConfig:
     # the ERP data (engine seed), small
     stores: int = 4
     items: int = 30
-    chunk_size: int = 40
+    chunk_size: int = 100
     # worker settings (ENGINE_*)
     lease_s: float = 2.0
     heartbeat_s: float = 0.5
