@@ -10,17 +10,24 @@ Method:
    refused (exit 2), and every chunk share-locks the period's row, so a
    period closed while the job ran fails the job with its documents still
    unposted rather than writing into closed books (see
-   :mod:`flows.erp.periods`).
-2. ``post_chunk`` runs once per chunk, as one set-based statement in the step's
-   fenced transaction (``ctx.conn``), so a chunk's journals and status changes
-   commit together with its checkpoint, or not at all. Every unposted document
-   of the range is validated: its lines balance (total debit = total credit,
-   and more than zero), every account exists in ``erp_accounts``, no line is
-   both debit and credit. An invalid document is marked ``rejected`` with
-   every problem in its reason (``unbalanced: debit 120.00 != credit
-   100.00``, ``unknown account 9999 on line 2``); it never blocks the others. A valid one gets one
-   journal (source ``document``, source key ``document:<id>``), a copy of its
-   lines (store of the document) and status ``posted``.
+   :mod:`flows.erp.periods`). Documents that move stock are refused too once
+   the period's stock is costed (:func:`check_postable`).
+2. ``post_chunk`` runs once per chunk in the step's fenced transaction
+   (``ctx.conn``), so a chunk's journals, stock moves and status changes
+   commit together with its checkpoint, or not at all. One statement locks
+   and judges every unposted document of the range: its lines balance (total
+   debit = total credit, and more than zero), every account exists in
+   ``erp_accounts``, no line is both debit and credit, a purchase line's
+   amount is its quantity x unit cost, only stock received is posted to 1300
+   (the rest of Inventory is costing's), a transfer names another store, a
+   stock line has an item and a quantity. An invalid document is marked
+   ``rejected`` with every problem in its reason (``unbalanced: debit 120.00
+   != credit 100.00``, ``unknown account 9999 on line 2``); it never blocks
+   the others. A valid one gets one journal through
+   :func:`flows.erp.ledger.post` (source ``document``, source key
+   ``document:<id>``: the net amount per account, on the document's store),
+   its stock moves (a sale, a return, a receipt at its unit cost, a count
+   difference, both sides of a transfer) and status ``posted``.
 3. ``reconcile`` checks that this job's journals balance, that every document
    journal of the period balances in the database, and that posted + rejected
    equals the number selected; it fails the job loudly otherwise. With
