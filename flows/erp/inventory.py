@@ -201,6 +201,12 @@ def store_totals(conn: psycopg.Connection[Any], period: str, store_id: int) -> S
     return StoreTotals.model_validate(_q.one(conn, "store_costs_totals", params))
 
 
+def negative_stock(conn: psycopg.Connection[Any], period: str) -> tuple[int, int]:
+    """(store, item) pairs of ``period`` that closed below zero, and how many were costed."""
+    row = _q.one(conn, "period_negative_stock", {"period": period})
+    return int(row["negative"]), int(row["costed"])
+
+
 def top_movers(
     conn: psycopg.Connection[Any], period: str, store_id: int, limit: int = 5
 ) -> list[Mover]:

@@ -29,7 +29,7 @@ from engine import (
     wait_for_job,
 )
 from engine.worker.processes import worker_processes
-from flows.erp import checks, periods
+from flows.erp import checks, inventory, periods
 from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
 from flows.tools.books import trial_balance_table
@@ -109,6 +109,8 @@ def _show_books(settings: Settings, period: str) -> None:
     with connect(settings, autocommit=True) as conn:
         click.echo(trial_balance_table(trial_balance(conn, period)))
         click.echo(_month_in_figures(trial_balance(conn, period, by_store=True)))
+        negative, costed = inventory.negative_stock(conn, period)
+        click.echo(f"negative stock: {negative} of {costed} store items closed below zero")
         report = checks.check_period(conn, period)
     verdict = "every identity holds" if report.ok else "; ".join(report.problems)
     held = sum(1 for c in report.checks if c.ok and not c.skipped)

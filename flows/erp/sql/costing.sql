@@ -193,3 +193,8 @@ FROM erp_item_costs
 WHERE period = %(period)s AND store_id = %(store_id)s
   AND (closing_qty <> 0 OR closing_value <> 0)
 ON CONFLICT (store_id, item_id, period) DO NOTHING;
+
+-- period_negative_stock --
+-- How many (store, item) pairs of the period closed below zero (sold beyond what was there), out of how many costed.
+SELECT count(*) FILTER (WHERE closing_qty < 0)::int AS negative, count(*)::int AS costed
+FROM erp_item_costs WHERE period = %(period)s;
