@@ -157,7 +157,9 @@ def _run_child(ctx: StepContext, what: str, flow_name: str, params: dict[str, An
     """The child ``what`` of this step run once it ended well; a durable wait until then.
 
     Submitted once (a rerun of the step finds it); the step parks until it
-    ends. A failed or cancelled child fails the close, naming it.
+    ends. A failed or cancelled child fails the close, naming it; `engine retry`
+    of the close retries that child (the same job, under the same key), and
+    this step waits for it again.
     """
     try:
         ctx.submit_child(flow_name, params, key=what)

@@ -311,8 +311,13 @@ def cancel(job_id: str) -> None:
 @click.command()
 @click.argument("job_id")
 def retry(job_id: str) -> None:
-    """Resume a failed or cancelled job from its last checkpoints."""
+    """Resume a failed or cancelled job from its last checkpoints, with its children.
+
+    Its failed or cancelled child jobs are retried with it (same ids); a done
+    child stays done. A child whose parent failed is retried by retrying the parent.
+    """
     reopened = admin.retry_job(current().settings, parse_job_id(job_id))
-    out.print(
-        f"job {job_id} resumed: {reopened.step_runs} step run(s) back to pending", highlight=False
-    )
+    line = f"job {job_id} resumed: {reopened.step_runs} step run(s) back to pending"
+    if reopened.children:
+        line += f"; child job(s) retried with it: {', '.join(map(str, reopened.children))}"
+    out.print(line, highlight=False)

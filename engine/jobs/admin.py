@@ -61,21 +61,34 @@ def cancel(
 
 @dataclass(frozen=True)
 class Reopened:
+    """A retried job: how many of its step runs run again, and the children retried with it."""
+
     job_id: uuid.UUID
     step_runs: int
+    children: tuple[uuid.UUID, ...] = ()
 
 
 def retry_job(
     settings: Settings, job_id: uuid.UUID, *, transport: Transport | None = None
 ) -> Reopened:
-    """Resume a failed or cancelled job from its last checkpoints.
+    """Resume a failed or cancelled job from its last checkpoints, with its children.
 
     Dead and cancelled step runs go back to pending with a fresh attempt
-    budget; finished step runs are never run again (invariant 10).
+    budget; finished step runs are never run again (invariant 10). The
+    failed or cancelled children of the step runs that run again are
+    retried with the job, in the same transaction, keeping their ids, keys
+    and parent (and theirs, recursively): the step finds them running again
+    under the same key and waits for them, inside its concurrency slot when
+    one is free. A done child stays done. Each job retried gets a
+    ``replayed`` event, so its report shows both attempts.
+
+    A child whose parent ended badly is not retried alone (its end would wake
+    no one): :class:`BadInput` names the parent to retry instead.
     """
     transport = transport or transport_for(settings)
     with db.connect(settings) as conn:
         with conn.transaction():
+            _refuse_orphaned_child(conn, job_id)
             reopened = store.job_reopen_if_ended(conn, job_id, settings.max_attempts)
             if isinstance(reopened, store.FingerprintTaken):
                 active = reopened.active_job_id
@@ -89,13 +102,33 @@ def retry_job(
                     f"job {job_id} is {status}; only failed or cancelled jobs can be retried"
                 )
             announced = announce(
-                conn, transport, outbox_ids=store.outbox_insert_many(conn, reopened)
+                conn, transport, outbox_ids=store.outbox_insert_many(conn, reopened.pending)
             )
             store.event_insert(
-                conn, EventKind.REPLAYED, job_id=job_id, detail={"step_runs": len(reopened)}
+                conn,
+                EventKind.REPLAYED,
+                job_id=job_id,
+                detail={
+                    "step_runs": reopened.step_runs,
+                    "children": [str(c) for c in reopened.children],
+                },
             )
+            for child in reopened.children:
+                store.event_insert(
+                    conn, EventKind.REPLAYED, job_id=child, detail={"with": str(job_id)}
+                )
         announced.publish_after_commit(conn)
-    return Reopened(job_id, len(reopened))
+    return Reopened(job_id, reopened.step_runs, tuple(reopened.children))
+
+
+def _refuse_orphaned_child(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> None:
+    parent = store.job_select_parent(conn, job_id)
+    if parent is not None and parent["status"] in ("failed", "cancelled"):
+        raise BadInput(
+            f"job {job_id} is a child of {parent['flow']} job {parent['id']}, which is "
+            f"{parent['status']}: retry the parent with `engine retry {parent['id']}`; "
+            "it retries this child with it, and its step waits for it again"
+        )
 
 
 def dead_letters(settings: Settings, limit: int = 100) -> list[dict[str, Any]]:

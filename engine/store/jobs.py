@@ -18,8 +18,20 @@ from engine.store.batch import Executes
 from engine.store.dead_letters import dead_letter_mark_replayed_by_job
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.rows import ChildOf, ChildRow, Claimed, FingerprintTaken, JobRow, column
-from engine.store.step_runs import step_cancel_by_job, step_reopen_by_job
+from engine.store.rows import (
+    ChildOf,
+    ChildRow,
+    Claimed,
+    FingerprintTaken,
+    JobRow,
+    Reopen,
+    column,
+)
+from engine.store.step_runs import (
+    step_cancel_by_job,
+    step_reopen_by_job,
+    step_wait_children_if_reopened,
+)
 
 __all__ = [
     "job_cancel_descendants",
@@ -37,6 +49,7 @@ __all__ = [
     "job_select_child",
     "job_select_children",
     "job_select_info",
+    "job_select_parent",
     "job_select_status",
 ]
 
@@ -106,6 +119,14 @@ def job_select_active_matching(
 def job_select_info(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["job_select_info"], {"job_id": job_id})
+        return cur.fetchone()
+
+
+@wrap_errors
+def job_select_parent(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
+    """The parent job (id, flow, status) of a child job; ``None`` for a job with none."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_parent"], {"job_id": job_id})
         return cur.fetchone()
 
 
@@ -196,26 +217,46 @@ def job_cancel_descendants(
 @wrap_errors
 def job_reopen_if_ended(
     conn: psycopg.Connection[Any], job_id: uuid.UUID, extra_attempts: int
-) -> list[uuid.UUID] | FingerprintTaken | None:
-    """Reopen a failed or cancelled job: the step runs put back to pending.
+) -> Reopen | FingerprintTaken | None:
+    """Reopen a failed or cancelled job, and the children that ended badly under it.
+
+    The job's dead and cancelled step runs go back to pending with
+    ``extra_attempts`` more; so do those of its failed or cancelled children
+    whose submitting step run reopens (and theirs, recursively): the step
+    runs again, and ``submit_child`` under the same key finds its child
+    running again. A done child stays done. A reopened step run whose
+    children reopened with it waits for them (``step_wait_children_if_reopened``).
+    Job rows first (the job's, then its children's), then step runs: the one
+    lock order.
 
     ``None``: the job is not failed or cancelled. :class:`FingerprintTaken`:
-    another job with its fingerprint is active (the unique index said so, in
-    a savepoint, so the caller's transaction stays usable).
+    another job with its fingerprint (or a child's) is active (the unique
+    index said so, in a savepoint, so the caller's transaction stays usable).
     """
     try:
         with conn.transaction():
             reopened = conn.execute(_q["job_reopen_if_ended"], {"job_id": job_id}).fetchone()
+            if reopened is None:
+                return None
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(_q["job_reopen_children_if_ended"], {"job_id": job_id})
+                children = cur.fetchall()
     except psycopg.errors.UniqueViolation:
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute(_q["job_select_active_with_fingerprint_of"], {"job_id": job_id})
             row = cur.fetchone()
         return FingerprintTaken(None if row is None else row["id"])
-    if reopened is None:
-        return None
-    reopened_runs = step_reopen_by_job(conn, job_id, extra_attempts)
-    dead_letter_mark_replayed_by_job(conn, job_id)
-    return reopened_runs
+    jobs = [job_id] + [r["id"] for r in children]
+    pending: list[uuid.UUID] = []
+    for job in jobs:
+        pending += step_reopen_by_job(conn, job, extra_attempts)
+        dead_letter_mark_replayed_by_job(conn, job)
+    waiting: list[uuid.UUID] = []
+    # one statement per step run: each counts its key's holders after the one before
+    for parent_run in dict.fromkeys(r["parent_step_run_id"] for r in children):
+        if step_wait_children_if_reopened(conn, parent_run):
+            waiting.append(parent_run)
+    return Reopen(jobs, [r for r in pending if r not in waiting], waiting)
 
 
 @wrap_errors

@@ -34,6 +34,7 @@ __all__ = [
     "Parked",
     "PendingOutbox",
     "QueuedClaim",
+    "Reopen",
     "SignalRow",
     "StepCounts",
     "StepState",
@@ -232,6 +233,31 @@ class FingerprintTaken:
     """A reopen refused: another job with the same fingerprint is active."""
 
     active_job_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class Reopen:
+    """What a retry reopened: a job and the children that ended badly under it.
+
+    ``jobs``: the job, then its reopened descendants, parents before children.
+    ``pending``: their step runs back to pending, to announce. ``waiting``:
+    their step runs waiting again for the children reopened with them (not
+    announced: a child's end wakes them).
+    """
+
+    jobs: list[uuid.UUID]
+    pending: list[uuid.UUID]
+    waiting: list[uuid.UUID]
+
+    @property
+    def children(self) -> list[uuid.UUID]:
+        """The descendants reopened with the job."""
+        return self.jobs[1:]
+
+    @property
+    def step_runs(self) -> int:
+        """How many step runs run again (pending or waiting)."""
+        return len(self.pending) + len(self.waiting)
 
 
 @dataclass(frozen=True)

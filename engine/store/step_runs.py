@@ -56,6 +56,7 @@ __all__ = [
     "step_select_queue_lag",
     "step_select_status",
     "step_wait_children_if_leased",
+    "step_wait_children_if_reopened",
     "step_wait_if_leased",
     "step_wake_by_signal",
     "step_wake_if_due_many",
@@ -299,6 +300,17 @@ def step_reopen_by_job(
         _q["step_reopen_by_job"], {"job_id": job_id, "extra_attempts": extra_attempts}
     ).fetchall()
     return [column(r, "id") for r in rows]
+
+
+@wrap_errors
+def step_wait_children_if_reopened(conn: psycopg.Connection[Any], step_run_id: uuid.UUID) -> bool:
+    """A reopened step run waits for its reopened children; ``False``: it stays pending.
+
+    It keeps its concurrency key's slot if one is free now (its children then
+    run inside it); it stays pending when none of its children is active.
+    """
+    row = conn.execute(_q["step_wait_children_if_reopened"], {"id": step_run_id}).fetchone()
+    return row is not None
 
 
 @wrap_errors

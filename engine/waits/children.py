@@ -26,6 +26,14 @@ park: the park locks the parent job row, then the children rows (waiting
 for a child's ending transaction to commit), then parks only if a child is
 still active. Cancelling a job cancels its active children
 (:func:`engine.store.job_cancel_if_active`).
+
+Retrying a job (:func:`engine.jobs.admin.retry_job`) retries the failed or
+cancelled children of its step runs that run again, in the same transaction
+(:func:`engine.store.job_reopen_if_ended`), keeping their ids and keys. Each
+such step run waits for them again, in its key's slot if one is free. So
+the rerun step's ``submit_child`` finds them running again, and
+``wait_for_children`` returns their new outcomes. A done child is never run
+again.
 """
 
 from __future__ import annotations

@@ -365,3 +365,62 @@ def test_close__a_failed_child_fails_the_close_naming_the_child_and_its_error(
     assert [k["child_key"] for k in children(conn, job.job_id)] == ["posting"]
     status = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (PERIOD,)).fetchone()
     assert status == {"status": "open"}
+
+
+def test_close__a_close_failed_by_its_cancelled_posting_is_resumed_by_retry(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], made: Any
+) -> None:
+    """`engine retry CLOSE` retries its cancelled posting child (same job, inside the close's
+    slot of the period) and the close finishes: posts, costs, checks and closes the period."""
+    job = submit(
+        "close", {"period": PERIOD, "approve_rejects_over": 0}, settings=fast, registry=registry
+    )
+
+    def posting_awaits_approval() -> bool:
+        return any(
+            conn.execute(
+                "SELECT 1 FROM engine_step_runs WHERE job_id = %s AND step = 'reconcile' "
+                "AND status = 'waiting'",
+                (k["id"],),
+            ).fetchone()
+            for k in children(conn, job.job_id)
+        )
+
+    with thread_worker(fast, registry):
+        wait_until(posting_awaits_approval, timeout=120, what="the posting to await approval")
+        [kid] = children(conn, job.job_id)
+        admin.cancel(fast, kid["id"], "the accountant refused the rejections")
+        assert wait_job_ended(conn, job.job_id, timeout=120) == "failed"
+        # the accountant changes their mind: the close is retried, not resubmitted
+        reopened = admin.retry_job(fast, job.job_id)
+        assert reopened.children == (kid["id"],)
+        books = run_of(conn, job.job_id, "books")
+        assert books["status"] == "waiting" and books["concurrency_kept"], (
+            "the close's books step waits for its posting again, holding the period's slot"
+        )
+        wait_until(posting_awaits_approval, timeout=120, what="the posting to await it again")
+        signal(kid["id"], "approve", {"by": "accountant"}, settings=fast)
+        assert wait_job_ended(conn, job.job_id, timeout=120) == "done"
+    kids = children(conn, job.job_id)
+    assert [(k["child_key"], k["status"]) for k in kids] == [
+        ("costing", "done"),
+        ("posting", "done"),
+    ]
+    assert [k["id"] for k in kids if k["child_key"] == "posting"] == [kid["id"]]
+    assert summary(conn, job.job_id)["approval"]["by"] == "accountant"
+    status = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (PERIOD,)).fetchone()
+    assert status == {"status": "closed"}
+    # the posting's events show both attempts, the operator's cancel and retry between them
+    kinds = [
+        r["kind"]
+        for r in conn.execute(
+            "SELECT kind FROM engine_events WHERE job_id = %s "
+            "AND kind IN ('cancelled', 'replayed', 'job_done') ORDER BY id",
+            (kid["id"],),
+        ).fetchall()
+    ]
+    assert kinds == ["cancelled", "replayed", "job_done"]
+    keys = conn.execute(KEY_OVERLAP).fetchone()
+    assert keys is not None and keys["overlapping"] == 0
+    assert_report_renders = render_job_report(fast, kid["id"], registry=registry)
+    assert Path(assert_report_renders).exists()

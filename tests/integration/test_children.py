@@ -319,3 +319,145 @@ def test_children__the_childs_last_commit_announces_the_woken_parent_itself(
         "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'woken'", (job,)
     ).fetchone()
     assert woken is not None and woken["n"] >= 1
+
+
+# --- retry of a parent whose child ended badly (issue 27, item 4) ---
+
+
+def strict(fast: Settings, registry: Registry, **params: Any) -> uuid.UUID:
+    return submit("strict", params, settings=fast, registry=registry).job_id
+
+
+def events_of(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[tuple[str, int | None]]:
+    rows = conn.execute(
+        "SELECT kind, attempt FROM engine_events WHERE job_id = %s "
+        "AND kind IN ('claimed', 'succeeded', 'dead_lettered', 'replayed', 'cancelled', "
+        "'waiting') ORDER BY id",
+        (job_id,),
+    ).fetchall()
+    return [(r["kind"], r["attempt"]) for r in rows]
+
+
+def cli_env(fast: Settings) -> dict[str, str]:
+    assert fast.database_url is not None
+    return {
+        "ENGINE_DATABASE_URL": fast.database_url.get_secret_value(),
+        "ENGINE_FLOW_MODULES": ",".join(MODULES),
+        "COLUMNS": "200",
+    }
+
+
+def failed_strict(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, flag: Path
+) -> tuple[uuid.UUID, list[dict[str, Any]]]:
+    """A strict parent failed by its child 1, which failed while ``flag`` existed."""
+    flag.write_text("broken")
+    job = strict(fast, registry, children=2, flaky_child=1, fail_flag=str(flag))
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job) == "failed"
+    kids = children_of(conn, job)
+    assert [k["status"] for k in kids] == ["done", "failed"]
+    flag.unlink()  # the data is fixed
+    return job, kids
+
+
+def test_retry__a_parent_whose_child_failed_retries_the_child_and_finishes(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    from engine.reports.context import build_run_report
+    from engine.store.read import sqlalchemy_engine
+
+    job, kids = failed_strict(fast, conn, registry, tmp_path / "flag")
+    reopened = admin.retry_job(fast, job)
+    assert reopened.children == (kids[1]["id"],), "the done child is not retried"
+    assert status_of(conn, kids[1]["id"]) == "running"
+    # the parent's step waits for the child again; the child's step is pending
+    spawn = spawn_run(conn, job)
+    assert (spawn["status"], spawn["wait_children"]) == ("waiting", True)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job) == "done"
+    after = children_of(conn, job)
+    assert [(k["id"], k["status"]) for k in after] == [(k["id"], "done") for k in kids]
+    outcomes = spawn_run(conn, job)["output"]["outcomes"]
+    assert [o["output"] for o in outcomes] == [{"value": 0}, {"value": 10}]
+    # the done child ran once; the failed one twice, with the retry between
+    assert events_of(conn, kids[0]["id"]) == [("claimed", 1), ("succeeded", 1)]
+    assert events_of(conn, kids[1]["id"]) == [
+        ("claimed", 1),
+        ("dead_lettered", 1),
+        ("replayed", None),
+        ("claimed", 2),
+        ("succeeded", 2),
+    ]
+    replayed = conn.execute(
+        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'replayed'", (job,)
+    ).fetchone()
+    assert replayed is not None and replayed["detail"]["children"] == [str(kids[1]["id"])]
+    # the child's report shows both attempts on its timeline
+    engine = sqlalchemy_engine(fast)
+    try:
+        report = build_run_report(engine, kids[1]["id"], registry)
+    finally:
+        engine.dispose()
+    assert [(a.attempt, a.outcome) for a in report.attempts] == [
+        (1, "dead_lettered"),
+        (2, "succeeded"),
+    ]
+
+
+def test_retry__the_cli_retries_a_parent_with_its_failed_child(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from engine.cli.main import main
+
+    job, kids = failed_strict(fast, conn, registry, tmp_path / "flag")
+    env = cli_env(fast)
+    result = CliRunner().invoke(main, ["retry", str(job)], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"child job(s) retried with it: {kids[1]['id']}" in result.output
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job) == "done"
+    assert [k["status"] for k in children_of(conn, job)] == ["done", "done"]
+
+
+def test_retry__a_parent_whose_child_was_cancelled_runs_the_child_again(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = strict(fast, registry, children=1, hold=True)
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        (kid,) = children_of(conn, job)
+        wait_until(lambda: waiting_for(conn, kid["id"], "work"), what="the child to hold")
+        admin.cancel(fast, kid["id"], "operator")
+        assert wait_job_ended(conn, job) == "failed"
+        error = spawn_run(conn, job)["error"]["message"]
+        assert error == f"child 0 job {kid['id']} cancelled: operator"
+        assert admin.retry_job(fast, job).children == (kid["id"],)
+        # the child holds again (its wait ran again), under the same id
+        wait_until(lambda: waiting_for(conn, kid["id"], "work"), what="the child to hold again")
+        assert status_of(conn, job) == "running"
+        signal(kid["id"], "release", settings=fast)
+        assert wait_job_ended(conn, job) == "done"
+    assert [(k["id"], k["status"]) for k in children_of(conn, job)] == [(kid["id"], "done")]
+    kinds = [k for k, _ in events_of(conn, kid["id"])]
+    assert kinds.count("claimed") >= 2 and "replayed" in kinds
+
+
+def test_retry__a_child_alone_is_refused_while_its_parent_failed_naming_the_parent(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from engine.cli.main import main
+    from engine.errors import BadInput
+
+    job, kids = failed_strict(fast, conn, registry, tmp_path / "flag")
+    with pytest.raises(BadInput, match=f"retry the parent with `engine retry {job}`"):
+        admin.retry_job(fast, kids[1]["id"])
+    env = cli_env(fast)
+    result = CliRunner().invoke(main, ["retry", str(kids[1]["id"])], env=env)
+    assert result.exit_code == 2
+    assert str(job) in result.output
+    assert status_of(conn, kids[1]["id"]) == "failed", "nothing changed"

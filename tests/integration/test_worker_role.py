@@ -34,13 +34,16 @@ ROLE = "engine_worker"
 # The files whose statements worker processes run, and the blocks of them that
 # only an operator or the submitting ERP runs (with the owner's role).
 WORKER_SQL: dict[str, set[str]] = {
-    "engine/store/sql/step_runs.sql": {"step_reopen_by_job"},
+    # a retry (and the children it retries with the job) is an operator's
+    "engine/store/sql/step_runs.sql": {"step_reopen_by_job", "step_wait_children_if_reopened"},
     # firing a schedule submits its job (0010): the worker inserts pending jobs
     "engine/store/sql/jobs.sql": {
         "job_select_active_by_fingerprint",
         "job_select_status",
         "job_progress",
         "job_reopen_if_ended",
+        "job_reopen_children_if_ended",
+        "job_select_parent",
         "job_select_active_with_fingerprint_of",
     },
     "engine/store/sql/dead_letters.sql": {

@@ -8,7 +8,10 @@
   waits for them, returning their outcomes; with ``retry_after_submit`` its
   first attempt raises ``Retry`` after submitting; then ``tally`` counts.
   Beside them ``sibling``, with ``fail_sibling``, waits for the signal
-  ``boom`` of its job, then fails (and the job with it).
+  ``boom`` of its job, then fails (and the job with it);
+- ``strict``: ``spawn`` submits ``children`` ``kid`` jobs and fails, naming
+  the first child that did not end well (as the close does); a kid with
+  ``fail_flag`` fails while that file exists (the data a retry finds fixed).
 
 ``HOOKS["before_wait"]`` (a callable), when set, runs after ``spawn`` found
 a child still active and before its step run is parked.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -32,6 +36,7 @@ class KidParams(BaseModel):
     n: int
     fail: bool = False
     hold: bool = False
+    fail_flag: str | None = None
 
 
 class Worked(BaseModel):
@@ -47,6 +52,8 @@ def work(params: KidParams, ctx: StepContext) -> Worked:
         ctx.wait_for_signal("release")
     if params.fail:
         raise Fail(f"child {params.n} fails")
+    if params.fail_flag is not None and Path(params.fail_flag).exists():
+        raise Fail(f"child {params.n} fails while {params.fail_flag} exists")
     return Worked(value=params.n * 10)
 
 
@@ -126,4 +133,32 @@ def tally(s: Spawned) -> Tally:
     )
 
 
-flows = [kid, brood]
+class StrictParams(BaseModel):
+    children: int = 2
+    flaky_child: int | None = None
+    fail_flag: str | None = None
+    hold: bool = False
+
+
+strict = Flow("strict", params=StrictParams, description="a step that needs every child done")
+
+
+@strict.step(name="spawn")
+def spawn_strict(params: StrictParams, ctx: StepContext) -> Spawned:
+    for n in range(params.children):
+        flag = params.fail_flag if n == params.flaky_child else None
+        ctx.submit_child("kid", {"n": n, "hold": params.hold, "fail_flag": flag})
+    children = ctx.wait_for_children()
+    for c in children:
+        if not c.ok:
+            raise Fail(f"child {c.key} job {c.job_id} {c.status.value}: {c.error}")
+    outcomes = [
+        Outcome(
+            key=c.key, job_id=str(c.job_id), status=c.status.value, error=c.error, output=c.output
+        )
+        for c in children
+    ]
+    return Spawned(outcomes=outcomes, attempt=ctx.attempt)
+
+
+flows = [kid, brood, strict]

@@ -78,6 +78,34 @@ SET status = 'running', finished_at = NULL, error = NULL
 WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
 RETURNING id, fingerprint;
 
+-- job_reopen_children_if_ended --
+-- A retry reaches down (issue 27): the failed or cancelled children of the job's dead or cancelled step runs (which run again and submit them again under the same key), and theirs, reopen with it, in the same transaction, job rows after the retried job's row and before any step run (the one lock order); a done child, and whatever is below it, stays as it is; read before the step runs are reopened.
+WITH RECURSIVE tree AS (
+    SELECT c.id
+    FROM engine_jobs AS c
+    JOIN engine_step_runs AS s ON s.id = c.parent_step_run_id
+    WHERE c.parent_job_id = %(job_id)s AND c.status IN ('failed', 'cancelled')
+      AND s.status IN ('dead', 'cancelled')
+    UNION
+    SELECT c.id
+    FROM engine_jobs AS c
+    JOIN tree ON c.parent_job_id = tree.id
+    JOIN engine_step_runs AS s ON s.id = c.parent_step_run_id
+    WHERE c.status IN ('failed', 'cancelled') AND s.status IN ('dead', 'cancelled')
+)
+UPDATE engine_jobs AS j
+SET status = 'running', finished_at = NULL, error = NULL
+FROM tree
+WHERE j.id = tree.id AND j.status IN ('failed', 'cancelled')
+RETURNING j.id, j.parent_step_run_id;
+
+-- job_select_parent --
+-- Read before a retry, only for its message: the parent of a child job (no row for a job submitted from outside); never used to write.
+SELECT p.id, p.flow, p.status
+FROM engine_jobs AS c
+JOIN engine_jobs AS p ON p.id = c.parent_job_id
+WHERE c.id = %(job_id)s;
+
 -- job_select_active_with_fingerprint_of --
 -- Names the active job that made a reopen fail on the unique index (at most one row, by that index).
 SELECT a.id

@@ -320,6 +320,18 @@ SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
 
+-- step_wait_children_if_reopened --
+-- A retried step run whose children were reopened with it waits for them, as it did before they ended badly, rather than running to find them active: it keeps its concurrency key's slot (by status) only if a slot is free now, counted after the key's lock like a claim (invariant 17), so its children run inside it; without one they take their own and it runs once they end; no attempt is used (invariant 14), and no deadline is set (its wait sets a fresh one).
+UPDATE engine_step_runs AS s
+SET status = 'waiting', wait_children = true, wait_signal = NULL, wait_until = NULL,
+    concurrency_kept = s.concurrency_key IS NOT NULL
+        AND engine_concurrency_slot_free(s.concurrency_key, s.concurrency_limit,
+                                         s.concurrency_per_job, s.job_id, s.id, 'wait')
+WHERE s.id = %(id)s AND s.status = 'pending'
+  AND EXISTS (SELECT 1 FROM engine_jobs AS c
+              WHERE c.parent_step_run_id = s.id AND c.status IN ('pending', 'running'))
+RETURNING s.id, s.concurrency_kept;
+
 -- step_select_queue_lag --
 -- Read-only, for metrics: the age of the oldest step run claimable now by the claim's own predicate (pending and due, or running with an expired lease, under the cap, of an active job, with a slot of its concurrency key free: waiting for a limit is not lag), from when it became claimable; 0 when none waits.
 SELECT coalesce(extract(epoch FROM clock_timestamp() - min(
