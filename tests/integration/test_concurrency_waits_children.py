@@ -367,3 +367,38 @@ def test_announce__a_reclaim_refused_over_the_limit_is_announced_when_the_holder
     assert announced(conn, first.id) == before + 1
     reclaimed = try_claim(fast, message(conn, paused), "w3")
     assert isinstance(reclaimed, Claimed) and reclaimed.attempt == 2
+
+
+def test_retry__a_cancelled_tree_runs_again_inside_the_roots_slot(
+    fast: Settings, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    root = submit_keyed(fast, "keyed_parent", group="rt", n=1, hold_file=str(hold))
+    with thread_worker(fast, REGISTRY):
+        wait_until(lambda: (tmp_path / "hold.started").exists(), what="the grandchild to start")
+        admin.cancel(fast, root, "wrong day")
+    child = conn.execute("SELECT id FROM engine_jobs WHERE parent_job_id = %s", (root,)).fetchone()
+    assert child is not None
+    grandchild = conn.execute(
+        "SELECT id FROM engine_jobs WHERE parent_job_id = %s", (child["id"],)
+    ).fetchone()
+    assert grandchild is not None
+    reopened = admin.retry_job(fast, root)
+    assert reopened.children == (child["id"], grandchild["id"]), "parents before children"
+    # each spawn waits for its child again, the root's holding the key's slot (the
+    # child's inherits it); the grandchild's step run is pending, announced
+    for job in (root, child["id"]):
+        spawn = run_of(conn, job, "spawn")
+        assert (spawn["status"], spawn["wait_children"]) == ("waiting", True)
+    assert run_of(conn, root, "spawn")["concurrency_kept"]
+    assert run_of(conn, grandchild["id"], "b")["status"] == "pending"
+    # an outsider of the key is refused while the tree holds it
+    outsider = submit_keyed(fast, "keyed_kid", group="rt", n=9)
+    assert isinstance(try_claim(fast, message(conn, outsider), "w1"), ClaimRefused)
+    with thread_worker(fast, REGISTRY):
+        assert wait_job_ended(conn, root, timeout=60) == "done"
+        assert wait_job_ended(conn, outsider, timeout=60) == "done"
+    for job in (child["id"], grandchild["id"]):
+        row = conn.execute("SELECT status FROM engine_jobs WHERE id = %s", (job,)).fetchone()
+        assert row == {"status": "done"}
+    assert first_event(conn, outsider, "claimed") > first_event(conn, root, "job_done")
