@@ -27,10 +27,7 @@ the neighbours' checkpoints of a round (:mod:`engine.runner.rounds`).
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +44,7 @@ from engine.infra import faults
 from engine.jobs.ending import job_ended
 from engine.jobs.plan import Outputs, schedule_ready
 from engine.runner.outcome import Continuation
+from engine.store import jsonb
 from engine.store.rows import Claimed, NewStepRun, QueuedClaim
 from engine.store.status import EventKind, JobStatus
 from engine.transports.announce import Announced, announce, announce_freed
@@ -67,72 +65,18 @@ def hands_on(flow: Flow, claimed: Claimed) -> bool:
     return successor and claimed.fanout_key == ""
 
 
-# in JSON text as json.dumps writes it (ASCII): a NUL or a surrogate, escaped (or a
-# string holding a backslash and such letters, which the walk then clears)
-_SUSPECT = re.compile(r"\\u(?:0000|d[89a-f])")
-# in a string: what jsonb refuses (a surrogate is not a character: UTF-8 has none)
-_UNCARRIED = re.compile("[\x00\ud800-\udfff]")
-
-
 def checkpoint_json(output: BaseModel) -> dict[str, Any]:
     """``output`` as its checkpoint stores it (JSON), or :class:`OutputRefused`.
 
-    Refused: NaN and the infinities (JSON has no such numbers; ``json.dumps``
-    would write ``NaN``, which PostgreSQL refuses, and pydantic's JSON
-    ``null``, a silent change of value), a NUL character and a surrogate code
-    point in a string or a key (``jsonb`` refuses both). The message names
-    the first such field, by its path (``totals.ratio``, ``lines[3].note``),
-    and never quotes the value: it may be a document's.
+    Refused: what a ``jsonb`` column cannot carry (:mod:`engine.store.jsonb`:
+    NaN, an infinity, a NUL character, a surrogate), named by its field's
+    path, e.g. "output field 'totals.ratio' is NaN: JSON cannot carry it".
     """
     data: dict[str, Any] = output.model_dump(mode="json")
-    # the common case in C: one dump, refusing NaN and the infinities, one search
-    try:
-        suspect = _SUSPECT.search(json.dumps(data, allow_nan=False)) is not None
-    except ValueError:
-        suspect = True
-    if suspect:
-        problem = _uncarried(data, "")
-        if problem is not None:
-            raise OutputRefused(problem)
+    found = jsonb.uncarried(data)
+    if found is not None:
+        raise OutputRefused(found.describe("output"))
     return data
-
-
-def _uncarried(value: Any, path: str) -> str | None:
-    """Why the first value under ``path`` JSON cannot carry is refused; ``None``: none is."""
-    if isinstance(value, float) and not math.isfinite(value):
-        number = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-        return _refusal(path, f"is {number}")
-    if isinstance(value, str):
-        bad = _bad_character(value)
-        return None if bad is None else _refusal(path, f"contains {bad}")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            bad = _bad_character(str(key))
-            if bad is not None:
-                return _refusal(path, f"has a key that contains {bad}")
-            found = _uncarried(item, f"{path}.{key}" if path else str(key))
-            if found is not None:
-                return found
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found = _uncarried(item, f"{path}[{index}]")
-            if found is not None:
-                return found
-    return None
-
-
-def _bad_character(text: str) -> str | None:
-    found = _UNCARRIED.search(text)
-    if found is None:
-        return None
-    char = found.group()
-    what = "a NUL character" if char == "\x00" else "a surrogate code point"
-    return f"{what} ({char!a} at index {found.start()})"
-
-
-def _refusal(path: str, what: str) -> str:
-    subject = f"output field {path!r}" if path else "output"
-    return f"{subject} {what}: JSON cannot carry it"
 
 
 def put_checkpoint(

@@ -6,7 +6,8 @@ output never becomes ``null`` and never takes a neighbour down, whether it
 runs alone, in a round of pure steps (one message for their checkpoints,
 :mod:`engine.runner.rounds`) or in a group commit (one COMMIT,
 :mod:`engine.runner.group`). It is retried under its policy: a step that is
-not deterministic may return a finite value next time. Flows:
+not deterministic may return a finite value next time. A job's parameters
+are refused the same way at submit, as the caller's bad input. Flows:
 ``tests/support/jsonflows.py``.
 """
 
@@ -22,7 +23,7 @@ from harness import fast_settings, run_of, thread_worker, wait_job_ended
 from jsonflows import FIELDS
 from test_group_commit import effects, group_order, one_runner, receive_all
 
-from engine import submit
+from engine import InvalidParameters, submit
 from engine.config import Settings
 from engine.flow import Flow, Step
 from engine.flow.registry import Registry
@@ -167,3 +168,21 @@ def test_group__a_refused_output_rolls_back_only_its_own_effects(
             assert (run["status"], run["attempts"]) == ("done", 1)
             assert effects(conn, job_id) == ["measure"]
             assert wait_job_ended(conn, job_id) == "done"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"ratio": float("nan")}, "params field 'ratio' is NaN: JSON cannot carry it"),
+        ({"ratio": float("-inf")}, "params field 'ratio' is -Infinity: JSON cannot carry it"),
+        ({"bad": "a\x00"}, "params field 'bad' contains a NUL character ('\\x00' at index 1)"),
+        ({"bad": "\udfff"}, "params field 'bad' contains a surrogate code point"),
+    ],
+)
+def test_submit__params_json_cannot_carry_are_refused_naming_the_field(
+    fast: Settings, conn: psycopg.Connection[Any], params: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidParameters) as refused:
+        submit("measure", params, settings=fast, registry=REGISTRY)
+    assert str(refused.value).startswith(f"invalid parameters for flow 'measure': {message}")
+    assert conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone() == {"n": 0}

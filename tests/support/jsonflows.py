@@ -26,6 +26,7 @@ from engine import Flow, RetryPolicy, StepContext
 class BadParams(Params):
     bad: str = ""
     bad_times: int = 1_000
+    ratio: float = 0.0  # a parameter a caller may pass as NaN (refused at submit)
 
 
 class Totals(BaseModel):
