@@ -186,3 +186,21 @@ def test_submit__params_json_cannot_carry_are_refused_naming_the_field(
         submit("measure", params, settings=fast, registry=REGISTRY)
     assert str(refused.value).startswith(f"invalid parameters for flow 'measure': {message}")
     assert conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone() == {"n": 0}
+
+
+@pytest.mark.parametrize(
+    ("kind", "shown"), [("raise_nul", "\\x00"), ("raise_surrogate", "\\ud800")]
+)
+def test_failure__an_error_message_json_cannot_carry_is_recorded_escaped(
+    fast: Settings, conn: psycopg.Connection[Any], kind: str, shown: str
+) -> None:
+    job_id = job(fast, "measure_ctx", 1, bad=kind, bad_times=1)
+    with thread_worker(fast, REGISTRY):
+        assert wait_job_ended(conn, job_id, timeout=20) == "done"
+    run = run_of(conn, job_id, "measure")
+    assert (run["status"], run["attempts"]) == ("done", 2), "retried at once, not left to lapse"
+    [retried] = conn.execute(
+        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'retried'", (job_id,)
+    ).fetchall()
+    assert retried["detail"]["error"].startswith("document INV-42 has a bad note: ")
+    assert shown in retried["detail"]["error"]

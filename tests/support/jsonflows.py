@@ -12,7 +12,9 @@ parameter ``bad`` names what the step's output holds in place of a good value:
   every attempt, two attempts at most;
 - ``measure_ctx``: one step that records its effect through ``ctx`` (a group
   commit's member), bad on its first ``bad_times`` attempts (a step that is
-  not deterministic may return a finite value next time).
+  not deterministic may return a finite value next time); with ``bad`` =
+  ``raise_nul`` or ``raise_surrogate`` it raises instead, its error message
+  holding a NUL or a lone surrogate.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class Measured(BaseModel):
     totals: Totals
     lines: list[Line]
 
+
+# what the step's error message holds instead, for ``bad`` = ``raise_nul``, ``raise_surrogate``
+RAISED = {"raise_nul": "before\x00after", "raise_surrogate": "caf\ud800"}
 
 # the field each kind of bad value lands in
 FIELDS = {
@@ -79,7 +84,10 @@ measure_ctx = Flow(
 @measure_ctx.step(name="measure", retry=TWO)
 def measure_effect(params: BadParams, ctx: StepContext) -> Measured:
     effect(ctx, params, "measure")
-    return measured(params.bad if ctx.attempt <= params.bad_times else "")
+    bad = params.bad if ctx.attempt <= params.bad_times else ""
+    if bad in RAISED:
+        raise ValueError(f"document INV-42 has a bad note: {RAISED[bad]!s}")
+    return measured(bad)
 
 
 flows = [measure, measure_ctx]
