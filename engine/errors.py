@@ -17,6 +17,9 @@
     │                                the CLI exits 1
     ├── ChecksFailed                 a check found broken identities (names each);
     │                                the CLI exits 1
+    ├── OutputRefused                a step returned an output its checkpoint's JSON
+    │                                cannot carry (names the field); the step run
+    │                                fails as if its code raised
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
     ├── StoreError                   a database driver error, wrapped once in
@@ -125,6 +128,18 @@ class JobFailed(EngineError):
     """A job the caller waited for ended failed or cancelled (the CLI exits 1).
 
     The command has shown how the job ended already, so the CLI adds no message.
+    """
+
+
+class OutputRefused(EngineError):
+    """A step's output holds a value its checkpoint's JSON cannot carry; names the field.
+
+    NaN and the infinities (JSON has no such numbers), and in strings a NUL
+    character or a surrogate code point (PostgreSQL's ``jsonb`` refuses both).
+    Raised before anything is written, by the step run's own attempt: it fails
+    as if its code had raised, retried under its policy (a step that is not
+    deterministic may return a finite value next time), never stored as
+    ``null`` and never failing a neighbour's checkpoint in a round or a group.
     """
 
 

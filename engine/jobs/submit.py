@@ -28,6 +28,7 @@ from engine.flow.registry import Registry
 from engine.jobs.fingerprint import job_fingerprint
 from engine.jobs.plan import root_runs
 from engine.jobs.transaction import in_transaction
+from engine.store import jsonb
 from engine.store.status import EventKind, JobStatus
 from engine.transports import transport_for
 from engine.transports.announce import announce
@@ -146,8 +147,12 @@ def submit_in(
     the moment the caller commits (nothing is sent on rollback). The flow's
     admission check runs first, in the same transaction.
     """
-    admit(flow, params, conn)
     params_json = params.model_dump(mode="json")
+    found = jsonb.uncarried(params_json)
+    if found is not None:
+        # the caller's bad input, named: not a driver error that aborts its transaction
+        raise InvalidParameters(flow.name, [found.describe("params")])
+    admit(flow, params, conn)
     child_of = None if parent is None else (parent.step_run_id, parent.key)
     fingerprint = job_fingerprint(flow.name, flow.version, params, scheduled_for, child_of)
     for _ in range(_MAX_ROUNDS):

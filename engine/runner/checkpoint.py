@@ -15,6 +15,14 @@ job's row lock, so no other worker can have seen it pending) and runs it
 next with the checkpoint it already holds. That run has no message at all:
 its lease keeps it, and should the slot die the lease lapses and the sweeper
 announces it (invariant 9).
+
+What a checkpoint stores is the output as JSON (:func:`checkpoint_json`),
+taken by the step run's own attempt, before anything is written: a value the
+checkpoint's ``jsonb`` cannot carry (NaN, an infinity, a NUL character, a
+surrogate) fails that step run alone, as if its code had raised
+(:class:`~engine.errors.OutputRefused`, naming the field), and is retried
+under its policy. Left to the database, it failed the statement, and with it
+the neighbours' checkpoints of a round (:mod:`engine.runner.rounds`).
 """
 
 from __future__ import annotations
@@ -30,18 +38,19 @@ from pydantic import BaseModel
 
 from engine import store
 from engine.config import Settings
-from engine.errors import LeaseLost
+from engine.errors import LeaseLost, OutputRefused
 from engine.flow import Flow
 from engine.infra import faults
 from engine.jobs.ending import job_ended
 from engine.jobs.plan import Outputs, schedule_ready
 from engine.runner.outcome import Continuation
+from engine.store import jsonb
 from engine.store.rows import Claimed, NewStepRun, QueuedClaim
 from engine.store.status import EventKind, JobStatus
 from engine.transports.announce import Announced, announce, announce_freed
 from engine.transports.base import Transport
 
-__all__ = ["FollowUp", "follow_up", "hands_on", "put_checkpoint"]
+__all__ = ["FollowUp", "checkpoint_json", "follow_up", "hands_on", "put_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +65,32 @@ def hands_on(flow: Flow, claimed: Claimed) -> bool:
     return successor and claimed.fanout_key == ""
 
 
+def checkpoint_json(output: BaseModel) -> dict[str, Any]:
+    """``output`` as its checkpoint stores it (JSON), or :class:`OutputRefused`.
+
+    Refused: what a ``jsonb`` column cannot carry (:mod:`engine.store.jsonb`:
+    NaN, an infinity, a NUL character, a surrogate), named by its field's
+    path, e.g. "output field 'totals.ratio' is NaN: JSON cannot carry it".
+    """
+    data: dict[str, Any] = output.model_dump(mode="json")
+    found = jsonb.uncarried(data)
+    if found is not None:
+        raise OutputRefused(found.describe("output"))
+    return data
+
+
 def put_checkpoint(
     conn: psycopg.Connection[Any],
     flow: Flow,
     claimed: Claimed,
-    output: BaseModel,
+    output: dict[str, Any],
     worker: str,
     *,
     begin: Callable[[], None] | None,
     savepoint: bool,
 ) -> store.Checkpointed:
-    """Write ``output`` as the step run's checkpoint, fenced by its lease token.
+    """Write ``output`` (:func:`checkpoint_json`) as the step run's checkpoint, fenced by its
+    lease token.
 
     :class:`LeaseLost` when the token no longer matches: nothing is written.
     """
@@ -75,7 +99,7 @@ def put_checkpoint(
         step_run_id=claimed.id,
         job_id=claimed.job_id,
         token=claimed.token,
-        output=output.model_dump(mode="json"),
+        output=output,
         worker=worker,
         with_output=hands_on(flow, claimed),
         begin=begin,

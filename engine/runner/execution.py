@@ -28,7 +28,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from engine import store
 from engine.alerts import AlertRecorder
@@ -40,7 +40,7 @@ from engine.flow.retry import Cancel, Fail
 from engine.infra import faults, logs, metrics
 from engine.jobs.ending import render_report
 from engine.jobs.plan import Outputs, raw_inputs, sources, upstream_outputs
-from engine.runner.checkpoint import FollowUp, follow_up, put_checkpoint
+from engine.runner.checkpoint import FollowUp, checkpoint_json, follow_up, put_checkpoint
 from engine.runner.context import StepContext
 from engine.runner.failures import Failures
 from engine.runner.group import GroupCommit
@@ -212,8 +212,14 @@ class Executor:
         self.failures.ack_after_commit(lease)
         return done
 
-    def compute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> BaseModel:
-        """Call the step with its inputs: its output, checked, and the lease still ours."""
+    def compute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> dict[str, Any]:
+        """Call the step with its inputs: its output as its checkpoint stores it, checked, and
+        the lease still ours.
+
+        An output JSON cannot carry fails here, in this step run's own attempt
+        (:func:`~engine.runner.checkpoint.checkpoint_json`), before any statement
+        of its checkpoint: a round's or a group's neighbours never see it.
+        """
         claimed = lease.claimed
         ctx = StepContext(
             conn=self.conn,
@@ -235,8 +241,9 @@ class Executor:
                 f"expected {step.output.__name__}"
             )
         ctx.check()
+        data = checkpoint_json(output)
         lease.finishing = True
-        return output
+        return data
 
     def not_checkpointed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
         """The step stopped short of its checkpoint: fenced, cancelled, waiting or failed."""
@@ -286,7 +293,7 @@ class Executor:
         self,
         flow: Flow,
         claimed: Claimed,
-        output: BaseModel,
+        output: dict[str, Any],
         lease: Lease,
         begin: Callable[[], None] | None,
         commit: Callable[[], None],

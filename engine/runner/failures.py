@@ -41,10 +41,24 @@ log = logging.getLogger(__name__)
 def error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
     return {
         "type": type(exc).__name__,
-        "message": str(exc)[:4000],
-        "traceback": "".join(traceback.format_exception(exc))[-16000:],
+        "message": _recordable(str(exc))[:4000],
+        "traceback": _recordable("".join(traceback.format_exception(exc)))[-16000:],
         "attempt": attempt,
     }
+
+
+def _recordable(text: str) -> str:
+    """``text`` with what jsonb and a text column refuse (NUL, surrogates) escaped.
+
+    A step's error may quote data it choked on; left as it is, the write of
+    its failure failed, and the step run waited for its lease to lapse.
+    """
+    text = text.replace("\x00", "\\x00")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode(errors="backslashreplace").decode()
+    return text
 
 
 class Failures:

@@ -28,9 +28,9 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import psycopg
-from pydantic import BaseModel
 
 from engine import store
 from engine.errors import StoreError
@@ -63,7 +63,7 @@ def pure(step: Step) -> bool:
 @dataclass
 class _Computed:
     member: RoundMember
-    output: BaseModel
+    output: dict[str, Any]  # as its checkpoint stores it, checked by its own attempt
     started: float
     ran: float  # the step's own call: what decides whether it is quick
 
@@ -111,7 +111,7 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
                     step_run_id=c.member.lease.claimed.id,
                     job_id=c.member.lease.claimed.job_id,
                     token=c.member.lease.claimed.token,
-                    output=c.output.model_dump(mode="json"),
+                    output=c.output,
                     with_output=hands_on(c.member.flow, c.member.lease.claimed),
                 )
                 for c in computed

@@ -29,6 +29,7 @@ statement that writes it, whoever calls it (``claims`` and ``leases`` share
   runs) and the versions in flight.
 
 ``rows`` holds the types they return, ``errors`` the driver-error wrapping,
+``jsonb`` what a ``jsonb`` column can carry (checked before a statement),
 ``queries`` the ``.sql`` loader, ``batch`` the one-message sending of
 statements that need no answer yet (what commits with a checkpoint);
 ``models`` and ``read`` are the typed, read-only side for the CLI and reports

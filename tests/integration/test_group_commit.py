@@ -22,6 +22,7 @@ from harness import fast_settings, flows_registry, thread_worker, wait_job_ended
 from engine import store, submit
 from engine.alerts import AlertRecorder
 from engine.config import Settings
+from engine.flow.registry import Registry
 from engine.infra import faults
 from engine.runner import Outcome, StepRunner, execution
 from engine.runner.claim import claim_many
@@ -40,8 +41,10 @@ def fast(settings: Settings) -> Settings:
 
 
 @contextmanager
-def one_runner(settings: Settings) -> Iterator[tuple[StepRunner, PostgresTransport]]:
-    """A bare executor slot that knows chain's and fan's steps as quick (seen finishing fast)."""
+def one_runner(
+    settings: Settings, registry: Registry | None = None, quick: tuple[str, ...] = ("chain", "fan")
+) -> Iterator[tuple[StepRunner, PostgresTransport]]:
+    """A bare executor slot that knows the steps of ``quick`` flows as quick (seen finishing)."""
     transport = PostgresTransport(settings)
     heartbeat = Heartbeat(settings, transport, "slot")
     conn = connect_worker(settings)
@@ -49,14 +52,14 @@ def one_runner(settings: Settings) -> Iterator[tuple[StepRunner, PostgresTranspo
     try:
         runner = StepRunner(
             settings=settings,
-            registry=flows_registry(),
+            registry=registry or flows_registry(),
             transport=transport,
             worker="slot",
             conn=conn,
             heartbeat=heartbeat,
             alerts=AlertRecorder(["log"]),
         )
-        for flow in ("chain", "fan"):
+        for flow in quick:
             for step in runner.registry.get(flow).steps:
                 runner.executor.group.times.record(flow, step, 0.001)
         yield runner, transport
