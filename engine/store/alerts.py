@@ -1,7 +1,10 @@
 """Alerts and their deliveries: one alert per dead letter, one delivery per sink.
 
 An alert is written in the transaction that wrote its dead letter, so a dead
-letter without its alert (or the reverse) never commits. Deliveries are
+letter without its alert (or the reverse) never commits. The same holds for
+a schedule's fire that submitted no job; orphaned flow versions and schedules
+whose flow no live worker loads are alerted by the sweeper, each once per
+key (a partial unique index). Deliveries are
 claimed like step runs (a conditional UPDATE with a fresh token and a claim
 that lapses), so whichever worker's dispatcher finds one sends it, a lapsed
 claim is taken over, and an outcome is recorded only by the claim's holder.
