@@ -342,6 +342,21 @@ def test_schedule_fire__under_the_worker_role(
     assert fired.job_id is not None and len(jobs(conn)) == 1
 
 
+def test_schedule_fire__a_refusal_is_recorded_and_alerted_under_the_worker_role(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    REFUSED.add("2026-11")
+    add(settings, registry)
+    age(conn, "now() - interval '1 minute'")
+    as_worker = settings.model_copy(update={"session_role": "engine_worker"})
+    [fired] = fire_once(as_worker, registry)
+    assert fired.outcome == "refused" and len(schedule_alerts(conn)) == 1
+    add(settings, registry, name="unloaded")
+    age(conn, "now() - interval '2 hours'", name="unloaded")
+    sweep(as_worker)
+    assert [a["schedule"] for a in schedule_alerts(conn)] == ["nightly", "unloaded"]
+
+
 def test_worker__fires_a_due_schedule_and_runs_its_job(
     settings: Settings, conn: psycopg.Connection[Any], registry: Registry
 ) -> None:
