@@ -275,6 +275,14 @@ class Settings(BaseSettings):
             "worker for this long (a rolling deploy that left it behind)"
         ),
     )
+    schedule_unloaded_alert_s: float = Field(
+        default=600.0,
+        ge=0,
+        description=(
+            "one alert per scheduled time when a schedule has been due this long and no live "
+            "worker has loaded its flow for this long"
+        ),
+    )
     over_limit_delay_s: float = Field(
         default=30.0,
         gt=0,

@@ -3,7 +3,11 @@
 One more kind (``source: version``): a flow version that active jobs need
 and no live worker has loaded for ``ENGINE_VERSION_ORPHAN_ALERT_S`` gets one
 alert per orphan episode, recorded by the sweeper (:mod:`engine.worker.roster`)
-and delivered the same way.
+and delivered the same way. And ``source: schedule``: a scheduled time that
+did not submit its job gets one alert per schedule and time, whether its
+submit was refused or raised (recorded by the firer with the fire) or no live
+worker loads its flow (recorded by the sweeper once it is
+``ENGINE_SCHEDULE_UNLOADED_ALERT_S`` late).
 
 A dead letter (a step run past its attempt cap, a message that can never be
 handled) is written together with its alert, in one transaction, by
@@ -34,6 +38,7 @@ import psycopg
 
 from engine import store
 from engine.store.rows import ClaimedDelivery
+from engine.store.status import FireOutcome
 
 __all__ = ["Alert", "AlertRecorder", "AlertSink"]
 
@@ -54,6 +59,8 @@ class Alert:
     source: str = "step"
     created_at: datetime | None = None
     flow_version: int | None = None
+    schedule: str | None = None
+    scheduled_for: datetime | None = None
 
     @classmethod
     def of_delivery(cls, delivery: ClaimedDelivery, report_link: str | None) -> Alert:
@@ -73,6 +80,8 @@ class Alert:
             source=delivery.source,
             created_at=delivery.created_at,
             flow_version=delivery.flow_version,
+            schedule=delivery.schedule,
+            scheduled_for=delivery.scheduled_for,
         )
 
     @property
@@ -82,6 +91,8 @@ class Alert:
             return "dead letter: a message that can never be handled"
         if self.source == "version":
             return f"flow {self.flow} version {self.flow_version}: loaded by no live worker"
+        if self.source == "schedule":
+            return f"schedule {self.schedule}: {self.error}"
         where = f"{self.flow or '?'}/{self.step or '?'}"
         return f"dead letter: {where} of job {self.job_id}"
 
@@ -100,21 +111,30 @@ class Alert:
             "reason": self.reason,
             "report": self.report_link,
             "created_at": None if self.created_at is None else self.created_at.isoformat(),
+            "schedule": self.schedule,
+            "scheduled_for": None if self.scheduled_for is None else self.scheduled_for.isoformat(),
         }
 
     def text(self) -> str:
         """A few readable lines: the title, then each field that is known."""
         lines = [self.title]
+        # a schedule's error is its title; its reason says which time and what to do
+        told = self.source in ("message", "version", "schedule")
         for name, value in (
+            ("schedule", self.schedule),
+            (
+                "scheduled for",
+                None if self.scheduled_for is None else self.scheduled_for.isoformat(),
+            ),
             ("job", self.job_id if self.source != "version" else None),
             ("oldest job", self.job_id if self.source == "version" else None),
             ("flow", self.flow),
             ("version", self.flow_version),
             ("step", self.step),
             ("attempts", self.attempts),
-            ("error", self.error if self.source != "version" else None),
+            ("error", self.error if self.source not in ("version", "schedule") else None),
             ("report", self.report_link),
-            ("reason", self.reason if self.source in ("message", "version") else None),
+            ("reason", self.reason if told else None),
             ("alert", self.alert_id),
         ):
             if value not in (None, ""):
@@ -164,5 +184,42 @@ class AlertRecorder:
         version some sweeper alerted already in its episode).
         """
         return store.alert_insert_for_orphaned_versions(
+            conn, live_s=live_s, alert_after_s=alert_after_s, sinks=self.sinks
+        )
+
+    def record_schedule_fire(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        schedule_id: int,
+        scheduled_for: datetime,
+        outcome: FireOutcome,
+        error: str,
+    ) -> bool:
+        """Alert a fire this transaction recorded as ``refused`` or ``error``.
+
+        ``False`` when that schedule's time was alerted already.
+        """
+        return (
+            store.alert_insert_for_schedule_fire(
+                conn,
+                schedule_id=schedule_id,
+                scheduled_for=scheduled_for,
+                outcome=outcome,
+                error=error,
+                sinks=self.sinks,
+            )
+            is not None
+        )
+
+    def record_unloaded_schedules(
+        self, conn: psycopg.Connection[Any], *, live_s: float, alert_after_s: float
+    ) -> list[tuple[int, str, str]]:
+        """Alert every schedule due past ``alert_after_s`` whose flow no live worker loads.
+
+        Once per schedule and scheduled time; ``(alert_id, schedule, flow)``
+        of each alert this call made.
+        """
+        return store.alert_insert_for_unloaded_schedules(
             conn, live_s=live_s, alert_after_s=alert_after_s, sinks=self.sinks
         )

@@ -15,7 +15,8 @@ __all__ = ["alerts"]
 
 @click.group()
 def alerts() -> None:
-    """Alerts: one per dead letter (and per orphaned flow version), delivered to every sink."""
+    """Alerts: one per dead letter (per orphaned flow version, per schedule time that did not
+    submit its job), delivered to every sink."""
 
 
 @alerts.command("list")
@@ -46,6 +47,10 @@ def _block(r: dict[str, Any]) -> str:
     elif r["source"] == "version":
         what = f"  flow {r['flow']} version {r['flow_version']} loaded by no live worker"
         what += f"  oldest job {r['job_id']}"
+    elif r["source"] == "schedule":
+        what = (
+            f"  schedule {r['schedule']}  {r['flow']}  for {r['scheduled_for']:%Y-%m-%d %H:%M} UTC"
+        )
     else:
         what = "  a message that can never be handled"
     lines = [head, what, f"  error: {r['error_line']}"]

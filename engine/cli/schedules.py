@@ -135,9 +135,16 @@ def _when(t: datetime) -> str:
 
 
 def _last(s: Schedule) -> str:
+    """The last fire's outcome (its job, or why it has none), then a due time nobody fires."""
+    lines = []
     if s.last_fired_for is None:
-        return "never"
-    text = f"{_when(s.last_fired_for.astimezone(s.next_fire_local.tzinfo))} job {s.last_job_id}"
-    if s.last_error:
-        text += f"\nrefused: {s.last_error}"
-    return text
+        lines.append("never")
+    else:
+        when = _when(s.last_fired_for.astimezone(s.next_fire_local.tzinfo))
+        if s.last_outcome == "job":
+            lines.append(f"{when} job {s.last_job_id}")
+        else:  # refused or error (a fire recorded before outcomes were is a refusal)
+            lines.append(f"{when} {s.last_outcome or 'refused'}: {s.last_error}")
+    if s.unloaded:
+        lines.append(f"due: no worker loads flow {s.flow}")
+    return "\n".join(lines)

@@ -16,11 +16,19 @@ scheduled time fires exactly once, whatever the number of workers:
 
 Times missed while no worker was up fire once on return, as the latest of
 them (``catch_up latest``, the default), or each once with ``catch_up all``
-(at most :data:`engine.schedules.calendar.CATCH_UP_LIMIT`, the latest ones). A submit the
-flow refuses (its admission check raises :class:`engine.Refused`, or the
-parameters no longer validate) is recorded on the fire and as the schedule's
-``last_error``, logged, and the schedule moves on: the worker is not stopped
-by it. Other errors roll the claim back and the time is tried again.
+(at most :data:`engine.schedules.calendar.CATCH_UP_LIMIT`, the latest ones).
+
+A time that submits no job does not pass in silence. A submit the flow
+refuses (its admission check raises :class:`engine.Refused`, or the
+parameters no longer validate: outcome ``refused``) or that raises (a bug in
+an admission check, a constraint: outcome ``error``) is undone alone (a
+savepoint), recorded on the fire and as the schedule's ``last_error``,
+logged, and alerted once per schedule and time (the alert commits with the
+fire, through the dead letters' sinks); the schedule moves on and the worker
+is not stopped by it. Only a lost race (:class:`engine.errors.Contention`)
+or an outage rolls the claim back, and the time is tried again. A schedule
+whose flow no live worker loads is never fired here: the sweeper alerts it
+(:meth:`engine.alerts.AlertRecorder.record_unloaded_schedules`).
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ from typing import Any
 import psycopg
 
 from engine import store
-from engine.config import Settings
+from engine.alerts import AlertRecorder
+from engine.config import Settings, mask_secrets
 from engine.errors import BadInput, Contention
 from engine.flow import Flow
 from engine.flow.registry import Registry
@@ -46,7 +55,7 @@ from engine.jobs.submit import submit
 from engine.schedules.calendar import Calendar, resolve_params
 from engine.store import db
 from engine.store.schedules import DueSchedule, SlotTaken
-from engine.store.status import CatchUp
+from engine.store.status import CatchUp, FireOutcome
 from engine.transports import transport_for
 from engine.transports.base import Transport
 
@@ -59,13 +68,18 @@ _DUE_BATCH = 50  # due schedules read per round
 
 @dataclass(frozen=True)
 class Fired:
-    """One scheduled time fired: its job, or why the flow refused it."""
+    """One scheduled time fired: its job, or why it has none.
+
+    ``outcome`` is ``job``, ``refused`` (the flow said no) or ``error`` (the
+    submit raised); ``error`` holds the reason of the last two.
+    """
 
     schedule: str
     scheduled_for: datetime
     job_id: uuid.UUID | None
     created: bool
     error: str | None = None
+    outcome: FireOutcome = FireOutcome.JOB
 
 
 class ScheduleFirer:
@@ -81,8 +95,11 @@ class ScheduleFirer:
         stop: threading.Event | None = None,
         outage: Outage | None = None,
         connect: Callable[[], psycopg.Connection[Any]] | None = None,
+        alerts: AlertRecorder | None = None,
     ) -> None:
         self.settings = settings
+        # a time that submits no job is alerted with its fire, like a dead letter
+        self.alerts = alerts or AlertRecorder(list(dict.fromkeys(settings.alert_sinks)))
         self.registry = registry
         self.worker = worker
         self.transport = transport or transport_for(settings)
@@ -128,7 +145,20 @@ class ScheduleFirer:
                 store.schedule_record_fired(
                     conn, due.id, last.scheduled_for, job_id=job, error=last.error
                 )
+            alerted = [
+                self.alerts.record_schedule_fire(
+                    conn,
+                    schedule_id=due.id,
+                    scheduled_for=f.scheduled_for,
+                    outcome=f.outcome,
+                    error=f.error,
+                )
+                for f in fired
+                if f.error is not None
+            ]
             faults.hit("schedule_before_commit")
+        if any(alerted):
+            self.alerts.wake()
         if plan.skipped:
             log.warning(
                 "schedule %s: %d missed time(s) not fired (catch-up %s fires %s)",
@@ -160,7 +190,7 @@ class ScheduleFirer:
             log.warning("schedule %s: %s was fired already", due.name, slot.isoformat())
             return None
         try:
-            with conn.transaction():  # a refusal undoes this submit only, not the claim
+            with conn.transaction():  # a refusal or an error undoes this submit only
                 result = submit(
                     flow,
                     resolve_params(due.params, slot, calendar.tz),
@@ -172,18 +202,41 @@ class ScheduleFirer:
                     scheduled_for=slot,
                 )
         except BadInput as exc:  # the admission check refused, or the params no longer fit
-            error = str(exc)
-            store.schedule_fire_set_outcome(conn, due.id, slot, job_id=None, error=error)
-            log.warning(
-                "schedule %s: the %s job for %s was refused: %s (the schedule moves on)",
-                due.name,
-                due.flow,
-                slot.isoformat(),
-                error,
-            )
-            return Fired(due.name, slot, None, False, error)
-        store.schedule_fire_set_outcome(conn, due.id, slot, job_id=result.job_id, error=None)
+            return self._not_submitted(conn, due, slot, FireOutcome.REFUSED, str(exc))
+        except Contention:
+            raise  # a lost race: the claim rolls back and the time is tried again
+        except Exception as exc:
+            if is_outage(exc) or conn.broken:
+                raise  # nothing can be recorded: the time stays due for the next round
+            log.exception("schedule %s: submitting the %s job raised", due.name, due.flow)
+            reason = mask_secrets(f"{type(exc).__name__}: {exc}".partition("\n")[0])[:500]
+            return self._not_submitted(conn, due, slot, FireOutcome.ERROR, reason)
+        store.schedule_fire_set_outcome(
+            conn, due.id, slot, outcome=FireOutcome.JOB, job_id=result.job_id, error=None
+        )
         return Fired(due.name, slot, result.job_id, result.created)
+
+    def _not_submitted(
+        self,
+        conn: psycopg.Connection[Any],
+        due: DueSchedule,
+        slot: datetime,
+        outcome: FireOutcome,
+        error: str,
+    ) -> Fired:
+        store.schedule_fire_set_outcome(
+            conn, due.id, slot, outcome=outcome, job_id=None, error=error
+        )
+        log.warning(
+            "schedule %s: the %s job for %s was not submitted (%s: %s); alerted, "
+            "the schedule moves on",
+            due.name,
+            due.flow,
+            slot.isoformat(),
+            outcome,
+            error,
+        )
+        return Fired(due.name, slot, None, False, error, outcome)
 
     # -- one round, and the thread ----------------------------------------------------------
 

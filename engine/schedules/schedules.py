@@ -50,9 +50,13 @@ class Schedule:
     next_fire_local: datetime
     last_fired_for: datetime | None
     last_fired_at: datetime | None
-    last_job_id: uuid.UUID | None
+    last_job_id: (
+        uuid.UUID | None
+    )  # the last job it submitted (an earlier fire's, if the last had none)
     last_error: str | None
     created_by: str | None
+    last_outcome: str | None = None  # the last fire's: job, refused or error
+    unloaded: bool = False  # due, and no live worker loads its flow: nobody fires it
 
     def as_json(self) -> dict[str, Any]:
         def iso(t: datetime | None) -> str | None:
@@ -71,6 +75,8 @@ class Schedule:
             "last_fired_at": iso(self.last_fired_at),
             "last_job_id": None if self.last_job_id is None else str(self.last_job_id),
             "last_error": self.last_error,
+            "last_outcome": self.last_outcome,
+            "unloaded": self.unloaded,
             "created_by": self.created_by,
         }
 
@@ -91,6 +97,8 @@ class Schedule:
             last_job_id=row["last_job_id"],
             last_error=row["last_error"],
             created_by=row["created_by"],
+            last_outcome=row.get("last_outcome"),
+            unloaded=bool(row.get("unloaded")),
         )
 
 
@@ -145,14 +153,16 @@ def add_schedule(
             raise BadInput(
                 f"a schedule named {name!r} exists; `engine schedule remove {name}` first"
             )
-        rows = store.schedule_select_all(conn)
+        rows = store.schedule_select_all(conn, live_s=settings.worker_live_s)
     return next(Schedule.from_row(r) for r in rows if r["name"] == name)
 
 
 def list_schedules(settings: Settings | None = None) -> list[Schedule]:
-    """Every schedule, by name."""
-    with db.connect(settings or Settings()) as conn:
-        return [Schedule.from_row(r) for r in store.schedule_select_all(conn)]
+    """Every schedule, by name, with its last fire's outcome and whether a worker loads it."""
+    settings = settings or Settings()
+    with db.connect(settings) as conn:
+        rows = store.schedule_select_all(conn, live_s=settings.worker_live_s)
+    return [Schedule.from_row(r) for r in rows]
 
 
 def remove_schedule(name: str, settings: Settings | None = None) -> None:

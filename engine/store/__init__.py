@@ -19,7 +19,8 @@ statement that writes it, whoever calls it (``claims`` and ``leases`` share
 - ``jobs``: submit once per fingerprint, finish, cancel, reopen;
 - ``outbox``: announcements, their relay, the sweeper's re-announcements;
 - ``dead_letters``: step runs past their cap and unusable messages;
-- ``alerts``: one alert per dead letter and its deliveries, one per sink;
+- ``alerts``: one alert per dead letter (orphaned version, schedule time) and
+  its deliveries, one per sink;
 - ``schedules``: calendars of jobs and each scheduled time they fired;
 - ``signals``: one signal per job and name, and what a waiting step finds;
 - ``events``: the append-only history;

@@ -1,7 +1,10 @@
 """Alerts and their deliveries: one alert per dead letter, one delivery per sink.
 
 An alert is written in the transaction that wrote its dead letter, so a dead
-letter without its alert (or the reverse) never commits. Deliveries are
+letter without its alert (or the reverse) never commits. The same holds for
+a schedule's fire that submitted no job; orphaned flow versions and schedules
+whose flow no live worker loads are alerted by the sweeper, each once per
+key (a partial unique index). Deliveries are
 claimed like step runs (a conditional UPDATE with a fresh token and a claim
 that lapses), so whichever worker's dispatcher finds one sends it, a lapsed
 claim is taken over, and an outcome is recorded only by the claim's holder.
@@ -10,6 +13,7 @@ claim is taken over, and an outcome is recorded only by the claim's holder.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -18,6 +22,7 @@ from psycopg.rows import dict_row
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import ClaimedDelivery, column
+from engine.store.status import FireOutcome
 
 __all__ = [
     "alert_delivery_claim_due_many",
@@ -28,6 +33,8 @@ __all__ = [
     "alert_exists",
     "alert_insert_for_dead_letter",
     "alert_insert_for_orphaned_versions",
+    "alert_insert_for_schedule_fire",
+    "alert_insert_for_unloaded_schedules",
     "alert_select_recent",
 ]
 
@@ -61,6 +68,46 @@ def alert_insert_for_orphaned_versions(
             {"live_s": live_s, "alert_after_s": alert_after_s, "sinks": list(sinks)},
         )
         return [(int(r["id"]), str(r["flow"]), int(r["flow_version"])) for r in cur.fetchall()]
+
+
+@wrap_errors
+def alert_insert_for_schedule_fire(
+    conn: psycopg.Connection[Any],
+    *,
+    schedule_id: int,
+    scheduled_for: datetime,
+    outcome: FireOutcome,
+    error: str,
+    sinks: Sequence[str],
+) -> int | None:
+    """The new alert's id; ``None`` when this schedule's time was alerted already."""
+    row = conn.execute(
+        _q["alert_insert_for_schedule_fire"],
+        {
+            "schedule_id": schedule_id,
+            "scheduled_for": scheduled_for,
+            "outcome": outcome.value,
+            "error": error,
+            "sinks": list(sinks),
+        },
+    ).fetchone()
+    return None if row is None else int(column(row, "id"))
+
+
+@wrap_errors
+def alert_insert_for_unloaded_schedules(
+    conn: psycopg.Connection[Any], *, live_s: float, alert_after_s: float, sinks: Sequence[str]
+) -> list[tuple[int, str, str]]:
+    """Alert each schedule due while no live worker loads its flow, once per scheduled time.
+
+    Returns ``(alert_id, schedule, flow)`` of the alerts this call made.
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            _q["alert_insert_for_unloaded_schedules"],
+            {"live_s": live_s, "alert_after_s": alert_after_s, "sinks": list(sinks)},
+        )
+        return [(int(r["id"]), str(r["schedule"]), str(r["flow"])) for r in cur.fetchall()]
 
 
 @wrap_errors

@@ -24,6 +24,7 @@ from engine.store.status import (
     CatchUp,
     DeadLetterSource,
     EventKind,
+    FireOutcome,
     JobStatus,
     StepStatus,
     WorkerStatus,
@@ -246,6 +247,9 @@ class AlertRow(SQLModel, table=True):
     created_at: datetime = _ts(False)
     flow_version: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
     episode: datetime | None = _ts(True)
+    schedule_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    schedule: str | None = _text(True)
+    scheduled_for: datetime | None = _ts(True)
 
 
 class AlertDelivery(SQLModel, table=True):
@@ -293,7 +297,7 @@ class ScheduleRow(SQLModel, table=True):
 
 
 class ScheduleFire(SQLModel, table=True):
-    """One scheduled time a schedule fired: its job, or why it was refused."""
+    """One scheduled time a schedule fired: its job, or why it has none (refused, error)."""
 
     __tablename__ = "engine_schedule_fires"
 
@@ -305,6 +309,9 @@ class ScheduleFire(SQLModel, table=True):
     error: str | None = _text(True)
     fired_by: str = _text(False)
     fired_at: datetime = _ts(False)
+    outcome: FireOutcome | None = Field(
+        default=None, sa_column=Column(EnumText(FireOutcome), nullable=True)
+    )
 
 
 class WorkerRecord(SQLModel, table=True):
@@ -334,4 +341,5 @@ ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {
     "engine_workers": {"status": WorkerStatus},
     "engine_alert_deliveries": {"status": AlertDeliveryStatus},
     "engine_schedules": {"catch_up": CatchUp},
+    "engine_schedule_fires": {"outcome": FireOutcome},
 }

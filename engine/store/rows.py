@@ -287,6 +287,8 @@ class ClaimedDelivery:
     reason: str
     created_at: datetime
     flow_version: int | None = None  # an orphaned version's alert
+    schedule: str | None = None  # a schedule's alert: its name and the time that did not fire
+    scheduled_for: datetime | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ClaimedDelivery:
@@ -306,6 +308,8 @@ class ClaimedDelivery:
             reason=row["reason"],
             created_at=row["created_at"],
             flow_version=row.get("flow_version"),
+            schedule=row.get("schedule"),
+            scheduled_for=row.get("scheduled_for"),
         )
 
 

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.status import CatchUp
+from engine.store.status import CatchUp, FireOutcome
 
 __all__ = [
     "DueSchedule",
@@ -114,9 +114,10 @@ def schedule_delete_by_name(conn: psycopg.Connection[Any], name: str) -> bool:
 
 
 @wrap_errors
-def schedule_select_all(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+def schedule_select_all(conn: psycopg.Connection[Any], *, live_s: float) -> list[dict[str, Any]]:
+    """Every schedule, its last fire's ``last_outcome``, and ``unloaded`` (due, no live worker)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_q["schedule_select_all"]).fetchall()
+        return cur.execute(_q["schedule_select_all"], {"live_s": live_s}).fetchall()
 
 
 @wrap_errors
@@ -173,14 +174,17 @@ def schedule_fire_set_outcome(
     schedule_id: int,
     scheduled_for: datetime,
     *,
+    outcome: FireOutcome,
     job_id: uuid.UUID | None,
     error: str | None,
 ) -> None:
+    """``outcome``: ``job`` (with ``job_id``), ``refused`` or ``error`` (with ``error``)."""
     conn.execute(
         _q["schedule_fire_set_outcome"],
         {
             "schedule_id": schedule_id,
             "scheduled_for": scheduled_for,
+            "outcome": outcome.value,
             "job_id": job_id,
             "error": error,
         },

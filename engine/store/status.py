@@ -72,11 +72,21 @@ class CatchUp(enum.StrEnum):
 
 
 class AlertSource(enum.StrEnum):
-    """What an alert is about: a dead step run, a dead message, an orphaned flow version."""
+    """What an alert is about: a dead step run, a dead message, an orphaned flow version,
+    a schedule's time that submitted no job."""
 
     STEP = "step"
     MESSAGE = "message"
     VERSION = "version"
+    SCHEDULE = "schedule"
+
+
+class FireOutcome(enum.StrEnum):
+    """What a scheduled time's fire did: submitted its job, or why it has none."""
+
+    JOB = "job"
+    REFUSED = "refused"  # the flow said no (its admission check, its parameters)
+    ERROR = "error"  # the submit raised
 
 
 class WorkerStatus(enum.StrEnum):

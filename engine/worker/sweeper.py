@@ -20,7 +20,9 @@ the relay hands each outbox row on once via SKIP LOCKED). Each round:
    publish) and due retries reach the transport;
 5. a flow version that active jobs need and no live worker has loaded for
    ``version_orphan_alert_s`` gets its one alert of the episode
-   (:mod:`engine.worker.roster`).
+   (:mod:`engine.worker.roster`), and a schedule due for
+   ``schedule_unloaded_alert_s`` whose flow no live worker has loaded for as
+   long gets its one alert of that scheduled time (no worker would fire it).
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class Sweeper:
                     conn, republish_after_s=self.settings.republish_after_s, limit=1000
                 )
                 alerted += self._alert_orphaned_versions(conn)
+                alerted += self._alert_unloaded_schedules(conn)
                 # an external queue's rows are sent by the relay below, after the commit
                 announce(conn, self.transport, outbox_ids=announced)
                 # concurrency slots freed by the dead, the cancelled, and holders whose
@@ -165,6 +168,21 @@ class Sweeper:
                 "(alert %d)",
                 flow,
                 version,
+                alert_id,
+            )
+        return len(made)
+
+    def _alert_unloaded_schedules(self, conn: psycopg.Connection[Any]) -> int:
+        made = self.alerts.record_unloaded_schedules(
+            conn,
+            live_s=self.settings.worker_live_s,
+            alert_after_s=self.settings.schedule_unloaded_alert_s,
+        )
+        for alert_id, schedule, flow in made:
+            log.warning(
+                "schedule %s is due and no live worker loads flow %s (alert %d)",
+                schedule,
+                flow,
                 alert_id,
             )
         return len(made)

@@ -125,6 +125,7 @@ class Worker:
             stop=self.stop_event,
             outage=self.outage,
             connect=lambda: connect_worker(settings),
+            alerts=self.alerts,
         )
         # engine_workers: what this worker runs, seen at every sweep (engine flows show)
         self.roster = Roster(settings, self.worker_id, registry.runnable())

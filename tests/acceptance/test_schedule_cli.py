@@ -12,17 +12,23 @@ import psycopg
 import pytest
 from harness import wait_until, worker_env
 
+from engine.alerts import AlertRecorder
 from engine.config import Settings
+from engine.flow.registry import Registry
+from engine.schedules.firer import ScheduleFirer
 from engine.worker.processes import WorkerProcess, start_worker, stop_all
 
 pytestmark = pytest.mark.acceptance
 
 
-def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+def engine(
+    settings: Settings, *args: str, modules: tuple[str, ...] = ("testflows",)
+) -> subprocess.CompletedProcess[str]:
     """``python -m engine ARGS`` with the test flows (``chain``) on the test's database."""
     return subprocess.run(
         [sys.executable, "-m", "engine", *args],
-        env=worker_env(settings),
+        # wide enough that a table row is one line per cell
+        env={**worker_env(settings, flow_modules=list(modules)), "COLUMNS": "250"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -139,3 +145,51 @@ def test_schedule__fires_once_with_three_workers_up(
     assert after["next_fire_local"].endswith("T02:00:00+03:00")
     fired_by = {w.name for w in workers if "schedule nightly fired for" in w.output()}
     assert len(fired_by) == 1
+
+
+def test_schedule_list__shows_a_refusal_and_a_flow_no_worker_loads_instead_of_job_none(
+    settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    gate = tmp_path / "period-not-costed"
+    gate.touch()
+    modules = ("testflows", "scheduleflows")
+    added = engine(
+        settings,
+        "schedule",
+        "add",
+        "gated-nightly",
+        "--flow",
+        "gated",
+        "--cron",
+        "0 2 * * *",
+        "--param",
+        f"refuse_while={gate}",
+        modules=modules,
+    )
+    assert added.returncode == 0, added.stderr
+    conn.execute("UPDATE engine_schedules SET next_fire_at = now() - interval '1 minute'")
+    # due, and no worker is up: the list says so rather than "never"
+    waiting = engine(settings, "schedule", "list", modules=modules)
+    assert "no worker loads flow gated" in waiting.stdout, waiting.stdout
+    # a worker with the flow fires it; its admission refuses
+    registry = Registry.load(list(modules))
+    firer = ScheduleFirer(settings, registry, worker="w1", alerts=AlertRecorder(["log"]))
+    try:
+        [fired] = firer.fire_due()
+    finally:
+        firer.close(1)
+    assert fired.outcome == "refused"
+    listed = engine(settings, "schedule", "list", modules=modules)
+    assert listed.returncode == 0, listed.stderr
+    flat = " ".join(listed.stdout.split())
+    assert "refused: period-not-costed says the period is not ready" in flat, listed.stdout
+    assert "job None" not in flat
+    [row] = json.loads(engine(settings, "schedule", "list", "--json", modules=modules).stdout)[
+        "schedules"
+    ]
+    assert (row["last_outcome"], row["last_job_id"]) == ("refused", None)
+    assert row["last_error"] == "period-not-costed says the period is not ready"
+    alerts = json.loads(engine(settings, "alerts", "list", "--json", modules=modules).stdout)
+    [alert] = [a for a in alerts["alerts"] if a["source"] == "schedule"]
+    assert alert["schedule"] == "gated-nightly"
+    assert alert["error_line"] == "refused: period-not-costed says the period is not ready"

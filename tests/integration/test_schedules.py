@@ -24,7 +24,9 @@ from engine import (
     add_schedule,
     list_schedules,
     remove_schedule,
+    store,
 )
+from engine.alerts import Alert, AlertRecorder
 from engine.config import Settings
 from engine.infra import faults as engine_faults
 from engine.infra.faults import FaultInjected
@@ -33,8 +35,12 @@ from engine.jobs.submit import submit
 from engine.schedules.firer import Fired, ScheduleFirer
 from engine.store import db
 from engine.store.schedules import SlotTaken
+from engine.transports.postgres import PostgresTransport
+from engine.worker.roster import Roster
+from engine.worker.sweeper import Sweeper
 
 REFUSED: set[str] = set()  # periods the flow's admission check refuses
+BROKEN: set[str] = set()  # periods whose admission check raises (a bug, not a refusal)
 
 
 class MonthParams(BaseModel):
@@ -54,6 +60,8 @@ def make_flow() -> Flow:
         """The period is ready."""
         if params.period in REFUSED:
             raise Refused(f"period {params.period} is not ready: cost it first")
+        if params.period in BROKEN:
+            raise RuntimeError(f"admission of {params.period} crashed")
 
     @flow.step()
     def only(params: MonthParams) -> Out:
@@ -71,6 +79,7 @@ def registry() -> Registry:
 def _no_faults() -> Any:
     yield
     REFUSED.clear()
+    BROKEN.clear()
     engine_faults.enable("")
 
 
@@ -120,8 +129,28 @@ def fires(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def fire_once(settings: Settings, registry: Registry, worker: str = "w1") -> list[Fired]:
-    firer = ScheduleFirer(settings, registry, worker=worker)
+def schedule_alerts(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return [
+        dict(r)
+        for r in conn.execute(
+            "SELECT * FROM engine_alerts WHERE source = 'schedule' ORDER BY id"
+        ).fetchall()
+    ]
+
+
+def sinks_of(conn: psycopg.Connection[Any], alert_id: int) -> list[str]:
+    rows = conn.execute(
+        "SELECT sink FROM engine_alert_deliveries WHERE alert_id = %s ORDER BY sink", (alert_id,)
+    ).fetchall()
+    return [r["sink"] for r in rows]
+
+
+def fire_once(
+    settings: Settings, registry: Registry, worker: str = "w1", sinks: list[str] | None = None
+) -> list[Fired]:
+    firer = ScheduleFirer(
+        settings, registry, worker=worker, alerts=AlertRecorder(sinks or ["log", "webhook"])
+    )
     try:
         return firer.fire_due()
     finally:
@@ -313,6 +342,21 @@ def test_schedule_fire__under_the_worker_role(
     assert fired.job_id is not None and len(jobs(conn)) == 1
 
 
+def test_schedule_fire__a_refusal_is_recorded_and_alerted_under_the_worker_role(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    REFUSED.add("2026-11")
+    add(settings, registry)
+    age(conn, "now() - interval '1 minute'")
+    as_worker = settings.model_copy(update={"session_role": "engine_worker"})
+    [fired] = fire_once(as_worker, registry)
+    assert fired.outcome == "refused" and len(schedule_alerts(conn)) == 1
+    add(settings, registry, name="unloaded")
+    age(conn, "now() - interval '2 hours'", name="unloaded")
+    sweep(as_worker)
+    assert [a["schedule"] for a in schedule_alerts(conn)] == ["nightly", "unloaded"]
+
+
 def test_worker__fires_a_due_schedule_and_runs_its_job(
     settings: Settings, conn: psycopg.Connection[Any], registry: Registry
 ) -> None:
@@ -351,3 +395,172 @@ def test_schedules__list_and_remove(settings: Settings, registry: Registry) -> N
     assert list_schedules(settings) == []
     with pytest.raises(BadInput, match="no schedule named 'nightly'"):
         remove_schedule("nightly", settings)
+
+
+# -- schedules that cannot fire: one alert per schedule and scheduled time ------------------
+
+
+def test_schedule_fire__a_refused_time_is_alerted_once_and_the_next_time_again(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    REFUSED.add("2026-11")
+    add(settings, registry)
+    slot = age(conn, "now() - interval '1 minute'")
+    [fired] = fire_once(settings, registry)
+    assert fired.outcome == "refused" and fired.job_id is None
+    [alert] = schedule_alerts(conn)
+    assert (alert["schedule"], alert["scheduled_for"], alert["flow"]) == (
+        "nightly",
+        slot,
+        "monthly",
+    )
+    assert alert["error_line"] == "refused: period 2026-11 is not ready: cost it first"
+    assert sinks_of(conn, alert["id"]) == ["log", "webhook"]
+    assert fires(conn)[0]["outcome"] == "refused"
+    # a duplicate firing of the same time (a worker that read it before the claim moved on)
+    age(conn, f"'{slot.isoformat()}'::timestamptz")
+    assert fire_once(settings, registry, worker="w2") == []
+    assert len(schedule_alerts(conn)) == 1
+    # the next time is refused too: its own alert
+    nxt = age(conn, "now() - interval '1 second'")
+    [again] = fire_once(settings, registry, worker="w3")
+    assert again.outcome == "refused"
+    assert [(a["scheduled_for"]) for a in schedule_alerts(conn)] == [slot, nxt]
+    [listed] = list_schedules(settings)
+    assert listed.last_outcome == "refused" and listed.last_fired_for == nxt
+    assert listed.as_json()["last_outcome"] == "refused"
+
+
+def test_schedule_fire__racing_workers_on_a_refused_time_make_one_alert(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    REFUSED.add("2026-11")
+    add(settings, registry)
+    age(conn, "now() - interval '1 minute'")
+    n = 6
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def race(i: int) -> None:
+        firer = ScheduleFirer(settings, registry, worker=f"w{i}", alerts=AlertRecorder(["log"]))
+        try:
+            with db.connect(settings) as own:
+                [due] = firer.due(own)
+                barrier.wait(timeout=30)
+                firer.fire(own, due)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert len(schedule_alerts(conn)) == 1 and len(fires(conn)) == 1
+
+
+def test_schedule_fire__a_submit_that_raises_is_recorded_alerted_and_the_schedule_moves_on(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    BROKEN.add("2026-11")
+    add(settings, registry)
+    slot = age(conn, "now() - interval '1 minute'")
+    [fired] = fire_once(settings, registry)
+    assert fired.outcome == "error" and fired.job_id is None
+    assert fired.error == "RuntimeError: admission of 2026-11 crashed"
+    assert jobs(conn) == []
+    [fire] = fires(conn)
+    assert (fire["outcome"], fire["error"], fire["job_id"]) == ("error", fired.error, None)
+    row = schedule_row(conn)
+    assert row["next_fire_at"] > slot and row["last_error"] == fired.error
+    [alert] = schedule_alerts(conn)
+    assert alert["error_line"] == "error: RuntimeError: admission of 2026-11 crashed"
+    assert alert["scheduled_for"] == slot
+    [listed] = list_schedules(settings)
+    assert listed.last_outcome == "error"
+
+
+def test_schedule_fire__a_submitted_job_is_not_alerted(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    age(conn, "now() - interval '1 minute'")
+    [fired] = fire_once(settings, registry)
+    assert fired.outcome == "job" and schedule_alerts(conn) == []
+    [listed] = list_schedules(settings)
+    assert listed.last_outcome == "job" and listed.last_job_id == fired.job_id
+    assert listed.unloaded is False
+
+
+def sweep(settings: Settings) -> None:
+    with db.connect(settings, autocommit=True) as c:
+        Sweeper(settings, PostgresTransport(settings), "sweeper", AlertRecorder(["log"])).sweep(c)
+
+
+def test_unloaded_schedule__alerted_once_per_time_after_the_bound_on_both_sides(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    bound = settings.schedule_unloaded_alert_s
+    add(settings, registry)
+    Roster(settings, "w-old", ["monthly:1"]).register(conn)
+    # due for long, but a worker that had the flow was seen not long ago
+    slot = age(conn, "now() - interval '2 hours'")
+    conn.execute(
+        "UPDATE engine_workers SET last_seen_at = now() - make_interval(secs => %s)",
+        (bound - 10,),
+    )
+    sweep(settings)
+    assert schedule_alerts(conn) == []
+    [listed] = list_schedules(settings)
+    assert listed.unloaded  # no live worker: the list says so at once
+    conn.execute(
+        "UPDATE engine_workers SET last_seen_at = now() - make_interval(secs => %s)",
+        (bound + 10,),
+    )
+    sweep(settings)
+    sweep(settings)  # a later sweep of the same time adds nothing
+    [alert] = schedule_alerts(conn)
+    assert (alert["schedule"], alert["scheduled_for"]) == ("nightly", slot)
+    assert alert["error_line"] == "no worker loads flow monthly"
+    # a schedule due since less than the bound is not alerted yet
+    add(settings, registry, name="recent")
+    age(conn, f"now() - make_interval(secs => {bound - 10})", name="recent")
+    sweep(settings)
+    assert len(schedule_alerts(conn)) == 1
+
+
+def test_unloaded_schedule__not_while_a_live_worker_loads_its_flow(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    age(conn, "now() - interval '2 hours'")
+    Roster(settings, "w-other", ["chain:1"]).register(conn)
+    sweep(settings)
+    assert len(schedule_alerts(conn)) == 1  # a live worker, of other flows only
+    add(settings, registry, name="loaded")
+    age(conn, "now() - interval '2 hours'", name="loaded")
+    Roster(settings, "w-monthly", ["monthly:1"]).register(conn)
+    sweep(settings)
+    assert [a["schedule"] for a in schedule_alerts(conn)] == ["nightly"]
+    assert [s.unloaded for s in list_schedules(settings)] == [False, False]
+
+
+def test_unloaded_schedule__alert_says_which_schedule_and_flow(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    age(conn, "now() - interval '2 hours'")
+    sweep(settings)
+    [claimed] = [
+        d
+        for d in store.alert_delivery_claim_due_many(
+            conn, owner="d", sinks=["log"], limit=10, claim_s=60
+        )
+        if d.source == "schedule"
+    ]
+    alert = Alert.of_delivery(claimed, None)
+    assert alert.title.startswith("schedule nightly: no worker loads flow monthly")
+    assert alert.fields()["schedule"] == "nightly"
+    assert alert.fields()["scheduled_for"] is not None
+    assert "schedule: nightly" in alert.text()

@@ -48,7 +48,7 @@ WHERE d.alert_id = due.alert_id AND d.sink = due.sink
        OR (d.status = 'sending' AND d.claimed_until <= clock_timestamp()))
 RETURNING d.alert_id, d.sink, d.attempts AS delivery_attempts, d.claim_token,
           a.dead_letter_id, a.source, a.job_id, a.step_run_id, a.flow, a.step, a.attempts,
-          a.error_line, a.reason, a.created_at, a.flow_version;
+          a.error_line, a.reason, a.created_at, a.flow_version, a.schedule, a.scheduled_for;
 
 -- alert_delivery_mark_delivered_if_claimed --
 -- Only the dispatcher holding the claim token records the delivery; zero rows: its claim lapsed and another took it over.
@@ -79,7 +79,7 @@ RETURNING alert_id, sink;
 -- alert_select_recent --
 -- Alerts newest first, each with all its deliveries' state, for `engine alerts list` (pending_only: those with a delivery not delivered yet).
 SELECT a.id, a.dead_letter_id, a.source, a.job_id, a.step_run_id, a.flow, a.step, a.attempts,
-       a.error_line, a.reason, a.created_at, a.flow_version,
+       a.error_line, a.reason, a.created_at, a.flow_version, a.schedule, a.scheduled_for,
        coalesce(jsonb_agg(jsonb_build_object(
                     'sink', d.sink, 'status', d.status, 'attempts', d.attempts,
                     'delivered_at', d.delivered_at, 'next_attempt_at', d.next_attempt_at,
@@ -150,3 +150,66 @@ WITH live AS (
     SELECT a.id, sink FROM a, unnest(%(sinks)s::text[]) AS sink
 )
 SELECT id, flow, flow_version FROM a;
+
+-- alert_insert_for_schedule_fire --
+-- One alert per schedule and scheduled time (unique schedule_id, scheduled_for), written in the transaction of the fire that was refused or raised, with one pending delivery per sink; zero rows: that time was alerted already.
+WITH a AS (
+    INSERT INTO engine_alerts
+        (source, schedule_id, schedule, scheduled_for, flow, error_line, reason)
+    SELECT 'schedule', s.id, s.name, %(scheduled_for)s::timestamptz, s.flow,
+           left(%(outcome)s::text || ': ' || split_part(%(error)s::text, E'\n', 1), 500),
+           format('schedule %%s: the %%s job for %%s was not submitted (%%s): %%s',
+                  s.name, s.flow,
+                  to_char(%(scheduled_for)s::timestamptz AT TIME ZONE 'UTC',
+                          'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                  %(outcome)s::text, %(error)s::text)
+    FROM engine_schedules AS s
+    WHERE s.id = %(schedule_id)s
+    ON CONFLICT (schedule_id, scheduled_for) WHERE source = 'schedule' DO NOTHING
+    RETURNING id
+), deliveries AS (
+    INSERT INTO engine_alert_deliveries (alert_id, sink)
+    SELECT a.id, sink FROM a, unnest(%(sinks)s::text[]) AS sink
+)
+SELECT id FROM a;
+
+-- alert_insert_for_unloaded_schedules --
+-- One alert per schedule and scheduled time (unique schedule_id, scheduled_for) of a schedule due while no live worker loads its flow, once both its time and the last sight of any worker that had the flow ('epoch': none ever did) are alert_after_s old; any number of sweepers make one alert, with one pending delivery per sink. The time stays due: a worker with the flow fires it on return.
+WITH live AS (
+    SELECT runnable
+    FROM engine_workers
+    WHERE status = 'running'
+      AND last_seen_at >= clock_timestamp() - make_interval(secs => %(live_s)s)
+), unloaded AS (
+    SELECT s.id, s.name, s.flow, s.next_fire_at,
+           coalesce((SELECT max(w.last_seen_at)
+                     FROM engine_workers AS w, unnest(w.runnable) AS v
+                     WHERE split_part(v, ':', 1) = s.flow), 'epoch') AS last_loaded_at
+    FROM engine_schedules AS s
+    WHERE s.next_fire_at <= clock_timestamp() - make_interval(secs => %(alert_after_s)s)
+      AND NOT EXISTS (SELECT FROM live AS l, unnest(l.runnable) AS v
+                      WHERE split_part(v, ':', 1) = s.flow)
+), due AS (
+    SELECT u.*, format('no worker loads flow %%s', u.flow) AS line
+    FROM unloaded AS u
+    WHERE u.last_loaded_at <= clock_timestamp() - make_interval(secs => %(alert_after_s)s)
+), a AS (
+    INSERT INTO engine_alerts
+        (source, schedule_id, schedule, scheduled_for, flow, error_line, reason)
+    SELECT 'schedule', id, name, next_fire_at, flow, line,
+           format('schedule %%s is due since %%s and %%s (%%s): start a worker that loads it, '
+                  'or remove the schedule',
+                  name,
+                  to_char(next_fire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                  line,
+                  CASE WHEN last_loaded_at = 'epoch' THEN 'none ever did'
+                       ELSE 'last seen ' || to_char(last_loaded_at AT TIME ZONE 'UTC',
+                                                    'YYYY-MM-DD"T"HH24:MI:SS"Z"') END)
+    FROM due
+    ON CONFLICT (schedule_id, scheduled_for) WHERE source = 'schedule' DO NOTHING
+    RETURNING id, schedule, flow
+), deliveries AS (
+    INSERT INTO engine_alert_deliveries (alert_id, sink)
+    SELECT a.id, sink FROM a, unnest(%(sinks)s::text[]) AS sink
+)
+SELECT id, schedule, flow FROM a;

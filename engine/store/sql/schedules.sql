@@ -12,11 +12,19 @@ RETURNING id, name, next_fire_at;
 DELETE FROM engine_schedules WHERE name = %(name)s RETURNING id;
 
 -- schedule_select_all --
--- Every schedule with the database's time, for `engine schedule list`.
-SELECT id, name, flow, cron, timezone, params, catch_up, next_fire_at, last_fired_for,
-       last_fired_at, last_job_id, last_error, created_by, created_at, now() AS db_now
-FROM engine_schedules
-ORDER BY name;
+-- Read-only: every schedule with the database's time, its last fire's outcome, and whether it is due while no live worker (running, seen within live_s) loads its flow, for `engine schedule list`.
+SELECT s.id, s.name, s.flow, s.cron, s.timezone, s.params, s.catch_up, s.next_fire_at,
+       s.last_fired_for, s.last_fired_at, s.last_job_id, s.last_error, s.created_by,
+       s.created_at, now() AS db_now, f.outcome AS last_outcome,
+       (s.next_fire_at <= now()
+        AND NOT EXISTS (SELECT FROM engine_workers AS w, unnest(w.runnable) AS v
+                        WHERE w.status = 'running'
+                          AND w.last_seen_at >= clock_timestamp() - make_interval(secs => %(live_s)s)
+                          AND split_part(v, ':', 1) = s.flow)) AS unloaded
+FROM engine_schedules AS s
+LEFT JOIN engine_schedule_fires AS f
+       ON f.schedule_id = s.id AND f.scheduled_for = s.last_fired_for
+ORDER BY s.name;
 
 -- schedule_select_names --
 -- The names that exist, to say which are valid when one is not.
@@ -49,9 +57,9 @@ ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
 RETURNING scheduled_for;
 
 -- schedule_fire_set_outcome --
--- The fire's job or its refusal, written in the transaction that inserted the fire (the row is this transaction's own).
+-- The fire's outcome (its job, or why it has none: refused or error), written in the transaction that inserted the fire (the row is this transaction's own).
 UPDATE engine_schedule_fires
-SET job_id = %(job_id)s, error = %(error)s
+SET job_id = %(job_id)s, error = %(error)s, outcome = %(outcome)s
 WHERE schedule_id = %(schedule_id)s AND scheduled_for = %(scheduled_for)s;
 
 -- schedule_record_fired --
@@ -63,7 +71,7 @@ WHERE id = %(id)s;
 
 -- schedule_fire_select_by_schedule --
 -- A schedule's fires, newest first (what it submitted, and what was refused and why).
-SELECT f.scheduled_for, f.job_id, f.error, f.fired_by, f.fired_at
+SELECT f.scheduled_for, f.job_id, f.outcome, f.error, f.fired_by, f.fired_at
 FROM engine_schedule_fires AS f
 JOIN engine_schedules AS s ON s.id = f.schedule_id
 WHERE s.name = %(name)s
