@@ -33,7 +33,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from engine import store
 from engine.alerts import AlertRecorder
 from engine.config import Settings
-from engine.errors import JobCancelled, LeaseLost
+from engine.errors import Contention, JobCancelled, LeaseLost
 from engine.flow import Flow, Step
 from engine.flow.registry import Registry
 from engine.flow.retry import Cancel, Fail
@@ -250,8 +250,14 @@ class Executor:
             return Outcome("cancelled", str(exc), claimed.id)
         if isinstance(exc, Cancel):
             return self.failures.cancel_job(lease, exc.reason)
+        if isinstance(exc, Contention):
+            # the engine's statement (a checkpoint, a park) lost a lock wait
+            return self.failures.contended(lease, exc)
         if isinstance(exc, Wait):
-            return self.park.wait(lease, exc)
+            try:
+                return self.park.wait(lease, exc)
+            except Contention as busy:
+                return self.failures.contended(lease, busy)
         return self.failures.failed(step, lease, exc)
 
     def _inputs(

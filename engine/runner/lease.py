@@ -141,10 +141,27 @@ class Heartbeat:
                     self._conn.close()
                 self._conn = None
 
+    def connection(self) -> psycopg.Connection[Any]:
+        """The heartbeat's own connection, opened if need be.
+
+        Bounded like every engine connection (TCP keepalives and
+        ``tcp_user_timeout``: a dead socket fails a renewal instead of
+        blocking it), and tighter: a renewal waits for a lock or runs for at
+        most one heartbeat interval, then gives up until the next one.
+        """
+        if self._conn is None or self._conn.closed:
+            bound = self._settings.heartbeat_s
+            self._conn = db.connect(
+                self._settings,
+                autocommit=True,
+                lock_timeout_s=min(self._settings.lock_timeout_s, bound),
+                statement_timeout_s=min(self._settings.statement_timeout_s, bound),
+            )
+        return self._conn
+
     def beat(self, lease: Lease) -> bool:
         """Renew once; ``False`` when the lease is lost (and the step told to stop)."""
-        if self._conn is None or self._conn.closed:
-            self._conn = db.connect(self._settings, autocommit=True)
+        self._conn = self.connection()
         claimed = lease.claimed
         expires = store.lease_extend_if_owner(
             self._conn, claimed.id, claimed.token, self._settings.lease_s

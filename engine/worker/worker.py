@@ -71,14 +71,14 @@ def default_worker_id() -> str:
 def connect_worker(settings: Settings) -> psycopg.Connection[Any]:
     """A connection whose statements, lock waits and idle transactions are bounded.
 
-    A zombie (a worker paused past its lease) cannot commit thanks to fencing,
-    but its open transaction would still hold row locks; the server ends it
-    after ``idle_in_transaction_timeout_s`` so the new owner is not blocked.
+    Statements and lock waits are bounded on every engine connection
+    (:func:`engine.store.db.conninfo`). A zombie (a worker paused past its
+    lease) cannot commit thanks to fencing, but its open transaction would
+    still hold row locks; the server ends it after
+    ``idle_in_transaction_timeout_s`` so the new owner is not blocked.
     """
     options = (
-        f"-c statement_timeout={int(settings.statement_timeout_s * 1000)} "
-        f"-c lock_timeout={int(settings.lock_timeout_s * 1000)} "
-        f"-c idle_in_transaction_session_timeout="
+        "-c idle_in_transaction_session_timeout="
         f"{int(settings.idle_in_transaction_timeout_s * 1000)}"
     )
     return db.connect(settings, options=options)
