@@ -64,7 +64,8 @@ def conninfo(
         "keepalives_count": settings.tcp_keepalives_count,
         "tcp_user_timeout": _ms(settings.tcp_user_timeout_s),
     }
-    info = make_conninfo(info, **keepalives)
+    # named in pg_stat_activity (and in an operator's "busy" message) unless the URL names it
+    info = make_conninfo(info, fallback_application_name="engine", **keepalives)
     lock = settings.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
     statement = settings.statement_timeout_s if statement_timeout_s is None else statement_timeout_s
     bounds = (
