@@ -239,7 +239,22 @@ class Executor:
         return output
 
     def not_checkpointed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
-        """The step stopped short of its checkpoint: fenced, cancelled, waiting or failed."""
+        """The step stopped short of its checkpoint: fenced, cancelled, waiting or failed.
+
+        A lock wait past ``lock_timeout`` or a deadlock, in the checkpoint that
+        raised ``exc`` or in the statements recording the outcome here (a
+        park, a retry, a cancel: each rolled back whole), is "not done, try
+        again": the lease goes back with its attempt (invariant 18).
+        """
+        if isinstance(exc, Contention):
+            # the engine's statement (a checkpoint, a child submitted) lost a lock wait
+            return self.failures.contended(lease, exc)
+        try:
+            return self._short_of_checkpoint(step, lease, exc)
+        except Contention as busy:
+            return self.failures.contended(lease, busy)
+
+    def _short_of_checkpoint(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
         claimed = lease.claimed
         if isinstance(exc, LeaseLost):
             reason = str(exc) or "checkpoint refused: lease token changed"
@@ -250,14 +265,8 @@ class Executor:
             return Outcome("cancelled", str(exc), claimed.id)
         if isinstance(exc, Cancel):
             return self.failures.cancel_job(lease, exc.reason)
-        if isinstance(exc, Contention):
-            # the engine's statement (a checkpoint, a park) lost a lock wait
-            return self.failures.contended(lease, exc)
         if isinstance(exc, Wait):
-            try:
-                return self.park.wait(lease, exc)
-            except Contention as busy:
-                return self.failures.contended(lease, busy)
+            return self.park.wait(lease, exc)
         return self.failures.failed(step, lease, exc)
 
     def _inputs(

@@ -23,12 +23,16 @@ import pytest
 import testflows
 import waitflows
 from harness import fast_settings, flows_registry, run_of, thread_worker, wait_job_ended, wait_until
+from test_group_commit import group_order, one_runner, receive_all
 
 from engine import StepContext, submit
 from engine.config import Settings
+from engine.flow import Flow, Step
 from engine.flow.registry import Registry
 from engine.jobs import admin
-from engine.runner.lease import Heartbeat
+from engine.jobs.plan import Outputs
+from engine.runner.execution import Executor
+from engine.runner.lease import Heartbeat, Lease
 from engine.store import db
 from engine.transports.postgres import PostgresTransport
 from engine.waits.signals import signal
@@ -237,3 +241,49 @@ def test_park__a_lock_wait_past_lock_timeout_parks_nothing_and_charges_no_attemp
     [detail] = released(conn, job, "gate")
     assert "not done, try again" in detail["detail"]["reason"]
     assert "retried" not in kinds(conn, job)
+
+
+def test_round__a_lock_wait_in_the_rounds_checkpoints_charges_nobody(
+    bounded: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # three fan plans (no StepContext) checkpoint in one message; one job's row
+    # is held by another session past lock_timeout: the round rolls back, each
+    # goes again alone, the neighbours finish, the held one is given back
+    settings = bounded.model_copy(update={"group_commit_ms": 5000})
+    jobs = [
+        submit("fan", {"n": n}, settings=settings, registry=flows_registry()) for n in (1, 2, 3)
+    ]
+    holders: list[psycopg.Connection[Any]] = []
+    compute = Executor.compute
+
+    with one_runner(settings) as (runner, transport):
+        batch = receive_all(transport, 3)
+        victim = group_order(batch)[1]
+
+        def hooked(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
+            if step.name == "plan" and lease.claimed.job_id == victim and not holders:
+                holder = db.connect(settings)
+                holder.execute("SELECT 1 FROM engine_jobs WHERE id = %s FOR UPDATE", (victim,))
+                holders.append(holder)
+            return compute(self, flow, step, lease, known)
+
+        monkeypatch.setattr(Executor, "compute", hooked)
+        try:
+            outcomes = runner.handle_batch(batch)
+        finally:
+            for h in holders:
+                h.close()
+        assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    victim_plan = run_of(conn, victim, "plan")["id"]
+    assert [o.step_run_id for o in outcomes if o.kind == "released"] == [victim_plan]
+    assert {o.kind for o in outcomes} == {"done", "released"}
+    for job in jobs:
+        plan = run_of(conn, job.job_id, "plan")
+        if job.job_id == victim:
+            assert (plan["status"], plan["attempts"], plan["lease_owner"]) == ("pending", 0, None)
+            [detail] = released(conn, victim, "plan")
+            assert "not done, try again" in detail["detail"]["reason"]
+        else:
+            assert (plan["status"], plan["attempts"]) == ("done", 1)
+    assert not any("retried" in kinds(conn, job.job_id) for job in jobs)
