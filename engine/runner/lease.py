@@ -24,6 +24,7 @@ import psycopg
 
 from engine import store
 from engine.config import Settings
+from engine.errors import Contention
 from engine.infra import logs, metrics
 from engine.infra.outage import is_outage
 from engine.runner.context import StopSignal
@@ -135,6 +136,10 @@ class Heartbeat:
                     if self._on_outage is not None:
                         self._on_outage(exc, f"heartbeat {self._worker}")
                     log.debug("heartbeat: database unreachable", exc_info=True)
+                elif isinstance(exc, Contention):
+                    # bounded to one interval (connection()): the next beat tries again
+                    log.warning("heartbeat not done (%s); retrying next interval", exc)
+                    continue
                 else:
                     log.warning("heartbeat failed; retrying next interval", exc_info=True)
                 if self._conn is not None:

@@ -33,7 +33,7 @@ from engine.alerts import AlertRecorder, AlertSink
 from engine.alerts.dispatch import AlertDispatcher
 from engine.alerts.sinks import sinks_for
 from engine.config import Settings
-from engine.errors import ConfigError
+from engine.errors import ConfigError, Contention
 from engine.flow.registry import Registry
 from engine.infra import logs
 from engine.infra.outage import Outage, is_outage
@@ -274,9 +274,17 @@ class Worker:
                         if is_outage(exc):
                             self.outage.failed(exc, "sweeper")
                             continue
-                        log.exception(
-                            "sweep failed; next round in %s s", self.settings.sweep_interval_s
-                        )
+                        if isinstance(exc, Contention):
+                            # a lock wait past lock_timeout: a normal race, not a bug
+                            log.warning(
+                                "sweep not done (%s); next round in %s s",
+                                str(exc).strip().splitlines()[0],
+                                self.settings.sweep_interval_s,
+                            )
+                        else:
+                            log.exception(
+                                "sweep failed; next round in %s s", self.settings.sweep_interval_s
+                            )
                 with self._free:
                     if self._idle == 0:
                         self._free.wait(timeout=min(1.0, self.settings.sweep_interval_s))
