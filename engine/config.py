@@ -302,10 +302,42 @@ class Settings(BaseSettings):
         default=20.0, ge=0, description="on SIGTERM, how long running steps may finish"
     )
     statement_timeout_s: float = Field(
-        default=300.0, gt=0, description="bound on one SQL statement of a worker"
+        default=300.0,
+        gt=0,
+        description="bound on one SQL statement of any engine connection (migrations excepted)",
     )
     lock_timeout_s: float = Field(
-        default=30.0, gt=0, description="bound on waiting for a row lock in a worker"
+        default=30.0,
+        gt=0,
+        description=(
+            "bound on waiting for a lock on any engine connection; a claim, park or commit "
+            "that waits longer is not done and goes again, at no attempt"
+        ),
+    )
+    admin_lock_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description=(
+            "bound on an operator command's wait for a lock (cancel, retry, signal, dlq): "
+            "past it the command changes nothing and says busy, try again"
+        ),
+    )
+    tcp_keepalives_idle_s: int = Field(
+        default=30, ge=1, description="idle seconds before TCP keepalive probes (both ends)"
+    )
+    tcp_keepalives_interval_s: int = Field(
+        default=10, ge=1, description="seconds between two unanswered TCP keepalive probes"
+    )
+    tcp_keepalives_count: int = Field(
+        default=3, ge=1, description="unanswered TCP keepalive probes before the socket is dead"
+    )
+    tcp_user_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "unacknowledged data on a socket this long means it is dead (both ends): a "
+            "heartbeat or a command never blocks forever on a silent partition"
+        ),
     )
     idle_in_transaction_timeout_s: float = Field(
         default=120.0,

@@ -27,7 +27,10 @@
     │   ├── DatabaseUnavailable      PostgreSQL cannot be reached (the CLI exits 3;
     │   │                            a worker waits it out)
     │   └── Contention               a lock wait timed out, a deadlock or a
-    │                                serialisation failure: a lost race, try again
+    │       │                        serialisation failure: a lost race, try again
+    │       └── Busy                 an operator command waited past its lock
+    │                                timeout; nothing changed (names the likely
+    │                                holders; the CLI exits 3)
     ├── TransportError               a queue call failed after the client's retries
     │   └── SqsError                 an SQS call (the botocore error is ``__cause__``)
     ├── AlertSendFailed              an alert sink did not take an alert (the
@@ -175,6 +178,10 @@ class DatabaseUnavailable(StoreError):
 
 class Contention(StoreError):
     """A lost race in the database: lock timeout, deadlock or serialisation failure."""
+
+
+class Busy(Contention):
+    """An operator command gave up waiting for a lock: nothing changed, try again."""
 
 
 class TransportError(EngineError):

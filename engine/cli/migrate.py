@@ -6,7 +6,7 @@ import click
 
 from engine.cli.output import out
 from engine.cli.state import current
-from engine.store import db, migrations
+from engine.store import migrations
 
 __all__ = ["migrate"]
 
@@ -15,8 +15,7 @@ __all__ = ["migrate"]
 def migrate() -> None:
     """Apply the numbered SQL migrations not applied yet (safe to run concurrently)."""
     state = current()
-    with db.connect(state.settings, autocommit=True) as conn:
-        report = migrations.apply(conn, state.settings.migration_dirs)
+    report = migrations.migrate(state.settings)
     for name in report.applied:
         out.print(f"applied {name}", highlight=False)
     out.print(

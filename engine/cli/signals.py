@@ -12,6 +12,7 @@ from engine.cli.jobs import whoami
 from engine.cli.output import out, print_json
 from engine.cli.state import current
 from engine.errors import BadInput
+from engine.jobs import admin
 from engine.waits.signals import signal as send_signal
 
 __all__ = ["signal"]
@@ -50,13 +51,16 @@ def signal(job_id: str, name: str, data: str | None, sent_by: str | None, as_jso
     for it is kept until the step asks; sending it again with the same data
     changes nothing, with other data is refused (exit 2).
     """
-    sent = send_signal(
-        parse_job_id(job_id),
-        name,
-        _parse_data(data),
-        settings=current().settings,
-        sent_by=sent_by or whoami(),
-    )
+    settings = current().settings
+    job = parse_job_id(job_id)
+    with admin.operator_action(settings, f"signal {name!r} to job {job}"):
+        sent = send_signal(
+            job,
+            name,
+            _parse_data(data),
+            settings=admin.operator_settings(settings),
+            sent_by=sent_by or whoami(),
+        )
     if as_json:
         print_json(sent.as_json())
     elif sent.created:

@@ -2,11 +2,18 @@
 
 Each is one transaction; the messages they need are written to the outbox in
 it and relayed after it commits, like a submit.
+
+An operator command waits for a lock at most ``ENGINE_ADMIN_LOCK_TIMEOUT_S``
+(a step committing, or a session holding the job's row, makes it wait); past
+that it changes nothing and raises :class:`~engine.errors.Busy`, naming the
+sessions that likely hold the rows, instead of hanging (issue 27).
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,13 +21,57 @@ import psycopg
 
 from engine import store
 from engine.config import Settings
-from engine.errors import BadInput, NoSuchJob
+from engine.errors import BadInput, Busy, Contention, NoSuchJob
 from engine.jobs.ending import job_ended
 from engine.store import db
 from engine.store.status import EventKind
 from engine.transports import transport_for
 from engine.transports.announce import announce
 from engine.transports.base import Transport
+
+
+def operator_settings(settings: Settings) -> Settings:
+    """``settings`` with an operator command's shorter lock wait."""
+    return settings.model_copy(update={"lock_timeout_s": settings.admin_lock_timeout_s})
+
+
+def _connect(settings: Settings) -> psycopg.Connection[Any]:
+    return db.connect(settings, lock_timeout_s=settings.admin_lock_timeout_s)
+
+
+@contextlib.contextmanager
+def operator_action(settings: Settings, what: str, table: str = "engine_jobs") -> Iterator[None]:
+    """Turn a lock wait past the operator's bound (or a deadlock) into :class:`Busy`.
+
+    The message says what was attempted, that nothing changed, and which
+    sessions hold rows of ``table`` now (read on a connection of its own).
+    """
+    try:
+        yield
+    except Busy:
+        raise
+    except Contention as exc:
+        raise Busy(
+            f"busy: {what} waited {settings.admin_lock_timeout_s:g} s for a lock "
+            f"(ENGINE_ADMIN_LOCK_TIMEOUT_S) and changed nothing; try again"
+            + _holders(settings, table)
+        ) from exc
+
+
+def _holders(settings: Settings, table: str) -> str:
+    try:
+        with db.connect(settings, autocommit=True, statement_timeout_s=2) as conn:
+            holders = store.lock_select_holders(conn, table)
+    except Exception:
+        return ""  # only a message: its absence changes nothing
+    if not holders:
+        return ""
+    named = "; ".join(
+        f"pid {h['pid']} ({h['application']} from {h['client']}, {h['state']}, "
+        f"transaction open {h['xact_s']:g} s)"
+        for h in holders
+    )
+    return f"; sessions holding {table} rows: {named}"
 
 
 def _status_or_missing(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
@@ -46,7 +97,7 @@ def cancel(
     after the commit, as after every other end of a job.
     """
     transport = transport or transport_for(settings)
-    with db.connect(settings) as conn:
+    with operator_action(settings, f"cancel of job {job_id}"), _connect(settings) as conn:
         with conn.transaction():
             if not store.job_cancel_if_active(conn, job_id, reason):
                 status = _status_or_missing(conn, job_id)
@@ -86,7 +137,7 @@ def retry_job(
     no one): :class:`BadInput` names the parent to retry instead.
     """
     transport = transport or transport_for(settings)
-    with db.connect(settings) as conn:
+    with operator_action(settings, f"retry of job {job_id}"), _connect(settings) as conn:
         with conn.transaction():
             _refuse_orphaned_child(conn, job_id)
             reopened = store.job_reopen_if_ended(conn, job_id, settings.max_attempts)
@@ -132,14 +183,14 @@ def _refuse_orphaned_child(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> 
 
 
 def dead_letters(settings: Settings, limit: int = 100) -> list[dict[str, Any]]:
-    with db.connect(settings) as conn:
+    with _connect(settings) as conn:
         return store.dead_letter_select_open(conn, limit)
 
 
 def replay(settings: Settings, dead_letter_id: int, *, transport: Transport | None = None) -> str:
     """Re-drive one dead letter: a step run's job is retried; a message is sent again."""
     transport = transport or transport_for(settings)
-    with db.connect(settings) as conn:
+    with _connect(settings) as conn:
         row = store.dead_letter_select_one(conn, dead_letter_id)
         if row is None:
             raise BadInput(f"no dead letter with id {dead_letter_id}")
@@ -149,7 +200,11 @@ def replay(settings: Settings, dead_letter_id: int, *, transport: Transport | No
     if row["source"] == "step":
         reopened = retry_job(settings, row["job_id"], transport=transport)
         return f"job {reopened.job_id} resumed ({reopened.step_runs} step run(s) back to pending)"
-    with db.connect(settings) as conn, conn.transaction():
+    with (
+        operator_action(settings, f"replay of dead letter {dead_letter_id}", "engine_dead_letters"),
+        _connect(settings) as conn,
+        conn.transaction(),
+    ):
         if not store.dead_letter_mark_replayed_if_open(conn, dead_letter_id):
             raise BadInput(f"dead letter {dead_letter_id} was already replayed")
         transport.send_raw(row["message_body"])
@@ -158,13 +213,17 @@ def replay(settings: Settings, dead_letter_id: int, *, transport: Transport | No
 
 def purge(settings: Settings) -> int:
     """Delete poison-message and replayed dead letters; the count deleted."""
-    with db.connect(settings) as conn, conn.transaction():
+    with (
+        operator_action(settings, "purge of dead letters", "engine_dead_letters"),
+        _connect(settings) as conn,
+        conn.transaction(),
+    ):
         return store.dead_letter_delete_closed(conn)
 
 
 def alerts(settings: Settings, limit: int = 50, *, pending: bool = False) -> list[dict[str, Any]]:
     """Recorded alerts, newest first, each with its deliveries (``pending``: not all delivered)."""
-    with db.connect(settings) as conn:
+    with _connect(settings) as conn:
         return store.alert_select_recent(conn, limit=limit, pending_only=pending)
 
 
@@ -174,7 +233,11 @@ def retry_alerts(settings: Settings, alert_id: int | None = None) -> int:
     The workers' dispatchers send them at their next round. Delivered
     deliveries are never sent again.
     """
-    with db.connect(settings) as conn, conn.transaction():
+    with (
+        operator_action(settings, "retry of alert deliveries", "engine_alert_deliveries"),
+        _connect(settings) as conn,
+        conn.transaction(),
+    ):
         reset = store.alert_delivery_reset_abandoned(conn, alert_id)
         if reset == 0 and alert_id is not None:
             if not store.alert_exists(conn, alert_id):

@@ -39,8 +39,8 @@ from engine.runner.outcome import Continuation, Outcome
 from engine.runner.rounds import RoundMember, pure, run_round
 from engine.store.rows import Claimed, ClaimRefused
 from engine.store.status import EventKind
-from engine.transports.announce import Announced, announce, announce_freed
-from engine.transports.base import Outgoing, Received, Transport
+from engine.transports.announce import announce
+from engine.transports.base import Received, Transport
 from engine.transports.message import StepMessage
 
 log = logging.getLogger(__name__)
@@ -312,28 +312,10 @@ class StepRunner:
     ) -> bool:
         """Release the lease at once and make the step run visible to other workers.
 
-        The release and its ``released`` event (with ``reason``) commit
-        together. A delivery is released; an eager successor, which has none,
-        is announced with a new message. ``False``: the lease was lost already.
+        See :meth:`engine.runner.failures.Failures.give_back`. ``False``: the
+        lease was lost already.
         """
-        conn = conn if conn is not None else self.conn
-        freed = Announced(self.transport)
-        with conn.transaction():
-            # the attempt comes back with the lease: giving back is not the step's fault
-            if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
-                return False
-            store.step_event_insert(
-                conn, EventKind.RELEASED, claimed, worker=self.worker, detail={"reason": reason}
-            )
-            if claimed.concurrency_key is not None:
-                freed = announce_freed(conn, self.transport, [claimed.job_id])
-        freed.publish_after_commit(conn)
-        if receipt is not None:
-            self.transport.release([receipt])
-        else:
-            message = StepMessage(job_id=claimed.job_id, step_run_id=claimed.id)
-            self.transport.publish(None, [Outgoing(message)])
-        return True
+        return self.executor.failures.give_back(claimed, receipt, conn, reason=reason)
 
     def _send_round_again(self, received: Received, message: StepMessage, delay_s: float) -> None:
         """Replace the delivery by a fresh copy due after ``delay_s`` (a refusal at no attempt).

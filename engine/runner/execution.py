@@ -33,7 +33,7 @@ from pydantic import TypeAdapter, ValidationError
 from engine import store
 from engine.alerts import AlertRecorder
 from engine.config import Settings
-from engine.errors import JobCancelled, LeaseLost
+from engine.errors import Contention, JobCancelled, LeaseLost
 from engine.flow import Flow, Step
 from engine.flow.registry import Registry
 from engine.flow.retry import Cancel, Fail
@@ -246,7 +246,22 @@ class Executor:
         return data
 
     def not_checkpointed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
-        """The step stopped short of its checkpoint: fenced, cancelled, waiting or failed."""
+        """The step stopped short of its checkpoint: fenced, cancelled, waiting or failed.
+
+        A lock wait past ``lock_timeout`` or a deadlock, in the checkpoint that
+        raised ``exc`` or in the statements recording the outcome here (a
+        park, a retry, a cancel: each rolled back whole), is "not done, try
+        again": the lease goes back with its attempt (invariant 18).
+        """
+        if isinstance(exc, Contention):
+            # the engine's statement (a checkpoint, a child submitted) lost a lock wait
+            return self.failures.contended(lease, exc)
+        try:
+            return self._short_of_checkpoint(step, lease, exc)
+        except Contention as busy:
+            return self.failures.contended(lease, busy)
+
+    def _short_of_checkpoint(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
         claimed = lease.claimed
         if isinstance(exc, LeaseLost):
             reason = str(exc) or "checkpoint refused: lease token changed"

@@ -8,6 +8,11 @@ siblings (nothing is left running under an ended job) and records one alert
 in the same transaction (:class:`~engine.alerts.AlertRecorder`). A step that
 refuses its input data (:class:`~engine.flow.retry.Reject`) fails its job the
 same way, once, without a dead letter or an alert: the data is at fault.
+
+A lock wait past ``lock_timeout`` or a deadlock in the engine's own statements
+(a checkpoint, a park, a group's or a round's commit) is none of the step's
+doing: the step run is not done and goes again, its lease given back with the
+attempt it took (invariant 18, :meth:`Failures.contended`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import psycopg
 from engine import store
 from engine.alerts import AlertRecorder
 from engine.config import Settings
-from engine.errors import DefinitionError
+from engine.errors import Contention, DefinitionError
 from engine.flow import Step
 from engine.flow.retry import Fail, Reject, Retry, RetryPolicy
 from engine.infra.outage import is_outage
@@ -33,7 +38,8 @@ from engine.store import db
 from engine.store.rows import Claimed
 from engine.store.status import EventKind, JobStatus
 from engine.transports.announce import Announced, announce, announce_freed
-from engine.transports.base import Transport
+from engine.transports.base import Outgoing, Transport
+from engine.transports.message import StepMessage
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +141,57 @@ class Failures:
             )
         log.warning("step run %s not committed: %s", claimed.id, reason)
         return Outcome("fenced", reason, claimed.id)
+
+    def give_back(
+        self,
+        claimed: Claimed,
+        receipt: str | None,
+        conn: psycopg.Connection[Any] | None = None,
+        *,
+        reason: str,
+        visible_in_s: float = 0.0,
+    ) -> bool:
+        """Release the lease with its attempt and make the step run visible to workers.
+
+        The release and its ``released`` event (with ``reason``) commit
+        together. A delivery is visible again after ``visible_in_s``; an eager
+        successor, which has none, is announced with a new message. ``False``:
+        the lease was lost already.
+        """
+        conn = conn if conn is not None else self.conn
+        freed = Announced(self.transport)
+        with conn.transaction():
+            # the attempt comes back with the lease: giving back is not the step's fault
+            if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
+                return False
+            store.step_event_insert(
+                conn, EventKind.RELEASED, claimed, worker=self.worker, detail={"reason": reason}
+            )
+            if claimed.concurrency_key is not None:
+                freed = announce_freed(conn, self.transport, [claimed.job_id])
+        freed.publish_after_commit(conn)
+        if receipt is None:
+            message = StepMessage(job_id=claimed.job_id, step_run_id=claimed.id)
+            self.transport.publish(None, [Outgoing(message, delay_s=visible_in_s)])
+        elif visible_in_s > 0:
+            self.transport.extend([receipt], visible_in_s)
+        else:
+            self.transport.release([receipt])
+        return True
+
+    def contended(self, lease: Lease, exc: Contention) -> Outcome:
+        """A lock wait timed out or a deadlock hit the engine's statement: not done, again.
+
+        Nothing of the attempt committed (its transaction or savepoint was rolled
+        back); the lease goes back with its attempt and the delivery comes back
+        in a second, so the step run runs again at no charge (invariant 18).
+        """
+        claimed = lease.claimed
+        reason = f"not done, try again: {str(exc).strip().splitlines()[0][:300]}"
+        if not self.give_back(claimed, lease.receipt, reason=reason, visible_in_s=1.0):
+            return self.fenced(claimed, f"lease lost after a lock wait: {exc}", lease)
+        log.info("step run %s released (%s)", claimed.id, reason)
+        return Outcome("released", reason, claimed.id)
 
     def fenced(self, claimed: Claimed, reason: str, lease: Lease | None = None) -> Outcome:
         """Record that ``claimed`` lost its lease (or stopped with its cancelled job)."""

@@ -24,6 +24,7 @@ import psycopg
 
 from engine import store
 from engine.config import Settings
+from engine.errors import Contention
 from engine.infra import logs, metrics
 from engine.infra.outage import is_outage
 from engine.runner.context import StopSignal
@@ -135,16 +136,37 @@ class Heartbeat:
                     if self._on_outage is not None:
                         self._on_outage(exc, f"heartbeat {self._worker}")
                     log.debug("heartbeat: database unreachable", exc_info=True)
+                elif isinstance(exc, Contention):
+                    # bounded to one interval (connection()): the next beat tries again
+                    log.warning("heartbeat not done (%s); retrying next interval", exc)
+                    continue
                 else:
                     log.warning("heartbeat failed; retrying next interval", exc_info=True)
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
 
+    def connection(self) -> psycopg.Connection[Any]:
+        """The heartbeat's own connection, opened if need be.
+
+        Bounded like every engine connection (TCP keepalives and
+        ``tcp_user_timeout``: a dead socket fails a renewal instead of
+        blocking it), and tighter: a renewal waits for a lock or runs for at
+        most one heartbeat interval, then gives up until the next one.
+        """
+        if self._conn is None or self._conn.closed:
+            bound = self._settings.heartbeat_s
+            self._conn = db.connect(
+                self._settings,
+                autocommit=True,
+                lock_timeout_s=min(self._settings.lock_timeout_s, bound),
+                statement_timeout_s=min(self._settings.statement_timeout_s, bound),
+            )
+        return self._conn
+
     def beat(self, lease: Lease) -> bool:
         """Renew once; ``False`` when the lease is lost (and the step told to stop)."""
-        if self._conn is None or self._conn.closed:
-            self._conn = db.connect(self._settings, autocommit=True)
+        self._conn = self.connection()
         claimed = lease.claimed
         expires = store.lease_extend_if_owner(
             self._conn, claimed.id, claimed.token, self._settings.lease_s

@@ -18,7 +18,8 @@ from engine.store.rows import Claimed
 class Outcome:
     """What handling one delivery came to (for logs, tests and metrics)."""
 
-    # done, retried, dead, rejected, fenced, cancelled, waiting, refused, dropped, malformed
+    # done, retried, dead, rejected, fenced, cancelled, waiting, refused, released
+    # (not done: a lock wait or deadlock, at no attempt), dropped, malformed
     kind: str
     detail: str = ""
     step_run_id: uuid.UUID | None = None

@@ -36,6 +36,26 @@ statements that need no answer yet (what commits with a checkpoint);
 ``models`` and ``read`` are the typed, read-only side for the CLI and reports
 (SQLModel).
 
+The one lock order, which every statement and transaction here follows (a
+lock taken out of it could deadlock against one taken in it):
+
+1. job rows before step rows (a claim, a checkpoint, a retry, a dead letter,
+   a park, a cancel: the job row first, ``FOR [NO KEY] UPDATE``);
+2. a parent job before its child jobs, level by level (a park for children
+   takes the parent job, then ``job_lock_children``; a cancel takes the job,
+   then ``job_cancel_descendants``), then step runs;
+3. ascending ids within a level (``ORDER BY id ... FOR UPDATE`` over many
+   jobs; a group's or a round's checkpoints in job order).
+
+Statements that touch one step row and no job row (a lease renewal, a lease
+given back) hold nothing while they wait, so they cannot close a cycle. A
+lock wait past ``lock_timeout`` or a deadlock becomes
+:class:`~engine.errors.Contention`: "not done, try again", never an attempt
+(invariant 18). Known exception: ``step_cancel_by_job`` and
+``step_reopen_by_job`` update a job's step rows in scan order, which is safe
+only because every writer of several step rows of one job holds that job's
+row first.
+
 Callers use this package as one namespace (``from engine import store``,
 then ``store.lease_extend_if_owner(...)``): the query names already say which
 table they touch, so where a statement lives can change without its callers.

@@ -8,6 +8,15 @@ A process whose settings name a ``session_role`` (``engine worker`` sets it
 from ``ENGINE_WORKER_ROLE``) takes that role on every connection it opens,
 through libpq's ``options=-c role=...``: its statements then run with the
 role's privileges, not the login's.
+
+Every connection is bounded, and :func:`conninfo` is the one place that says
+how (issue 27): ``lock_timeout`` and ``statement_timeout`` (an operator command
+asks for a shorter lock wait), and TCP keepalives plus ``tcp_user_timeout`` at
+both ends, as libpq parameters for the client's socket and as settings for the
+server's. A heartbeat never blocks forever on a dead socket, and a session
+whose worker vanished behind a silent partition is ended by the server, its
+row locks released. The settings decide: they replace the same parameters
+in the URL.
 """
 
 from __future__ import annotations
@@ -33,16 +42,51 @@ _embedded_lock = threading.Lock()
 _embedded_conninfo: dict[Path, str] = {}
 
 
-def conninfo(settings: Settings) -> str:
+def conninfo(
+    settings: Settings,
+    *,
+    lock_timeout_s: float | None = None,
+    statement_timeout_s: float | None = None,
+) -> str:
     """The libpq connection string for ``settings`` (may contain a secret).
 
-    It carries ``-c role=<session_role>`` when ``settings`` names one, so every
-    connection made from it (psycopg, SQLAlchemy) runs under that role.
+    It carries the bounds of every engine connection (module docstring):
+    ``lock_timeout_s`` and ``statement_timeout_s`` when given, else the
+    settings' (0: unbounded, for migrations only), and ``-c role=<session_role>``
+    when ``settings`` names one, so every connection made from it (psycopg,
+    SQLAlchemy) is bounded and runs under that role.
     """
     info = _server_conninfo(settings)
+    keepalives = {
+        "keepalives": 1,
+        "keepalives_idle": settings.tcp_keepalives_idle_s,
+        "keepalives_interval": settings.tcp_keepalives_interval_s,
+        "keepalives_count": settings.tcp_keepalives_count,
+        "tcp_user_timeout": _ms(settings.tcp_user_timeout_s),
+    }
+    # named in pg_stat_activity (and in an operator's "busy" message) unless the URL names it
+    info = make_conninfo(info, fallback_application_name="engine", **keepalives)
+    lock = settings.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+    statement = settings.statement_timeout_s if statement_timeout_s is None else statement_timeout_s
+    bounds = (
+        f"-c lock_timeout={_ms(lock)} -c statement_timeout={_ms(statement)} "
+        # the server's end of the socket: a vanished client's session (and its
+        # row locks) ends within the same bound
+        f"-c tcp_keepalives_idle={settings.tcp_keepalives_idle_s} "
+        f"-c tcp_keepalives_interval={settings.tcp_keepalives_interval_s} "
+        f"-c tcp_keepalives_count={settings.tcp_keepalives_count} "
+        f"-c tcp_user_timeout={_ms(settings.tcp_user_timeout_s)}"
+    )
+    # after the URL's own options: the settings decide (a URL made by this
+    # function and passed on keeps no stale bound)
+    info = _with_options(info, bounds)
     if settings.session_role:
         info = _with_options(info, f"-c role={settings.session_role}")
     return info
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
 
 
 def _with_options(info: str, options: str) -> str:
@@ -109,14 +153,23 @@ def _embedded(settings: Settings) -> str:
 
 
 def connect(
-    settings: Settings, *, autocommit: bool = False, **kwargs: Any
+    settings: Settings,
+    *,
+    autocommit: bool = False,
+    lock_timeout_s: float | None = None,
+    statement_timeout_s: float | None = None,
+    **kwargs: Any,
 ) -> psycopg.Connection[Any]:
-    """Open a new connection (rows as dicts). Errors name the masked URL.
+    """Open a new, bounded connection (rows as dicts). Errors name the masked URL.
 
-    ``options`` (e.g. ``-c statement_timeout=...``) are added to those of the
-    URL and of the session role, never replacing them.
+    ``lock_timeout_s`` and ``statement_timeout_s`` replace the settings' bounds
+    for this connection (see :func:`conninfo`). ``options`` (e.g. ``-c
+    idle_in_transaction_session_timeout=...``) are added to those of the URL
+    and of the session role, never replacing them.
     """
-    info = conninfo(settings)
+    info = conninfo(
+        settings, lock_timeout_s=lock_timeout_s, statement_timeout_s=statement_timeout_s
+    )
     if extra := kwargs.pop("options", None):
         info = _with_options(info, str(extra))
     with connect_errors(settings):

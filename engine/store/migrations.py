@@ -159,5 +159,7 @@ def migrate(settings: Settings) -> MigrationReport:
     """Apply every configured folder's migrations (``ENGINE_MIGRATION_DIRS``)."""
     from engine.store import db
 
-    with db.connect(settings, autocommit=True) as conn:
+    # the one unbounded connection: DDL on large tables may run long, and a
+    # second `engine migrate` waits for the first's advisory lock
+    with db.connect(settings, autocommit=True, lock_timeout_s=0, statement_timeout_s=0) as conn:
         return apply(conn, settings.migration_dirs)

@@ -13,7 +13,7 @@ from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import column
 
-__all__ = ["clock_select", "database_create_if_absent", "server_ping"]
+__all__ = ["clock_select", "database_create_if_absent", "lock_select_holders", "server_ping"]
 
 _q = load("server")
 
@@ -39,3 +39,13 @@ def clock_select(conn: psycopg.Connection[Any]) -> datetime:
     row = conn.execute(_q["clock_select"]).fetchone()
     assert row is not None, "SELECT clock_timestamp() returns one row"
     return column(row, "now")  # type: ignore[no-any-return]
+
+
+@wrap_errors
+def lock_select_holders(conn: psycopg.Connection[Any], table: str) -> list[dict[str, Any]]:
+    """Other sessions holding rows of ``table`` (at most 3, oldest transaction first).
+
+    Each: ``pid``, ``application``, ``client``, ``state`` and ``xact_s`` (age of
+    its transaction). Only for a message; a lock may be gone by the time it is read.
+    """
+    return conn.execute(_q["lock_select_holders"], {"table": table}).fetchall()

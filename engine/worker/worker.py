@@ -33,7 +33,7 @@ from engine.alerts import AlertRecorder, AlertSink
 from engine.alerts.dispatch import AlertDispatcher
 from engine.alerts.sinks import sinks_for
 from engine.config import Settings
-from engine.errors import ConfigError
+from engine.errors import ConfigError, Contention
 from engine.flow.registry import Registry
 from engine.infra import logs
 from engine.infra.outage import Outage, is_outage
@@ -71,14 +71,14 @@ def default_worker_id() -> str:
 def connect_worker(settings: Settings) -> psycopg.Connection[Any]:
     """A connection whose statements, lock waits and idle transactions are bounded.
 
-    A zombie (a worker paused past its lease) cannot commit thanks to fencing,
-    but its open transaction would still hold row locks; the server ends it
-    after ``idle_in_transaction_timeout_s`` so the new owner is not blocked.
+    Statements and lock waits are bounded on every engine connection
+    (:func:`engine.store.db.conninfo`). A zombie (a worker paused past its
+    lease) cannot commit thanks to fencing, but its open transaction would
+    still hold row locks; the server ends it after
+    ``idle_in_transaction_timeout_s`` so the new owner is not blocked.
     """
     options = (
-        f"-c statement_timeout={int(settings.statement_timeout_s * 1000)} "
-        f"-c lock_timeout={int(settings.lock_timeout_s * 1000)} "
-        f"-c idle_in_transaction_session_timeout="
+        "-c idle_in_transaction_session_timeout="
         f"{int(settings.idle_in_transaction_timeout_s * 1000)}"
     )
     return db.connect(settings, options=options)
@@ -275,9 +275,17 @@ class Worker:
                         if is_outage(exc):
                             self.outage.failed(exc, "sweeper")
                             continue
-                        log.exception(
-                            "sweep failed; next round in %s s", self.settings.sweep_interval_s
-                        )
+                        if isinstance(exc, Contention):
+                            # a lock wait past lock_timeout: a normal race, not a bug
+                            log.warning(
+                                "sweep not done (%s); next round in %s s",
+                                str(exc).strip().splitlines()[0],
+                                self.settings.sweep_interval_s,
+                            )
+                        else:
+                            log.exception(
+                                "sweep failed; next round in %s s", self.settings.sweep_interval_s
+                            )
                 with self._free:
                     if self._idle == 0:
                         self._free.wait(timeout=min(1.0, self.settings.sweep_interval_s))

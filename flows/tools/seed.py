@@ -711,7 +711,9 @@ def _option(*names: str, **kwargs: Any) -> Callable[[_F], _F]:
 def command(seed_value: int, as_json: bool, **options: Any) -> None:
     """Fill the ERP tables with a deterministic month of demo documents (COPY, one transaction)."""
     try:
-        with connect(Settings(), autocommit=True) as conn:
+        # a bulk load (COPY of a month of documents) may outlast any statement bound;
+        # its lock waits stay bounded
+        with connect(Settings(), autocommit=True, statement_timeout_s=0) as conn:
             report = seed(conn, seed=seed_value, **options)
     except BadInput:
         raise

@@ -160,14 +160,21 @@ ORDER BY id
 FOR SHARE;
 
 -- job_cancel_descendants --
--- A job cancelled or failed leaves no child running: its active children, theirs, and so on are cancelled in the transaction that ended it (after its row, before any step run: the one lock order); the ones cancelled are returned so their step runs follow.
+-- A job cancelled or failed leaves no child running: its active children, theirs, and so on are cancelled in the transaction that ended it (after its row, before any step run: the one lock order); they are locked level by level, ascending ids within a level (parent before child, so two cancels of nested jobs of one tree cannot deadlock); the ones cancelled are returned so their step runs follow.
 WITH RECURSIVE tree AS (
-    SELECT id FROM engine_jobs WHERE parent_job_id = %(job_id)s
+    SELECT id, 1 AS depth FROM engine_jobs WHERE parent_job_id = %(job_id)s
     UNION
-    SELECT c.id FROM engine_jobs AS c JOIN tree ON c.parent_job_id = tree.id
+    SELECT c.id, tree.depth + 1 FROM engine_jobs AS c JOIN tree ON c.parent_job_id = tree.id
+), locked AS (
+    SELECT j.id
+    FROM engine_jobs AS j
+    JOIN tree ON j.id = tree.id
+    WHERE j.status IN ('pending', 'running')
+    ORDER BY tree.depth, j.id
+    FOR UPDATE OF j
 )
 UPDATE engine_jobs AS j
 SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
-FROM tree
-WHERE j.id = tree.id AND j.status IN ('pending', 'running')
+FROM locked
+WHERE j.id = locked.id AND j.status IN ('pending', 'running')
 RETURNING j.id;

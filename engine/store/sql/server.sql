@@ -13,3 +13,15 @@ CREATE DATABASE {name};
 -- clock_select --
 -- Durable sleep compares with the database clock, never a worker's (invariant 3).
 SELECT clock_timestamp() AS now;
+
+-- lock_select_holders --
+-- Read only to name, in an operator's "busy" message, the other sessions holding rows of a table (locked or written) oldest transaction first; never used to decide anything, and no query text (it may quote values).
+SELECT a.pid, coalesce(nullif(a.application_name, ''), '-') AS application,
+       coalesce(host(a.client_addr), 'local') AS client, a.state,
+       round(extract(epoch FROM clock_timestamp() - a.xact_start)::numeric, 1)::float AS xact_s
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.relation = to_regclass(%(table)s) AND l.granted
+  AND l.mode IN ('RowShareLock', 'RowExclusiveLock') AND l.pid <> pg_backend_pid()
+ORDER BY a.xact_start NULLS LAST
+LIMIT 3;
