@@ -178,6 +178,7 @@ flow = Flow(
     version=4,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,
+    signals=(APPROVAL_SIGNAL,),  # an accountant's go-ahead when too many were rejected
 )
 
 

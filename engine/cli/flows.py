@@ -67,6 +67,7 @@ def flows_show(name: str, as_json: bool) -> None:
                 "version_here": None if flow is None else flow.version,
                 "description": None if flow is None else flow.description,
                 "steps": [] if flow is None else list(flow.steps),
+                "signals": [] if flow is None else list(flow.signals),
                 "versions": report.as_json(),
                 "worker_live_s": report.live_s,
             }

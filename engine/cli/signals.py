@@ -47,6 +47,9 @@ def _parse_data(value: str | None) -> Any:
 def signal(job_id: str, name: str, data: str | None, sent_by: str | None, as_json: bool) -> None:
     """Send signal NAME to an active job: the steps waiting for it resume.
 
+    NAME must be one of the signals the job's flow declares (at the version
+    the job runs; `engine flows show FLOW` lists them): any other name, a
+    typo, is refused (exit 2, naming the valid ones) and nothing is recorded.
     A signal is recorded once per job and name: one sent before a step waits
     for it is kept until the step asks; sending it again with the same data
     changes nothing, with other data is refused (exit 2).

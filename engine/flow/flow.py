@@ -14,6 +14,11 @@ the element type           one item of the mapped list       (``item``, fan-out)
 a registered injectable    a runtime object, e.g. the step context (``context``)
 =========================  =====================================================
 
+``signals=("approve",)`` declares the signals the flow's steps wait for: a
+step may wait only for those (``ctx.wait_for_signal``), and ``engine signal``
+refuses any other name, naming the declared ones. A flow that declares none
+receives none.
+
 ``map_over="plan.chunks"`` makes a step run once per element of the list field
 ``chunks`` of step ``plan``'s output; ``plan`` is added to ``after`` implicitly.
 """
@@ -59,6 +64,8 @@ __all__ = [
 
 NAME_PATTERN = "^[a-z][a-z0-9_-]*$"
 _NAME = re.compile(r"[a-z][a-z0-9_-]*")
+SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
+"""A signal's name: what ``engine_signals.name`` and ``Flow(signals=...)`` accept."""
 
 INJECTABLE_TYPES: set[type[Any]] = set()
 """Types the runtime supplies by annotation (kind ``context``); see :func:`register_injectable`."""
@@ -176,6 +183,7 @@ class Flow:
         version: int = 1,
         description: str = "",
         concurrency: Concurrency | None = None,
+        signals: Sequence[str] = (),
     ) -> None:
         if not _valid_name(name):
             raise DefinitionError(
@@ -196,6 +204,7 @@ class Flow:
                 concurrency.check(params, None)
             except DefinitionError as exc:
                 raise DefinitionError(str(exc), flow=name) from None
+        self._signals = _check_signals(name, signals)
         self._concurrency = concurrency
         self._name = name
         self._params = params
@@ -235,6 +244,11 @@ class Flow:
     def concurrency(self) -> Concurrency | None:
         """The concurrency key every step of the flow holds, unless a step declares its own."""
         return self._concurrency
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        """The signals the flow's steps may wait for and a job of it may receive (declared)."""
+        return self._signals
 
     @property
     def admission(self) -> Callable[..., None] | None:
@@ -623,6 +637,8 @@ class Flow:
             lines.append(
                 f"  --{pname.replace('_', '-')}: {type_name(info.annotation)}, {default}{about}"
             )
+        if self._signals:
+            lines.append(f"signals: {', '.join(self._signals)}")
         if self._concurrency is not None:
             lines.append(f"concurrency: {_describe_concurrency(self._concurrency)}")
         if self._admission is not None:
@@ -647,6 +663,33 @@ class Flow:
         lines.append("edges:")
         lines += [f"  {u} -> {v}" for u, v in self.graph.edges] or ["  (none)"]
         return "\n".join(lines)
+
+
+def declared_signals(signals: Sequence[str] | None) -> str:
+    """``valid signals: 'approve'`` or ``it declares no signals``, for messages."""
+    return _declared_signals(signals or ())
+
+
+def _declared_signals(signals: Sequence[str]) -> str:
+    if not signals:
+        return "it declares no signals"
+    return "valid signals: " + ", ".join(map(repr, signals))
+
+
+def _check_signals(flow: str, signals: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(signals, str):
+        signals = (signals,)
+    names = tuple(signals)
+    for name in names:
+        if not isinstance(name, str) or not SIGNAL_NAME.fullmatch(name):
+            raise DefinitionError(
+                f"invalid signal name {name!r} in signals: expected a lowercase letter, then "
+                "up to 62 lowercase letters, digits, '_', '.' or '-' (e.g. 'approve')",
+                flow=flow,
+            )
+    if len(set(names)) != len(names):
+        raise DefinitionError(f"signals {names!r} names one twice", flow=flow)
+    return names
 
 
 def _describe_concurrency(c: Concurrency) -> str:

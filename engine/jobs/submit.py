@@ -166,6 +166,7 @@ def submit_in(
             fingerprint=fingerprint,
             submitted_by=submitted_by,
             parent=parent,
+            signals=flow.signals,
         )
         if row is not None:
             runs = root_runs(flow, job_id, params_json, settings)

@@ -24,10 +24,11 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import store
-from engine.errors import EngineError, JobCancelled, LeaseLost
+from engine.errors import DefinitionError, EngineError, JobCancelled, LeaseLost
 from engine.flow import register_injectable
-from engine.waits.children import Child, ChildSubmitter, wait_for_children
-from engine.waits.signals import Signal, wait_for_signal
+from engine.flow.flow import declared_signals
+from engine.waits.children import Child, ChildrenTimeout, ChildSubmitter, wait_for_children
+from engine.waits.signals import Signal, SignalTimeout, wait_for_signal
 from engine.waits.wait import sleep_until
 
 if TYPE_CHECKING:
@@ -67,7 +68,10 @@ class StepContext:
     worker: str
     stop: StopSignal = field(default_factory=StopSignal, compare=False)
     children: ChildSubmitter | None = field(default=None, compare=False)
+    signals: tuple[str, ...] = ()  # the flow's declared signals: the ones it may wait for
     _child_index: Iterator[int] = field(default_factory=itertools.count, compare=False)
+    # the deadlines of the waits this run passed, in order (None: it returned)
+    _past: list[datetime | None] = field(default_factory=list, compare=False)
 
     @property
     def stopping(self) -> bool:
@@ -87,9 +91,27 @@ class StepContext:
         If it has not come, the step stops here (nothing it wrote commits), its
         step run waits holding no lease and no attempt, and the step runs again
         from its start when the signal comes. After ``timeout`` (``None``:
-        never) that rerun's call raises :class:`~engine.waits.signals.SignalTimeout`.
+        never) that rerun's call raises :class:`~engine.waits.signals.SignalTimeout`;
+        the step may catch it and wait again, with a new deadline.
+
+        ``name`` must be one of the flow's declared signals
+        (``Flow(..., signals=...)``), else :class:`~engine.errors.DefinitionError`
+        naming them (the step fails at once: a retry would not declare it).
         """
-        return wait_for_signal(self.conn, self.job_id, self.step_run_id, name, timeout)
+        if name not in self.signals:
+            raise DefinitionError(
+                f"step {self.step!r} waits for signal {name!r}, which its flow does not "
+                f"declare: {declared_signals(self.signals)} (declare it: Flow(..., signals=(...)))",
+                steps=(self.step,),
+            )
+        past = tuple(self._past)
+        try:
+            got = wait_for_signal(self.conn, self.job_id, self.step_run_id, name, timeout, past)
+        except SignalTimeout as exc:
+            self._past.append(exc.deadline)
+            raise
+        self._past.append(None)
+        return got
 
     def sleep_until(self, until: datetime) -> None:
         """Return once the database clock passed ``until``; wait durably until then.
@@ -97,7 +119,8 @@ class StepContext:
         Like :meth:`wait_for_signal`: the step stops here and runs again from
         its start once ``until`` has passed (woken by the sweeper).
         """
-        sleep_until(self.conn, until)
+        sleep_until(self.conn, until, tuple(self._past))
+        self._past.append(None)
 
     def submit_child(
         self,
@@ -128,9 +151,17 @@ class StepContext:
         share); each child's end runs the step again from its start. After
         ``timeout`` (``None``: never) a rerun's call raises
         :class:`~engine.waits.children.ChildrenTimeout`. A failed child is an
-        outcome like any other (``child.ok`` is false): the step decides.
+        outcome like any other (``child.ok`` is false): the step decides; it may
+        also catch the timeout and wait again, with a new deadline.
         """
-        return wait_for_children(self.conn, self.step_run_id, timeout)
+        past = tuple(self._past)
+        try:
+            got = wait_for_children(self.conn, self.step_run_id, timeout, past)
+        except ChildrenTimeout as exc:
+            self._past.append(exc.deadline)
+            raise
+        self._past.append(None)
+        return got
 
 
 register_injectable(StepContext)

@@ -233,6 +233,7 @@ class Executor:
             worker=self.worker,
             stop=lease.stop,
             children=self.children,
+            signals=flow.signals,
         )
         output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
         if not isinstance(output, step.output):

@@ -81,7 +81,12 @@ class Park:
             parked = None
             if store.job_lock_if_active(conn, claimed.job_id):
                 parked = store.step_wait_if_leased(
-                    conn, claimed, signal=wait.signal, timeout_s=wait.timeout_s, until=wait.until
+                    conn,
+                    claimed,
+                    signal=wait.signal,
+                    timeout_s=wait.timeout_s,
+                    until=wait.until,
+                    past=wait.past,
                 )
             if parked is not None:  # the signal may have come between the step's look and now
                 announced = self._parked(lease, parked, {"signal": parked.wait_signal})
@@ -106,7 +111,9 @@ class Park:
         if not store.job_lock_if_active(conn, claimed.job_id):
             raise LeaseLost(f"job {claimed.job_id} ended before step run {claimed.id} could wait")
         store.job_lock_children(conn, claimed.id)
-        parked = store.step_wait_children_if_leased(conn, claimed, timeout_s=wait.timeout_s)
+        parked = store.step_wait_children_if_leased(
+            conn, claimed, timeout_s=wait.timeout_s, past=wait.past
+        )
         if parked is None:
             raise LeaseLost(f"lease lost before the step could wait: {wait}")
         # the last child may have ended between the step's look and now

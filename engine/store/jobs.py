@@ -50,6 +50,7 @@ __all__ = [
     "job_select_children",
     "job_select_info",
     "job_select_parent",
+    "job_select_signals",
     "job_select_status",
 ]
 
@@ -67,8 +68,12 @@ def job_insert_if_absent(
     fingerprint: str,
     submitted_by: str | None,
     parent: ChildOf | None = None,
+    signals: tuple[str, ...] = (),
 ) -> JobRow | None:
-    """Insert a job (a child of ``parent``); ``None``: an active job has this fingerprint."""
+    """Insert a job (a child of ``parent``) receiving ``signals`` (its flow's, declared).
+
+    ``None``: an active job has this fingerprint.
+    """
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             _q["job_insert_if_absent"],
@@ -82,6 +87,7 @@ def job_insert_if_absent(
                 "parent_job_id": None if parent is None else parent.job_id,
                 "parent_step_run_id": None if parent is None else parent.step_run_id,
                 "child_key": None if parent is None else parent.key,
+                "signals": list(signals),
             },
         )
         row = cur.fetchone()
@@ -296,3 +302,16 @@ def job_select_children(
 def job_lock_children(conn: psycopg.Connection[Any], parent_step_run_id: uuid.UUID) -> None:
     """Share-lock the step run's children (after its job row): a child ending now commits first."""
     conn.execute(_q["job_lock_children"], {"parent_step_run_id": parent_step_run_id})
+
+
+@wrap_errors
+def job_select_signals(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID
+) -> tuple[str, int, tuple[str, ...] | None]:
+    """The job's flow, its version and the signals it declared (``None``: any, an older job)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_signals"], {"job_id": job_id})
+        row = cur.fetchone()
+    assert row is not None, "called for a job locked before"
+    signals = None if row["signals"] is None else tuple(row["signals"])
+    return row["flow"], row["flow_version"], signals

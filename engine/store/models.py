@@ -108,6 +108,7 @@ class Job(SQLModel, table=True):
         default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
     )
     child_key: str | None = _text(True)
+    signals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
 
 
 class StepRun(SQLModel, table=True):
@@ -143,6 +144,9 @@ class StepRun(SQLModel, table=True):
     wait_until: datetime | None = _ts(True)
     wait_children: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
     concurrency_kept: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
+    wait_past: list[datetime | None] = Field(
+        default_factory=list, sa_column=Column(ARRAY(DateTime(timezone=True)), nullable=False)
+    )
 
 
 class JobSignal(SQLModel, table=True):

@@ -336,11 +336,17 @@ class SignalRow:
 
 @dataclass(frozen=True)
 class WaitState:
-    """What a step asking for a signal finds: the signal, or whether its wait ran out."""
+    """What a step asking for a signal finds: the signal, or whether its wait ran out.
+
+    ``timed_out`` and ``wait_until`` are the wait the step run parked at last;
+    ``past`` the deadlines of the waits the step passed before it (``None``:
+    that wait returned), in order (see :mod:`engine.waits.wait`).
+    """
 
     signal: SignalRow | None
     timed_out: bool
     wait_until: datetime | None
+    past: tuple[datetime | None, ...] = ()
 
 
 @dataclass(frozen=True)

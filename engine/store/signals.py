@@ -66,7 +66,7 @@ def signal_select_for_wait(
     if row is None:
         return WaitState(None, False, None)
     signal = None if row["name"] is None else SignalRow.from_row(row)
-    return WaitState(signal, bool(row["timed_out"]), row["wait_until"])
+    return WaitState(signal, bool(row["timed_out"]), row["wait_until"], tuple(row["wait_past"]))
 
 
 @wrap_errors

@@ -34,6 +34,7 @@ from engine.store.rows import (
     Parked,
     StepCounts,
     StepState,
+    WaitState,
     column,
 )
 
@@ -336,6 +337,7 @@ def step_wait_if_leased(
     signal: str | None,
     timeout_s: float | None,
     until: datetime | None,
+    past: tuple[datetime | None, ...] = (),
 ) -> Parked | None:
     """Park the step run (lease gone, attempt back) until ``signal`` or ``until``/``timeout_s``.
 
@@ -353,6 +355,7 @@ def step_wait_if_leased(
                 "signal": signal,
                 "timeout_s": timeout_s,
                 "until": until,
+                "past": list(past),
             },
         )
         row = cur.fetchone()
@@ -379,7 +382,11 @@ def step_wake_if_due_many(
 
 @wrap_errors
 def step_wait_children_if_leased(
-    conn: psycopg.Connection[Any], claimed: Claimed, *, timeout_s: float | None
+    conn: psycopg.Connection[Any],
+    claimed: Claimed,
+    *,
+    timeout_s: float | None,
+    past: tuple[datetime | None, ...] = (),
 ) -> Parked | None:
     """Park the step run (lease gone, attempt back) until its children end or ``timeout_s``.
 
@@ -396,6 +403,7 @@ def step_wait_children_if_leased(
                 "job_id": claimed.job_id,
                 "token": claimed.token,
                 "timeout_s": timeout_s,
+                "past": list(past),
             },
         )
         row = cur.fetchone()
@@ -417,11 +425,11 @@ def step_wake_parent_batched(batch: Batch, child_job_id: uuid.UUID) -> Reply:
 @wrap_errors
 def step_select_children_timed_out(
     conn: psycopg.Connection[Any], step_run_id: uuid.UUID
-) -> tuple[bool, datetime | None]:
-    """Whether the step run's wait for its children ran out, and its deadline."""
+) -> WaitState:
+    """Whether the step run's last wait for its children ran out, its deadline, the waits before."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_select_children_timed_out"], {"id": step_run_id})
         row = cur.fetchone()
     if row is None:
-        return False, None
-    return bool(row["timed_out"]), row["wait_until"]
+        return WaitState(None, False, None)
+    return WaitState(None, bool(row["timed_out"]), row["wait_until"], tuple(row["wait_past"]))

@@ -53,7 +53,7 @@ from engine.flow.retry import Fail
 from engine.jobs.fingerprint import job_fingerprint
 from engine.jobs.submit import Submitted, parse_params, submit_in
 from engine.store.status import JobStatus
-from engine.waits.wait import Wait
+from engine.waits.wait import Wait, timed_out
 
 if TYPE_CHECKING:
     import psycopg
@@ -169,9 +169,16 @@ class ChildSubmitter:
 
 
 def wait_for_children(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, timeout: timedelta | None
+    conn: psycopg.Connection[Any],
+    step_run_id: uuid.UUID,
+    timeout: timedelta | None,
+    past: tuple[datetime | None, ...] = (),
 ) -> list[Child]:
-    """The step run's children once all ended; :class:`Wait`; :class:`ChildrenTimeout`."""
+    """The step run's children once all ended; :class:`Wait`; :class:`ChildrenTimeout`.
+
+    ``past``: the deadlines of the waits the step passed before this one in
+    this run (``None``: it returned), see :mod:`engine.waits.wait`.
+    """
     if timeout is not None and timeout < timedelta(0):
         raise ValueError(f"timeout must not be negative, got {timeout}")
     rows = store.job_select_children(conn, step_run_id)
@@ -180,7 +187,9 @@ def wait_for_children(
         return [
             Child(r.id, r.key, r.flow, r.status, r.error, r.finished_at, r.output) for r in rows
         ]
-    timed_out, deadline = store.step_select_children_timed_out(conn, step_run_id)
-    if timed_out:
+    deadline = timed_out(store.step_select_children_timed_out(conn, step_run_id), past)
+    if deadline is not None:
         raise ChildrenTimeout(active, deadline)
-    raise Wait(children=True, timeout_s=None if timeout is None else timeout.total_seconds())
+    raise Wait(
+        children=True, timeout_s=None if timeout is None else timeout.total_seconds(), past=past
+    )

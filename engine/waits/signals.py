@@ -19,6 +19,12 @@ request that rolls back leaves no signal and wakes nothing; messages leave
 at the caller's commit (:mod:`engine.transports.announce`). A signal sent before any
 step waits for it is kept, and found by the step when it asks.
 
+A flow declares the signals it receives (``Flow(..., signals=("approve",))``),
+and the job records them at submit, from the flow at its version: a name the
+job does not declare (a typo, ``aprove``) is refused with
+:class:`~engine.errors.BadInput` naming the valid ones, and nothing is
+written. A job submitted before signals were declared accepts any valid name.
+
 Sending the same signal again (same name, same data) is a no-op that
 returns ``created=False``; the same name with other data is refused
 (:class:`~engine.errors.BadInput`): a signal is a decision, made once.
@@ -27,7 +33,6 @@ Every time is the database's (invariant 3).
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from engine import store
 from engine.errors import BadInput
+from engine.flow.flow import SIGNAL_NAME, declared_signals
 from engine.flow.retry import Fail
-from engine.waits.wait import Wait
+from engine.waits.wait import Wait, timed_out
 
 if TYPE_CHECKING:
     from engine.jobs.transaction import Connectable
@@ -54,8 +60,6 @@ from engine.store.status import EventKind
 from engine.transports import transport_for
 from engine.transports.announce import announce
 from engine.transports.outbox import Publisher
-
-SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
 
 
 def check_signal_name(name: str) -> str:
@@ -97,8 +101,13 @@ def wait_for_signal(
     step_run_id: uuid.UUID,
     name: str,
     timeout: timedelta | None,
+    past: tuple[datetime | None, ...] = (),
 ) -> Signal:
-    """The job's signal ``name``; :class:`Wait` if it has not come; :class:`SignalTimeout`."""
+    """The job's signal ``name``; :class:`Wait` if it has not come; :class:`SignalTimeout`.
+
+    ``past``: the deadlines of the waits the step passed before this one in
+    this run (``None``: it returned), see :mod:`engine.waits.wait`.
+    """
     check_signal_name(name)
     if timeout is not None and timeout < timedelta(0):
         raise ValueError(f"timeout must not be negative, got {timeout}")
@@ -106,9 +115,12 @@ def wait_for_signal(
     if state.signal is not None:
         s = state.signal
         return Signal(s.name, s.data, s.sent_by, s.created_at)
-    if state.timed_out:
-        raise SignalTimeout(name, state.wait_until)
-    raise Wait(signal=name, timeout_s=None if timeout is None else timeout.total_seconds())
+    deadline = timed_out(state, past)
+    if deadline is not None:
+        raise SignalTimeout(name, deadline)
+    raise Wait(
+        signal=name, timeout_s=None if timeout is None else timeout.total_seconds(), past=past
+    )
 
 
 @dataclass(frozen=True)
@@ -181,6 +193,12 @@ def _signal_in(
         if status is None:
             raise NoSuchJob(job_id)
         raise BadInput(f"job {job_id} is {status}; only a pending or running job can be signalled")
+    flow, version, declared = store.job_select_signals(conn, job_id)
+    if declared is not None and name not in declared:
+        raise BadInput(
+            f"signal {name!r} is not declared by flow {flow} (version {version}) of job "
+            f"{job_id}: {declared_signals(declared)}"
+        )
     recorded = store.signal_insert_if_absent(conn, job_id, name, data, sent_by)
     if recorded is None:
         existing = store.signal_select(conn, job_id, name)

@@ -27,19 +27,37 @@ def _stop(proc: WorkerProcess) -> str:
     return proc.stdout.read()
 
 
-def test_cli__signal_bad_input_exits_2_naming_the_value(settings: Settings) -> None:
-    job = json.loads(engine(settings, "submit", "example", "--period", "2026-11", "--json").stdout)
-    job_id = job["job_id"]
+def _signals(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute("SELECT job_id, name FROM engine_signals").fetchall()]
+
+
+def test_cli__signal_bad_input_exits_2_naming_the_value(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    seed(conn, stores=1, brands=1, employees=2, items=3, period=PERIOD, seed=1)
+    submitted = engine(settings, "submit", "posting", "--period", PERIOD, "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = json.loads(submitted.stdout)["job_id"]
+    example = engine(settings, "submit", "example", "--period", PERIOD, "--json")
+    example_id = json.loads(example.stdout)["job_id"]
     cases = [
         (("not-a-uuid", "approve"), "invalid job id 'not-a-uuid'"),
         ((str(uuid.UUID(int=7)), "approve"), f"no job with id {uuid.UUID(int=7)}"),
         ((job_id, "approve", "--data", "{by: acct}"), "invalid --data '{by: acct}': not JSON"),
         ((job_id, "Approve!"), "invalid signal name 'Approve!'"),
+        # a typo: posting declares "approve" only
+        (
+            (job_id, "aprove", "--data", '{"by": "a"}'),
+            f"signal 'aprove' is not declared by flow posting (version 4) of job {job_id}: "
+            "valid signals: 'approve'",
+        ),
+        ((example_id, "approve"), "it declares no signals"),
     ]
     for args, message in cases:
         result = engine(settings, "signal", *args)
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr, (args, result.stderr)
+    assert _signals(conn) == [], "a refused signal records nothing"
 
     sent = engine(settings, "signal", job_id, "approve", "--data", '{"by": "a"}', "--json")
     assert sent.returncode == 0, sent.stderr
@@ -99,6 +117,12 @@ def test_cli__posting_waits_for_approval_and_resumes_by_engine_signal(
         )
         shown = engine(settings, "status", job_id)
         assert "signal approve" in shown.stdout, shown.stdout
+
+        typo = engine(settings, "signal", job_id, "aprove", "--data", '{"by":"acct"}')
+        assert typo.returncode == 2, typo.stderr
+        assert "signal 'aprove' is not declared" in typo.stderr
+        assert "valid signals: 'approve'" in typo.stderr
+        assert _signals(conn) == [] and reconcile()["status"] == "waiting"
 
         approved = engine(settings, "signal", job_id, "approve", "--data", '{"by":"acct"}')
         assert approved.returncode == 0, approved.stderr

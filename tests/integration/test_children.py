@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -461,3 +462,34 @@ def test_retry__a_child_alone_is_refused_while_its_parent_failed_naming_the_pare
     assert result.exit_code == 2
     assert str(job) in result.output
     assert status_of(conn, kids[1]["id"]) == "failed", "nothing changed"
+
+
+def test_children__wait_again_after_a_caught_timeout_with_a_new_deadline_then_they_end(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = brood(fast, registry, children=1, hold=True, timeout_s=3600, rewait_s=3 * 86400)
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
+        first = spawn_run(conn, job)
+        (kid,) = children_of(conn, job)
+        wait_until(lambda: waiting_for(conn, kid["id"], "work"), what="the child to hold")
+        conn.execute(
+            "UPDATE engine_step_runs SET wait_until = now() - interval '1 s' WHERE id = %s",
+            (first["id"],),
+        )
+
+        def waits_again() -> bool:
+            run = spawn_run(conn, job)
+            return run["status"] == "waiting" and run["wait_until"] > first["wait_until"]
+
+        # woken at its deadline, the step catches ChildrenTimeout and waits again
+        wait_until(waits_again, what="the parent to wait again, with a new deadline")
+        again = spawn_run(conn, job)
+        assert again["wait_until"] - again["claimed_at"] > timedelta(days=2)
+        assert len(again["wait_past"]) == 1
+        signal(kid["id"], "release", settings=fast)
+        assert wait_job_ended(conn, job) == "done"
+    spawn = spawn_run(conn, job)
+    assert spawn["output"]["timed_out"] is False
+    assert [o["status"] for o in spawn["output"]["outcomes"]] == ["done"]
+    assert status_of(conn, kid["id"]) == "done"

@@ -308,3 +308,111 @@ def test_sweeper__wakes_only_waits_past_their_deadline(
     assert report.woken == 1
     assert run_of(conn, due, "gate")["status"] == "pending"
     assert waiting(conn, later) and waiting(conn, forever)
+
+
+def test_signal__an_undeclared_name_is_refused_naming_the_valid_ones_and_writes_nothing(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = submit_approval(fast, registry)  # approval declares "go"
+    with pytest.raises(
+        BadInput,
+        match=r"signal 'og' is not declared by flow approval \(version 1\) of job .*: "
+        r"valid signals: 'go'",
+    ):
+        signal(job, "og", {"by": "typo"}, settings=fast)
+    assert conn.execute("SELECT * FROM engine_signals").fetchall() == []
+    assert "signalled" not in kinds(conn, job)
+    declared = conn.execute("SELECT signals FROM engine_jobs WHERE id = %s", (job,)).fetchone()
+    assert declared is not None and declared["signals"] == ["go"]
+    # a flow that declares no signals receives none
+    napping = submit("nap", {}, settings=fast, registry=registry).job_id
+    with pytest.raises(BadInput, match="it declares no signals"):
+        signal(napping, "go", settings=fast)
+    assert conn.execute("SELECT * FROM engine_signals").fetchall() == []
+
+
+def test_signal__a_job_submitted_before_signals_were_declared_accepts_any_valid_name(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = submit_approval(fast, registry)
+    conn.execute("UPDATE engine_jobs SET signals = NULL WHERE id = %s", (job,))  # as migrated
+    assert signal(job, "anything", settings=fast).created
+
+
+def test_wait__for_an_undeclared_signal_is_a_definition_error_that_fails_the_step_at_once(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = submit_approval(fast, registry, signal="nope")
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job) == "failed"
+    gate = run_of(conn, job, "gate")
+    assert (gate["status"], gate["attempts"], gate["wait_signal"]) == ("dead", 1, None)
+    assert gate["error"]["type"] == "DefinitionError"
+    assert (
+        "step 'gate' waits for signal 'nope', which its flow does not declare: "
+        "valid signals: 'go'" in gate["error"]["message"]
+    )
+    assert "waiting" not in kinds(conn, job)
+
+
+def _age_wait(conn: psycopg.Connection[Any], step_run_id: uuid.UUID) -> None:
+    conn.execute(
+        "UPDATE engine_step_runs SET wait_until = now() - interval '1 s' WHERE id = %s",
+        (step_run_id,),
+    )
+
+
+def _waiting_until_later_than(
+    conn: psycopg.Connection[Any], job: uuid.UUID, step: str, later: timedelta
+) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM engine_step_runs WHERE job_id = %s AND step = %s AND status = 'waiting' "
+        "AND wait_until > now() + %s",
+        (job, step, later),
+    ).fetchone()
+    return row is not None
+
+
+def test_wait__again_after_a_caught_signal_timeout_with_a_new_deadline_then_the_signal_comes(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = submit_approval(fast, registry, timeout_s=3600, rewait_s=3 * 86400)
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting(conn, job), what="the gate to wait")
+        first = run_of(conn, job, "gate")
+        assert first["wait_until"] - first["claimed_at"] < timedelta(hours=2)
+        _age_wait(conn, first["id"])
+        # woken at its deadline, the step catches the timeout and waits again
+        wait_until(
+            lambda: _waiting_until_later_than(conn, job, "gate", timedelta(days=2)),
+            what="the gate to wait again, with the new deadline",
+        )
+        again = run_of(conn, job, "gate")
+        assert (again["wait_signal"], again["attempts"]) == ("go", 0)
+        assert len(again["wait_past"]) == 1, "the first wait's deadline, to replay its timeout"
+        sent = signal(job, "go", {"by": "late"}, settings=fast)
+        assert sent.woken == 1
+        assert wait_job_ended(conn, job) == "done"
+    gate = run_of(conn, job, "gate")
+    assert (gate["output"]["data"], gate["output"]["timed_out"]) == ({"by": "late"}, False)
+    assert gate["attempts"] == 1
+    assert kinds(conn, job).count("waiting") == 2
+
+
+def test_wait__again_after_a_caught_signal_timeout_times_out_on_its_own_deadline(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = submit_approval(fast, registry, timeout_s=3600, rewait_s=3 * 86400, handle_timeout=True)
+    with thread_worker(fast, registry):
+        wait_until(lambda: waiting(conn, job), what="the gate to wait")
+        _age_wait(conn, run_of(conn, job, "gate")["id"])
+        wait_until(
+            lambda: _waiting_until_later_than(conn, job, "gate", timedelta(days=2)),
+            what="the gate to wait again",
+        )
+        # the second deadline passes too: the rerun replays the first timeout, then its own
+        _age_wait(conn, run_of(conn, job, "gate")["id"])
+        assert wait_job_ended(conn, job) == "done"
+    gate = run_of(conn, job, "gate")
+    assert gate["output"]["timed_out"] is True
+    assert kinds(conn, job).count("woken") == 2

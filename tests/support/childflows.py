@@ -43,7 +43,12 @@ class Worked(BaseModel):
     value: int
 
 
-kid = Flow("kid", params=KidParams, description="a child job: waits, fails or works")
+kid = Flow(
+    "kid",
+    params=KidParams,
+    description="a child job: waits, fails or works",
+    signals=("release",),
+)
 
 
 @kid.step()
@@ -63,6 +68,7 @@ class BroodParams(BaseModel):
     hold: bool = False
     retry_after_submit: bool = False
     timeout_s: float | None = None
+    rewait_s: float | None = None  # caught the timeout: wait again, with this one
     fail_sibling: bool = False
 
 
@@ -85,7 +91,9 @@ class Tally(BaseModel):
     failed: int
 
 
-brood = Flow("brood", params=BroodParams, description="a step that runs child jobs")
+brood = Flow(
+    "brood", params=BroodParams, description="a step that runs child jobs", signals=("boom",)
+)
 
 
 @brood.step()
@@ -96,7 +104,12 @@ def spawn(params: BroodParams, ctx: StepContext) -> Spawned:
         raise Retry(0, "crash after submitting")
     timeout = None if params.timeout_s is None else timedelta(seconds=params.timeout_s)
     try:
-        children = ctx.wait_for_children(timeout=timeout)
+        try:
+            children = ctx.wait_for_children(timeout=timeout)
+        except ChildrenTimeout:
+            if params.rewait_s is None:
+                raise
+            children = ctx.wait_for_children(timeout=timedelta(seconds=params.rewait_s))
     except ChildrenTimeout:
         return Spawned(outcomes=[], attempt=ctx.attempt, timed_out=True)
     except Wait:

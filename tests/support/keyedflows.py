@@ -125,7 +125,12 @@ def items_part(item: Part, params: KeyParams, ctx: StepContext) -> PartOut:
     return PartOut(index=item.index)
 
 
-keyed_gate = Flow("keyed_gate", params=KeyParams, concurrency=Concurrency("gate:{group}", limit=1))
+keyed_gate = Flow(
+    "keyed_gate",
+    params=KeyParams,
+    concurrency=Concurrency("gate:{group}", limit=1),
+    signals=("go",),
+)
 
 
 @keyed_gate.step(name="b")

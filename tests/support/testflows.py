@@ -93,7 +93,13 @@ def effect(ctx: StepContext, params: Params, step: str) -> Out:
 
 # -- chain: a -> b -> c --------------------------------------------------------------
 
-chain = Flow("chain", params=Params, description="three steps in a row, each with an effect")
+# "go": the signal the state machine sends (its steps park through the store)
+chain = Flow(
+    "chain",
+    params=Params,
+    description="three steps in a row, each with an effect",
+    signals=("go",),
+)
 
 
 class A(Out):
@@ -125,7 +131,9 @@ def c(prev: B, params: Params, ctx: StepContext) -> C:
 
 # -- diamond: a -> (left, right) -> join: the fan-in race -----------------------------
 
-diamond = Flow("diamond", params=Params, description="two branches meeting in one step")
+diamond = Flow(
+    "diamond", params=Params, description="two branches meeting in one step", signals=("go",)
+)
 
 
 class Left(Out):
@@ -192,7 +200,7 @@ class Sum(BaseModel):
     count: int
 
 
-fan = Flow("fan", params=Params, description="fan-out over n parts, then gather")
+fan = Flow("fan", params=Params, description="fan-out over n parts, then gather", signals=("go",))
 
 
 @fan.step()

@@ -1,8 +1,10 @@
 """Flows that wait durably. Loaded with ENGINE_FLOW_MODULES=testflows,waitflows.
 
 - ``approval``: ``prepare`` (an effect) -> ``gate`` (waits for the signal
-  ``params.signal``, with ``timeout_s`` if given; ``handle_timeout`` makes it
-  return ``timed_out`` instead of failing) -> ``finish`` (an effect);
+  ``params.signal``, with ``timeout_s`` if given; ``rewait_s`` makes it catch
+  the timeout and wait again with that new timeout; ``handle_timeout`` makes
+  it return ``timed_out`` instead of failing) -> ``finish`` (an effect); it
+  declares the signal ``go`` only;
 - ``nap``: ``nap`` sleeps (durably) until ``sleep_s`` after its job was
   submitted, then returns: a test moves time by ageing the job's
   ``created_at`` and the step run's ``wait_until``.
@@ -30,6 +32,7 @@ class WaitParams(BaseModel):
     signal: str = "go"
     timeout_s: float | None = None
     handle_timeout: bool = False
+    rewait_s: float | None = None
     sleep_s: float = 3600.0
 
 
@@ -57,7 +60,9 @@ def _effect(ctx: StepContext, step: str) -> None:
     )
 
 
-approval = Flow("approval", params=WaitParams, description="an effect, a gate, an effect")
+approval = Flow(
+    "approval", params=WaitParams, description="an effect, a gate, an effect", signals=("go",)
+)
 
 
 @approval.step()
@@ -70,7 +75,12 @@ def prepare(params: WaitParams, ctx: StepContext) -> Prepared:
 def gate(prev: Prepared, params: WaitParams, ctx: StepContext) -> Gate:
     timeout = None if params.timeout_s is None else timedelta(seconds=params.timeout_s)
     try:
-        signal = ctx.wait_for_signal(params.signal, timeout=timeout)
+        try:
+            signal = ctx.wait_for_signal(params.signal, timeout=timeout)
+        except SignalTimeout:
+            if params.rewait_s is None:
+                raise
+            signal = ctx.wait_for_signal(params.signal, timeout=timedelta(seconds=params.rewait_s))
     except SignalTimeout:
         if not params.handle_timeout:
             raise

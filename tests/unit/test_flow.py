@@ -50,6 +50,34 @@ def test_flow__invalid_name_is_rejected(name: str) -> None:
         Flow(name, params=Params)
 
 
+def test_flow__signals_are_declared_and_shown() -> None:
+    flow = Flow("test", params=Params, signals=("approve", "reject"))
+
+    @flow.step
+    def only(params: Params) -> A:
+        return A()
+
+    assert flow.signals == ("approve", "reject")
+    assert "signals: approve, reject" in flow.describe()
+    assert Flow("test", params=Params, signals="approve").signals == ("approve",)
+    assert new_flow().signals == (), "a flow that declares none receives none"
+
+
+@pytest.mark.parametrize(
+    ("signals", "message"),
+    [
+        (("Approve!",), "invalid signal name 'Approve!' in signals"),
+        (("approve", "approve"), "names one twice"),
+        ((7,), "invalid signal name 7"),
+    ],
+)
+def test_flow__invalid_signals_are_a_definition_error(
+    signals: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(DefinitionError, match=message):
+        Flow("test", params=Params, signals=signals)
+
+
 def test_flow__params_must_be_a_model() -> None:
     with pytest.raises(DefinitionError, match="BaseModel"):
         Flow("test", params=dict)  # type: ignore[arg-type]

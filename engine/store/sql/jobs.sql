@@ -1,9 +1,9 @@
 -- job_insert_if_absent --
 -- Invariant 7: the conflict target repeats the partial index's predicate, so a second active job with this fingerprint inserts nothing (zero rows: someone else's job exists).
 INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, submitted_by,
-                         parent_job_id, parent_step_run_id, child_key)
+                         parent_job_id, parent_step_run_id, child_key, signals)
 VALUES (%(id)s, %(flow)s, %(flow_version)s, %(params)s, %(fingerprint)s, %(submitted_by)s,
-        %(parent_job_id)s, %(parent_step_run_id)s, %(child_key)s)
+        %(parent_job_id)s, %(parent_step_run_id)s, %(child_key)s, %(signals)s::text[])
 ON CONFLICT (fingerprint) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING id, flow, status, created_at;
 
@@ -12,6 +12,10 @@ RETURNING id, flow, status, created_at;
 SELECT id, flow, status, created_at
 FROM engine_jobs
 WHERE fingerprint = %(fingerprint)s AND status IN ('pending', 'running');
+
+-- job_select_signals --
+-- The signals a job may receive, recorded from its flow's declaration at submit (NULL: submitted before signals were declared); read after the job row was locked, before a signal is written.
+SELECT flow, flow_version, signals FROM engine_jobs WHERE id = %(job_id)s;
 
 -- job_select_status --
 -- The status of one job, for messages to the user.

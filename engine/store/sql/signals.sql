@@ -16,7 +16,7 @@ WHERE job_id = %(job_id)s AND name = %(name)s;
 SELECT sig.name, sig.data, sig.sent_by, sig.created_at,
        coalesce(s.wait_signal = %(name)s AND s.wait_until <= clock_timestamp(), false)
            AS timed_out,
-       s.wait_until
+       s.wait_until, s.wait_past
 FROM engine_step_runs AS s
 LEFT JOIN engine_signals AS sig ON sig.job_id = s.job_id AND sig.name = %(name)s
 WHERE s.id = %(step_run_id)s;

@@ -316,7 +316,7 @@ RETURNING id;
 UPDATE engine_step_runs
 SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
     max_attempts = attempts + %(extra_attempts)s, wait_signal = NULL, wait_until = NULL,
-    wait_children = false, concurrency_kept = false
+    wait_children = false, wait_past = '{}', concurrency_kept = false
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
 
@@ -361,7 +361,7 @@ UPDATE engine_step_runs AS s
 SET status = CASE WHEN signalled.found THEN 'pending' ELSE 'waiting' END,
     attempts = s.attempts - 1,
     available_at = clock_timestamp(),
-    wait_signal = %(signal)s, wait_children = false,
+    wait_signal = %(signal)s, wait_children = false, wait_past = %(past)s::timestamptz[],
     concurrency_kept = s.concurrency_key IS NOT NULL,
     wait_until = coalesce(%(until)s::timestamptz,
                           clock_timestamp() + make_interval(secs => %(timeout_s)s::float8)),
@@ -413,7 +413,7 @@ WITH jobs AS (
 SELECT id, job_id FROM woken;
 
 -- step_wait_children_if_leased --
--- Invariants 14 and 16: only the lease holder parks its step run for its children, after the parent job row and the children rows were locked (job_lock_children: a child's end committed meanwhile is seen); the attempt comes back and the lease goes, its concurrency slot kept (by status) until it is claimed again, ends or is cancelled; with no child active any more it is pending again at once; a deadline set by an earlier park of this wait is kept (each child's end wakes the step, which must not move it).
+-- Invariants 14 and 16: only the lease holder parks its step run for its children, after the parent job row and the children rows were locked (job_lock_children: a child's end committed meanwhile is seen); the attempt comes back and the lease goes, its concurrency slot kept (by status) until it is claimed again, ends or is cancelled; with no child active any more it is pending again at once; a deadline set by an earlier park of this wait (as many waits passed before it) is kept (each child's end wakes the step, which must not move it), a wait after a caught timeout gets its own.
 WITH active AS (
     SELECT EXISTS (
         SELECT 1 FROM engine_jobs
@@ -425,9 +425,10 @@ SET status = CASE WHEN active.any THEN 'waiting' ELSE 'pending' END,
     available_at = clock_timestamp(),
     wait_until = CASE
         WHEN s.wait_children AND s.wait_signal IS NULL AND s.wait_until IS NOT NULL
+             AND cardinality(s.wait_past) = cardinality(%(past)s::timestamptz[])
             THEN s.wait_until
         ELSE clock_timestamp() + make_interval(secs => %(timeout_s)s::float8) END,
-    wait_signal = NULL, wait_children = true,
+    wait_signal = NULL, wait_children = true, wait_past = %(past)s::timestamptz[],
     concurrency_kept = s.concurrency_key IS NOT NULL,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
 FROM active
@@ -456,6 +457,6 @@ SELECT id FROM woken;
 -- Read by a running step in its fenced transaction: whether its last wait for its children ran out (its deadline, by the database clock); writes nothing.
 SELECT coalesce(wait_children AND wait_signal IS NULL AND wait_until <= clock_timestamp(), false)
            AS timed_out,
-       wait_until
+       wait_until, wait_past
 FROM engine_step_runs
 WHERE id = %(id)s;
