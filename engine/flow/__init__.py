@@ -3,7 +3,8 @@
 A :class:`Flow` is a declaration, not a run: a run of a flow is a *job*, a
 run of a step is a *step run*, both rows of the store. A flow is checked
 whole when it is declared (a DAG, typed inputs matched to outputs, a retry
-policy and concurrency keys that render from its parameters), so a bad flow
+policy, concurrency keys that render from its parameters, and the signals
+its steps wait for declared), so a bad flow
 fails at import, never halfway through a job. A process knows the flows it
 loaded explicitly into a :class:`~engine.flow.registry.Registry`; nothing is
 registered by an import's side effect.

@@ -25,10 +25,12 @@ receives none.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import re
 import sys
+import textwrap
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -381,6 +383,13 @@ class Flow:
                 f"step {step_name!r}: return annotation must be a pydantic BaseModel subclass, "
                 f"got {type_name(output) if 'return' in hints else 'none'}"
             )
+        for waited in _signals_waited_for(fn):
+            if waited not in self._signals:
+                raise fail(
+                    f"step {step_name!r} waits for signal {waited!r}, which the flow does not "
+                    f"declare: {_declared_signals(self._signals)} "
+                    "(declare it: Flow(..., signals=(...)))"
+                )
         self._declared[step_name] = _Declared(
             step_name,
             fn,
@@ -674,6 +683,38 @@ def _declared_signals(signals: Sequence[str]) -> str:
     if not signals:
         return "it declares no signals"
     return "valid signals: " + ", ".join(map(repr, signals))
+
+
+def _signals_waited_for(fn: Callable[..., Any]) -> list[str]:
+    """The names ``fn`` passes to ``.wait_for_signal(...)`` that are known without running it.
+
+    A string literal, or a module constant holding one (``APPROVAL_SIGNAL``);
+    a name computed at run time is checked at the wait instead (the step
+    context raises :class:`DefinitionError` there). A function whose source
+    cannot be read is not checked here.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "wait_for_signal"
+        ):
+            continue
+        arg = node.args[0] if node.args else None
+        if arg is None:
+            arg = next((k.value for k in node.keywords if k.arg == "name"), None)
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            found.append(arg.value)
+        elif isinstance(arg, ast.Name):
+            value = getattr(fn, "__globals__", {}).get(arg.id)
+            if isinstance(value, str):
+                found.append(value)
+    return found
 
 
 def _check_signals(flow: str, signals: Sequence[str]) -> tuple[str, ...]:

@@ -63,6 +63,37 @@ def test_flow__signals_are_declared_and_shown() -> None:
     assert new_flow().signals == (), "a flow that declares none receives none"
 
 
+GO = "go"
+
+
+def test_step__waiting_for_an_undeclared_signal_is_a_definition_error_at_declaration() -> None:
+    from engine import StepContext
+
+    flow = Flow("test", params=Params, signals=("approve",))
+    with pytest.raises(
+        DefinitionError,
+        match=r"step 'gate' waits for signal 'aprove', which the flow does not declare: "
+        r"valid signals: 'approve'",
+    ):
+
+        @flow.step
+        def gate(params: Params, ctx: StepContext) -> A:
+            ctx.wait_for_signal("aprove")
+            return A()
+
+    with pytest.raises(DefinitionError, match=r"signal 'go'.*it declares no signals"):
+
+        @new_flow().step
+        def constant(params: Params, ctx: StepContext) -> A:
+            ctx.wait_for_signal(GO)  # a module constant is checked too
+            return A()
+
+    @flow.step
+    def fine(params: Params, ctx: StepContext) -> A:
+        ctx.wait_for_signal("approve")
+        return A()
+
+
 @pytest.mark.parametrize(
     ("signals", "message"),
     [
