@@ -39,7 +39,7 @@ class Mover(BaseModel):
 
 class StoreTotals(BaseModel):
     items: int
-    opening_value: Decimal = Decimal(0)
+    opening_value: Decimal = Decimal(0)  # absent from summaries of costing version 3
     receipt_value: Decimal
     transfer_in_value: Decimal
     cogs_value: Decimal
@@ -249,7 +249,7 @@ def costing_journals(
             )
         )
     start = _q.first(conn, "store_opening_loaded", {"period": period, "store_id": s})
-    if start is not None and start["loaded"] and start["value"] != 0:
+    if start is not None and start["loaded"] and totals.opening_value != 0:
         journals.append(
             Journal(
                 period=period,
@@ -257,7 +257,7 @@ def costing_journals(
                 source_key=f"opening:{period}:{store.code}",
                 store_id=s,
                 memo=f"opening stock of {store.code}, books start {period}",
-                lines=ledger.transfer(inv, ACCOUNTS["equity"], s, start["value"]),
+                lines=ledger.transfer(inv, ACCOUNTS["equity"], s, totals.opening_value),
             )
         )
     return journals

@@ -170,10 +170,8 @@ LEFT JOIN adjusted AS a ON a.item_id = c.item_id
 WHERE c.period = %(period)s AND c.store_id = %(store_id)s;
 
 -- store_opening_loaded --
--- A store whose books start in this period (opening 'loaded') has its opening stock put in the ledger by its costing: the total of its opening balances.
-SELECT sp.opening = 'loaded' AS loaded,
-       (SELECT coalesce(sum(value), 0) FROM erp_opening_balances
-        WHERE period = %(period)s AND store_id = %(store_id)s) AS value
+-- A store whose books start in this period (opening 'loaded') has its opening stock put in the ledger by its costing (the opening value of its item costs).
+SELECT sp.opening = 'loaded' AS loaded
 FROM erp_store_periods AS sp
 WHERE sp.period = %(period)s AND sp.store_id = %(store_id)s;
 
