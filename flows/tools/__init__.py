@@ -3,7 +3,9 @@
 These are for an operator at a terminal, not for a flow: :mod:`.seed` fills
 the ERP tables with a deterministic month (``engine seed``), :mod:`.demo`
 runs a month end from an empty database (``engine demo``), :mod:`.books`
-reads and closes a period's books (``engine books``). They are built on the
+reads and closes a period's books (``engine books``), :mod:`.exports` writes
+its auditor's exports, and :mod:`.session` holds what those commands share
+(their ``--period`` and their transaction). They are built on the
 domain package :mod:`flows.erp`; nothing there or in a flow imports them.
 
 The registry loads this package with the flow modules (it sits directly in

@@ -14,45 +14,27 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, TypeVar
 
 import click
 import psycopg
 
-from engine import BadInput, ChecksFailed, EngineError, Settings, StoreError, connect
+from engine import ChecksFailed
 from flows.erp import checks, periods
 from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
-from flows.erp.types import parse_period
 from flows.tools.exports import item_costs_command, stock_ledger_command
+from flows.tools.session import books_transaction, parse_period_option, period_option
 
 __all__ = ["books", "trial_balance_table"]
 
 T = TypeVar("T")
 
 
-def _period(value: str) -> str:
-    return parse_period(value, option="--period")  # these commands name the option
-
-
-@contextmanager
-def _books() -> Iterator[psycopg.Connection[Any]]:
-    """One transaction on the books; driver errors become the engine's ``StoreError``."""
-    try:
-        with connect(Settings()) as conn:
-            yield conn
-    except EngineError:
-        raise
-    except psycopg.Error as exc:
-        # flows run their own SQL: psycopg's errors reach here unwrapped
-        raise StoreError(f"cannot use the books: {exc}") from exc
-
-
 def _run(work: Callable[[psycopg.Connection[Any]], T]) -> T:
-    with _books() as conn:
+    with books_transaction() as conn:
         return work(conn)
 
 
@@ -104,9 +86,6 @@ def _verdict(tb: TrialBalance) -> str:
     return "NOT BALANCED: " + "; ".join(wrong)
 
 
-period_option = click.option(
-    "--period", required=True, show_envvar=True, help="accounting period, YYYY-MM"
-)
 json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 
 
@@ -117,15 +96,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print one JS
 def trial_balance_command(period: str, by_store: bool, as_json: bool) -> None:
     """Opening, debit, credit and closing of each account in a period (opening: the periods
     before; a new fiscal year's has the earlier years' income and expense in 3100)."""
-    period = parse_period(period)
-    try:
-        with connect(Settings()) as conn:
-            tb = trial_balance(conn, period, by_store=by_store)
-    except BadInput:
-        raise
-    except (EngineError, psycopg.Error) as exc:
-        # psycopg's errors reach here unwrapped: flows run their own SQL
-        raise StoreError(f"cannot read the books: {exc}") from exc
+    tb = _run(lambda conn: trial_balance(conn, parse_period_option(period), by_store=by_store))
     if as_json:
         click.echo(tb.model_dump_json())
     else:
@@ -137,7 +108,7 @@ def trial_balance_command(period: str, by_store: bool, as_json: bool) -> None:
 @json_option
 def check_command(period: str, as_json: bool) -> None:
     """Cross-check a period's books; exit 1 naming each identity that does not hold."""
-    report = _run(lambda conn: checks.check_period(conn, _period(period)))
+    report = _run(lambda conn: checks.check_period(conn, parse_period_option(period)))
     if as_json:
         click.echo(json.dumps({**report.model_dump(mode="json"), "ok": report.ok}))
     else:
@@ -157,7 +128,7 @@ def check_command(period: str, as_json: bool) -> None:
 @click.option("--by", "by", default=None, help="who closes it (default: user@host)")
 def close_command(period: str, by: str | None) -> None:
     """Close a costed period: refused while its jobs run, a store is uncosted or a check fails."""
-    event = _run(lambda conn: periods.close(conn, _period(period), actor=by or actor()))
+    event = _run(lambda conn: periods.close(conn, parse_period_option(period), actor=by or actor()))
     click.echo(f"period {event.period} closed by {event.actor} at {event.at:%Y-%m-%d %H:%M:%S %Z}")
 
 
@@ -168,7 +139,9 @@ def close_command(period: str, by: str | None) -> None:
 def reopen_command(period: str, reason: str, by: str | None) -> None:
     """Reopen a closed period (it is costed again), recording who and why."""
     event = _run(
-        lambda conn: periods.reopen(conn, _period(period), actor=by or actor(), reason=reason)
+        lambda conn: periods.reopen(
+            conn, parse_period_option(period), actor=by or actor(), reason=reason
+        )
     )
     click.echo(f"period {event.period} reopened by {event.actor}: {event.reason}")
 
@@ -178,7 +151,7 @@ def reopen_command(period: str, reason: str, by: str | None) -> None:
 @json_option
 def history_command(period: str, as_json: bool) -> None:
     """Every status change of a period: costed, closed, reopened, by whom and why."""
-    events = _run(lambda conn: periods.history(conn, _period(period)))
+    events = _run(lambda conn: periods.history(conn, parse_period_option(period)))
     if as_json:
         click.echo(
             json.dumps({"period": period, "events": [e.model_dump(mode="json") for e in events]})

@@ -19,7 +19,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -27,28 +26,13 @@ import click
 import psycopg
 from pydantic import BaseModel
 
-from engine import EngineError, Settings, StoreError, connect
 from flows.erp import exports
 from flows.erp.exports import ExportScope, ItemCost, StockMove
-from flows.erp.types import parse_period
+from flows.tools.session import books_transaction, parse_period_option, period_option
 
 __all__ = ["item_costs_command", "stock_ledger_command"]
 
 M = TypeVar("M", bound=BaseModel)
-
-
-@contextmanager
-def _read_only() -> Iterator[psycopg.Connection[Any]]:
-    """One read-only transaction on the books; driver errors become ``StoreError``."""
-    try:
-        with connect(Settings()) as conn:
-            conn.read_only = True  # an export never writes, whatever it is given
-            yield conn
-    except EngineError:
-        raise
-    except psycopg.Error as exc:
-        # flows run their own SQL: psycopg's errors reach here unwrapped
-        raise StoreError(f"cannot read the books: {exc}") from exc
 
 
 def _write_lines(lines: Iterable[str]) -> int:
@@ -84,8 +68,8 @@ def _export(
     sku: str | None,
     show: Callable[[psycopg.Connection[Any], ExportScope], None],
 ) -> None:
-    period = parse_period(period, option="--period")
-    with _read_only() as conn:
+    period = parse_period_option(period)
+    with books_transaction(read_only=True) as conn:  # an export never writes
         show(conn, exports.resolve_scope(conn, period, store=store, sku=sku))
 
 
@@ -96,9 +80,6 @@ def _not_costed(conn: psycopg.Connection[Any], scope: ExportScope, what: str) ->
     return f"; {what}: {', '.join(stores)} not costed for {scope.period}"
 
 
-period_option = click.option(
-    "--period", required=True, show_envvar=True, help="accounting period, YYYY-MM"
-)
 store_option = click.option(
     "--store", default=None, show_envvar=True, help="only this store (code, e.g. ST001)"
 )
