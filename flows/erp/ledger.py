@@ -43,6 +43,7 @@ __all__ = [
     "journal_ids",
     "post",
     "signed",
+    "transfer",
 ]
 
 _q = NamedQueries("ledger")
@@ -117,16 +118,11 @@ def signed(account: str, store_id: int | None, amount: Decimal) -> list[Line]:
 
 
 def transfer(
-    debit_account: str,
-    credit_account: str,
-    store_id: int | None,
-    amount: Decimal,
-    *,
-    credit_store_id: int | None = None,
+    debit_account: str, credit_account: str, store_id: int | None, amount: Decimal
 ) -> list[Line]:
-    """Dr ``debit_account`` / Cr ``credit_account`` by ``amount`` (reversed when negative)."""
-    other = store_id if credit_store_id is None else credit_store_id
-    return [*signed(debit_account, store_id, amount), *signed(credit_account, other, -amount)]
+    """Dr ``debit_account`` / Cr ``credit_account`` of one store by ``amount`` (reversed when
+    negative; none when 0)."""
+    return [*signed(debit_account, store_id, amount), *signed(credit_account, store_id, -amount)]
 
 
 def post(conn: psycopg.Connection[Any], journals: Iterable[Journal]) -> Posted:
