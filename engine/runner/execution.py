@@ -234,6 +234,7 @@ class Executor:
             stop=lease.stop,
             children=self.children,
             signals=flow.signals,
+            lease_token=claimed.token,
         )
         output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
         if not isinstance(output, step.output):
