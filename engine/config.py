@@ -225,8 +225,9 @@ class Settings(BaseSettings):
         le=5000,
         description=(
             "quick step runs a slot holds together (a claimed batch, their eager successors) "
-            "share one COMMIT, each in its own savepoint; a step whose recent median on this "
-            "worker is longer, or a group open this long, commits first; 0: one commit per step"
+            "share one COMMIT, each in its own savepoint; a step whose worst recent run on this "
+            "worker is longer, or that would keep the group open longer, or that holds a "
+            "concurrency key, commits alone; 0: one commit per step"
         ),
     )
     lease_s: float = Field(default=60.0, gt=0, description="lease duration of a claimed step run")

@@ -6,14 +6,28 @@ runs them one after another inside one transaction, each in a savepoint of its
 own: a step that raises, is fenced or waits rolls back its own writes and
 nothing of a neighbour's, and each checkpoint is still guarded by its own
 lease token (invariant 5). The transaction commits once the group is done,
-or earlier:
+or earlier, so that it is bounded by time, not by a typical run:
 
-- before a step this worker has not yet seen finish within the window
-  (``ENGINE_GROUP_COMMIT_MS``, by its median of recent runs), or once the
-  group has been open that long, so a long step (a store's costing) never
-  keeps its neighbours' checkpoints, and their jobs' row locks, uncommitted;
+- a step joins a group only if every one of its recent runs on this worker
+  (:class:`StepTimes`, the last 16) finished within the window
+  (``ENGINE_GROUP_COMMIT_MS``): its worst, not its median, so a step that is
+  quick as a rule but slow now and then commits on its own;
+- the group commits before a step whose worst recent run, added to the time
+  the group has been open, would pass the window, so a long step (a store's
+  costing) never keeps its neighbours' checkpoints, and their jobs' row
+  locks, uncommitted;
+- a step run holding a concurrency key never joins a group: the group commits
+  before it, and its checkpoint commits alone. A keyed checkpoint holds its
+  key's lock until its commit (a claim of the key waits for it:
+  ``engine_concurrency_hold``), so it must never wait for a neighbour;
 - before any outcome other than a checkpoint (a retry, a dead letter, a
   cancel, a wait, a fence), which then runs exactly as it would alone.
+
+A step slower this time than every one of its recent runs still delays its
+neighbours' commit by its overrun: their leases may lapse meanwhile, and a
+worker reclaiming them waits for their job rows (locked by their
+checkpoints) and finds them done once the group commits; a key's claim
+never waits for one, since no keyed checkpoint is in a group.
 
 What a checkpoint does after its commit (relaying the outbox to an external
 queue, deleting its delivery there, rendering a finished job's report) waits
@@ -23,7 +37,6 @@ for the group's commit; the deliveries of a group are deleted in one call.
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,7 +54,7 @@ _SAMPLES = 16  # recent durations kept per step
 
 
 class StepTimes:
-    """How long each step took on this worker lately (its median decides grouping)."""
+    """How long each step took on this worker lately (its worst decides grouping)."""
 
     def __init__(self) -> None:
         self._seen: dict[tuple[str, str], deque[float]] = {}
@@ -49,10 +62,10 @@ class StepTimes:
     def record(self, flow: str, step: str, seconds: float) -> None:
         self._seen.setdefault((flow, step), deque(maxlen=_SAMPLES)).append(seconds)
 
-    def typical(self, flow: str, step: str) -> float | None:
-        """The median of the recent runs; ``None``: never seen finishing here."""
+    def worst(self, flow: str, step: str) -> float | None:
+        """The longest of the recent runs; ``None``: never seen finishing here."""
         samples = self._seen.get((flow, step))
-        return statistics.median(samples) if samples else None
+        return max(samples) if samples else None
 
 
 class GroupCommit:
@@ -76,16 +89,21 @@ class GroupCommit:
         return self._transaction is not None
 
     def quick(self, flow: str, step: str) -> bool:
-        """May this step join a group: seen finishing within the window here lately?"""
+        """May this step join a group: every recent run here finished within the window?"""
         if self.window_s <= 0:
             return False
-        typical = self.times.typical(flow, step)
-        return typical is not None and typical <= self.window_s
+        worst = self.times.worst(flow, step)
+        return worst is not None and worst <= self.window_s
 
-    def begin(self) -> None:
-        """Open the group's transaction; one open for the whole window commits first."""
+    def begin(self, flow: str, step: str) -> None:
+        """Open the group's transaction for a run of ``flow.step``, or keep it open.
+
+        A group open so long that this step's worst recent run would take it
+        past the window commits first, and a new one opens.
+        """
         if self._transaction is not None:
-            if time.monotonic() - self._opened_at < self.window_s:
+            worst = self.times.worst(flow, step) or self.window_s
+            if time.monotonic() - self._opened_at + worst <= self.window_s:
                 return
             self.commit()
         transaction = ExitStack()

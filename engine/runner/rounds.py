@@ -84,7 +84,7 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
     conn = executor.conn
     group = executor.group
     group.commit()  # nothing of an earlier group shares this round's transaction
-    group.begin()
+    group.begin(members[0].flow.name, members[0].step.name)
     computed: list[_Computed] = []
     failed: list[tuple[RoundMember, Exception, float]] = []
     for member in members:

@@ -26,6 +26,7 @@ from engine.flow.registry import Registry
 from engine.infra import faults
 from engine.runner import Outcome, StepRunner, execution
 from engine.runner.claim import claim_many
+from engine.runner.group import GroupCommit
 from engine.runner.lease import Heartbeat
 from engine.store import db
 from engine.transports.base import Received
@@ -343,3 +344,65 @@ def test_group__a_statement_failing_outside_the_savepoints_rolls_back_the_whole_
     assert plans[victim] == ("pending", 1, False), "its failure recorded on its own"
     assert plans[last] == ("done", 1, True), "a new group after it"
     assert len(jobs) == 3
+
+
+# -- bounded by time, keyed checkpoints alone -------------------------------------------
+
+
+def test_group__a_keyed_checkpoint_commits_before_any_neighbour_runs(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a keyed checkpoint holds its key's lock until it commits: left in a group
+    # behind a neighbour slower this time than its median, its lease lapses,
+    # and the key's next claim waits for it (or, before, admitted a second holder)
+    registry = Registry.load(["testflows", "keyedflows"])
+    keyed = submit("keyed", {"group": "grouped"}, settings=fast, registry=registry).job_id
+    after: list[uuid.UUID] = []
+    while len(after) < 2:  # neighbours the group runs after the keyed one (job order)
+        job = submit("chain", {"n": len(after)}, settings=fast, registry=registry).job_id
+        if job.bytes > keyed.bytes:
+            after.append(job)
+    queued = conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone()
+    assert queued is not None
+    seen: list[str] = []
+    run_member = StepRunner._run_member
+
+    def look(self: StepRunner, member: Any) -> Outcome:
+        if member.lease.claimed.job_id in after and not seen:
+            row = conn.execute(
+                "SELECT status FROM engine_step_runs WHERE job_id = %s", (keyed,)
+            ).fetchone()
+            assert row is not None
+            seen.append(row["status"])
+        return run_member(self, member)
+
+    monkeypatch.setattr(StepRunner, "_run_member", look)
+    with one_runner(fast, registry, quick=("chain", "keyed")) as (runner, transport):
+        outcomes = runner.handle_batch(receive_all(transport, int(queued["n"])))
+    assert seen == ["done"], "the keyed checkpoint was committed before its neighbours ran"
+    assert all(o.kind == "done" for o in outcomes)
+
+
+def test_group__a_step_joins_by_its_worst_recent_run_not_its_median(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    with db.connect(fast, autocommit=True) as c:
+        group = GroupCommit(c, PostgresTransport(fast), window_s=0.05)
+        for _ in range(15):
+            group.times.record("f", "usually_quick", 0.001)
+        group.times.record("f", "usually_quick", 1.0)  # slow once lately
+        group.times.record("f", "quick", 0.03)
+        assert not group.quick("f", "usually_quick"), "its worst passes the window"
+        assert group.quick("f", "quick")
+        group.begin("f", "quick")
+        c.execute("CREATE TEMPORARY TABLE IF NOT EXISTS t (n int)")
+        c.execute("INSERT INTO t VALUES (1)")
+        group.begin("f", "quick")  # open 0 s + worst 0.03 s: within the window, joins
+        assert group.open and c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        # the group has been open 30 ms: this step's worst (30 ms) would pass 50 ms
+        group._opened_at -= 0.03
+        group.begin("f", "quick")
+        assert group.open
+        group.rollback()
+        row = c.execute("SELECT count(*) AS n FROM t").fetchone()
+    assert row == {"n": 1}, "the first group committed before the step that would overrun it"
