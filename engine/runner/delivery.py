@@ -267,6 +267,13 @@ class StepRunner:
 
     def _run_member(self, member: _Member) -> Outcome:
         claimed = member.lease.claimed
+        lost = self.executor.group.lost
+        if claimed.id in lost:
+            # an eager successor claimed in a group that was rolled back: it was
+            # never created; its predecessor was given back and makes it again
+            lost.discard(claimed.id)
+            self.executor.heartbeat.unwatch(member.lease)
+            return Outcome("released", "claimed in a group that was rolled back", claimed.id)
         if member.check_lease:
             # An external transport's publish and delete came between the
             # commit that claimed it and now, and may have outlasted its lease

@@ -38,15 +38,19 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from engine.transports.announce import Announced
 from engine.transports.base import Transport
+
+if TYPE_CHECKING:
+    from engine.runner.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +76,23 @@ class GroupCommit:
     """One slot's open transaction, shared by the checkpoints of quick steps."""
 
     def __init__(
-        self, conn: psycopg.Connection[Any], transport: Transport, window_s: float
+        self,
+        conn: psycopg.Connection[Any],
+        transport: Transport,
+        window_s: float,
+        give_back: Callable[[list[Lease]], None] | None = None,
     ) -> None:
         self.conn = conn
         self.transport = transport
         self.window_s = window_s
         self.times = StepTimes()
+        # what releases, at no charge, the step runs a lost group had checkpointed
+        self._give_back = give_back
+        self._checkpointed: list[Lease] = []
+        # step runs of a group that was rolled back (their eager successors too):
+        # none of them exists as the group left it, so none is to be run now
+        self.lost: set[uuid.UUID] = set()
+        self._successors: list[uuid.UUID] = []
         self._transaction: ExitStack | None = None
         self._opened_at = 0.0
         self._announced = Announced(transport)
@@ -99,13 +114,16 @@ class GroupCommit:
         """Open the group's transaction for a run of ``flow.step``, or keep it open.
 
         A group open so long that this step's worst recent run would take it
-        past the window commits first, and a new one opens.
+        past the window commits first, and a new one opens; so does one whose
+        transaction a failed statement aborted (rolled back, see :meth:`commit`):
+        a step never starts in it, to be charged for what it did not do.
         """
         if self._transaction is not None:
             worst = self.times.worst(flow, step) or self.window_s
-            if time.monotonic() - self._opened_at + worst <= self.window_s:
+            aborted = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+            if not aborted and time.monotonic() - self._opened_at + worst <= self.window_s:
                 return
-            self.commit()
+            self.commit()  # an aborted group is rolled back: its members go again
         transaction = ExitStack()
         transaction.enter_context(self.conn.transaction())
         self._transaction = transaction
@@ -116,8 +134,19 @@ class GroupCommit:
         announced: Announced | None = None,
         receipt: str | None = None,
         then: Callable[[], None] | None = None,
+        lease: Lease | None = None,
+        successor: uuid.UUID | None = None,
     ) -> None:
-        """What a member's checkpoint leaves for after the group's commit."""
+        """What a member's checkpoint leaves for after the group's commit.
+
+        ``lease``: the member whose checkpoint waits for this commit, given back
+        (at no charge) should the group be rolled back; ``successor``: the eager
+        successor its checkpoint claimed, which is then lost with it.
+        """
+        if lease is not None:
+            self._checkpointed.append(lease)
+        if successor is not None:
+            self._successors.append(successor)
         if announced is not None:
             self._announced += announced
         if receipt is not None and not self.transport.transactional:
@@ -133,15 +162,21 @@ class GroupCommit:
         announced, self._announced = self._announced, Announced(self.transport)
         receipts, self._receipts = self._receipts, []
         deferred, self._deferred = self._deferred, []
+        checkpointed, self._checkpointed = self._checkpointed, []
+        successors, self._successors = self._successors, []
         if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-            # a statement failed outside every step's savepoint (reading a step's
-            # inputs): nothing of the group can commit; its step runs are run
-            # again once their leases lapse, as after a crash
+            # a statement failed outside every step's savepoint: nothing of the
+            # group can commit. Not its members' fault: each is given back with
+            # its attempt and runs again at once (their successors never existed)
             transaction.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
+            self.lost.update(successors)
             log.warning(
                 "a group commit was rolled back (a statement failed outside the steps' "
-                "savepoints); its step runs run again once their leases lapse"
+                "savepoints); its %d step run(s) go again at no charge",
+                len(checkpointed),
             )
+            if self._give_back is not None and checkpointed:
+                self._give_back(checkpointed)
             return
         transaction.close()  # COMMIT
         announced.publish_after_commit(self.conn)
@@ -160,6 +195,8 @@ class GroupCommit:
         self._announced = Announced(self.transport)
         self._receipts = []
         self._deferred = []
+        self._checkpointed = []
+        self._successors = []
         if transaction is not None:
             transaction.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
 
@@ -169,3 +206,5 @@ class GroupCommit:
         self._announced = Announced(self.transport)
         self._receipts = []
         self._deferred = []
+        self._checkpointed = []
+        self._successors = []
