@@ -25,7 +25,7 @@ from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.infra import faults
-from engine.runner import Outcome, StepRunner, execution
+from engine.runner import Outcome, StepRunner
 from engine.runner.claim import claim_many
 from engine.runner.group import GroupCommit
 from engine.runner.lease import Heartbeat
