@@ -68,7 +68,9 @@ class PgBouncer:
     """One PgBouncer process between clients and ``upstream_url``'s server.
 
     ``pool_mode`` is PgBouncer's (``transaction``, ``session``, ``statement``);
-    ``pool_size`` is the number of server sessions per database and user.
+    ``pool_size`` is the number of server sessions per database and user;
+    ``ignore_startup_parameters`` (e.g. ``options``) makes PgBouncer drop those
+    startup parameters silently instead of refusing the connection.
     """
 
     def __init__(
@@ -77,11 +79,14 @@ class PgBouncer:
         workdir: Path,
         pool_mode: str = "transaction",
         pool_size: int = 2,
+        *,
+        ignore_startup_parameters: str = "",
     ) -> None:
         self.upstream = conninfo_to_dict(upstream_url)
         self.workdir = Path(workdir)
         self.pool_mode = pool_mode
         self.pool_size = pool_size
+        self.ignore_startup_parameters = ignore_startup_parameters
         self.port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -129,6 +134,7 @@ class PgBouncer:
                     # a client waits for a server session, never for ever
                     "query_wait_timeout = 30",
                     "server_reset_query =",
+                    f"ignore_startup_parameters = {self.ignore_startup_parameters}",
                     "server_check_delay = 0",
                     # no logfile, no pidfile: run as another user (as root), PgBouncer
                     # may not reach the folder; it logs to the stderr file opened here
