@@ -95,3 +95,11 @@ def test_cli_and_worker__behind_pgbouncer_submit_status_retry_signal_cancel(
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
+
+
+def test_cli__migrate_through_pgbouncer_is_refused_naming_the_direct_url(pooled: Settings) -> None:
+    # its session advisory lock would stay on a server session it no longer holds
+    result = engine(pooled, "migrate")
+    assert result.returncode == 3, result.stderr
+    assert "engine migrate runs through a transaction pooler" in result.stderr
+    assert "point ENGINE_DATABASE_URL at PostgreSQL itself" in result.stderr
