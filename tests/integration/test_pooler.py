@@ -27,6 +27,8 @@ from engine.errors import Contention
 from engine.flow.registry import Registry
 from engine.jobs.submit import submit
 from engine.store import db, pooler
+from engine.store.read import sqlalchemy_engine
+from engine.transports.outbox import RelayListener
 from engine.transports.postgres import PostgresTransport
 from engine.waits.signals import signal
 
@@ -225,3 +227,59 @@ def test_transport__the_receivers_session_setting_is_not_left_on_a_shared_server
             assert row == {"s": "on"}
     finally:
         transport.close()
+
+
+class Recorder:
+    """An external queue (as SQS) that keeps what it is sent."""
+
+    transactional = False
+    max_delay_s = 900.0
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def publish(self, conn: Any, messages: Any) -> None:
+        self.sent.extend(m.message for m in messages)
+
+
+@pytest.mark.parametrize("kind", ["psycopg", "sqlalchemy"])
+def test_relay_listener__behind_a_pooler_relays_the_callers_commit_by_polling(
+    pooled: Settings, kind: str
+) -> None:
+    queue = Recorder()
+    listener = RelayListener(pooled, queue)
+    listener.start()
+    try:
+        wait_until(lambda: listener.listening, what="the relay to start")
+        caller: Any
+        with (
+            db.connect(pooled) if kind == "psycopg" else sqlalchemy_engine(pooled).connect()
+        ) as caller:
+            submit(
+                "chain",
+                {},
+                conn=caller,
+                settings=pooled,
+                registry=flows_registry(),
+                publisher=queue,
+            )
+            assert queue.sent == []
+            caller.commit()
+        # no worker, no sweeper, and a NOTIFY nobody can hear through the pooler
+        wait_until(lambda: queue.sent, timeout=5, what="the relay to publish")
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("auto", 1), ("off", 0)])
+def test_prepared__direct_connection_keeps_the_fast_path_unless_off(
+    settings: Settings, mode: str, expected: int
+) -> None:
+    s = settings.model_copy(update={"prepared_statements": mode})
+    with db.connect(s) as conn, conn.transaction():
+        batch = store.Batch(conn)
+        reply = batch.execute(ECHO, {"a": "x", "b": Jsonb(1)})
+        batch.send()
+        assert reply.fetchone() == {"a": "x", "b": 1}
+        count = conn.execute("SELECT count(*) AS n FROM pg_prepared_statements").fetchone()
+        assert count == {"n": expected}
