@@ -262,6 +262,13 @@ def _connect_pooled(
     **kwargs: Any,
 ) -> psycopg.Connection[Any]:
     """A connection through a transaction pooler: no startup options, no prepared statements."""
+    if not pooler.HOOKABLE:
+        # never silently unbounded: each transaction could not set its bounds
+        raise ConfigError(
+            f"psycopg {psycopg.__version__} lacks the internals the engine uses behind a "
+            "transaction pooler (engine/store/pooler.py); install the psycopg version the "
+            "engine pins, or connect without a pooler"
+        )
     params = conninfo_to_dict(_client_conninfo(settings, server))
     url_options = str(params.pop("options", None) or "")
     conn = pooler.PooledConnection.connect(

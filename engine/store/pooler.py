@@ -169,6 +169,13 @@ def set_local(conn: psycopg.Connection[Any], values: Sequence[tuple[str, str]]) 
     return binder.mogrify(_q["session_set_local"], params).encode()
 
 
+# the psycopg internals PooledConnection follows; checked where it is used
+HOOKABLE = all(
+    callable(getattr(psycopg.Connection, name, None))
+    for name in ("_exec_command", "_get_tx_start_command")
+)
+
+
 class PooledConnection(psycopg.Connection[Any]):
     """A connection through a transaction pooler: each transaction first sets its settings.
 
