@@ -110,12 +110,7 @@ def test_prepared__statement_missing_behind_a_pooler_is_contention_then_unprepar
             batch.send()
         # the pooler's one server session ends (a server_lifetime, a failover): the
         # connection's next transaction runs on a new session, without the statement
-        ended = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-        assert ended, "the pooler had a server session"
-        time.sleep(0.2)  # PgBouncer sees its server go
+        _end_idle_server_sessions(admin)
         with conn.transaction(force_rollback=True):
             batch = store.Batch(conn)
             batch.execute(ECHO, {"a": "y", "b": Jsonb(2)})
@@ -129,6 +124,21 @@ def test_prepared__statement_missing_behind_a_pooler_is_contention_then_unprepar
             prepared_here = conn.execute("SELECT count(*) AS n FROM pg_prepared_statements")
             assert prepared_here.fetchone() == {"n": 0}
         assert reply.fetchone() == {"a": "z", "b": 3}
+
+
+def _end_idle_server_sessions(admin: psycopg.Connection[Any]) -> None:
+    """End the pooler's server sessions of this database (none is in a statement now);
+    PgBouncer checks a server before lending it (``server_check_delay = 0``) and opens
+    a new session in its place."""
+
+    def ended() -> bool:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+            "current_database() AND pid <> pg_backend_pid() AND state = 'idle'"
+        ).fetchall()
+        return bool(rows)
+
+    wait_until(ended, timeout=10, what="an idle server session of the pooler to end")
 
 
 def _attempts(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, int]:
@@ -180,11 +190,7 @@ def test_worker__a_prepared_statement_lost_by_the_pooler_costs_no_attempt(
         # `prepare` checkpointed (its statements prepared on the one server session);
         # `gate` waits for its signal
         wait_until(lambda: _events(conn, job_id, ("waiting",)), what="the gate to wait")
-        ended = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle'"
-        ).fetchall()
-        assert ended
+        _end_idle_server_sessions(conn)
         signal(job_id, "go", {"by": "test"}, settings=s)
         assert wait_job_ended(conn, job_id) == "done"
     released = _events(conn, job_id, ("released",))
