@@ -149,13 +149,20 @@ class PgBouncer:
     def _run_as(self) -> list[str]:
         if os.getuid() != 0:
             return []
-        for name in _UNPRIVILEGED:
+        names = list(_UNPRIVILEGED)
+        host = str(self.upstream.get("host") or "")
+        if host.startswith("/") and Path(host).is_dir():
+            # a local socket (the embedded server's): its folder's owner may reach it
+            owner = Path(host).stat().st_uid
+            if owner != 0:
+                names.insert(0, pwd.getpwuid(owner).pw_name)
+        for name in names:
             try:
                 pwd.getpwnam(name)
             except KeyError:
                 continue
             return ["-u", name]
-        raise RuntimeError(f"running as root and none of the users {_UNPRIVILEGED} exists")
+        raise RuntimeError(f"running as root and none of the users {names} exists")
 
     def start(self) -> str:
         """Start PgBouncer and wait until it accepts connections; the client URL."""
