@@ -228,8 +228,9 @@ def connect(
             except psycopg.OperationalError as exc:
                 if route is not None or not pooler.refused_options(exc):
                     raise
-                reason = mask_url(str(exc)).strip().splitlines()[-1]
-                route = pooler.remember(server, pooler.Route(True, f"refused: {reason}"))
+                route = pooler.remember(
+                    server, pooler.Route(True, "the startup options were refused (PgBouncer)")
+                )
             else:
                 if route is None:
                     try:

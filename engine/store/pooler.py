@@ -105,7 +105,7 @@ def remember(server: str, route: Route) -> Route:
     with _lock:
         if server not in _routes:
             log.log(
-                logging.WARNING if route.pooled else logging.DEBUG,
+                logging.INFO if route.pooled else logging.DEBUG,
                 "database connection %s: %s",
                 "through a transaction pooler" if route.pooled else "direct",
                 route.reason,
