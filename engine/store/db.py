@@ -277,6 +277,7 @@ def _connect_pooled(
         autocommit=autocommit,
         # psycopg's own (protocol-level) prepared statements: not tracked either
         prepare_threshold=None,
+        cursor_factory=pooler.PooledCursor,
         connect_timeout=settings.connect_timeout_s,
         **kwargs,
     )

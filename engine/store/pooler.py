@@ -13,13 +13,13 @@ in a transaction is then lost, or worse, found by someone else (issue 27):
   starts with one ``SELECT set_config(name, value, true)`` statement
   (``SET LOCAL``) that sets them for that transaction, on whichever server
   session it runs (one round trip more per transaction). A statement on an
-  autocommit connection is a transaction of its own with no ``BEGIN``: it
-  runs under the login role and its server-side defaults. Set those on the
-  pooler's login (``ALTER ROLE login SET lock_timeout = '30s'``, ``SET
-  statement_timeout = '300s'``), and log in as the worker role itself
-  (``ENGINE_WORKER_ROLE=``) if autocommit statements must run under it.
-  The client's TCP keepalives and ``tcp_user_timeout`` are libpq's own and
-  still apply; the pooler-to-server leg has the pooler's.
+  autocommit connection (a queue receive, a heartbeat renewal) would have no
+  ``BEGIN``, hence no bounds and no role: it is given a transaction of its
+  own (``BEGIN``, the settings, the statement, ``COMMIT``: three round trips
+  more). Only statements sent by ``execute`` are (a ``COPY`` or
+  ``executemany`` in autocommit is not; the engine sends none). The client's
+  TCP keepalives and ``tcp_user_timeout`` are libpq's own and still apply;
+  the pooler-to-server leg has the pooler's (``tcp_keepalive``).
 - **Prepared statements.** The checkpoint's SQL-level ``PREPARE``/``EXECUTE``
   (:mod:`engine.store.prepared`) is tracked by neither pooler, and neither
   are psycopg's protocol-level ones with Debian 12's PgBouncer 1.18
@@ -67,6 +67,7 @@ from engine.store.queries import load
 
 __all__ = [
     "PooledConnection",
+    "PooledCursor",
     "Route",
     "prepared_enabled",
     "probe",
@@ -176,12 +177,35 @@ HOOKABLE = all(
 )
 
 
+class PooledCursor(psycopg.Cursor[Any]):
+    """A statement on an autocommit pooled connection runs in a transaction of its own.
+
+    It has no ``BEGIN`` otherwise, hence no ``SET LOCAL``: it would run with
+    neither the bounds nor the role (a heartbeat renewal blocked on a lock
+    for ever). Three round trips more per statement (``BEGIN``, the settings,
+    ``COMMIT``); its rows are fetched before the commit.
+    """
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        conn = self.connection
+        if (
+            conn.autocommit
+            and isinstance(conn, PooledConnection)
+            and conn._set_local
+            and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
+        ):
+            with conn.transaction():
+                return super().execute(query, params, **kwargs)
+        return super().execute(query, params, **kwargs)
+
+
 class PooledConnection(psycopg.Connection[Any]):
     """A connection through a transaction pooler: each transaction first sets its settings.
 
     ``BEGIN`` is followed at once by :func:`set_local`'s statement, whichever way
     the transaction begins (``conn.transaction()`` or a first statement outside
-    autocommit). psycopg has no public hook for it: this follows its internal
+    autocommit; in autocommit, :class:`PooledCursor` gives each statement its
+    own). psycopg has no public hook for it: this follows its internal
     ``_exec_command``, through which it sends ``BEGIN``.
     """
 

@@ -83,6 +83,25 @@ def test_pooler__refused_startup_options_mean_a_pooler_and_each_transaction_sets
         assert not isinstance(direct, pooler.PooledConnection)
 
 
+def test_pooler__an_autocommit_statement_is_bounded_and_runs_under_the_role_too(
+    pooled: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    s = pooled.model_copy(update={"session_role": "engine_worker"})
+    # a heartbeat's connection: autocommit, its lock wait bounded
+    with db.connect(s, autocommit=True, lock_timeout_s=0.3) as beat:
+        row = beat.execute("SELECT current_user AS who, current_setting('lock_timeout') AS lock")
+        assert row.fetchone() == {"who": "engine_worker", "lock": "300ms"}
+        with conn.transaction():
+            conn.execute("LOCK TABLE engine_workers IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                beat.execute("SELECT count(*) FROM engine_workers")
+            assert time.monotonic() - started < 5
+        # committed alone, as in autocommit
+        beat.execute("SELECT 1")
+        assert beat.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def test_pooler__options_dropped_silently_are_detected_by_the_servers_view_of_the_socket(
     pg_admin: str, dbinfo: str, tmp_path: Path
 ) -> None:
