@@ -282,6 +282,16 @@ def _connect_pooled(
         **kwargs,
     )
     conn._set_local = pooler.set_local(conn, _option_values(url_options) + values)
+    if pooler.first_of(server, settings.session_role):
+        # once per process: a refused role or setting is the connection's
+        # error (as the startup options' would be), not every transaction's
+        try:
+            with conn.transaction():
+                pass
+        except psycopg.Error as exc:
+            conn.close()
+            pooler.forget_first(server, settings.session_role)
+            raise psycopg.OperationalError(str(exc)) from exc
     prepared.configure(conn, enabled=pooler.prepared_enabled(settings, route))
     return conn
 

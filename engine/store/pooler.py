@@ -81,6 +81,7 @@ _q = load("server")
 
 _lock = threading.Lock()
 _routes: dict[str, Route] = {}
+_tried: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,22 @@ def forget_routes() -> None:
     """Detect again at the next connection (tests)."""
     with _lock:
         _routes.clear()
+        _tried.clear()
+
+
+def first_of(server: str, role: str) -> bool:
+    """True the first time a pooled connection to ``server`` takes ``role`` in this process."""
+    with _lock:
+        if (server, role) in _tried:
+            return False
+        _tried.add((server, role))
+        return True
+
+
+def forget_first(server: str, role: str) -> None:
+    """The first try failed: the next connection tries again."""
+    with _lock:
+        _tried.discard((server, role))
 
 
 def refused_options(exc: BaseException) -> bool:

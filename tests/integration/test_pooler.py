@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 
 from engine import store
 from engine.config import Settings
-from engine.errors import Contention
+from engine.errors import ConfigError, Contention
 from engine.flow.registry import Registry
 from engine.jobs.submit import submit
 from engine.store import db, pooler
@@ -81,6 +81,12 @@ def test_pooler__refused_startup_options_mean_a_pooler_and_each_transaction_sets
     assert not db.pooled(settings)
     with db.connect(settings) as direct:
         assert not isinstance(direct, pooler.PooledConnection)
+
+
+def test_pooler__a_refused_role_is_the_connections_error_naming_it(pooled: Settings) -> None:
+    s = pooled.model_copy(update={"session_role": "no_such_role"})
+    with pytest.raises(ConfigError, match="refused role 'no_such_role'"):
+        db.connect(s)
 
 
 def test_pooler__an_autocommit_statement_is_bounded_and_runs_under_the_role_too(
