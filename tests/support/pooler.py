@@ -16,7 +16,12 @@ Any database of the upstream server is reachable through it (a ``*``
 fallback entry): :meth:`PgBouncer.url_for` names another one. Clients
 authenticate with ``trust`` and PgBouncer logs in upstream with the user (and
 password) of ``upstream_url``. ``options`` in the startup packet is refused,
-as a default PgBouncer does (``unsupported startup parameter: options``).
+as a default PgBouncer does (``unsupported startup parameter: options``),
+unless ``ignore_startup_parameters="options"`` makes it drop them silently.
+The URLs are libpq conninfo strings (``host=127.0.0.1 port=... dbname=...``).
+As root, PgBouncer (which refuses to run as root) runs as ``postgres`` or
+``nobody``, or as the owner of the upstream's socket folder; it logs to
+``workdir/pgbouncer.stderr`` (:meth:`PgBouncer.log`).
 """
 
 from __future__ import annotations
