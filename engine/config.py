@@ -349,6 +349,33 @@ class Settings(BaseSettings):
         ),
     )
     connect_timeout_s: int = Field(default=10, ge=1, description="database connect timeout")
+    # poolers (issue 27): PgBouncer in transaction pooling mode, RDS Proxy
+    pooler: Literal["auto", "none", "transaction"] = Field(
+        default="auto",
+        description=(
+            "what sits between the engine and PostgreSQL: `none` (a direct connection), "
+            "`transaction` (PgBouncer in transaction pooling mode, RDS Proxy: no startup options, "
+            "no prepared statements, no LISTEN), or `auto`: detected at the first connection "
+            "(see engine/store/pooler.py for how, and its limits)"
+        ),
+    )
+    prepared_statements: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description=(
+            "the checkpoint's statements are prepared once per connection (PREPARE/EXECUTE); "
+            "`auto`: only on a direct connection (a transaction pooler does not track them); "
+            "`off` is always safe; a missing one costs no attempt, whatever this says"
+        ),
+    )
+    pooled_poll_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=20,
+        description=(
+            "behind a transaction pooler LISTEN hears nothing: an idle receiver (and the "
+            "outbox relay) looks at the queue this often instead of waiting for a NOTIFY"
+        ),
+    )
     # operations (issue 13): logs, metrics, alerts, where reports go
     log_format: Literal["text", "json"] = Field(
         default="text",
