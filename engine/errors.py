@@ -8,7 +8,9 @@
     ├── BadInput                     user input rejected; the CLI exits 2
     │   ├── UnknownFlow              no registered flow has that name
     │   ├── InvalidParameters        flow parameters failed validation
-    │   ├── NoSuchJob                no job has that id
+    │   ├── NoSuchJob                no job has that id (or starts with that prefix)
+    │   ├── AmbiguousJobId           a job id prefix more than one job starts with
+    │   │                            (names a few of them)
     │   ├── Refused                  the request is valid but the data's state
     │   │                            forbids it now (a flow's admission check)
     │   └── MalformedMessage         a queue message is not a step message envelope
@@ -108,11 +110,23 @@ class InvalidParameters(BadInput):
 
 
 class NoSuchJob(BadInput):
-    """No job has the given id."""
+    """No job has the given id (``prefix``: no job's id starts with it)."""
 
-    def __init__(self, job_id: object) -> None:
+    def __init__(self, job_id: object, *, prefix: bool = False) -> None:
         self.job_id = job_id
-        super().__init__(f"no job with id {job_id}")
+        super().__init__(
+            f"no job id starts with {job_id!r}" if prefix else f"no job with id {job_id}"
+        )
+
+
+class AmbiguousJobId(BadInput):
+    """More than one job's id starts with the given prefix; ``candidates`` are a few of them."""
+
+    def __init__(self, prefix: str, candidates: Iterable[str], *, more: bool) -> None:
+        self.prefix = prefix
+        self.candidates = list(candidates)
+        listed = "; ".join(self.candidates) + ("; ..." if more else "")
+        super().__init__(f"job id prefix {prefix!r} is ambiguous: {listed} (give more of the id)")
 
 
 class Refused(BadInput):

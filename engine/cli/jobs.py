@@ -160,7 +160,7 @@ def status(job_id: str | None, as_json: bool) -> None:
         # for scripts: the metrics' counts, from the database, beside the recent jobs
         _runs(engine, None, [], as_json, extra=lambda: {"counts": _counts(state)})
         return
-    view = job_view(engine, parse_job_id(job_id))
+    view = job_view(engine, parse_job_id(state.settings, job_id))
     if view is None:
         raise NoSuchJob(job_id)
     if as_json:
@@ -304,8 +304,10 @@ def _runs(
 @click.argument("job_id")
 def cancel(job_id: str) -> None:
     """Cancel an active job; running steps stop at their next check or commit."""
-    admin.cancel(current().settings, parse_job_id(job_id))
-    out.print(f"job {job_id} cancelled", highlight=False)
+    settings = current().settings
+    job = parse_job_id(settings, job_id)
+    admin.cancel(settings, job)
+    out.print(f"job {job} cancelled", highlight=False)
 
 
 @click.command()
@@ -316,8 +318,10 @@ def retry(job_id: str) -> None:
     Its failed or cancelled child jobs are retried with it (same ids); a done
     child stays done. A child whose parent failed is retried by retrying the parent.
     """
-    reopened = admin.retry_job(current().settings, parse_job_id(job_id))
-    line = f"job {job_id} resumed: {reopened.step_runs} step run(s) back to pending"
+    settings = current().settings
+    job = parse_job_id(settings, job_id)
+    reopened = admin.retry_job(settings, job)
+    line = f"job {job} resumed: {reopened.step_runs} step run(s) back to pending"
     if reopened.children:
         line += f"; child job(s) retried with it: {', '.join(map(str, reopened.children))}"
     out.print(line, highlight=False)

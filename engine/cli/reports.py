@@ -24,9 +24,10 @@ __all__ = ["report", "reports"]
 )
 def report(job_id: str, out: Path | None) -> None:
     """Render one job's HTML report and print where it went (a path or an s3:// URI)."""
-    parsed = parse_job_id(job_id)
+    settings = Settings()
+    parsed = parse_job_id(settings, job_id)
     # no such job is NoSuchJob, a BadInput: the root group's mapping exits 2
-    click.echo(render_job_report(Settings(), parsed, out_dir=out))
+    click.echo(render_job_report(settings, parsed, out_dir=out))
 
 
 @click.group()

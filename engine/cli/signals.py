@@ -55,7 +55,7 @@ def signal(job_id: str, name: str, data: str | None, sent_by: str | None, as_jso
     changes nothing, with other data is refused (exit 2).
     """
     settings = current().settings
-    job = parse_job_id(job_id)
+    job = parse_job_id(settings, job_id)
     with admin.operator_action(settings, f"signal {name!r} to job {job}"):
         sent = send_signal(
             job,

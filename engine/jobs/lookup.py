@@ -1,5 +1,8 @@
 """What a flow may ask about jobs: one job, and the active jobs working on the same data.
 
+Also where a job id a person typed becomes a job (:func:`resolve_job_id`):
+a whole UUID, or a unique prefix of one, as ``engine runs`` shows them cut.
+
 A flow that changes the state its jobs depend on (closing an accounting
 period, say) must know whether such jobs are still running. It asks here,
 in its own transaction, rather than reading the engine's tables: which
@@ -22,11 +25,19 @@ import psycopg
 
 from engine import store
 from engine.config import Settings
-from engine.errors import NoSuchJob
+from engine.errors import AmbiguousJobId, BadInput, NoSuchJob
 from engine.store import db
 from engine.store.status import JobStatus
 
-__all__ = ["JobInfo", "active_jobs", "job_info", "wait_for_job"]
+__all__ = [
+    "MIN_JOB_ID_PREFIX",
+    "JobInfo",
+    "active_jobs",
+    "job_id_or_prefix",
+    "job_info",
+    "resolve_job_id",
+    "wait_for_job",
+]
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,65 @@ def job_info(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> JobInfo | None
     """The job with this id, or ``None``."""
     row = store.job_select_info(conn, job_id)
     return None if row is None else JobInfo._of(row)
+
+
+MIN_JOB_ID_PREFIX = 4
+"""Hex digits a job id prefix needs (as git's abbreviated hashes): fewer match too many jobs."""
+
+_SHOWN_CANDIDATES = 5
+_HEX = frozenset("0123456789abcdef")
+
+
+def job_id_or_prefix(text: str) -> uuid.UUID | str:
+    """``text`` as a whole job id, or as the hex digits of a prefix to look up.
+
+    A prefix is hex digits, dashes anywhere (``acb145ad-837f-48``), at least
+    :data:`MIN_JOB_ID_PREFIX` digits; a trailing ``…`` (a cut id copied from
+    ``engine runs``) is ignored. Anything else is :class:`~engine.errors.BadInput`
+    naming it. Needs no database.
+    """
+    with contextlib.suppress(ValueError):
+        return uuid.UUID(text.strip())
+    digits = text.strip().rstrip("…").rstrip(".").replace("-", "").lower()
+    if len(digits) == 32 and set(digits) <= _HEX:
+        return uuid.UUID(digits)
+    if not digits or not set(digits) <= _HEX or len(digits) > 32:
+        raise BadInput(
+            f"invalid job id {text!r}: expected a UUID or a unique prefix of one "
+            f"(at least {MIN_JOB_ID_PREFIX} hex digits, e.g. acb145ad)"
+        )
+    if len(digits) < MIN_JOB_ID_PREFIX:
+        raise BadInput(
+            f"job id prefix {text!r} is too short: give at least {MIN_JOB_ID_PREFIX} hex digits"
+        )
+    return digits
+
+
+def resolve_job_id(conn: psycopg.Connection[Any], text: str) -> uuid.UUID:
+    """The job id ``text`` names: a whole UUID as given, or the one job whose id starts with it.
+
+    See :func:`job_id_or_prefix` for what is accepted. A whole UUID is not
+    looked up (the command that uses it says when there is no such job).
+    Raises :class:`~engine.errors.NoSuchJob` when no job's id starts with the
+    prefix, and :class:`~engine.errors.AmbiguousJobId` naming a few (id, flow,
+    status, created) when several do.
+    """
+    digits = job_id_or_prefix(text)
+    if isinstance(digits, uuid.UUID):
+        return digits
+    # the ids a prefix covers are one range in uuid (byte) order: the primary key answers it
+    low = uuid.UUID(digits.ljust(32, "0"))
+    high = uuid.UUID(digits.ljust(32, "f"))
+    rows = store.job_select_by_id_range(conn, low, high, limit=_SHOWN_CANDIDATES + 1)
+    if not rows:
+        raise NoSuchJob(text, prefix=True)
+    if len(rows) == 1:
+        return uuid.UUID(str(rows[0]["id"]))
+    shown = [
+        f"{r['id']} ({r['flow']}, {r['status']}, {r['created_at']:%Y-%m-%d %H:%M})"
+        for r in rows[:_SHOWN_CANDIDATES]
+    ]
+    raise AmbiguousJobId(text, shown, more=len(rows) > len(shown))
 
 
 _ENDED = {JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED}

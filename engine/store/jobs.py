@@ -46,6 +46,7 @@ __all__ = [
     "job_reopen_if_ended",
     "job_select_active_by_fingerprint",
     "job_select_active_matching",
+    "job_select_by_id_range",
     "job_select_child",
     "job_select_children",
     "job_select_info",
@@ -126,6 +127,16 @@ def job_select_info(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[st
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["job_select_info"], {"job_id": job_id})
         return cur.fetchone()
+
+
+@wrap_errors
+def job_select_by_id_range(
+    conn: psycopg.Connection[Any], low: uuid.UUID, high: uuid.UUID, *, limit: int
+) -> list[dict[str, Any]]:
+    """At most ``limit`` jobs (id, flow, status, created_at) with ``low <= id <= high``, by id."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_by_id_range"], {"low": low, "high": high, "limit": limit})
+        return cur.fetchall()
 
 
 @wrap_errors

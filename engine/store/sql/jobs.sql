@@ -133,6 +133,14 @@ SELECT id, flow, status, params, submitted_by, created_at
 FROM engine_jobs
 WHERE id = %(job_id)s;
 
+-- job_select_by_id_range --
+-- Jobs whose id lies in [low, high], the range a hex prefix of a UUID covers (uuid order is byte order, so the primary key's index answers it, unlike a LIKE on id::text); the limit keeps a short prefix cheap and still shows whether it is ambiguous.
+SELECT id, flow, status, created_at
+FROM engine_jobs
+WHERE id BETWEEN %(low)s AND %(high)s
+ORDER BY id
+LIMIT %(limit)s;
+
 -- job_lock_if_active --
 -- The one lock order (the job row first) in a statement of its own: the statements after it in the transaction see everything committed by whoever held the lock before (a signal and a step starting to wait serialise here); zero rows when the job is not active.
 SELECT id, status FROM engine_jobs
