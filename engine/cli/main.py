@@ -14,7 +14,6 @@ from typing import Any
 
 import click
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings
 
 from engine.cli import extensions
 from engine.cli.alerts import alerts
@@ -28,6 +27,7 @@ from engine.cli.schedules import schedule
 from engine.cli.signals import signal
 from engine.cli.simulate import simulate
 from engine.cli.worker import worker
+from engine.config import bad_setting_message
 from engine.errors import BadInput, ChecksFailed, EngineError, JobFailed
 from engine.infra import logs
 
@@ -56,19 +56,15 @@ def exit_code(exc: BaseException) -> int | None:
 
 
 def _is_bad_setting(exc: BaseException) -> bool:
-    # pydantic titles a ValidationError with the model's name; for a settings
-    # model (Settings, SqsSettings, a flow package's own) an ENGINE_* value is bad
-    return isinstance(exc, ValidationError) and exc.title in _settings_models()
+    # a settings model's (Settings, SqsSettings, a flow package's own): an ENGINE_* value is bad
+    return isinstance(exc, ValidationError) and bad_setting_message(exc) is not None
 
 
-def _settings_models() -> set[str]:
-    found: set[str] = set()
-    todo: list[type[BaseSettings]] = [BaseSettings]
-    while todo:
-        for sub in todo.pop().__subclasses__():
-            found.add(sub.__name__)
-            todo.append(sub)
-    return found
+def _message(exc: BaseException) -> str:
+    """The one line printed for ``exc``: a bad setting names its variable, not the field."""
+    if isinstance(exc, ValidationError):
+        return f"bad setting {bad_setting_message(exc)}"
+    return str(exc)
 
 
 class EngineGroup(click.Group):
@@ -86,7 +82,7 @@ class EngineGroup(click.Group):
             if code is None:
                 raise
             if not isinstance(exc, JobFailed):  # the command showed how the job ended
-                message = f"bad setting: {exc}" if _is_bad_setting(exc) else str(exc)
+                message = _message(exc)
                 click.echo(f"{click.style('error:', fg='red')} {message}", err=True)
             raise click.exceptions.Exit(code) from None
         if isinstance(status, int):  # a command that reports a status (the worker) returns it

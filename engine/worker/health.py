@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine import store
-from engine.config import Settings
+from engine.config import Settings, bad_setting_message
 from engine.errors import ConfigError, EngineError
 from engine.flow.registry import Registry
 from engine.store import db
@@ -75,12 +75,8 @@ class _Checks:
 
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
-        # the variable's name and what is wrong; never the value (it may be a secret)
-        prefix = "ENGINE_SQS_" if exc.title == "SqsSettings" else "ENGINE_"
-        return "; ".join(
-            f"{prefix}{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
-            for e in exc.errors()
-        )
+        # the variable's name, its value (a secret's masked) and what would do
+        return bad_setting_message(exc) or " ".join(str(exc).split())
     return " ".join(str(exc).split())
 
 

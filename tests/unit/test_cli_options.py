@@ -1,0 +1,65 @@
+"""The command line without friction (issue 28): version, global options anywhere,
+typed options, and bad ``ENGINE_*`` values named by their variable.
+
+In process through click's runner; nothing here reaches a database (each
+command fails, prints or parses before it would connect).
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner, Result
+from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engine.cli.main import EXIT_ENVIRONMENT, main
+from engine.config import bad_setting_message
+
+
+def invoke(*args: str, **env: str | None) -> Result:
+    # a closed port: a command that got as far as connecting would fail with exit 3
+    base: dict[str, str | None] = {"ENGINE_DATABASE_URL": "postgresql://x@127.0.0.1:1/x"}
+    return CliRunner().invoke(main, list(args), env={**base, **env})
+
+
+def test_cli__a_bad_engine_setting_is_one_line_naming_the_variable() -> None:
+    result = invoke("runs", ENGINE_LEASE_S="abc")
+    assert result.exit_code == EXIT_ENVIRONMENT
+    assert result.stderr == "error: bad setting ENGINE_LEASE_S='abc': expected a number\n"
+
+    several = invoke("status", ENGINE_MAX_ATTEMPTS="0", ENGINE_TRANSPORT="kafka")
+    assert several.exit_code == EXIT_ENVIRONMENT
+    assert several.stderr == (
+        "error: bad setting ENGINE_MAX_ATTEMPTS='0': expected a number >= 1; "
+        "ENGINE_TRANSPORT='kafka': expected 'postgres' or 'sqs'\n"
+    )
+    listed = invoke("runs", ENGINE_ALERT_SINKS="log,smtp")
+    expected = "ENGINE_ALERT_SINKS (item 'smtp'): expected 'log', 'sns' or 'webhook'"
+    assert expected in listed.stderr
+
+
+class _SecretiveSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TEST_CLI_")
+    token: SecretStr = Field(default=SecretStr("unset-token"), min_length=8)
+    retries: int = 1
+
+
+def test_bad_setting_message__masks_a_secret_and_ignores_other_models(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TEST_CLI_TOKEN", "hunter2")
+    monkeypatch.setenv("TEST_CLI_RETRIES", "many")
+    with pytest.raises(ValidationError) as caught:
+        _SecretiveSettings()
+    message = bad_setting_message(caught.value)
+    assert message is not None
+    assert "hunter2" not in message
+    assert "TEST_CLI_TOKEN='***': " in message
+    assert "TEST_CLI_RETRIES='many': expected a whole number" in message
+
+    class NotSettings(BaseModel):  # a flow's parameters, say: not a bad setting
+        n: int
+
+    with pytest.raises(ValidationError) as other:
+        NotSettings.model_validate({"n": "x"})
+    assert bad_setting_message(other.value) is None
