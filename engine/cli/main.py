@@ -10,6 +10,7 @@ with :func:`exit_code` and prints the one-line message. ``--json`` prints one JS
 from __future__ import annotations
 
 import os
+from importlib import metadata
 from typing import Any
 
 import click
@@ -27,7 +28,7 @@ from engine.cli.schedules import schedule
 from engine.cli.signals import signal
 from engine.cli.simulate import simulate
 from engine.cli.worker import worker
-from engine.config import bad_setting_message
+from engine.config import DISTRIBUTION, bad_setting_message
 from engine.errors import BadInput, ChecksFailed, EngineError, JobFailed
 from engine.infra import logs
 
@@ -89,6 +90,42 @@ class EngineGroup(click.Group):
             raise click.exceptions.Exit(status)
         return status
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self._own_options_first(ctx, args))
+
+    def _own_options_first(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """``args`` with the group's options moved before the subcommand, wherever they were.
+
+        ``engine runs --log-level debug`` then means ``engine --log-level debug runs``:
+        a global option is one whatever its place. Arguments after ``--`` stay where
+        they are; a subcommand cannot have an option of the same name as these.
+        """
+        takes_value: dict[str, bool] = {}
+        for param in self.params:
+            if isinstance(param, click.Option):
+                for name in (*param.opts, *param.secondary_opts):
+                    takes_value[name] = not (param.is_flag or param.count)
+        own: list[str] = []
+        rest: list[str] = []
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--":
+                rest += args[i:]
+                break
+            name, eq, _ = arg.partition("=")
+            if name in takes_value:
+                own.append(arg)
+                if takes_value[name] and not eq:
+                    if i + 1 == len(args):  # before the subcommand, it would take its name
+                        raise click.UsageError(f"Option '{name}' requires an argument.", ctx)
+                    own.append(args[i + 1])
+                    i += 1
+            else:
+                rest.append(arg)
+            i += 1
+        return own + rest
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *extensions.commands(ctx)})
 
@@ -104,6 +141,7 @@ class EngineGroup(click.Group):
     "--log-level",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
     default="WARNING",
+    envvar="ENGINE_LOG_LEVEL",  # named, so that a bad value's message names the variable
     show_envvar=True,
     help="Python log level",
 )
@@ -111,13 +149,31 @@ class EngineGroup(click.Group):
     "--log-format",
     type=click.Choice(["text", "json"]),
     default="text",
+    envvar="ENGINE_LOG_FORMAT",
     show_envvar=True,
     help="readable lines, or one JSON object per line (job, flow, step, attempt, worker)",
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _print_version(ctx) if value else None,
+    help="print the installed version (erp-engine) and exit",
 )
 def main(log_level: str, log_format: logs.LogFormat) -> None:
     """Workflow engine for ERP jobs: typed step graphs, leased and fenced execution."""
     # every command's log lines, botocore's DEBUG requests included, are masked
     logs.configure(log_level, log_format, os.environ.get("ENGINE_DATABASE_URL"))
+
+
+def _print_version(ctx: click.Context) -> None:
+    try:
+        version = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        version = f"unknown ({DISTRIBUTION} is not installed: run from a source tree)"
+    click.echo(f"engine {version}")
+    ctx.exit()
 
 
 for command in (

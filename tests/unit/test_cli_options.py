@@ -7,19 +7,80 @@ command fails, prints or parses before it would connect).
 
 from __future__ import annotations
 
+from importlib import metadata
+from typing import Any
+
 import pytest
 from click.testing import CliRunner, Result
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from engine.cli.main import EXIT_ENVIRONMENT, main
-from engine.config import bad_setting_message
+from engine.cli.main import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK, main
+from engine.config import DISTRIBUTION, bad_setting_message
+from engine.infra import logs
 
 
 def invoke(*args: str, **env: str | None) -> Result:
     # a closed port: a command that got as far as connecting would fail with exit 3
     base: dict[str, str | None] = {"ENGINE_DATABASE_URL": "postgresql://x@127.0.0.1:1/x"}
     return CliRunner().invoke(main, list(args), env={**base, **env})
+
+
+def test_cli__version_is_the_installed_distributions() -> None:
+    result = invoke("--version")
+    assert result.exit_code == EXIT_OK, result.output
+    assert result.stdout == f"engine {metadata.version(DISTRIBUTION)}\n"
+
+
+@pytest.fixture
+def configured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The (level, format) each invocation configured logging with."""
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(logs, "configure", lambda *a: calls.append(a[:2]))
+    return calls
+
+
+def test_cli__global_options_are_taken_after_the_subcommand_too(
+    configured: list[tuple[Any, ...]],
+) -> None:
+    result = invoke("flows", "list", "--log-level", "debug", "--log-format=json", "--json")
+    assert result.exit_code == EXIT_OK, result.output
+    assert configured == [("DEBUG", "json")]
+    assert '"flows"' in result.stdout  # the subcommand kept its own --json
+
+    nested = invoke("submit", "example", "--log-level=error", "--help")
+    assert nested.exit_code == EXIT_OK, nested.output
+    assert configured[-1] == ("ERROR", "text")
+
+    assert invoke("flows", "list", "--version").stdout.startswith("engine ")
+
+
+def test_cli__a_global_option_after_the_subcommand_is_still_checked(
+    configured: list[tuple[Any, ...]],
+) -> None:
+    bad = invoke("flows", "list", "--log-level", "loud")
+    assert bad.exit_code == EXIT_BAD_INPUT
+    assert "'loud' is not one of" in bad.stderr
+    missing = invoke("flows", "list", "--log-level")
+    assert missing.exit_code == EXIT_BAD_INPUT
+    assert "'--log-level' requires an argument" in missing.stderr
+    assert configured == []
+
+
+def test_cli__arguments_after_a_double_dash_are_left_to_the_subcommand(
+    configured: list[tuple[Any, ...]],
+) -> None:
+    result = invoke("signal", "--", "--log-level", "approve")
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "invalid job id '--log-level'" in result.stderr  # an argument, not the option
+    assert configured == [("WARNING", "text")]
+
+
+def test_cli__a_bad_log_level_in_the_environment_names_the_variable() -> None:
+    result = invoke("flows", "list", ENGINE_LOG_LEVEL="loud")
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "ENGINE_LOG_LEVEL" in result.stderr
+    assert "'loud'" in result.stderr
 
 
 def test_cli__a_bad_engine_setting_is_one_line_naming_the_variable() -> None:
