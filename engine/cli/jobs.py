@@ -13,7 +13,7 @@ import click
 from pydantic import BaseModel
 from rich.table import Table
 
-from engine.cli.args import parse_job_id
+from engine.cli.args import option_type, parse_job_id
 from engine.cli.output import out, print_json
 from engine.cli.state import State, current
 from engine.errors import EngineError, JobFailed, NoSuchJob
@@ -68,11 +68,12 @@ def _param_options(params: type[BaseModel]) -> list[click.Option]:
                 click.Option([f"{flag}/--no-{flag[2:]}", name], default=None, help=help_text)
             )
             continue
-        # Values stay strings here: the flow's pydantic model validates them,
-        # so the CLI and the Python API give the same messages.
+        # Numbers are typed (INTEGER in --help, `abc` refused by click); the rest stay
+        # strings, and the flow's pydantic model validates every value.
         options.append(
             click.Option(
                 [flag, name],
+                type=option_type(field.annotation),
                 required=field.is_required(),
                 default=None,
                 help=help_text,

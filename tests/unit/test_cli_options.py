@@ -10,11 +10,13 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from engine.cli.args import option_type
 from engine.cli.main import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK, main
 from engine.config import DISTRIBUTION, bad_setting_message
 from engine.infra import logs
@@ -81,6 +83,36 @@ def test_cli__a_bad_log_level_in_the_environment_names_the_variable() -> None:
     assert result.exit_code == EXIT_BAD_INPUT
     assert "ENGINE_LOG_LEVEL" in result.stderr
     assert "'loud'" in result.stderr
+
+
+def test_cli__integer_flow_parameters_are_typed_options() -> None:
+    shown = invoke("submit", "example", "--help")
+    assert shown.exit_code == EXIT_OK, shown.output
+    assert "--chunks INTEGER" in shown.stdout
+    assert "--period TEXT" in shown.stdout
+    assert "--approve-rejects-over INTEGER" in invoke("submit", "close", "--help").stdout
+
+    refused = invoke("submit", "example", "--period", "2026-11", "--chunks", "three")
+    assert refused.exit_code == EXIT_BAD_INPUT
+    assert "'three' is not a valid integer" in refused.stderr
+    refused = invoke("submit", "posting", "--period", "2026-11", "--approve-rejects-over", "1.5")
+    assert refused.exit_code == EXIT_BAD_INPUT
+    assert "'1.5' is not a valid integer" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        (int, click.INT),
+        (int | None, click.INT),
+        (float, click.FLOAT),
+        (str, click.STRING),
+        (str | None, click.STRING),
+        (bool | int, click.STRING),
+    ],
+)
+def test_option_type__numbers_are_typed_the_rest_text(annotation: Any, expected: Any) -> None:
+    assert option_type(annotation) is expected
 
 
 def test_cli__a_bad_engine_setting_is_one_line_naming_the_variable() -> None:
