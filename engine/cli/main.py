@@ -14,6 +14,7 @@ from importlib import metadata
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from pydantic import ValidationError
 
 from engine.cli import extensions
@@ -51,7 +52,7 @@ def exit_code(exc: BaseException) -> int | None:
         return EXIT_JOB_FAILED
     if isinstance(exc, BadInput):
         return EXIT_BAD_INPUT
-    if isinstance(exc, EngineError) or _is_bad_setting(exc):
+    if isinstance(exc, EngineError) or _is_bad_setting(exc) or _is_bad_environment_option(exc):
         return EXIT_ENVIRONMENT
     return None
 
@@ -61,11 +62,37 @@ def _is_bad_setting(exc: BaseException) -> bool:
     return isinstance(exc, ValidationError) and bad_setting_message(exc) is not None
 
 
+def _is_bad_environment_option(exc: BaseException) -> bool:
+    # an option's bad value read from its ENGINE_* variable (ENGINE_LOG_LEVEL=loud):
+    # the environment is wrong, not the command line (click would exit 2)
+    if not isinstance(exc, click.BadParameter) or exc.ctx is None or exc.param is None:
+        return False
+    name = exc.param.name
+    return name is not None and exc.ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT
+
+
 def _message(exc: BaseException) -> str:
     """The one line printed for ``exc``: a bad setting names its variable, not the field."""
     if isinstance(exc, ValidationError):
         return f"bad setting {bad_setting_message(exc)}"
+    if isinstance(exc, click.BadParameter) and exc.ctx is not None and exc.param is not None:
+        return f"bad setting {_envvar(exc.ctx, exc.param)}: {exc.message}"
     return str(exc)
+
+
+def _envvar(ctx: click.Context, param: click.Parameter) -> str:
+    """The variable an option's value was read from: its own, else the auto-prefixed one."""
+    own = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or [])
+    auto = f"{ctx.auto_envvar_prefix}_{(param.name or '').upper()}"
+    candidates = [*own, auto] if ctx.auto_envvar_prefix else own
+    return next((v for v in candidates if os.environ.get(v)), candidates[0])
+
+
+def _exit(exc: Exception, code: int) -> click.exceptions.Exit:
+    """Print ``exc``'s one line (unless the command showed how its job ended); the exit."""
+    if not isinstance(exc, JobFailed):
+        click.echo(f"{click.style('error:', fg='red')} {_message(exc)}", err=True)
+    return click.exceptions.Exit(code)
 
 
 class EngineGroup(click.Group):
@@ -82,13 +109,25 @@ class EngineGroup(click.Group):
             code = exit_code(exc)
             if code is None:
                 raise
-            if not isinstance(exc, JobFailed):  # the command showed how the job ended
-                message = _message(exc)
-                click.echo(f"{click.style('error:', fg='red')} {message}", err=True)
-            raise click.exceptions.Exit(code) from None
+            raise _exit(exc, code) from None
         if isinstance(status, int):  # a command that reports a status (the worker) returns it
             raise click.exceptions.Exit(status)
         return status
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        # the group's own options are parsed here, before invoke (ENGINE_LOG_LEVEL=loud)
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.BadParameter as exc:
+            if not _is_bad_environment_option(exc):
+                raise
+            raise _exit(exc, EXIT_ENVIRONMENT) from None
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, self._own_options_first(ctx, args))

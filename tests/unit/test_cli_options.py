@@ -78,11 +78,20 @@ def test_cli__arguments_after_a_double_dash_are_left_to_the_subcommand(
     assert configured == [("WARNING", "text")]
 
 
-def test_cli__a_bad_log_level_in_the_environment_names_the_variable() -> None:
+def test_cli__a_bad_option_value_in_the_environment_exits_3_naming_the_variable() -> None:
     result = invoke("flows", "list", ENGINE_LOG_LEVEL="loud")
-    assert result.exit_code == EXIT_BAD_INPUT
-    assert "ENGINE_LOG_LEVEL" in result.stderr
-    assert "'loud'" in result.stderr
+    assert result.exit_code == EXIT_ENVIRONMENT
+    assert result.stderr.startswith("error: bad setting ENGINE_LOG_LEVEL: 'loud' is not one of")
+    assert len(result.stderr.splitlines()) == 1
+
+    # a subcommand's option read from its variable (the dead-letter queue's redrive)
+    queues = invoke("queues", "create", ENGINE_SQS_MAX_RECEIVE_COUNT="often")
+    assert queues.exit_code == EXIT_ENVIRONMENT
+    assert "bad setting ENGINE_SQS_MAX_RECEIVE_COUNT: 'often' is not" in queues.stderr
+
+    # the same value on the command line is bad input
+    given = invoke("flows", "list", "--log-level", "loud")
+    assert given.exit_code == EXIT_BAD_INPUT
 
 
 def test_cli__integer_flow_parameters_are_typed_options() -> None:
