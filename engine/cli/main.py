@@ -137,13 +137,16 @@ class EngineGroup(click.Group):
 
         ``engine runs --log-level debug`` then means ``engine --log-level debug runs``:
         a global option is one whatever its place. Arguments after ``--`` stay where
-        they are; a subcommand cannot have an option of the same name as these.
+        they are, and so does an option of the same name that the subcommand has
+        itself (a flow parameter named ``version`` is ``submit FLOW --version``).
         """
+        theirs = self._subcommand_options(ctx, args)
         takes_value: dict[str, bool] = {}
         for param in self.params:
             if isinstance(param, click.Option):
                 for name in (*param.opts, *param.secondary_opts):
-                    takes_value[name] = not (param.is_flag or param.count)
+                    if name not in theirs:
+                        takes_value[name] = not (param.is_flag or param.count)
         own: list[str] = []
         rest: list[str] = []
         i = 0
@@ -164,6 +167,29 @@ class EngineGroup(click.Group):
                 rest.append(arg)
             i += 1
         return own + rest
+
+    def _subcommand_options(self, ctx: click.Context, args: list[str]) -> set[str]:
+        """The option names of the (nested) subcommands ``args`` name."""
+        names: set[str] = set()
+        group: click.Group = self
+        for arg in args:
+            if arg == "--":
+                break
+            if arg.startswith("-"):
+                continue
+            try:
+                command = group.get_command(ctx, arg)
+            except Exception:  # a broken flow module: the subcommand's own parsing says so
+                break
+            if command is None:  # an option's value, or a name the group will refuse
+                continue
+            for param in command.params:
+                if isinstance(param, click.Option):
+                    names.update(param.opts, param.secondary_opts)
+            if not isinstance(command, click.Group):
+                break
+            group = command
+        return names
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *extensions.commands(ctx)})

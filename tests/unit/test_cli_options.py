@@ -78,6 +78,22 @@ def test_cli__arguments_after_a_double_dash_are_left_to_the_subcommand(
     assert configured == [("WARNING", "text")]
 
 
+def test_cli__a_subcommand_keeps_its_own_option_of_the_same_name(
+    monkeypatch: pytest.MonkeyPatch, configured: list[tuple[Any, ...]]
+) -> None:
+    # as a flow parameter named `version` would be: `engine submit FLOW --version 2`
+    @click.command("own-version")
+    @click.option("--version", "version_given")
+    def own_version(version_given: str) -> None:
+        click.echo(f"given {version_given}")
+
+    monkeypatch.setitem(main.commands, "own-version", own_version)
+    result = invoke("own-version", "--version", "2", "--log-level", "info")
+    assert result.exit_code == EXIT_OK, result.output
+    assert result.stdout == "given 2\n"
+    assert configured == [("INFO", "text")]
+
+
 def test_cli__a_bad_option_value_in_the_environment_exits_3_naming_the_variable() -> None:
     result = invoke("flows", "list", ENGINE_LOG_LEVEL="loud")
     assert result.exit_code == EXIT_ENVIRONMENT
