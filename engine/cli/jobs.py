@@ -22,8 +22,15 @@ from engine.jobs import admin
 from engine.jobs.lookup import wait_for_job
 from engine.jobs.submit import Submitted, submit
 from engine.reports.counts import read_counts
-from engine.store.models import Job, StepRun
-from engine.store.read import JobView, job_view, recent_jobs, sqlalchemy_engine
+from engine.store.models import Job
+from engine.store.read import (
+    JobState,
+    JobView,
+    job_view,
+    recent_jobs,
+    sqlalchemy_engine,
+    waits_for,
+)
 from engine.store.status import JobStatus, StepStatus
 
 __all__ = ["cancel", "retry", "runs", "status", "submit_group"]
@@ -171,7 +178,7 @@ def status(job_id: str | None, as_json: bool) -> None:
 
 def _view_json(view: JobView) -> dict[str, Any]:
     return {
-        "job": view.job.model_dump(mode="json"),
+        "job": view.listed.as_json(),
         "steps": [s.model_dump(mode="json", exclude={"output"}) for s in view.steps],
         "unpublished_messages": view.unpublished,
         "signals": [
@@ -193,20 +200,12 @@ def _job_json(job: Job) -> dict[str, Any]:
     }
 
 
-def _waits_for(run: StepRun) -> str:
-    """What a waiting step run waits for: its children or a signal (until a deadline), or a time."""
-    until = f"{run.wait_until:%Y-%m-%d %H:%M:%S}" if run.wait_until else None
-    if run.wait_children and not run.wait_signal:
-        return "children" + (f" until {until}" if until else "")
-    if run.wait_signal:
-        return f"signal {run.wait_signal}" + (f" until {until}" if until else "")
-    return f"until {until}"
-
-
 def _print_view(view: JobView) -> None:
     job = view.job
+    waiting = f" for {', '.join(view.waiting_for)}" if view.waiting_for else ""
     out.print(
-        f"job {job.id}  flow {job.flow} v{job.flow_version}  status [bold]{job.status}[/bold]",
+        f"job {job.id}  flow {job.flow} v{job.flow_version}  "
+        f"status [bold]{view.listed.state}[/bold]{waiting}",
         highlight=False,
     )
     out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
@@ -230,7 +229,7 @@ def _print_view(view: JobView) -> None:
             f"{s.attempts}/{s.max_attempts}",
             s.lease_owner or "",
             f"{s.concurrency_key} (limit {s.concurrency_limit})" if s.concurrency_key else "",
-            _waits_for(s) if s.status == StepStatus.WAITING else "",
+            waits_for(s) if s.status == StepStatus.WAITING else "",
             str(error),
         )
     out.print(table)
@@ -257,8 +256,8 @@ def _print_view(view: JobView) -> None:
     "--status",
     "statuses",
     multiple=True,
-    type=click.Choice([s.value for s in JobStatus]),
-    help="only these statuses (repeatable)",
+    type=click.Choice([s.value for s in JobState]),
+    help="only these statuses (repeatable); waiting: running, every unfinished step waiting",
 )
 @click.option("--limit", default=50, type=click.IntRange(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
@@ -267,7 +266,7 @@ def runs(flow: str | None, statuses: tuple[str, ...], limit: int, as_json: bool)
     state = current()
     if flow is not None:
         state.registry.get(flow)  # an unknown flow is bad input, not an empty list
-    _runs(sqlalchemy_engine(state.settings), flow, [JobStatus(s) for s in statuses], as_json, limit)
+    _runs(sqlalchemy_engine(state.settings), flow, [JobState(s) for s in statuses], as_json, limit)
 
 
 def _counts(state: State) -> dict[str, Any]:
@@ -277,23 +276,25 @@ def _counts(state: State) -> dict[str, Any]:
 def _runs(
     engine: Any,
     flow: str | None,
-    statuses: list[JobStatus],
+    statuses: list[JobState],
     as_json: bool,
     limit: int = 50,
     extra: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     jobs = recent_jobs(engine, flow=flow, statuses=statuses, limit=limit)
     if as_json:
-        print_json(
-            {"jobs": [j.model_dump(mode="json") for j in jobs], **(extra() if extra else {})}
-        )
+        print_json({"jobs": [j.as_json() for j in jobs], **(extra() if extra else {})})
         return
     table = Table("job", "flow", "status", "params", "created")
-    for j in jobs:
+    for listed in jobs:
+        j = listed.job
+        shown = str(listed.state)
+        if listed.waiting_for:
+            shown += f" ({', '.join(listed.waiting_for)})"
         table.add_row(
             str(j.id),
             j.flow,
-            j.status,
+            shown,
             json.dumps(j.params, sort_keys=True),
             f"{j.created_at:%Y-%m-%d %H:%M:%S}",
         )

@@ -142,7 +142,8 @@ class RunReport(BaseModel):
     flow_known: bool
     flow_description: str
     params: list[tuple[str, str]]  # name, JSON value
-    status: str
+    status: str  # its state: ``waiting`` when every unfinished step run waits
+    waiting_for: list[str]
     fingerprint: str
     submitted_by: str | None
     created_at: datetime
@@ -168,11 +169,12 @@ class RunReport(BaseModel):
 
 
 class IndexRow(BaseModel):
-    """One job in the index."""
+    """One job in the index; ``status`` is its state (``waiting`` derived, see JobState)."""
 
     job_id: str
     flow: str
     status: str
+    waiting_for: list[str] = []
     period: str
     params: str
     submitted_by: str | None
@@ -286,7 +288,8 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         flow_known=flow is not None,
         flow_description=flow.description if flow is not None else "",
         params=[(k, json.dumps(v, default=str)) for k, v in sorted(job.params.items())],
-        status=str(job.status),
+        status="waiting" if history.waiting_for else str(job.status),
+        waiting_for=history.waiting_for,
         fingerprint=job.fingerprint,
         submitted_by=job.submitted_by,
         created_at=job.created_at,
@@ -373,7 +376,8 @@ def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
         IndexRow(
             job_id=str(j.id),
             flow=j.flow,
-            status=str(j.status),
+            status=str(listed.state),
+            waiting_for=listed.waiting_for,
             period=str(j.params.get("period", "")),
             params=json.dumps(j.params, sort_keys=True, default=str),
             submitted_by=j.submitted_by,
@@ -381,7 +385,8 @@ def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
             duration_s=_seconds(j.started_at or j.created_at, j.finished_at),
             href=run_href(j.id),
         )
-        for j in jobs
+        for listed in jobs
+        for j in [listed.job]
     ]
     return IndexReport(
         generated_at=datetime.now(UTC),
