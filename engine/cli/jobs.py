@@ -16,10 +16,10 @@ from rich.table import Table
 from engine.cli.args import parse_job_id
 from engine.cli.output import out, print_json
 from engine.cli.state import State, current
+from engine.cli.watching import wait_and_show
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
 from engine.jobs import admin
-from engine.jobs.lookup import wait_for_job
 from engine.jobs.submit import Submitted, submit
 from engine.reports.counts import read_counts
 from engine.store.models import Job
@@ -102,11 +102,11 @@ def _submit_command(flow: Flow) -> click.Command:
         if not (as_json and wait):  # --json --wait prints one object, at the end
             _report_submitted(result, as_json)
         if wait:
-            status = wait_for_job(state.settings, result.job_id, progress=not as_json)
+            last = wait_and_show(state.settings, result.job_id, quiet=as_json)
             if as_json:
-                print_json({**result.as_json(), "status": status})
-            if status != JobStatus.DONE:
-                raise JobFailed(f"{flow.name} job {result.job_id} ended {status}")
+                print_json({**result.as_json(), "status": last.status, "error": last.error})
+            if last.status != JobStatus.DONE:
+                raise JobFailed(f"{flow.name} job {result.job_id} ended {last.status}")
 
     params: list[click.Parameter] = [
         *_param_options(flow.params),
@@ -114,7 +114,10 @@ def _submit_command(flow: Flow) -> click.Command:
         click.Option(
             ["--wait"],
             is_flag=True,
-            help="wait until the job ends (progress bar on a terminal); exit 1 if it failed",
+            help=(
+                "wait until the job ends: a progress bar on a terminal, else a line per "
+                "change of state; the last state (and why it failed); exit 1 if it failed"
+            ),
         ),
         click.Option(
             ["--submitted-by"],
@@ -179,6 +182,8 @@ def status(job_id: str | None, as_json: bool) -> None:
 def _view_json(view: JobView) -> dict[str, Any]:
     return {
         "job": view.listed.as_json(),
+        # the job's step runs and its descendants' (a parent's children do its work)
+        "progress": {"done": view.done, "total": view.total},
         "steps": [s.model_dump(mode="json", exclude={"output"}) for s in view.steps],
         "unpublished_messages": view.unpublished,
         "signals": [
@@ -210,6 +215,8 @@ def _print_view(view: JobView) -> None:
     )
     out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
     out.print(f"created {job.created_at:%Y-%m-%d %H:%M:%S}  by {job.submitted_by or '-'}")
+    family = " (its child jobs' included)" if view.children else ""
+    out.print(f"progress {view.done}/{view.total} step runs done{family}", highlight=False)
     if view.parent is not None:
         p = view.parent
         out.print(

@@ -34,6 +34,7 @@ from engine.store.models import (
     StepRun,
     StepStatus,
 )
+from engine.store.queries import load
 from engine.store.status import wait_text
 
 
@@ -159,6 +160,8 @@ class JobView:
     parent: Job | None = None  # the job whose step submitted this one, if a child
     children: list[Job] = field(default_factory=list)
     waiting_for: list[str] = field(default_factory=list)  # empty unless the job waits
+    done: int = 0  # step runs done, the descendants' included
+    total: int = 0  # step runs known so far, the descendants' included
 
     @property
     def listed(self) -> ListedJob:
@@ -196,6 +199,13 @@ def job_view(engine: Engine, job_id: uuid.UUID) -> JobView | None:
         ).all()
         parent, children = _family(session, job)
         waits = _waits_of(session, [job_id]).get(job_id, [])
+        # the one progress query (engine/store/sql/jobs.sql), also what --wait shows
+        progress = (
+            session.connection()
+            .exec_driver_sql(load("jobs")["job_progress"], {"job_id": job_id})
+            .mappings()
+            .one()
+        )
         return JobView(
             job,
             steps,
@@ -204,6 +214,8 @@ def job_view(engine: Engine, job_id: uuid.UUID) -> JobView | None:
             parent,
             children,
             waits,
+            progress["done"],
+            progress["total"],
         )
 
 

@@ -1,19 +1,23 @@
-"""The CLI without friction (issue 28): ``waiting`` as a job state."""
+"""The CLI without friction (issue 28): ``waiting`` as a job state, ``--wait`` off a terminal,
+a parent's progress counting its children's step runs."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from harness import ROOT, SUPPORT, fast_settings, thread_worker, wait_until
 
-from engine import submit
+from engine import signal, submit
 from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.reports.context import build_index
@@ -118,3 +122,72 @@ def test_cli__jobs_whose_steps_all_wait_show_as_waiting_and_for_what(
     assert index[str(brood)].status == "waiting"
     assert index[str(brood)].waiting_for == ["children"]
     assert index[str(pending)].status == "pending"
+
+
+class _Reader:
+    """A command's stdout read line by line while it runs."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def saw(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+
+def test_cli__wait_off_a_terminal_prints_each_state_and_counts_the_children(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    with thread_worker(fast, registry):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engine", "submit", "brood", "--children=2", "--hold", "--wait"],
+            env=_env(fast),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        reader = _Reader(proc)
+        try:
+            wait_until(lambda: reader.saw("waiting for children"), what="the waiting line")
+            job = uuid.UUID(reader.lines[0].split()[3])
+            for kid in _kids(conn, job):
+                wait_until(lambda kid=kid: _waiting_steps(conn, kid), what="the child waiting")
+                signal(kid, "release", settings=fast)
+            assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        reader.thread.join(timeout=10)
+    short = str(job)[:8]
+    states = [line.split(":")[0] for line in reader.lines[1:]]
+    assert states[-1] == f"job {short} done", reader.lines
+    assert f"job {short} waiting for children" in states, reader.lines
+    assert all(a != b for a, b in itertools.pairwise(states)), "a line per change"
+    # spawn, sibling and tally, and each child's one step: the children's work counts
+    assert reader.lines[-1] == f"job {short} done: 5/5 steps done", reader.lines
+
+    view = json.loads(cli(fast, "status", str(job), "--json").stdout)
+    assert view["progress"] == {"done": 5, "total": 5}
+
+
+def test_cli__wait_off_a_terminal_ends_with_the_failure_and_its_reason_exit_1(
+    fast: Settings, registry: Registry, tmp_path: Path
+) -> None:
+    flag = tmp_path / "broken"
+    flag.write_text("the data a retry finds fixed")
+    with thread_worker(fast, registry):
+        result = cli(
+            fast, "submit", "strict", "--children", "2", "--flaky-child", "1",
+            "--fail-flag", str(flag), "--wait",
+        )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert " failed: " in last, result.stdout
+    assert f"child 1 fails while {flag} exists" in last, result.stdout
