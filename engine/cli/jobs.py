@@ -22,7 +22,7 @@ from engine.flow import Flow
 from engine.jobs import admin
 from engine.jobs.submit import Submitted, submit
 from engine.reports.counts import read_counts
-from engine.store.models import Job
+from engine.store.models import Job, StepRun
 from engine.store.read import (
     JobState,
     JobView,
@@ -173,18 +173,36 @@ def status(job_id: str | None, as_json: bool) -> None:
     view = job_view(engine, parse_job_id(job_id))
     if view is None:
         raise NoSuchJob(job_id)
+    flow = _flow_or_none(state, view.job.flow)
     if as_json:
-        print_json(_view_json(view))
+        print_json(_view_json(view, flow))
     else:
-        _print_view(view)
+        _print_view(view, flow)
 
 
-def _view_json(view: JobView) -> dict[str, Any]:
+def _flow_or_none(state: State, name: str) -> Flow | None:
+    """The job's flow when this process loads it (for its steps' labels); a status needs none."""
+    try:
+        return state.registry.get(name) if name in state.registry.names() else None
+    except EngineError:
+        return None
+
+
+def _key(run: StepRun, flow: Flow | None) -> str:
+    """A fan-out run's label (``ST001``) when its step declares one, else its fan-out key."""
+    step = flow.steps.get(run.step) if flow is not None else None
+    return run.fanout_key if step is None else step.label_of(run.fanout_key, run.item)
+
+
+def _view_json(view: JobView, flow: Flow | None) -> dict[str, Any]:
     return {
         "job": view.listed.as_json(),
         # the job's step runs and its descendants' (a parent's children do its work)
         "progress": {"done": view.done, "total": view.total},
-        "steps": [s.model_dump(mode="json", exclude={"output"}) for s in view.steps],
+        "steps": [
+            {**s.model_dump(mode="json", exclude={"output"}), "label": _key(s, flow)}
+            for s in view.steps
+        ],
         "unpublished_messages": view.unpublished,
         "signals": [
             sig.model_dump(mode="json", include={"name", "data", "sent_by", "created_at"})
@@ -205,7 +223,7 @@ def _job_json(job: Job) -> dict[str, Any]:
     }
 
 
-def _print_view(view: JobView) -> None:
+def _print_view(view: JobView, flow: Flow | None) -> None:
     job = view.job
     waiting = f" for {', '.join(view.waiting_for)}" if view.waiting_for else ""
     out.print(
@@ -231,7 +249,7 @@ def _print_view(view: JobView) -> None:
         error = (s.error or {}).get("message", "") if s.error else ""
         table.add_row(
             s.step,
-            s.fanout_key,
+            _key(s, flow),
             s.status,
             f"{s.attempts}/{s.max_attempts}",
             s.lease_owner or "",

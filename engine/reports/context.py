@@ -275,9 +275,9 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
     by_id = {r.id: r for r in runs}
     flow = _find_flow(registry, job.flow)
 
-    timeline = attempts(events, by_id)
-    log, renewals = event_log(events, by_id)
-    errors = [view for r in runs if (view := _error(step_label(r), r.error)) is not None]
+    timeline = attempts(events, by_id, flow)
+    log, renewals = event_log(events, by_id, flow)
+    errors = [view for r in runs if (view := _error(step_label(r, flow), r.error)) is not None]
     summary_step, summary = _summary(flow, runs)
     end = job.finished_at
     return RunReport(
@@ -301,7 +301,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         steps=[
             StepRunView(
                 id=str(r.id),
-                label=step_label(r),
+                label=step_label(r, flow),
                 step=r.step,
                 fanout_key=r.fanout_key,
                 status=str(r.status),
@@ -324,7 +324,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
             DeadLetterView(
                 id=d.id,
                 source=str(d.source),
-                label=step_label(by_id.get(d.step_run_id) if d.step_run_id else None),
+                label=step_label(by_id.get(d.step_run_id) if d.step_run_id else None, flow),
                 reason=d.reason,
                 created_at=d.created_at,
                 replayed_at=d.replayed_at,
@@ -335,7 +335,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         summary=summary,
         waits=[
             WaitView(
-                label=step_label(r),
+                label=step_label(r, flow),
                 signal=r.wait_signal,
                 until=r.wait_until,
                 children=r.wait_children,

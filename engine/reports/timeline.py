@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from engine.flow import Flow
 from engine.store.models import Event, EventKind, StepRun, StepStatus
 
 __all__ = [
@@ -89,11 +90,21 @@ class RenewalSummary(BaseModel):
     last: datetime
 
 
-def step_label(run: StepRun | None) -> str:
-    """How a report names a step run: ``step[fanout_key]``, or ``(job)`` for none."""
+def step_label(run: StepRun | None, flow: Flow | None = None) -> str:
+    """How a report names a step run: ``step[label]``, or ``(job)`` for none.
+
+    A fan-out's run is labelled as its step declares (``label="{code}"``:
+    ``cost_store[ST001]``) when ``flow`` is given and has the step, else by its
+    fan-out key (``cost_store[0]``).
+    """
     if run is None:
         return "(job)"
-    return f"{run.step}[{run.fanout_key}]" if run.fanout_key else run.step
+    if not run.fanout_key:
+        return run.step
+    step = flow.steps.get(run.step) if flow is not None else None
+    return (
+        f"{run.step}[{run.fanout_key if step is None else step.label_of(run.fanout_key, run.item)}]"
+    )
 
 
 def _detail(detail: dict[str, Any]) -> str:
@@ -105,7 +116,9 @@ def _detail(detail: dict[str, Any]) -> str:
     )
 
 
-def attempts(events: list[Event], runs: dict[uuid.UUID, StepRun]) -> list[Attempt]:
+def attempts(
+    events: list[Event], runs: dict[uuid.UUID, StepRun], flow: Flow | None = None
+) -> list[Attempt]:
     """Pair every claim with the event that ended it (same step run, next in order)."""
     open_: dict[uuid.UUID, Attempt] = {}
     done: list[Attempt] = []
@@ -121,7 +134,7 @@ def attempts(events: list[Event], runs: dict[uuid.UUID, StepRun]) -> list[Attemp
                 done.append(current)
             open_[e.step_run_id] = Attempt(
                 step_run_id=str(e.step_run_id),
-                label=step_label(runs.get(e.step_run_id)),
+                label=step_label(runs.get(e.step_run_id), flow),
                 attempt=e.attempt,
                 worker=e.worker or "?",
                 start=e.at,
@@ -150,7 +163,7 @@ def lanes(timeline: list[Attempt]) -> list[str]:
 
 
 def event_log(
-    events: list[Event], runs: dict[uuid.UUID, StepRun]
+    events: list[Event], runs: dict[uuid.UUID, StepRun], flow: Flow | None = None
 ) -> tuple[list[EventView], list[RenewalSummary]]:
     """The event log in order, and each attempt's lease renewals summed into one line."""
     log: list[EventView] = []
@@ -164,7 +177,7 @@ def event_log(
                 renewals[key].last = e.at
             else:
                 renewals[key] = RenewalSummary(
-                    label=step_label(run),
+                    label=step_label(run, flow),
                     worker=e.worker or "",
                     attempt=e.attempt,
                     count=1,
@@ -176,7 +189,7 @@ def event_log(
             EventView(
                 at=e.at,
                 kind=str(e.kind),
-                label=step_label(run),
+                label=step_label(run, flow),
                 worker=e.worker or "",
                 attempt=e.attempt,
                 detail=_detail(e.detail),
