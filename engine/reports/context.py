@@ -27,10 +27,12 @@ from engine.reports.timeline import (
     Attempt,
     EventView,
     RenewalSummary,
+    WaitSpan,
     attempts,
     event_log,
     lanes,
     step_label,
+    wait_spans,
 )
 from engine.store.models import Job, StepRun, StepStatus
 from engine.store.read import job_history, recent_jobs
@@ -154,6 +156,7 @@ class RunReport(BaseModel):
     nodes: list[GraphNode]
     steps: list[StepRunView]
     attempts: list[Attempt]
+    wait_spans: list[WaitSpan] = []  # drawn as waits, in a lane of their own
     lanes: list[str]
     counts: dict[str, int]  # event kind -> how many
     events: list[EventView]
@@ -315,6 +318,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
             for r in runs
         ],
         attempts=timeline,
+        wait_spans=wait_spans(events, by_id, flow, job.finished_at),
         lanes=lanes(timeline),
         counts=dict(Counter(str(e.kind) for e in events)),
         events=log,
