@@ -688,6 +688,8 @@ class Flow:
         lines.append("steps:")
         for step in self.steps.values():
             fanout = f", one run per item of {str(step.map_over)!r}" if step.map_over else ""
+            if step.label is not None:
+                fanout += f", labelled {step.label.template!r}"
             lines.append(f"  {step.name} -> {type_name(step.output)}{fanout}")
             own = self._declared[step.name].concurrency
             if own is not None:

@@ -51,6 +51,9 @@ def test_label__a_fanout_run_is_named_by_its_item_and_keeps_its_key_without_one(
     assert step.label_of("0", {"code": "ST001", "brand": "BR1"}) == "BR1/ST001"
     assert step.label_of("7", None) == "7", "an item without the fields keeps its position"
     assert step.label_of("", {"code": "ST001"}) == "", "a run that is not a fan-out has no key"
+    assert "one run per item of 'plan.stores', labelled '{brand}/{code}'" in (
+        _flow("{brand}/{code}").describe()
+    )
     plan = _flow("{code}").steps["plan"]
     assert plan.label_of("3", {"code": "ST001"}) == "3", "no label declared: the key"
 
