@@ -218,7 +218,7 @@ def solve(params: CostingParams, ctx: StepContext) -> Solved:
     return solve_period(ctx.conn, params.period)
 
 
-@flow.step(map_over="check_period.stores", after=["solve"])
+@flow.step(map_over="check_period.stores", after=["solve"], label="{code}")
 def cost_store(store: StoreRef, params: CostingParams, ctx: StepContext) -> StoreCost:
     """Cost one store in one statement with the solved averages; post its journals (once)."""
     return cost_one_store(ctx.conn, params.period, store)

@@ -16,14 +16,21 @@ from rich.table import Table
 from engine.cli.args import option_type, parse_job_id
 from engine.cli.output import out, print_json
 from engine.cli.state import State, current
+from engine.cli.watching import wait_and_show
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
 from engine.jobs import admin
-from engine.jobs.lookup import wait_for_job
 from engine.jobs.submit import Submitted, submit
 from engine.reports.counts import read_counts
 from engine.store.models import Job, StepRun
-from engine.store.read import JobView, job_view, recent_jobs, sqlalchemy_engine
+from engine.store.read import (
+    JobState,
+    JobView,
+    job_view,
+    recent_jobs,
+    sqlalchemy_engine,
+    waits_for,
+)
 from engine.store.status import JobStatus, StepStatus
 
 __all__ = ["cancel", "retry", "runs", "status", "submit_group"]
@@ -96,11 +103,11 @@ def _submit_command(flow: Flow) -> click.Command:
         if not (as_json and wait):  # --json --wait prints one object, at the end
             _report_submitted(result, as_json)
         if wait:
-            status = wait_for_job(state.settings, result.job_id, progress=not as_json)
+            last = wait_and_show(state.settings, result.job_id, quiet=as_json)
             if as_json:
-                print_json({**result.as_json(), "status": status})
-            if status != JobStatus.DONE:
-                raise JobFailed(f"{flow.name} job {result.job_id} ended {status}")
+                print_json({**result.as_json(), "status": last.status, "error": last.error})
+            if last.status != JobStatus.DONE:
+                raise JobFailed(f"{flow.name} job {result.job_id} ended {last.status}")
 
     params: list[click.Parameter] = [
         *_param_options(flow.params),
@@ -108,7 +115,10 @@ def _submit_command(flow: Flow) -> click.Command:
         click.Option(
             ["--wait"],
             is_flag=True,
-            help="wait until the job ends (progress bar on a terminal); exit 1 if it failed",
+            help=(
+                "wait until the job ends: a progress bar on a terminal, else a line per "
+                "change of state; the last state (and why it failed); exit 1 if it failed"
+            ),
         ),
         click.Option(
             ["--submitted-by"],
@@ -164,16 +174,36 @@ def status(job_id: str | None, as_json: bool) -> None:
     view = job_view(engine, parse_job_id(state.settings, job_id))
     if view is None:
         raise NoSuchJob(job_id)
+    flow = _flow_or_none(state, view.job.flow)
     if as_json:
-        print_json(_view_json(view))
+        print_json(_view_json(view, flow))
     else:
-        _print_view(view)
+        _print_view(view, flow)
 
 
-def _view_json(view: JobView) -> dict[str, Any]:
+def _flow_or_none(state: State, name: str) -> Flow | None:
+    """The job's flow when this process loads it (for its steps' labels); a status needs none."""
+    try:
+        return state.registry.get(name) if name in state.registry.names() else None
+    except EngineError:
+        return None
+
+
+def _key(run: StepRun, flow: Flow | None) -> str:
+    """A fan-out run's label (``ST001``) when its step declares one, else its fan-out key."""
+    step = flow.steps.get(run.step) if flow is not None else None
+    return run.fanout_key if step is None else step.label_of(run.fanout_key, run.item)
+
+
+def _view_json(view: JobView, flow: Flow | None) -> dict[str, Any]:
     return {
-        "job": view.job.model_dump(mode="json"),
-        "steps": [s.model_dump(mode="json", exclude={"output"}) for s in view.steps],
+        "job": view.listed.as_json(),
+        # the job's step runs and its descendants' (a parent's children do its work)
+        "progress": {"done": view.done, "total": view.total},
+        "steps": [
+            {**s.model_dump(mode="json", exclude={"output"}), "label": _key(s, flow)}
+            for s in view.steps
+        ],
         "unpublished_messages": view.unpublished,
         "signals": [
             sig.model_dump(mode="json", include={"name", "data", "sent_by", "created_at"})
@@ -194,24 +224,18 @@ def _job_json(job: Job) -> dict[str, Any]:
     }
 
 
-def _waits_for(run: StepRun) -> str:
-    """What a waiting step run waits for: its children or a signal (until a deadline), or a time."""
-    until = f"{run.wait_until:%Y-%m-%d %H:%M:%S}" if run.wait_until else None
-    if run.wait_children and not run.wait_signal:
-        return "children" + (f" until {until}" if until else "")
-    if run.wait_signal:
-        return f"signal {run.wait_signal}" + (f" until {until}" if until else "")
-    return f"until {until}"
-
-
-def _print_view(view: JobView) -> None:
+def _print_view(view: JobView, flow: Flow | None) -> None:
     job = view.job
+    waiting = f" for {', '.join(view.waiting_for)}" if view.waiting_for else ""
     out.print(
-        f"job {job.id}  flow {job.flow} v{job.flow_version}  status [bold]{job.status}[/bold]",
+        f"job {job.id}  flow {job.flow} v{job.flow_version}  "
+        f"status [bold]{view.listed.state}[/bold]{waiting}",
         highlight=False,
     )
     out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
     out.print(f"created {job.created_at:%Y-%m-%d %H:%M:%S}  by {job.submitted_by or '-'}")
+    family = " (its child jobs' included)" if view.children else ""
+    out.print(f"progress {view.done}/{view.total} step runs done{family}", highlight=False)
     if view.parent is not None:
         p = view.parent
         out.print(
@@ -226,12 +250,12 @@ def _print_view(view: JobView) -> None:
         error = (s.error or {}).get("message", "") if s.error else ""
         table.add_row(
             s.step,
-            s.fanout_key,
+            _key(s, flow),
             s.status,
             f"{s.attempts}/{s.max_attempts}",
             s.lease_owner or "",
             f"{s.concurrency_key} (limit {s.concurrency_limit})" if s.concurrency_key else "",
-            _waits_for(s) if s.status == StepStatus.WAITING else "",
+            waits_for(s) if s.status == StepStatus.WAITING else "",
             str(error),
         )
     out.print(table)
@@ -258,8 +282,8 @@ def _print_view(view: JobView) -> None:
     "--status",
     "statuses",
     multiple=True,
-    type=click.Choice([s.value for s in JobStatus]),
-    help="only these statuses (repeatable)",
+    type=click.Choice([s.value for s in JobState]),
+    help="only these statuses (repeatable); waiting: running, every unfinished step waiting",
 )
 @click.option("--limit", default=50, type=click.IntRange(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
@@ -268,7 +292,7 @@ def runs(flow: str | None, statuses: tuple[str, ...], limit: int, as_json: bool)
     state = current()
     if flow is not None:
         state.registry.get(flow)  # an unknown flow is bad input, not an empty list
-    _runs(sqlalchemy_engine(state.settings), flow, [JobStatus(s) for s in statuses], as_json, limit)
+    _runs(sqlalchemy_engine(state.settings), flow, [JobState(s) for s in statuses], as_json, limit)
 
 
 def _counts(state: State) -> dict[str, Any]:
@@ -278,23 +302,25 @@ def _counts(state: State) -> dict[str, Any]:
 def _runs(
     engine: Any,
     flow: str | None,
-    statuses: list[JobStatus],
+    statuses: list[JobState],
     as_json: bool,
     limit: int = 50,
     extra: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     jobs = recent_jobs(engine, flow=flow, statuses=statuses, limit=limit)
     if as_json:
-        print_json(
-            {"jobs": [j.model_dump(mode="json") for j in jobs], **(extra() if extra else {})}
-        )
+        print_json({"jobs": [j.as_json() for j in jobs], **(extra() if extra else {})})
         return
     table = Table("job", "flow", "status", "params", "created")
-    for j in jobs:
+    for listed in jobs:
+        j = listed.job
+        shown = str(listed.state)
+        if listed.waiting_for:
+            shown += f" ({', '.join(listed.waiting_for)})"
         table.add_row(
             str(j.id),
             j.flow,
-            j.status,
+            shown,
             json.dumps(j.params, sort_keys=True),
             f"{j.created_at:%Y-%m-%d %H:%M:%S}",
         )

@@ -12,6 +12,7 @@ registered by an import's side effect.
 - :mod:`.flow`: ``Flow``, ``Step``, ``StepInput``, ``MapOver``, injectables;
 - :mod:`.registry`: which flows (and versions) this process knows;
 - :mod:`.concurrency`: declaring and rendering keys (the claim SQL enforces them);
+- :mod:`.label`: how a fan-out's runs are named for people (``label="{code}"``);
 - :mod:`.retry`: ``RetryPolicy`` and a step's explicit control flow
   (``Retry``, ``Fail``, ``Reject``, ``Cancel``).
 """

@@ -52,6 +52,7 @@ from pydantic import BaseModel, ValidationError
 
 from engine.errors import DefinitionError, InvalidParameters
 from engine.flow.concurrency import Concurrency
+from engine.flow.label import Label
 from engine.flow.retry import RetryPolicy
 
 __all__ = [
@@ -118,11 +119,18 @@ class Step:
     map_over: MapOver | None = None
     retry: RetryPolicy | None = None
     concurrency: Concurrency | None = None  # the step's own, else the flow's
+    label: Label | None = None  # how people read a fan-out's runs (engine.flow.label)
 
     @property
     def is_mapped(self) -> bool:
         """True when the step runs once per item of an upstream list (fan-out)."""
         return self.map_over is not None
+
+    def label_of(self, fanout_key: str, item: Any) -> str:
+        """How people name one run of this step: its label from ``item``, else its fan-out key."""
+        if self.label is None or not fanout_key:
+            return fanout_key
+        return self.label.render(item) or fanout_key
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,7 @@ class _Declared:
     map_over: MapOver | None
     retry: RetryPolicy | None = None
     concurrency: Concurrency | None = None
+    label: Label | None = None
 
 
 def _valid_name(name: object) -> bool:
@@ -297,6 +306,7 @@ class Flow:
         map_over: str | None = None,
         retry: RetryPolicy | None = None,
         concurrency: Concurrency | None = None,
+        label: str | None = None,
     ) -> Callable[[StepFn], StepFn]: ...
 
     def step(
@@ -307,6 +317,7 @@ class Flow:
         map_over: str | None = None,
         retry: RetryPolicy | None = None,
         concurrency: Concurrency | None = None,
+        label: str | None = None,
     ) -> StepFn | Callable[[StepFn], StepFn]:
         """Register the decorated function as a step and return it unchanged.
 
@@ -318,7 +329,9 @@ class Flow:
         overrides the configured retry policy (attempts, backoff) for this step.
         ``concurrency`` replaces the flow's concurrency key for this step; its
         template may also name fields of the mapped item (see
-        :mod:`engine.flow.concurrency`).
+        :mod:`engine.flow.concurrency`). ``label`` (a mapped step only) names
+        its runs from fields of the item, e.g. ``"{code}"`` (see
+        :mod:`engine.flow.label`).
         """
         # The annotations of steps declared inside a function refer to that
         # function's local classes; get_type_hints only sees them through the
@@ -328,7 +341,9 @@ class Flow:
             return name
 
         def decorator(fn: StepFn) -> StepFn:
-            self._register(fn, name, after, map_over, sys._getframe(1).f_locals, retry, concurrency)
+            self._register(
+                fn, name, after, map_over, sys._getframe(1).f_locals, retry, concurrency, label
+            )
             return fn
 
         return decorator
@@ -342,6 +357,7 @@ class Flow:
         localns: Mapping[str, Any],
         retry: RetryPolicy | None,
         concurrency: Concurrency | None = None,
+        label: str | None = None,
     ) -> None:
         step_name = name if name is not None else getattr(fn, "__name__", "")
         fail = self._failer(step_name)
@@ -358,6 +374,15 @@ class Flow:
             )
         deps = (after,) if isinstance(after, str) else tuple(after)
         mapping = self._parse_map_over(step_name, map_over)
+        if label is not None and mapping is None:
+            raise fail(
+                f"step {step_name!r}: label={label!r} names the runs of a fan-out; "
+                "the step has no map_over"
+            )
+        try:
+            parsed_label = None if label is None else Label(label)
+        except DefinitionError as exc:
+            raise fail(f"step {step_name!r}: {exc}") from None
         if mapping is not None and mapping.step not in deps:
             deps = (*deps, mapping.step)
         try:
@@ -399,6 +424,7 @@ class Flow:
             mapping,
             retry,
             concurrency,
+            parsed_label,
         )
         self._steps = self._graph = None
 
@@ -510,6 +536,11 @@ class Flow:
                 decl.concurrency.check(self.params, item)
             except DefinitionError as exc:
                 raise self._failer(decl.name)(f"step {decl.name!r}: {exc}") from None
+        if decl.label is not None and _is_model(item):
+            try:
+                decl.label.check(item)
+            except DefinitionError as exc:
+                raise self._failer(decl.name)(f"step {decl.name!r}: {exc}") from None
         for dep in decl.after:
             up = self._declared[dep]
             if up.map_over is not None:
@@ -543,6 +574,7 @@ class Flow:
             decl.map_over,
             decl.retry,
             concurrency,
+            decl.label,
         )
 
     def _hint(self, decl: _Declared, ann: Any) -> str:
@@ -656,6 +688,8 @@ class Flow:
         lines.append("steps:")
         for step in self.steps.values():
             fanout = f", one run per item of {str(step.map_over)!r}" if step.map_over else ""
+            if step.label is not None:
+                fanout += f", labelled {step.label.template!r}"
             lines.append(f"  {step.name} -> {type_name(step.output)}{fanout}")
             own = self._declared[step.name].concurrency
             if own is not None:

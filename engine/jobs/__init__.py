@@ -12,5 +12,6 @@ are written in one transaction, the caller's own when it passes one.
 - :mod:`.plan`: which step runs exist and are ready, from a job's checkpoints;
 - :mod:`.ending`: a job has ended (cancel the rest, free its slots, wake its parent);
 - :mod:`.admin`: operator actions (cancel, retry, replay, purge, alerts);
-- :mod:`.lookup`: one job, the active jobs, and waiting for a job to end.
+- :mod:`.lookup`: one job, the active jobs, and waiting for a job to end;
+- :mod:`.watch`: a job's state (``waiting`` derived) and progress, its descendants' included.
 """

@@ -27,10 +27,12 @@ from engine.reports.timeline import (
     Attempt,
     EventView,
     RenewalSummary,
+    WaitSpan,
     attempts,
     event_log,
     lanes,
     step_label,
+    wait_spans,
 )
 from engine.store.models import Job, StepRun, StepStatus
 from engine.store.read import job_history, recent_jobs
@@ -142,7 +144,8 @@ class RunReport(BaseModel):
     flow_known: bool
     flow_description: str
     params: list[tuple[str, str]]  # name, JSON value
-    status: str
+    status: str  # its state: ``waiting`` when every unfinished step run waits
+    waiting_for: list[str]
     fingerprint: str
     submitted_by: str | None
     created_at: datetime
@@ -153,6 +156,7 @@ class RunReport(BaseModel):
     nodes: list[GraphNode]
     steps: list[StepRunView]
     attempts: list[Attempt]
+    wait_spans: list[WaitSpan] = []  # drawn as waits, in a lane of their own
     lanes: list[str]
     counts: dict[str, int]  # event kind -> how many
     events: list[EventView]
@@ -168,11 +172,12 @@ class RunReport(BaseModel):
 
 
 class IndexRow(BaseModel):
-    """One job in the index."""
+    """One job in the index; ``status`` is its state (``waiting`` derived, see JobState)."""
 
     job_id: str
     flow: str
     status: str
+    waiting_for: list[str] = []
     period: str
     params: str
     submitted_by: str | None
@@ -273,9 +278,9 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
     by_id = {r.id: r for r in runs}
     flow = _find_flow(registry, job.flow)
 
-    timeline = attempts(events, by_id)
-    log, renewals = event_log(events, by_id)
-    errors = [view for r in runs if (view := _error(step_label(r), r.error)) is not None]
+    timeline = attempts(events, by_id, flow)
+    log, renewals = event_log(events, by_id, flow)
+    errors = [view for r in runs if (view := _error(step_label(r, flow), r.error)) is not None]
     summary_step, summary = _summary(flow, runs)
     end = job.finished_at
     return RunReport(
@@ -286,7 +291,8 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         flow_known=flow is not None,
         flow_description=flow.description if flow is not None else "",
         params=[(k, json.dumps(v, default=str)) for k, v in sorted(job.params.items())],
-        status=str(job.status),
+        status="waiting" if history.waiting_for else str(job.status),
+        waiting_for=history.waiting_for,
         fingerprint=job.fingerprint,
         submitted_by=job.submitted_by,
         created_at=job.created_at,
@@ -298,7 +304,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         steps=[
             StepRunView(
                 id=str(r.id),
-                label=step_label(r),
+                label=step_label(r, flow),
                 step=r.step,
                 fanout_key=r.fanout_key,
                 status=str(r.status),
@@ -312,6 +318,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
             for r in runs
         ],
         attempts=timeline,
+        wait_spans=wait_spans(events, by_id, flow, job.finished_at),
         lanes=lanes(timeline),
         counts=dict(Counter(str(e.kind) for e in events)),
         events=log,
@@ -321,7 +328,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
             DeadLetterView(
                 id=d.id,
                 source=str(d.source),
-                label=step_label(by_id.get(d.step_run_id) if d.step_run_id else None),
+                label=step_label(by_id.get(d.step_run_id) if d.step_run_id else None, flow),
                 reason=d.reason,
                 created_at=d.created_at,
                 replayed_at=d.replayed_at,
@@ -332,7 +339,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         summary=summary,
         waits=[
             WaitView(
-                label=step_label(r),
+                label=step_label(r, flow),
                 signal=r.wait_signal,
                 until=r.wait_until,
                 children=r.wait_children,
@@ -373,7 +380,8 @@ def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
         IndexRow(
             job_id=str(j.id),
             flow=j.flow,
-            status=str(j.status),
+            status=str(listed.state),
+            waiting_for=listed.waiting_for,
             period=str(j.params.get("period", "")),
             params=json.dumps(j.params, sort_keys=True, default=str),
             submitted_by=j.submitted_by,
@@ -381,7 +389,8 @@ def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
             duration_s=_seconds(j.started_at or j.created_at, j.finished_at),
             href=run_href(j.id),
         )
-        for j in jobs
+        for listed in jobs
+        for j in [listed.job]
     ]
     return IndexReport(
         generated_at=datetime.now(UTC),

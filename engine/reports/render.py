@@ -39,6 +39,7 @@ from engine.reports.context import (
 from engine.reports.links import run_href
 from engine.reports.storage import HTML, report_store
 from engine.reports.svg import OUTCOME_COLOURS, STATUS_COLOURS, durations_svg, gantt_svg, graph_svg
+from engine.reports.timeline import Attempt, WaitSpan
 from engine.store.read import sqlalchemy_engine
 
 __all__ = [
@@ -119,13 +120,14 @@ def render_run_html(
 ) -> str:
     """One run report as a self-contained HTML document; it reloads every ``refresh_s``."""
     env = env or environment()
-    starts = [a.start for a in report.attempts] + [report.created_at]
-    ends = [a.end for a in report.attempts if a.end is not None]
+    spans: list[Attempt | WaitSpan] = [*report.attempts, *report.wait_spans]
+    starts = [a.start for a in spans] + [report.created_at]
+    ends = [a.end for a in spans if a.end is not None]
     window_end = report.finished_at or max([*ends, report.generated_at])
     return env.get_template("run.html.j2").render(
         r=report,
         graph=graph_svg(report.nodes),
-        gantt=gantt_svg(report.attempts, report.lanes, min(starts), window_end),
+        gantt=gantt_svg(report.attempts, report.lanes, min(starts), window_end, report.wait_spans),
         summary_template=_summary_template(env, report.flow),
         index_href="../index.html",
         refresh_s=_refresh(refresh_s),

@@ -40,7 +40,8 @@ _RUN = re.compile(r"/runs/(?P<id>[0-9a-fA-F-]{36})\.html")
 
 
 def _active(status: str) -> bool:
-    return status in (JobStatus.PENDING, JobStatus.RUNNING)
+    # "waiting" is a running job whose steps all wait: still active, still live
+    return status in (JobStatus.PENDING, JobStatus.RUNNING, "waiting")
 
 
 class LivePages:

@@ -14,9 +14,19 @@ from html import escape
 from markupsafe import Markup
 
 from engine.reports.context import GraphNode, IndexRow
-from engine.reports.timeline import Attempt
+from engine.reports.timeline import Attempt, WaitSpan
 
-__all__ = ["OUTCOME_COLOURS", "STATUS_COLOURS", "durations_svg", "gantt_svg", "graph_svg"]
+__all__ = [
+    "OUTCOME_COLOURS",
+    "STATUS_COLOURS",
+    "WAITS_LANE",
+    "durations_svg",
+    "gantt_svg",
+    "graph_svg",
+]
+
+WAITS_LANE = "waiting (no worker)"
+"""The timeline's lane of waits: a parked step run holds no worker, lease or attempt."""
 
 STATUS_COLOURS: dict[str, str] = {
     "done": "#2e7d32",
@@ -124,16 +134,36 @@ def _fmt_offset(seconds: float, span: float) -> str:
     return f"+{seconds:.1f} s" if seconds < 10 else f"+{seconds:.0f} s"
 
 
+def _stack(spans: Sequence[tuple[float, float]]) -> tuple[list[int], int]:
+    """Greedy rows for overlapping (start, end) spans: each one's row, and how many rows."""
+    ends: list[float] = []
+    rows: list[int] = []
+    for start, end in spans:
+        row = next((i for i, e in enumerate(ends) if e <= start), len(ends))
+        if row == len(ends):
+            ends.append(end)
+        else:
+            ends[row] = end
+        rows.append(row)
+    return rows, len(ends)
+
+
 def gantt_svg(
-    attempts: Sequence[Attempt], lanes: Sequence[str], start: datetime, end: datetime
+    attempts: Sequence[Attempt],
+    lanes: Sequence[str],
+    start: datetime,
+    end: datetime,
+    waits: Sequence[WaitSpan] = (),
 ) -> Markup:
     """The timeline: one lane per worker, one bar per attempt, coloured by outcome.
 
     Overlapping attempts of one worker (several slots) stack inside its lane.
     Reclaims are marked by a triangle at the bar's start, lease losses by a
     red tick, attempts with no end (running, or a worker that vanished) fade out.
+    Waits are drawn as waits: hollow, dashed bars in a lane of their own
+    (:data:`WAITS_LANE`), from the park to the wake, since no worker holds them.
     """
-    if not attempts:
+    if not attempts and not waits:
         return Markup("")
     label_w, chart_w, bar_h, sub_h, top = 170, 900, 18, 22, 26
     span = max((end - start).total_seconds(), 0.001)
@@ -153,6 +183,11 @@ def gantt_svg(
         else:
             ends[row] = a_end
         placed.append((a, a.worker, row))
+    wait_rows, wait_lanes = _stack(
+        [(w.start.timestamp(), (w.end or end).timestamp()) for w in waits]
+    )
+    if waits:
+        rows[WAITS_LANE] = [0.0] * wait_lanes  # only its height counts
     lane_y: dict[str, float] = {}
     y = float(top)
     for lane in rows:
@@ -213,6 +248,24 @@ def gantt_svg(
             parts.append(
                 f'<line x1="{lx:.1f}" y1="{by - 3}" x2="{lx:.1f}" y2="{by + bar_h + 3}" '
                 f'stroke="#c62828" stroke-width="3"><title>lease lost</title></line>'
+            )
+        parts.append("</g>")
+    colour = STATUS_COLOURS["waiting"]
+    for w, row in zip(waits, wait_rows, strict=True):
+        by = lane_y[WAITS_LANE] + row * sub_h
+        x1 = x_of(w.start)
+        x2 = max(x_of(w.end or end), x1 + 3)
+        title = f"{w.label} waiting for {w.what}: {w.outcome}"
+        parts.append(
+            f'<g class="wait"><title>{_t(title)}</title>'
+            f'<rect x="{x1:.1f}" y="{by}" width="{x2 - x1:.1f}" height="{bar_h}" rx="3" '
+            f'fill="{colour}" fill-opacity="0.15" stroke="{colour}" stroke-dasharray="4 3"/>'
+        )
+        chars = int((x2 - x1 - 6) / 6.2)
+        if chars >= 3:
+            parts.append(
+                f'<text x="{x1 + 3:.1f}" y="{by + 13}" font-size="10" fill="{colour}">'
+                f"{_t(_clip(f'{w.label}: {w.what}', chars))}</text>"
             )
         parts.append("</g>")
     return _markup(parts)

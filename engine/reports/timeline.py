@@ -5,7 +5,10 @@ runs. Each claim of a step run (``claimed``, or ``reclaimed`` after a lease
 expired) opens an :class:`Attempt`, one bar of the timeline, closed by the
 next event of that step run that ends an attempt; a claim never closed is
 ``running``, or ``lost`` when its worker vanished. The lanes are the
-workers, in the order of their first attempt. The event log lists every
+workers, in the order of their first attempt. A wait is not an attempt (no
+worker, lease or slot holds it): each ``waiting`` event opens a
+:class:`WaitSpan`, closed by the step run's wake, its next claim or its
+cancel, drawn apart from the workers' lanes. The event log lists every
 other event as one :class:`EventView` line, and sums an attempt's lease
 renewals into one :class:`RenewalSummary`. :func:`step_label` names a step
 run the way every part of a report does.
@@ -27,16 +30,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from engine.flow import Flow
 from engine.store.models import Event, EventKind, StepRun, StepStatus
+from engine.store.status import wait_text
 
 __all__ = [
     "Attempt",
     "EventView",
     "RenewalSummary",
+    "WaitSpan",
     "attempts",
     "event_log",
     "lanes",
     "step_label",
+    "wait_spans",
 ]
 
 # events that end an attempt, and the outcome each one gives it
@@ -67,6 +74,69 @@ class Attempt(BaseModel):
     lease_lost_at: list[datetime]
 
 
+class WaitSpan(BaseModel):
+    """A step run parked waiting, from its ``waiting`` event until what ended the wait."""
+
+    step_run_id: str
+    label: str
+    what: str  # "signal go", "children", "until 2026-12-01 06:00:00"
+    start: datetime
+    end: datetime | None  # None: still waiting
+    outcome: str  # "woken", "claimed" (woken, then taken), "cancelled" or "waiting"
+
+
+# events of a step run that end its wait, and the outcome each gives it
+_WAIT_ENDINGS: dict[EventKind, str] = {
+    EventKind.WOKEN: "woken",
+    EventKind.CLAIMED: "claimed",
+    EventKind.RECLAIMED: "claimed",
+    EventKind.CANCELLED: "cancelled",
+}
+
+
+def _wait_what(detail: dict[str, Any]) -> str:
+    until = detail.get("until")
+    at = datetime.fromisoformat(until) if isinstance(until, str) else None
+    signal = detail.get("signal")
+    return wait_text(signal if isinstance(signal, str) else None, at, bool(detail.get("children")))
+
+
+def wait_spans(
+    events: list[Event],
+    runs: dict[uuid.UUID, StepRun],
+    flow: Flow | None = None,
+    ended: datetime | None = None,
+) -> list[WaitSpan]:
+    """Every wait of the job's step runs; one still open when the job ``ended`` closes there.
+
+    A park that found its signal already there (``resumed``) did not wait.
+    """
+    open_: dict[uuid.UUID, WaitSpan] = {}
+    spans: list[WaitSpan] = []
+    for e in events:
+        if e.step_run_id is None:
+            continue
+        kind = EventKind(e.kind)
+        if kind == EventKind.WAITING and not e.detail.get("resumed"):
+            open_[e.step_run_id] = WaitSpan(
+                step_run_id=str(e.step_run_id),
+                label=step_label(runs.get(e.step_run_id), flow),
+                what=_wait_what(e.detail),
+                start=e.at,
+                end=None,
+                outcome="waiting",
+            )
+        elif kind in _WAIT_ENDINGS and e.step_run_id in open_:
+            span = open_.pop(e.step_run_id)
+            span.end, span.outcome = e.at, _WAIT_ENDINGS[kind]
+            spans.append(span)
+    for span in open_.values():
+        if ended is not None:
+            span.end, span.outcome = ended, "cancelled"
+        spans.append(span)
+    return sorted(spans, key=lambda w: w.start)
+
+
 class EventView(BaseModel):
     """One line of the event log (renewals are summarised instead)."""
 
@@ -89,11 +159,21 @@ class RenewalSummary(BaseModel):
     last: datetime
 
 
-def step_label(run: StepRun | None) -> str:
-    """How a report names a step run: ``step[fanout_key]``, or ``(job)`` for none."""
+def step_label(run: StepRun | None, flow: Flow | None = None) -> str:
+    """How a report names a step run: ``step[label]``, or ``(job)`` for none.
+
+    A fan-out's run is labelled as its step declares (``label="{code}"``:
+    ``cost_store[ST001]``) when ``flow`` is given and has the step, else by its
+    fan-out key (``cost_store[0]``).
+    """
     if run is None:
         return "(job)"
-    return f"{run.step}[{run.fanout_key}]" if run.fanout_key else run.step
+    if not run.fanout_key:
+        return run.step
+    step = flow.steps.get(run.step) if flow is not None else None
+    return (
+        f"{run.step}[{run.fanout_key if step is None else step.label_of(run.fanout_key, run.item)}]"
+    )
 
 
 def _detail(detail: dict[str, Any]) -> str:
@@ -105,7 +185,9 @@ def _detail(detail: dict[str, Any]) -> str:
     )
 
 
-def attempts(events: list[Event], runs: dict[uuid.UUID, StepRun]) -> list[Attempt]:
+def attempts(
+    events: list[Event], runs: dict[uuid.UUID, StepRun], flow: Flow | None = None
+) -> list[Attempt]:
     """Pair every claim with the event that ended it (same step run, next in order)."""
     open_: dict[uuid.UUID, Attempt] = {}
     done: list[Attempt] = []
@@ -121,7 +203,7 @@ def attempts(events: list[Event], runs: dict[uuid.UUID, StepRun]) -> list[Attemp
                 done.append(current)
             open_[e.step_run_id] = Attempt(
                 step_run_id=str(e.step_run_id),
-                label=step_label(runs.get(e.step_run_id)),
+                label=step_label(runs.get(e.step_run_id), flow),
                 attempt=e.attempt,
                 worker=e.worker or "?",
                 start=e.at,
@@ -150,7 +232,7 @@ def lanes(timeline: list[Attempt]) -> list[str]:
 
 
 def event_log(
-    events: list[Event], runs: dict[uuid.UUID, StepRun]
+    events: list[Event], runs: dict[uuid.UUID, StepRun], flow: Flow | None = None
 ) -> tuple[list[EventView], list[RenewalSummary]]:
     """The event log in order, and each attempt's lease renewals summed into one line."""
     log: list[EventView] = []
@@ -164,7 +246,7 @@ def event_log(
                 renewals[key].last = e.at
             else:
                 renewals[key] = RenewalSummary(
-                    label=step_label(run),
+                    label=step_label(run, flow),
                     worker=e.worker or "",
                     attempt=e.attempt,
                     count=1,
@@ -176,7 +258,7 @@ def event_log(
             EventView(
                 at=e.at,
                 kind=str(e.kind),
-                label=step_label(run),
+                label=step_label(run, flow),
                 worker=e.worker or "",
                 attempt=e.attempt,
                 detail=_detail(e.detail),

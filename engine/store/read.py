@@ -8,14 +8,16 @@ session role exactly as psycopg connections do.
 
 from __future__ import annotations
 
+import enum
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg.rows import tuple_row
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import ColumnElement, Engine, and_, create_engine, not_, or_
+from sqlalchemy.orm import aliased
 from sqlalchemy.pool import NullPool
 from sqlmodel import Session, col, select
 
@@ -30,7 +32,97 @@ from engine.store.models import (
     JobStatus,
     OutboxRow,
     StepRun,
+    StepStatus,
 )
+from engine.store.queries import load
+from engine.store.status import wait_text
+
+
+class JobState(enum.StrEnum):
+    """How a job stands as people read it: its status, or ``waiting``.
+
+    Derived on the read side, never stored: a job whose every unfinished
+    step run is parked waiting (for a signal, a time or its children) is
+    ``running`` in the engine's state machine and ``waiting`` here.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+_BUSY = (StepStatus.PENDING, StepStatus.RUNNING)
+
+
+def _waiting(job: Any = Job) -> ColumnElement[bool]:
+    """``job`` is active, has a waiting step run and none pending or running (index lookups)."""
+
+    def any_run(*statuses: StepStatus) -> ColumnElement[bool]:
+        run = aliased(StepRun)  # its own, so an outer query of step runs does not correlate
+        return (
+            select(col(run.id))
+            .where(col(run.job_id) == job.id, col(run.status).in_(statuses))
+            .correlate_except(run)
+            .exists()
+        )
+
+    return and_(
+        col(job.status).in_([JobStatus.PENDING, JobStatus.RUNNING]),
+        any_run(StepStatus.WAITING),
+        not_(any_run(*_BUSY)),
+    )
+
+
+def waits_for(run: StepRun) -> str:
+    """What a waiting step run waits for (:func:`~engine.store.status.wait_text`)."""
+    return wait_text(run.wait_signal, run.wait_until, run.wait_children)
+
+
+def _waits_of(session: Session, job_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, list[str]]:
+    """For each of these jobs that is waiting, what for (each distinct wait once, in order)."""
+    ids = list(job_ids)
+    if not ids:
+        return {}
+    job = aliased(Job)
+    runs = session.exec(
+        select(StepRun)
+        .join(job, col(job.id) == col(StepRun.job_id))
+        .where(
+            col(StepRun.job_id).in_(ids),
+            col(StepRun.status) == StepStatus.WAITING,
+            _waiting(job),
+        )
+        .order_by(col(StepRun.created_at), col(StepRun.step), col(StepRun.fanout_key))
+    ).all()
+    found: dict[uuid.UUID, list[str]] = {}
+    for run in runs:
+        texts = found.setdefault(run.job_id, [])
+        if (text := waits_for(run)) not in texts:
+            texts.append(text)
+    return found
+
+
+@dataclass(frozen=True)
+class ListedJob:
+    """A job with the state people read (``waiting`` derived) and what it waits for."""
+
+    job: Job
+    waiting_for: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> JobState:
+        return JobState.WAITING if self.waiting_for else JobState(self.job.status.value)
+
+    def as_json(self) -> dict[str, Any]:
+        """The job's columns, with ``state`` and ``waiting_for`` beside its ``status``."""
+        return {
+            **self.job.model_dump(mode="json"),
+            "state": str(self.state),
+            "waiting_for": self.waiting_for,
+        }
 
 
 def sqlalchemy_engine(settings: Settings, **kwargs: Any) -> Engine:
@@ -67,6 +159,13 @@ class JobView:
     signals: list[JobSignal]
     parent: Job | None = None  # the job whose step submitted this one, if a child
     children: list[Job] = field(default_factory=list)
+    waiting_for: list[str] = field(default_factory=list)  # empty unless the job waits
+    done: int = 0  # step runs done, the descendants' included
+    total: int = 0  # step runs known so far, the descendants' included
+
+    @property
+    def listed(self) -> ListedJob:
+        return ListedJob(self.job, self.waiting_for)
 
 
 def _family(session: Session, job: Job) -> tuple[Job | None, list[Job]]:
@@ -99,7 +198,25 @@ def job_view(engine: Engine, job_id: uuid.UUID) -> JobView | None:
             .where(StepRun.job_id == job_id, col(OutboxRow.published_at).is_(None))
         ).all()
         parent, children = _family(session, job)
-        return JobView(job, steps, len(unpublished), _signals(session, job_id), parent, children)
+        waits = _waits_of(session, [job_id]).get(job_id, [])
+        # the one progress query (engine/store/sql/jobs.sql), also what --wait shows
+        progress = (
+            session.connection()
+            .exec_driver_sql(load("jobs")["job_progress"], {"job_id": job_id})
+            .mappings()
+            .one()
+        )
+        return JobView(
+            job,
+            steps,
+            len(unpublished),
+            _signals(session, job_id),
+            parent,
+            children,
+            waits,
+            progress["done"],
+            progress["total"],
+        )
 
 
 @dataclass(frozen=True)
@@ -113,6 +230,7 @@ class JobHistory:
     signals: list[JobSignal]
     parent: Job | None = None
     children: list[Job] = field(default_factory=list)
+    waiting_for: list[str] = field(default_factory=list)  # empty unless the job waits
 
 
 @wrap_errors
@@ -133,7 +251,8 @@ def job_history(engine: Engine, job_id: uuid.UUID) -> JobHistory | None:
         )
         signals = _signals(session, job_id)
         parent, children = _family(session, job)
-    return JobHistory(job, runs, events, dead, signals, parent, children)
+        waits = _waits_of(session, [job_id]).get(job_id, [])
+    return JobHistory(job, runs, events, dead, signals, parent, children, waits)
 
 
 @wrap_errors
@@ -141,14 +260,29 @@ def recent_jobs(
     engine: Engine,
     *,
     flow: str | None = None,
-    statuses: Sequence[JobStatus] = (),
+    statuses: Sequence[JobState | JobStatus] = (),
     limit: int = 50,
-) -> list[Job]:
-    """Jobs newest first, at most ``limit``, of ``flow`` and ``statuses`` when given."""
+) -> list[ListedJob]:
+    """Jobs newest first, at most ``limit``, of ``flow`` and in ``statuses`` when given.
+
+    A status is a :class:`JobState`: ``waiting`` selects the active jobs whose
+    unfinished step runs all wait, ``running`` the other running ones.
+    """
     with Session(engine) as session:
         query = select(Job).order_by(col(Job.created_at).desc()).limit(limit)
         if flow:
             query = query.where(Job.flow == flow)
         if statuses:
-            query = query.where(col(Job.status).in_([s.value for s in statuses]))
-        return list(session.exec(query).all())
+            wanted = {JobState(str(s)) for s in statuses}
+            plain = [JobStatus(s.value) for s in wanted if s != JobState.WAITING]
+            either: list[ColumnElement[bool]] = [col(Job.status).in_(plain)] if plain else []
+            if JobState.WAITING in wanted:
+                either.append(_waiting())
+            active = {JobState.PENDING, JobState.RUNNING} & wanted
+            if active and JobState.WAITING not in wanted:
+                # a waiting job is not shown as pending or running
+                query = query.where(not_(_waiting()))
+            query = query.where(or_(*either))
+        jobs = list(session.exec(query).all())
+        waits = _waits_of(session, [j.id for j in jobs if j.status.active])
+        return [ListedJob(j, waits.get(j.id, [])) for j in jobs]

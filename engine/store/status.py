@@ -9,6 +9,7 @@ CHECK constraint of its column (``tests/integration/test_schema.py``).
 from __future__ import annotations
 
 import enum
+from datetime import datetime
 
 
 class JobStatus(enum.StrEnum):
@@ -31,6 +32,19 @@ class StepStatus(enum.StrEnum):
     DONE = "done"
     DEAD = "dead"
     CANCELLED = "cancelled"
+
+
+def wait_text(signal: str | None, until: datetime | None, children: bool) -> str:
+    """What a waiting step run waits for, as people read it: ``signal NAME``,
+    ``children`` (either with `` until TIME``), or ``until TIME`` (a sleep)."""
+    deadline = f"until {until:%Y-%m-%d %H:%M:%S}" if until else ""
+    if children and not signal:
+        what = "children"
+    elif signal:
+        what = f"signal {signal}"
+    else:
+        return deadline
+    return f"{what} {deadline}" if deadline else what
 
 
 class EventKind(enum.StrEnum):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -9,10 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 from erp_checks import assert_books_balance, assert_costs_equal_reference, books_snapshot
-from harness import fast_settings, thread_worker, wait_job_ended
+from harness import ROOT, SUPPORT, fast_settings, thread_worker, wait_job_ended
 
 from engine import Refused, Registry, submit
 from engine.config import Settings
+from engine.reports.context import build_run_report
+from engine.store.read import sqlalchemy_engine
 from flows.erp import inventory
 
 PERIOD = "2026-11"
@@ -291,3 +297,35 @@ def test_costing__a_loop_between_two_stores_is_solved_exactly_worked_by_hand(
     result = summary(conn, job.job_id)
     assert (result["moving_items"], result["loops"], result["fallback_groups"]) == (2, 1, [])
     assert "solved exactly" in result["method"]
+
+
+@pytest.mark.usefixtures("small_erp")
+def test_costing__status_and_report_label_each_store_run_by_its_code(
+    settings: Settings, fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    # a fan-out is shown by store code (ST001, ...), not by position (0, 1, ...)
+    job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry).job_id
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job) == "done"
+    codes = ["ST001", "ST002", "ST003", "ST004"]
+
+    report = build_run_report(sqlalchemy_engine(fast), job, registry)
+    fanned = [s for s in report.steps if s.step == "cost_store"]
+    assert sorted(s.label for s in fanned) == [f"cost_store[{c}]" for c in codes]
+    assert sorted(s.fanout_key for s in fanned) == ["0", "1", "2", "3"], "stored key unchanged"
+    assert {a.label for a in report.attempts} >= {f"cost_store[{c}]" for c in codes}
+
+    assert settings.database_url is not None
+    env = {
+        **os.environ,
+        "ENGINE_DATABASE_URL": settings.database_url.get_secret_value(),
+        "ENGINE_FLOW_MODULES": "flows.costing",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(SUPPORT)]),
+        "COLUMNS": "250",
+    }
+    run = [sys.executable, "-m", "engine", "status", str(job)]
+    shown = subprocess.run([*run, "--json"], env=env, capture_output=True, text=True, check=True)
+    steps = json.loads(shown.stdout)["steps"]
+    assert sorted(s["label"] for s in steps if s["step"] == "cost_store") == codes
+    text = subprocess.run(run, env=env, capture_output=True, text=True, check=True).stdout
+    assert all(code in text for code in codes), text

@@ -22,14 +22,29 @@ SELECT flow, flow_version, signals FROM engine_jobs WHERE id = %(job_id)s;
 SELECT status FROM engine_jobs WHERE id = %(job_id)s;
 
 -- job_progress --
--- Step runs finished over step runs known so far (fan-outs add runs as they expand).
-SELECT j.status, j.error,
-       count(s.id)::int AS total,
-       count(s.id) FILTER (WHERE s.status = 'done')::int AS done
-FROM engine_jobs AS j
-LEFT JOIN engine_step_runs AS s ON s.job_id = j.id
-WHERE j.id = %(job_id)s
-GROUP BY j.id;
+-- Read only: step runs done over step runs known so far, the job's descendants' included (a parent's children do its work; fan-outs and children add runs as they appear); "waiting" is derived, never stored: active, a step run waiting and none pending or running (each an index lookup by job).
+WITH RECURSIVE tree AS (
+    SELECT id FROM engine_jobs WHERE id = %(job_id)s
+    UNION
+    SELECT c.id FROM engine_jobs AS c JOIN tree ON c.parent_job_id = tree.id
+), runs AS (
+    SELECT count(*)::int AS total,
+           count(*) FILTER (WHERE s.status = 'done')::int AS done
+    FROM tree JOIN engine_step_runs AS s ON s.job_id = tree.id
+)
+SELECT j.status, j.error, runs.total, runs.done,
+       (j.status IN ('pending', 'running')
+        AND NOT EXISTS (SELECT 1 FROM engine_step_runs AS b
+                        WHERE b.job_id = j.id AND b.status IN ('pending', 'running'))
+        AND EXISTS (SELECT 1 FROM engine_step_runs AS w
+                    WHERE w.job_id = j.id AND w.status = 'waiting')) AS waiting,
+       (SELECT coalesce(json_agg(json_build_object('signal', w.wait_signal, 'until', w.wait_until,
+                                                   'children', w.wait_children)
+                                 ORDER BY w.created_at, w.step, w.fanout_key), '[]'::json)
+        FROM engine_step_runs AS w
+        WHERE w.job_id = j.id AND w.status = 'waiting') AS waits
+FROM engine_jobs AS j, runs
+WHERE j.id = %(job_id)s;
 
 -- job_finish_if_active --
 -- A job ends once: done when every step is, failed when one is dead, cancelled on request.
