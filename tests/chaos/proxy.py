@@ -23,12 +23,12 @@ keepalive bound), is reset at both ends, as the two kernels would abort it
 on a network that drops packets. Set both to ``None`` for a partition that
 no TCP bound can see (a proxy or balancer in the path that still
 acknowledges). What the worker does about a dead socket (notice, stop its
-steps, reconnect) is the engine's own; :attr:`FaultProxy.log` records when
-the worker closed a connection itself or opened a new one, the moments it
-noticed.
+steps, reconnect) is the engine's own; :attr:`FaultProxy.log` records the
+connections, closes and aborts.
 
 One thread runs a selector loop; :meth:`FaultProxy.set_mode` is thread-safe.
-Only ever bound to, and connecting to, 127.0.0.1.
+Only ever bound to 127.0.0.1, and connecting to 127.0.0.1 (or to the local
+server's Unix socket, the embedded server's).
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ class _Side:
     held: bytearray = field(default_factory=bytearray)  # blackholed, for this side
     eof: bool = False  # the other side closed: shut this one once ``out`` is written
     held_eof: bool = False  # ... but that close is held by a blackhole
+    read_all: bool = False  # this side closed its end: nothing more to read from it
+    read_all: bool = False  # this side closed its end: nothing more to read from it
 
 
 @dataclass
@@ -84,14 +86,14 @@ class FaultProxy:
 
     def __init__(
         self,
-        upstream_port: int,
+        upstream: int | str,
         *,
         name: str = "proxy",
         abort_after_s: float | None = None,
         idle_abort_s: float | None = None,
     ) -> None:
         self.name = name
-        self.upstream_port = upstream_port
+        self.upstream = upstream  # a port on 127.0.0.1, or a server's Unix socket path
         self.abort_after_s = abort_after_s
         self.idle_abort_s = idle_abort_s
         self.mode = "pass"
@@ -130,12 +132,6 @@ class FaultProxy:
             self.latency_s = latency_ms / 1000
             self.mode_since = time.monotonic()
             self.log.append((self.mode_since, f"mode {mode}", -1))
-
-    def noticed_since(self, since: float) -> float | None:
-        """The first moment after ``since`` the worker closed a connection or opened one."""
-        with self._lock:
-            times = [t for t, what, _ in self.log if t >= since and what in _NOTICE]
-        return min(times) if times else None
 
     def counts(self) -> dict[str, int]:
         with self._lock:
@@ -232,7 +228,12 @@ class FaultProxy:
 
     def _connect_upstream(self, conn: _Conn) -> None:
         try:
-            up = socket.create_connection((_LOCAL, self.upstream_port), timeout=5)
+            if isinstance(self.upstream, str):
+                up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                up.settimeout(5)
+                up.connect(self.upstream)
+            else:
+                up = socket.create_connection((_LOCAL, self.upstream), timeout=5)
         except OSError:
             self._close(conn, rst=True, why="upstream refused")
             return
@@ -243,9 +244,13 @@ class FaultProxy:
         for which, side in (("client", conn.client), ("upstream", conn.upstream)):
             if side.sock is None:
                 continue
-            events = selectors.EVENT_READ
+            events = 0 if side.read_all else selectors.EVENT_READ
             if side.out:
                 events |= selectors.EVENT_WRITE
+            if not events:
+                with contextlib.suppress(KeyError, ValueError):
+                    self._sel.unregister(side.sock)
+                continue
             try:
                 self._sel.modify(side.sock, events, (conn, which))
             except KeyError:
@@ -265,10 +270,10 @@ class FaultProxy:
             data = b""
         now = time.monotonic()
         if not data:
-            if which == "client":
-                self._note("client closed", conn.n)
+            self._note("client closed" if which == "client" else "server closed", conn.n)
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(src.sock)
+            src.read_all = True
             if mode == "blackhole":
                 dst.held_eof = True
             else:
@@ -350,7 +355,3 @@ class FaultProxy:
         self._conns.pop(conn.n, None)
         if why:
             self._note(why, conn.n)
-
-
-# what the worker did itself: the moments it noticed a dead path
-_NOTICE = frozenset({"client closed", "connect"})

@@ -41,6 +41,7 @@ from . import books, oracles
 from .config import NEXT_PERIOD, PERIOD, ChaosConfig
 from .inject import Injector
 from .run import Run, say
+from .sampler import KeySampler
 
 _ERP_FLOWS = ("flows.costing", "flows.posting")
 
@@ -86,11 +87,19 @@ def _progress(run: Run) -> tuple[int, ...]:
 
 
 def drain(run: Run) -> dict[str, Any]:
-    """Wait for every job to end; give up after a whole bound without progress (stranded)."""
+    """Wait for every job to end; give up after a whole bound without progress (stranded).
+
+    Meanwhile the operator's part goes on: every keyed job gets its signal, a
+    close-like parent failed by its planned child is retried (:meth:`Run.tend`).
+    """
     started = last_change = time.monotonic()
     last = _progress(run)
+    tended = 0.0
     while True:
         run.reap()
+        if time.monotonic() - tended > 0.5:
+            run.tend()
+            tended = time.monotonic()
         now = time.monotonic()
         current = _progress(run)
         if current != last:
@@ -180,6 +189,7 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
         run = Run(cfg, transport, seed, admin, Path(tmp))
         figures: dict[str, Any] = {}
         error = ""
+        sampler: KeySampler | None = None
         try:
             run.setup_databases()
             if transport == "sqs":
@@ -190,6 +200,8 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
                 f"bound {run.bound_s:g} s, db {run.db}"
             )
             run.start_fleet()
+            sampler = KeySampler(run.info)
+            sampler.start()
             injector = Injector(run)
             for round_no, kind in enumerate(kinds):
                 rng = random.Random(f"round:{seed}:{round_no}")
@@ -197,6 +209,8 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
                 _erp_round(run, round_no)
                 for _ in range(cfg.jobs_per_round):
                     run.submit_chaos()
+                run.submit_newer(round_no)
+                run.tend(round_no)
                 fault = injector.inject(kind, round_no, rng)
                 mark = "" if fault.applied else " (not applied)"
                 say(
@@ -204,6 +218,8 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
                     f"{kind}{mark} {fault.detail}"
                 )
             figures.update(drain(run))
+            sampler.stop()
+            figures.update(sampler.figures())
             figures.update(oracles.check(run, figures))
             assert run.fleet is not None
             run.fleet.stop_all(cfg.shutdown_grace_s + cfg.margin_s + 5)
@@ -217,6 +233,10 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
             error = f"{type(exc).__name__}: {exc}"
             say(f"harness error: {error}")
         finally:
+            if sampler is not None:
+                sampler.stop()
+            for proxy in run.proxies:
+                proxy.stop()
             failed_logs = ""
             if run.fleet is not None:
                 failed_logs = run.fleet.tail() if (error or cfg.verbose) else ""
@@ -277,6 +297,7 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         "term_lasts": t.term_lasts,
         "schedule_kills": t.schedule_kills,
         "schedule_times": t.schedule_times,
+        "partitions": t.partitions,
         "faults_not_applied": [f"{f.round + 1}:{f.kind}" for f in run.faults if not f.applied],
     }
     keys = [
@@ -288,6 +309,14 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         *("recovery_max_s", "recovery_over_bound", "recovery_unrecovered"),
         *("schedule_times_unfired", "schedule_jobs_per_time_off"),
         *("key_overlaps", "key_spans", "key_spans_waiting", "waited_for_key"),
+        *("key_overlaps_sampled", "key_samples", "key_samples_held", "key_samples_failed"),
+        *("uncharged", "zombie_commits", "partition_zombie_commits"),
+        *("retried_parents", "retried_unfinished", "closes_never_failed", "newer_jobs"),
+        *("partition_modes", "partition_notice_s", "partition_notice_bound_s"),
+        *("partition_notice_over_bound", "partition_silent_unnoticed"),
+        *("partition_not_taken_over", "partition_recovery_samples", "partition_recovery_p95_s"),
+        *("partition_recovery_max_s", "partition_recovery_bound_s"),
+        *("partition_recovery_over_bound",),
     ]
     line.update({k: figures.get(k) for k in keys})
     line["bound_s"] = run.bound_s
@@ -301,6 +330,8 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         line["examples"] = figures.get("examples", {})
         line["slowest_recoveries"] = figures.get("slowest_recoveries", [])
         line["notes"] = run.notes[-10:]
+        line["key_overlap_examples"] = figures.get("key_overlap_examples", [])
+        line["partition_details"] = figures.get("partition_details", [])
     line["replay"] = replay_command(run.cfg, run.transport, run.seed)
     return line
 
