@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # xdist workers: the machine has 2 cores; tests are mostly waiting on PostgreSQL
 TEST_WORKERS ?= 4
 
-.PHONY: demo test lint bench bench-peers venv clean chromium
+.PHONY: demo test lint bench bench-peers venv clean chromium pgbouncer
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +22,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
+	@PATH="$$PATH:/usr/sbin" command -v pgbouncer >/dev/null 2>&1 || $(MAKE) --no-print-directory pgbouncer
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The report browser tests need headless Chromium, a Debian package: installed
@@ -34,6 +35,19 @@ chromium:
 		command -v chromium >/dev/null; \
 	else \
 		echo "headless Chromium is missing; install it with: sudo apt-get update && sudo apt-get install -y chromium" >&2; \
+		exit 1; \
+	fi
+
+# The pooler tests run the engine behind a real PgBouncer (transaction pooling),
+# a Debian package: installed here when we are root, like Chromium, otherwise
+# the exact command to run is printed (tests/support/pooler.py says the same).
+pgbouncer:
+	@if [ "$$(id -u)" -eq 0 ]; then \
+		echo "installing PgBouncer for the pooler tests (apt-get install pgbouncer)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; \
+		PATH="$$PATH:/usr/sbin" command -v pgbouncer >/dev/null; \
+	else \
+		echo "PgBouncer is missing; install it with: sudo apt-get update && sudo apt-get install -y pgbouncer" >&2; \
 		exit 1; \
 	fi
 

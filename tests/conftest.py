@@ -112,3 +112,15 @@ def conn(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection for arranging and checking rows."""
     with db.connect(settings, autocommit=True) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_admin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A PgBouncer in transaction pooling mode (2 server sessions per database) in front
+    of the test server, for the whole session (per xdist worker): any test database is
+    reachable through it with ``pgbouncer.url_for(dbname)`` (see ``tests/support/pooler.py``).
+    """
+    from pooler import PgBouncer
+
+    with PgBouncer(pg_admin, tmp_path_factory.mktemp("pgbouncer"), pool_size=2) as bouncer:
+        yield bouncer
