@@ -406,3 +406,9 @@ FROM engine_step_runs AS s
 WHERE s.concurrency_key IS NOT NULL
   AND ((s.status = 'running' AND s.lease_expires_at > clock_timestamp())
        OR (s.concurrency_kept AND s.status IN ('waiting', 'pending')));
+
+-- worker_registered --
+-- Behind PgBouncer a worker's sessions are the pooler's (no application name of its own): it is up once its roster row says running, from this process.
+SELECT count(*) AS sessions
+FROM engine_workers
+WHERE id = %(id)s AND pid = %(pid)s AND status = 'running';

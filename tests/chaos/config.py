@@ -103,10 +103,10 @@ class ChaosConfig:
     partition_modes: tuple[str, ...] = PARTITION_MODES
     latency_min_ms: int = 200
     latency_max_ms: int = 1500
-    # the pooler scenario: one more scenario per listed transport, every worker
-    # through PgBouncer in transaction pooling ("" : none)
+    # the pooler scenario: one more scenario per listed transport (seed ``seed``), every
+    # worker and engine command through PgBouncer in transaction pooling ("none": none)
     pooler: tuple[str, ...] = ("postgres",)
-    pooler_size: int = 4
+    pooler_size: int = 10  # server sessions: fewer than the fleet's transactions queues them
     margin_s: float = 3.0
     drain_s: float = 180.0  # hard cap on waiting for the jobs after the faults stop
     keep_db: bool = False
@@ -135,11 +135,15 @@ class ChaosConfig:
             raise ValueError(
                 f"CHAOS_PARTITION_MODES: unknown {modes}; valid: {', '.join(PARTITION_MODES)}"
             )
-        pooled = sorted(set(self.pooler) - set(TRANSPORTS))
+        pooled = sorted(set(self.pooler) - set(TRANSPORTS) - {"none"})
         if pooled:
             raise ValueError(f"CHAOS_POOLER: unknown {pooled}; valid: {', '.join(TRANSPORTS)}")
         if self.rounds < 1 or self.scenarios < 1 or self.workers < 1:
             raise ValueError("CHAOS_ROUNDS, CHAOS_SCENARIOS and CHAOS_WORKERS must be >= 1")
+
+    def pooled(self) -> tuple[str, ...]:
+        """The transports that get a pooler scenario (among those the run covers)."""
+        return tuple(t for t in self.pooler if t in self.transports)
 
     def kinds(self, transport: str) -> tuple[str, ...]:
         return tuple(k for k in self.faults if transport == "sqs" or k not in SQS_ONLY)

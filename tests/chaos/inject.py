@@ -482,7 +482,7 @@ class Injector:
         )
         run.proxies.append(proxy)
         port = proxy.start()
-        url = make_conninfo(run.info, host="127.0.0.1", port=port)
+        url = make_conninfo(run.worker_url, host="127.0.0.1", port=port)
         proc = self.fleet.spawn("partitioned", ENGINE_DATABASE_URL=url, **run.worker_faults())
         fault.victim = proc.name
         run.partitioned.append(proc.name)

@@ -157,7 +157,9 @@ class Run:
         self.created: list[str] = []
         self.proxies: list[Any] = []  # the partition fault's proxies (stopped at the end)
         self.partitioned: list[str] = []  # workers that were behind a partition
-        self.pg_upstream = _upstream(admin)  # where a fault proxy forwards to
+        self.pg_upstream: int | str = _upstream(admin)  # where a fault proxy forwards to
+        self.pooled = False  # every worker through PgBouncer (scenario._pooler)
+        self.worker_url = self.info  # the workers' and engine commands' database URL
 
     # -- databases ---------------------------------------------------------------------
 
@@ -267,7 +269,7 @@ class Run:
             **os.environ,
             **self.cfg.worker_env(),
             **self.sqs_env,
-            "ENGINE_DATABASE_URL": self.info,
+            "ENGINE_DATABASE_URL": self.worker_url,
             "ENGINE_TRANSPORT": self.settings.transport,
             "ENGINE_FLOW_MODULES": ",".join(FLOW_MODULES),
             "PYTHONPATH": os.pathsep.join(
@@ -299,12 +301,16 @@ class Run:
         return self.fleet.spawn("full", **self.worker_faults())
 
     def wait_up(self, proc: Proc, timeout_s: float = 30.0) -> bool:
-        """A worker is up once it holds a database session (it connects before receiving)."""
+        """A worker is up once it holds a database session (it connects before receiving);
+        behind a pooler, once it registered."""
         app = f"chaos:{proc.name}"
 
         def up() -> bool:
             if not proc.alive:
                 return True
+            if self.pooled:
+                found = self.q("worker_registered", id=proc.name, pid=proc.popen.pid)
+                return bool(found[0]["sessions"])
             return bool(self.admin_q("sessions_count_by_app", db=self.db, app=app)[0]["sessions"])
 
         return bool(self.wait_for(up, timeout_s)) and proc.alive

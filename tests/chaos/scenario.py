@@ -179,7 +179,27 @@ def _publisher(run: Run) -> Any:
     return SqsTransport(SqsSettings(queue_url=run.queue_url, dlq_url=run.dlq_url))
 
 
-def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dict[str, Any]:
+def _pooler(run: Run, stack: ExitStack) -> None:
+    """PgBouncer (transaction pooling) between every worker (and engine command) and the server.
+
+    The harness's own reads, submits and the clean run stay direct: what is
+    tested is the engine behind the pooler. A partitioned worker's proxy
+    forwards to PgBouncer.
+    """
+    from pooler import PgBouncer  # tests/support (PYTHONPATH): another branch's helper
+
+    bouncer = PgBouncer(run.admin_info, run.logdir / "pgbouncer", pool_size=run.cfg.pooler_size)
+    stack.callback(bouncer.stop)
+    bouncer.start()
+    run.worker_url = bouncer.url_for(run.db)
+    assert bouncer.port is not None
+    run.pg_upstream = bouncer.port
+    say(f"PgBouncer (transaction pooling, {run.cfg.pooler_size} server sessions) on {bouncer.port}")
+
+
+def run_scenario(
+    cfg: ChaosConfig, transport: str, seed: int, admin: str, *, pooled: bool = False
+) -> dict[str, Any]:
     kinds = schedule(cfg, transport, seed)
     t0 = time.monotonic()
     with (
@@ -187,11 +207,14 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
         ExitStack() as stack,
     ):
         run = Run(cfg, transport, seed, admin, Path(tmp))
+        run.pooled = pooled
         figures: dict[str, Any] = {}
         error = ""
         sampler: KeySampler | None = None
         try:
             run.setup_databases()
+            if pooled:
+                _pooler(run, stack)
             if transport == "sqs":
                 _sqs(run, stack)
             run.publisher = _publisher(run)
@@ -277,7 +300,8 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
     figures["worker_exits"] = t.worker_exits
     failed = oracles.failures(figures) if not error else [f"harness error: {error}"]
     line: dict[str, Any] = {
-        "scenario": f"{run.transport}/seed={run.seed}",
+        "scenario": f"{run.transport}{'+pgbouncer' if run.pooled else ''}/seed={run.seed}",
+        "pooler": "pgbouncer (transaction)" if run.pooled else None,
         "transport": run.transport,
         "seed": run.seed,
         "rounds": len(kinds),
@@ -332,16 +356,21 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         line["notes"] = run.notes[-10:]
         line["key_overlap_examples"] = figures.get("key_overlap_examples", [])
         line["partition_details"] = figures.get("partition_details", [])
-    line["replay"] = replay_command(run.cfg, run.transport, run.seed)
+    line["replay"] = replay_command(run.cfg, run.transport, run.seed, run.pooled)
     return line
 
 
-def replay_command(cfg: ChaosConfig, transport: str, seed: int) -> str:
-    """The command that runs this scenario again (same schedule; process timing differs)."""
+def replay_command(cfg: ChaosConfig, transport: str, seed: int, pooled: bool = False) -> str:
+    """The command that runs this scenario again (same schedule; process timing differs).
+
+    A pooler scenario runs after the direct one of its transport and seed: its
+    replay runs both.
+    """
     default = ChaosConfig()
     parts = [f"CHAOS_TRANSPORTS={transport}", f"CHAOS_SEED={seed}", "CHAOS_SCENARIOS=1"]
+    parts.append(f"CHAOS_POOLER={transport if pooled else 'none'}")
     for name, value in cfg.__dict__.items():
-        if name in ("transports", "seed", "scenarios", "extra", "verbose", "keep_db"):
+        if name in ("transports", "seed", "scenarios", "extra", "verbose", "keep_db", "pooler"):
             continue
         if value != getattr(default, name):
             shown = ",".join(value) if isinstance(value, tuple) else value
