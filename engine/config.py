@@ -225,8 +225,9 @@ class Settings(BaseSettings):
         le=5000,
         description=(
             "quick step runs a slot holds together (a claimed batch, their eager successors) "
-            "share one COMMIT, each in its own savepoint; a step whose recent median on this "
-            "worker is longer, or a group open this long, commits first; 0: one commit per step"
+            "share one COMMIT, each in its own savepoint; a step whose worst recent run on this "
+            "worker is longer, or that would keep the group open longer, or that holds a "
+            "concurrency key, commits alone; 0: one commit per step"
         ),
     )
     lease_s: float = Field(default=60.0, gt=0, description="lease duration of a claimed step run")
@@ -348,6 +349,33 @@ class Settings(BaseSettings):
         ),
     )
     connect_timeout_s: int = Field(default=10, ge=1, description="database connect timeout")
+    # poolers (issue 27): PgBouncer in transaction pooling mode, RDS Proxy
+    pooler: Literal["auto", "none", "transaction"] = Field(
+        default="auto",
+        description=(
+            "what sits between the engine and PostgreSQL: `none` (a direct connection), "
+            "`transaction` (PgBouncer in transaction pooling mode, RDS Proxy: no startup options, "
+            "no prepared statements, no LISTEN), or `auto`: detected at the first connection "
+            "(see engine/store/pooler.py for how, and its limits)"
+        ),
+    )
+    prepared_statements: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description=(
+            "the checkpoint's statements are prepared once per connection (PREPARE/EXECUTE); "
+            "`auto`: only on a direct connection (a transaction pooler does not track them); "
+            "`off` is always safe; a missing one costs no attempt, whatever this says"
+        ),
+    )
+    pooled_poll_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=20,
+        description=(
+            "behind a transaction pooler LISTEN hears nothing: an idle receiver (and the "
+            "outbox relay) looks at the queue this often instead of waiting for a NOTIFY"
+        ),
+    )
     # operations (issue 13): logs, metrics, alerts, where reports go
     log_format: Literal["text", "json"] = Field(
         default="text",

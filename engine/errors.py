@@ -26,8 +26,9 @@
     │   │                            ``engine.store`` (the original is ``__cause__``)
     │   ├── DatabaseUnavailable      PostgreSQL cannot be reached (the CLI exits 3;
     │   │                            a worker waits it out)
-    │   └── Contention               a lock wait timed out, a deadlock or a
-    │       │                        serialisation failure: a lost race, try again
+    │   └── Contention               a lock wait timed out, a deadlock, a
+    │       │                        serialisation failure or a prepared statement
+    │       │                        a pooler lost: a lost race, try again
     │       └── Busy                 an operator command waited past its lock
     │                                timeout; nothing changed (names the likely
     │                                holders; the CLI exits 3)
@@ -177,7 +178,8 @@ class DatabaseUnavailable(StoreError):
 
 
 class Contention(StoreError):
-    """A lost race in the database: lock timeout, deadlock or serialisation failure."""
+    """A lost race in the database: lock timeout, deadlock, serialisation failure, or a
+    prepared statement a pooler's server session did not have (not done, try again)."""
 
 
 class Busy(Contention):

@@ -69,6 +69,8 @@ class StepContext:
     stop: StopSignal = field(default_factory=StopSignal, compare=False)
     children: ChildSubmitter | None = field(default=None, compare=False)
     signals: tuple[str, ...] = ()  # the flow's declared signals: the ones it may wait for
+    # the lease the step runs under: what it hands on (a child job) needs it live
+    lease_token: uuid.UUID | None = field(default=None, compare=False)
     _child_index: Iterator[int] = field(default_factory=itertools.count, compare=False)
     # the deadlines of the waits this run passed, in order (None: it returned)
     _past: list[datetime | None] = field(default_factory=list, compare=False)
@@ -139,6 +141,14 @@ class StepContext:
         if self.children is None:
             raise EngineError("this step context cannot submit child jobs (no worker behind it)")
         name = str(next(self._child_index)) if key is None else key
+        if self.lease_token is not None and not store.lease_live(
+            self.conn, self.step_run_id, self.lease_token
+        ):
+            # a lapsed lease holds nothing (its key's slot may be another job's
+            # now), so it hands nothing on; its park would be refused anyway
+            raise LeaseLost(
+                f"step run {self.step_run_id} may not submit child {name!r}: its lease lapsed"
+            )
         parent = store.ChildOf(self.job_id, self.step_run_id, name)
         return self.children.submit(self.conn, parent, flow, params)
 

@@ -63,6 +63,11 @@ class _Member:
         return self.lease.claimed.step
 
 
+def keyed(member: _Member) -> bool:
+    """Does ``member`` hold a concurrency key's slot (so its checkpoint commits alone)?"""
+    return member.lease.claimed.concurrency_key is not None
+
+
 class StepRunner:
     """Handles deliveries on one executor slot (one connection, one heartbeat)."""
 
@@ -192,9 +197,11 @@ class StepRunner:
                     break
                 if member.lease.receipt is not None:
                     faults.hit("after_claim")
-                if len(quick) > 1 and index < len(quick):
-                    group.begin()
+                if len(quick) > 1 and index < len(quick) and not keyed(member):
+                    group.begin(member.flow, member.step)
                 else:
+                    # alone: not quick, or holding a key (its checkpoint holds the
+                    # key's lock until it commits, so it never waits for a neighbour)
                     group.commit()
                 outcomes.append(self._run_member(member))
                 ran.append(member.lease.claimed)
@@ -214,8 +221,10 @@ class StepRunner:
     def _together(self, quick: list[_Member]) -> tuple[list[RoundMember], list[_Member]]:
         """Of ``quick`` (in job order), those a round runs together, and the rest.
 
-        Steps without a context, of distinct jobs, on the PostgreSQL transport;
-        two at least, and none while the worker is stopping.
+        Steps without a context and without a concurrency key (each keyed
+        checkpoint commits alone: :mod:`engine.runner.group`), of distinct
+        jobs, on the PostgreSQL transport; two at least, and none while the
+        worker is stopping.
         """
         if len(quick) < 2 or not self.transport.transactional or not self.executor.may_continue():
             return [], quick
@@ -230,7 +239,12 @@ class StepRunner:
             except (UnknownFlow, KeyError):
                 rest.append(member)  # given back on the one-by-one path
                 continue
-            if not pure(step) or member.check_lease or claimed.job_id in jobs:
+            if (
+                not pure(step)
+                or member.check_lease
+                or claimed.job_id in jobs
+                or claimed.concurrency_key is not None
+            ):
                 rest.append(member)
             else:
                 together.append(RoundMember(flow, step, member.lease, member.known))
@@ -253,6 +267,13 @@ class StepRunner:
 
     def _run_member(self, member: _Member) -> Outcome:
         claimed = member.lease.claimed
+        lost = self.executor.group.lost
+        if claimed.id in lost:
+            # an eager successor claimed in a group that was rolled back: it was
+            # never created; its predecessor was given back and makes it again
+            lost.discard(claimed.id)
+            self.executor.heartbeat.unwatch(member.lease)
+            return Outcome("released", "claimed in a group that was rolled back", claimed.id)
         if member.check_lease:
             # An external transport's publish and delete came between the
             # commit that claimed it and now, and may have outlasted its lease

@@ -93,7 +93,9 @@ class Executor:
         )
         self.park = Park(self.failures)
         # the transaction quick step runs share (open only while the slot runs a group)
-        self.group = GroupCommit(conn, transport, settings.group_commit_ms / 1000)
+        self.group = GroupCommit(
+            conn, transport, settings.group_commit_ms / 1000, give_back=self._give_back_lost
+        )
         # a step in a group without a transaction of its own: its savepoint is set
         # with its checkpoint (_savepoint), and is to be rolled back to on failure
         self._savepoint = False
@@ -136,6 +138,26 @@ class Executor:
     def render_after_end(self, job_id: uuid.UUID) -> None:
         render_report(self.settings, job_id, self.registry)
 
+    def _give_back_lost(self, leases: list[Lease]) -> None:
+        """The members of a group that was rolled back: each again at once, at no charge.
+
+        Their checkpoints were written and lost with the group through no
+        fault of their own (a statement outside every savepoint failed).
+        """
+        for lease in leases:
+            claimed = lease.claimed
+            with logs.step_run(claimed, lease_owner=self.worker):
+                try:
+                    self.failures.give_back(
+                        claimed,
+                        lease.receipt,
+                        reason="its group's commit was rolled back by a neighbour's failure",
+                        visible_in_s=1.0,
+                    )
+                except Exception:
+                    # left to its lease: the sweeper or a redelivery runs it again
+                    log.warning("could not give back step run %s", claimed.id, exc_info=True)
+
     def _group_first(self) -> None:
         """Before any outcome but a checkpoint: the group's neighbours commit first.
 
@@ -154,12 +176,23 @@ class Executor:
         # A step that takes no StepContext cannot write through the engine's
         # transaction, so its BEGIN need not cost a round trip of its own: it
         # travels with the checkpoint's first statements.
+        if self.group.open and conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            # the group's transaction was aborted before this step began: it is
+            # rolled back (its members go again at no charge), and this step
+            # runs on its own rather than be charged for a statement not its own
+            self.group.commit()
         sees_conn = any(s.kind == "context" for s in step.inputs.values())
         # In a group every step has a savepoint, so a failure rolls back its own
         # writes only: the step's own transaction (a savepoint) for a step that
         # writes through ctx, else one set in its checkpoint's message.
         grouped = self.group.open
-        self._savepoint = grouped and not sees_conn
+        # In a group, a step that reads its inputs (checkpoints not in hand) reads
+        # them in its savepoint: a read that fails (a statement timeout, a cancel)
+        # is its own failure and must not abort the group's transaction under its
+        # neighbours' checkpoints.
+        reads = grouped and bool(sources(step) - known.keys())
+        own_transaction = sees_conn or reads
+        self._savepoint = grouped and not own_transaction
         try:
             # closed by the checkpoint, whose COMMIT travels with its last statements
             # (in a group: a RELEASE SAVEPOINT, the group commits later)
@@ -172,7 +205,7 @@ class Executor:
                     transaction.close()
                     self._group_first()  # the park and its children commit now
 
-                if sees_conn:
+                if own_transaction:
                     begin()
                 try:
                     output = self.compute(flow, step, lease, known)
@@ -186,7 +219,7 @@ class Executor:
                     claimed,
                     output,
                     lease,
-                    None if sees_conn or grouped else begin,
+                    None if own_transaction or grouped else begin,
                     transaction.close,
                 )
         except Exception as exc:
@@ -206,7 +239,12 @@ class Executor:
             "done", step_run_id=claimed.id, continuation=continuation, ended_job=follow.ended_job
         )
         if self.group.open:
-            self.group.after_commit(follow.announced, lease.receipt)
+            self.group.after_commit(
+                follow.announced,
+                lease.receipt,
+                lease=lease,
+                successor=None if continuation is None else continuation.claimed.id,
+            )
             return done
         follow.announced.publish_after_commit(conn)
         self.failures.ack_after_commit(lease)
@@ -234,6 +272,7 @@ class Executor:
             stop=lease.stop,
             children=self.children,
             signals=flow.signals,
+            lease_token=claimed.token,
         )
         output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
         if not isinstance(output, step.output):

@@ -6,14 +6,28 @@ runs them one after another inside one transaction, each in a savepoint of its
 own: a step that raises, is fenced or waits rolls back its own writes and
 nothing of a neighbour's, and each checkpoint is still guarded by its own
 lease token (invariant 5). The transaction commits once the group is done,
-or earlier:
+or earlier, so that it is bounded by time, not by a typical run:
 
-- before a step this worker has not yet seen finish within the window
-  (``ENGINE_GROUP_COMMIT_MS``, by its median of recent runs), or once the
-  group has been open that long, so a long step (a store's costing) never
-  keeps its neighbours' checkpoints, and their jobs' row locks, uncommitted;
+- a step joins a group only if every one of its recent runs on this worker
+  (:class:`StepTimes`, the last 16) finished within the window
+  (``ENGINE_GROUP_COMMIT_MS``): its worst, not its median, so a step that is
+  quick as a rule but slow now and then commits on its own;
+- the group commits before a step whose worst recent run, added to the time
+  the group has been open, would pass the window, so a long step (a store's
+  costing) never keeps its neighbours' checkpoints, and their jobs' row
+  locks, uncommitted;
+- a step run holding a concurrency key never joins a group: the group commits
+  before it, and its checkpoint commits alone. A keyed checkpoint holds its
+  key's lock until its commit (a claim of the key waits for it:
+  ``engine_concurrency_hold``), so it must never wait for a neighbour;
 - before any outcome other than a checkpoint (a retry, a dead letter, a
   cancel, a wait, a fence), which then runs exactly as it would alone.
+
+A step slower this time than every one of its recent runs still delays its
+neighbours' commit by its overrun: their leases may lapse meanwhile, and a
+worker reclaiming them waits for their job rows (locked by their
+checkpoints) and finds them done once the group commits; a key's claim
+never waits for one, since no keyed checkpoint is in a group.
 
 What a checkpoint does after its commit (relaying the outbox to an external
 queue, deleting its delivery there, rendering a finished job's report) waits
@@ -23,17 +37,20 @@ for the group's commit; the deliveries of a group are deleted in one call.
 from __future__ import annotations
 
 import logging
-import statistics
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from engine.transports.announce import Announced
 from engine.transports.base import Transport
+
+if TYPE_CHECKING:
+    from engine.runner.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +58,7 @@ _SAMPLES = 16  # recent durations kept per step
 
 
 class StepTimes:
-    """How long each step took on this worker lately (its median decides grouping)."""
+    """How long each step took on this worker lately (its worst decides grouping)."""
 
     def __init__(self) -> None:
         self._seen: dict[tuple[str, str], deque[float]] = {}
@@ -49,22 +66,33 @@ class StepTimes:
     def record(self, flow: str, step: str, seconds: float) -> None:
         self._seen.setdefault((flow, step), deque(maxlen=_SAMPLES)).append(seconds)
 
-    def typical(self, flow: str, step: str) -> float | None:
-        """The median of the recent runs; ``None``: never seen finishing here."""
+    def worst(self, flow: str, step: str) -> float | None:
+        """The longest of the recent runs; ``None``: never seen finishing here."""
         samples = self._seen.get((flow, step))
-        return statistics.median(samples) if samples else None
+        return max(samples) if samples else None
 
 
 class GroupCommit:
     """One slot's open transaction, shared by the checkpoints of quick steps."""
 
     def __init__(
-        self, conn: psycopg.Connection[Any], transport: Transport, window_s: float
+        self,
+        conn: psycopg.Connection[Any],
+        transport: Transport,
+        window_s: float,
+        give_back: Callable[[list[Lease]], None] | None = None,
     ) -> None:
         self.conn = conn
         self.transport = transport
         self.window_s = window_s
         self.times = StepTimes()
+        # what releases, at no charge, the step runs a lost group had checkpointed
+        self._give_back = give_back
+        self._checkpointed: list[Lease] = []
+        # step runs of a group that was rolled back (their eager successors too):
+        # none of them exists as the group left it, so none is to be run now
+        self.lost: set[uuid.UUID] = set()
+        self._successors: list[uuid.UUID] = []
         self._transaction: ExitStack | None = None
         self._opened_at = 0.0
         self._announced = Announced(transport)
@@ -76,18 +104,26 @@ class GroupCommit:
         return self._transaction is not None
 
     def quick(self, flow: str, step: str) -> bool:
-        """May this step join a group: seen finishing within the window here lately?"""
+        """May this step join a group: every recent run here finished within the window?"""
         if self.window_s <= 0:
             return False
-        typical = self.times.typical(flow, step)
-        return typical is not None and typical <= self.window_s
+        worst = self.times.worst(flow, step)
+        return worst is not None and worst <= self.window_s
 
-    def begin(self) -> None:
-        """Open the group's transaction; one open for the whole window commits first."""
+    def begin(self, flow: str, step: str) -> None:
+        """Open the group's transaction for a run of ``flow.step``, or keep it open.
+
+        A group open so long that this step's worst recent run would take it
+        past the window commits first, and a new one opens; so does one whose
+        transaction a failed statement aborted (rolled back, see :meth:`commit`):
+        a step never starts in it, to be charged for what it did not do.
+        """
         if self._transaction is not None:
-            if time.monotonic() - self._opened_at < self.window_s:
+            worst = self.times.worst(flow, step) or self.window_s
+            aborted = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+            if not aborted and time.monotonic() - self._opened_at + worst <= self.window_s:
                 return
-            self.commit()
+            self.commit()  # an aborted group is rolled back: its members go again
         transaction = ExitStack()
         transaction.enter_context(self.conn.transaction())
         self._transaction = transaction
@@ -98,8 +134,19 @@ class GroupCommit:
         announced: Announced | None = None,
         receipt: str | None = None,
         then: Callable[[], None] | None = None,
+        lease: Lease | None = None,
+        successor: uuid.UUID | None = None,
     ) -> None:
-        """What a member's checkpoint leaves for after the group's commit."""
+        """What a member's checkpoint leaves for after the group's commit.
+
+        ``lease``: the member whose checkpoint waits for this commit, given back
+        (at no charge) should the group be rolled back; ``successor``: the eager
+        successor its checkpoint claimed, which is then lost with it.
+        """
+        if lease is not None:
+            self._checkpointed.append(lease)
+        if successor is not None:
+            self._successors.append(successor)
         if announced is not None:
             self._announced += announced
         if receipt is not None and not self.transport.transactional:
@@ -115,15 +162,21 @@ class GroupCommit:
         announced, self._announced = self._announced, Announced(self.transport)
         receipts, self._receipts = self._receipts, []
         deferred, self._deferred = self._deferred, []
+        checkpointed, self._checkpointed = self._checkpointed, []
+        successors, self._successors = self._successors, []
         if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-            # a statement failed outside every step's savepoint (reading a step's
-            # inputs): nothing of the group can commit; its step runs are run
-            # again once their leases lapse, as after a crash
+            # a statement failed outside every step's savepoint: nothing of the
+            # group can commit. Not its members' fault: each is given back with
+            # its attempt and runs again at once (their successors never existed)
             transaction.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
+            self.lost.update(successors)
             log.warning(
                 "a group commit was rolled back (a statement failed outside the steps' "
-                "savepoints); its step runs run again once their leases lapse"
+                "savepoints); its %d step run(s) go again at no charge",
+                len(checkpointed),
             )
+            if self._give_back is not None and checkpointed:
+                self._give_back(checkpointed)
             return
         transaction.close()  # COMMIT
         announced.publish_after_commit(self.conn)
@@ -142,6 +195,8 @@ class GroupCommit:
         self._announced = Announced(self.transport)
         self._receipts = []
         self._deferred = []
+        self._checkpointed = []
+        self._successors = []
         if transaction is not None:
             transaction.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
 
@@ -151,3 +206,5 @@ class GroupCommit:
         self._announced = Announced(self.transport)
         self._receipts = []
         self._deferred = []
+        self._checkpointed = []
+        self._successors = []

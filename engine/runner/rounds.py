@@ -12,7 +12,10 @@ follows in one batch, and commits once.
 
 Fencing is exact as ever: a checkpoint refused (its lease reclaimed) wrote
 nothing, and its neighbours commit; a step that raised wrote nothing, and
-its failure is handled after the commit as it would be alone. Should a
+its failure is handled after the commit as it would be alone. A step whose
+input read failed (a statement timeout, a cancel request) aborted the
+round's transaction: it is rolled back and begun again for the others, who
+only read before it, so no neighbour pays for it. Should a
 statement fail (a deadlock, a lock timeout), the round is rolled back and
 each step run goes again, one by one, on the path that gives each its own
 savepoint; a connection lost loses the round, as it would lose one step.
@@ -84,7 +87,7 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
     conn = executor.conn
     group = executor.group
     group.commit()  # nothing of an earlier group shares this round's transaction
-    group.begin()
+    group.begin(members[0].flow.name, members[0].step.name)
     computed: list[_Computed] = []
     failed: list[tuple[RoundMember, Exception, float]] = []
     for member in members:
@@ -97,6 +100,13 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
                     output = executor.compute(member.flow, member.step, member.lease, member.known)
             except Exception as exc:
                 failed.append((member, exc, started))
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    # its input read failed (a statement timeout, a cancel) and took
+                    # the round's transaction with it; nothing of the round is written
+                    # yet (its members only read), so the rest go on in a fresh one
+                    # and are charged nothing: only this one pays, as alone
+                    group.rollback()
+                    group.begin(member.flow.name, member.step.name)
             else:
                 computed.append(_Computed(member, output, started, time.monotonic() - started))
     followed: list[_Followed] = []

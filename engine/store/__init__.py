@@ -34,7 +34,10 @@ statement that writes it, whoever calls it (``claims`` and ``leases`` share
 ``queries`` the ``.sql`` loader, ``batch`` the one-message sending of
 statements that need no answer yet (what commits with a checkpoint);
 ``models`` and ``read`` are the typed, read-only side for the CLI and reports
-(SQLModel).
+(SQLModel); ``db`` opens the connections, ``prepared`` prepares a
+checkpoint's statements once per connection, and ``pooler`` says what
+changes behind a transaction pooler (PgBouncer, RDS Proxy: no startup
+options, nothing prepared, no ``LISTEN``).
 
 The one lock order, which every statement and transaction here follows (a
 lock taken out of it could deadlock against one taken in it):
@@ -49,9 +52,9 @@ lock taken out of it could deadlock against one taken in it):
 
 Statements that touch one step row and no job row (a lease renewal, a lease
 given back) hold nothing while they wait, so they cannot close a cycle. A
-lock wait past ``lock_timeout`` or a deadlock becomes
-:class:`~engine.errors.Contention`: "not done, try again", never an attempt
-(invariant 18). Known exception: ``step_cancel_by_job`` and
+lock wait past ``lock_timeout``, a deadlock, or a prepared statement a
+pooler lost becomes :class:`~engine.errors.Contention`: "not done, try
+again", never an attempt (invariant 18). Known exception: ``step_cancel_by_job`` and
 ``step_reopen_by_job`` update a job's step rows in scan order, which is safe
 only because every writer of several step rows of one job holds that job's
 row first.

@@ -66,11 +66,13 @@ class Batch:
     def __len__(self) -> int:
         return len(self._statements)
 
+    @wrap_errors
     def execute(self, query: str, params: Mapping[str, Any] | None = None) -> Reply:
         """Add ``query`` bound to ``params``; its rows arrive with :meth:`send`.
 
         A query with parameters goes as ``EXECUTE`` of its prepared statement
-        (:mod:`engine.store.prepared`): planned once per connection.
+        (:mod:`engine.store.prepared`): planned once per connection, where its
+        connection prepares (``PREPARE`` is sent here, the first time).
         """
         bound = (
             prepared.execute_text(self.conn, self._binder, query, params)

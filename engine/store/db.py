@@ -35,6 +35,7 @@ from psycopg.rows import dict_row
 
 from engine.config import Settings, mask_url
 from engine.errors import ConfigError
+from engine.store import pooler, prepared
 from engine.store import server as server_store
 from engine.store.errors import connect_errors
 
@@ -54,9 +55,18 @@ def conninfo(
     ``lock_timeout_s`` and ``statement_timeout_s`` when given, else the
     settings' (0: unbounded, for migrations only), and ``-c role=<session_role>``
     when ``settings`` names one, so every connection made from it (psycopg,
-    SQLAlchemy) is bounded and runs under that role.
+    SQLAlchemy) is bounded and runs under that role. This is the direct
+    connection's form: :func:`connect` knows the pooled one.
     """
-    info = _server_conninfo(settings)
+    info = _client_conninfo(settings, _server_conninfo(settings))
+    values = _session_values(settings, lock_timeout_s, statement_timeout_s, socket=True)
+    # after the URL's own options: the settings decide (a URL made by this
+    # function and passed on keeps no stale bound)
+    return _with_options(info, " ".join(f"-c {name}={value}" for name, value in values))
+
+
+def _client_conninfo(settings: Settings, server: str) -> str:
+    """``server`` with the client's own parameters: libpq's, never sent to the server."""
     keepalives = {
         "keepalives": 1,
         "keepalives_idle": settings.tcp_keepalives_idle_s,
@@ -65,24 +75,52 @@ def conninfo(
         "tcp_user_timeout": _ms(settings.tcp_user_timeout_s),
     }
     # named in pg_stat_activity (and in an operator's "busy" message) unless the URL names it
-    info = make_conninfo(info, fallback_application_name="engine", **keepalives)
+    return make_conninfo(server, fallback_application_name="engine", **keepalives)
+
+
+def _session_values(
+    settings: Settings,
+    lock_timeout_s: float | None,
+    statement_timeout_s: float | None,
+    *,
+    socket: bool,
+) -> list[tuple[str, str]]:
+    """The server settings of an engine session: its bounds, then its role.
+
+    ``socket``: the server's end of the socket too, so that a vanished client's
+    session (and its row locks) ends within the same bound; meaningless for
+    one transaction behind a pooler, whose own settings bound that leg.
+    """
     lock = settings.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
     statement = settings.statement_timeout_s if statement_timeout_s is None else statement_timeout_s
-    bounds = (
-        f"-c lock_timeout={_ms(lock)} -c statement_timeout={_ms(statement)} "
-        # the server's end of the socket: a vanished client's session (and its
-        # row locks) ends within the same bound
-        f"-c tcp_keepalives_idle={settings.tcp_keepalives_idle_s} "
-        f"-c tcp_keepalives_interval={settings.tcp_keepalives_interval_s} "
-        f"-c tcp_keepalives_count={settings.tcp_keepalives_count} "
-        f"-c tcp_user_timeout={_ms(settings.tcp_user_timeout_s)}"
-    )
-    # after the URL's own options: the settings decide (a URL made by this
-    # function and passed on keeps no stale bound)
-    info = _with_options(info, bounds)
+    values = [("lock_timeout", str(_ms(lock))), ("statement_timeout", str(_ms(statement)))]
+    if socket:
+        values += [
+            ("tcp_keepalives_idle", str(settings.tcp_keepalives_idle_s)),
+            ("tcp_keepalives_interval", str(settings.tcp_keepalives_interval_s)),
+            ("tcp_keepalives_count", str(settings.tcp_keepalives_count)),
+            ("tcp_user_timeout", str(_ms(settings.tcp_user_timeout_s))),
+        ]
     if settings.session_role:
-        info = _with_options(info, f"-c role={settings.session_role}")
-    return info
+        values.append(("role", settings.session_role))
+    return values
+
+
+def _option_values(options: str) -> list[tuple[str, str]]:
+    """``-c name=value`` settings of a libpq ``options`` string (``--name=value`` too)."""
+    values: list[tuple[str, str]] = []
+    words = options.split()
+    for i, word in enumerate(words):
+        if word == "-c" and i + 1 < len(words):
+            word = words[i + 1]
+        elif word.startswith(("-c", "--")):
+            word = word[2:]
+        else:
+            continue
+        name, sep, value = word.partition("=")
+        if sep:
+            values.append((name.replace("-", "_"), value))
+    return values
 
 
 def _ms(seconds: float) -> int:
@@ -165,21 +203,107 @@ def connect(
     ``lock_timeout_s`` and ``statement_timeout_s`` replace the settings' bounds
     for this connection (see :func:`conninfo`). ``options`` (e.g. ``-c
     idle_in_transaction_session_timeout=...``) are added to those of the URL
-    and of the session role, never replacing them.
+    and of the session role, never replacing them. Behind a transaction pooler
+    (:mod:`engine.store.pooler`, detected at the first connection with
+    ``ENGINE_POOLER=auto``) the same settings are set by each transaction.
     """
-    info = conninfo(
-        settings, lock_timeout_s=lock_timeout_s, statement_timeout_s=statement_timeout_s
-    )
-    if extra := kwargs.pop("options", None):
-        info = _with_options(info, str(extra))
+    extra = str(kwargs.pop("options", None) or "")
+    kwargs.setdefault("row_factory", dict_row)
+    server = _server_conninfo(settings)
+    route = pooler.known(settings, server)
     with connect_errors(settings):
-        return psycopg.connect(
-            info,
+        if route is None or not route.pooled:
+            info = conninfo(
+                settings, lock_timeout_s=lock_timeout_s, statement_timeout_s=statement_timeout_s
+            )
+            if extra:
+                info = _with_options(info, extra)
+            try:
+                conn = psycopg.connect(
+                    info,
+                    autocommit=autocommit,
+                    connect_timeout=settings.connect_timeout_s,
+                    **kwargs,
+                )
+            except psycopg.OperationalError as exc:
+                if route is not None or not pooler.refused_options(exc):
+                    raise
+                route = pooler.remember(
+                    server, pooler.Route(True, "the startup options were refused (PgBouncer)")
+                )
+            else:
+                if route is None:
+                    try:
+                        route = pooler.remember(server, pooler.probe(conn))
+                    except BaseException:
+                        conn.close()
+                        raise
+                if not route.pooled:
+                    prepared.configure(conn, enabled=pooler.prepared_enabled(settings, route))
+                    return conn
+                conn.close()  # its options may have been dropped by the pooler
+        return _connect_pooled(
+            settings,
+            server,
+            route,
             autocommit=autocommit,
-            row_factory=dict_row,
-            connect_timeout=settings.connect_timeout_s,
+            values=_session_values(settings, lock_timeout_s, statement_timeout_s, socket=False)
+            + _option_values(extra),
             **kwargs,
         )
+
+
+def _connect_pooled(
+    settings: Settings,
+    server: str,
+    route: pooler.Route,
+    *,
+    autocommit: bool,
+    values: list[tuple[str, str]],
+    **kwargs: Any,
+) -> psycopg.Connection[Any]:
+    """A connection through a transaction pooler: no startup options, no prepared statements."""
+    if not pooler.HOOKABLE:
+        # never silently unbounded: each transaction could not set its bounds
+        raise ConfigError(
+            f"psycopg {psycopg.__version__} lacks the internals the engine uses behind a "
+            "transaction pooler (engine/store/pooler.py); install the psycopg version the "
+            "engine pins, or connect without a pooler"
+        )
+    params = conninfo_to_dict(_client_conninfo(settings, server))
+    url_options = str(params.pop("options", None) or "")
+    conn = pooler.PooledConnection.connect(
+        make_conninfo("", **params),
+        autocommit=autocommit,
+        # psycopg's own (protocol-level) prepared statements: not tracked either
+        prepare_threshold=None,
+        cursor_factory=pooler.PooledCursor,
+        connect_timeout=settings.connect_timeout_s,
+        **kwargs,
+    )
+    conn._set_local = pooler.set_local(conn, _option_values(url_options) + values)
+    if pooler.first_of(server, settings.session_role):
+        # once per process: a refused role or setting is the connection's
+        # error (as the startup options' would be), not every transaction's
+        try:
+            with conn.transaction():
+                pass
+        except psycopg.Error as exc:
+            conn.close()
+            pooler.forget_first(server, settings.session_role)
+            raise psycopg.OperationalError(str(exc)) from exc
+    prepared.configure(conn, enabled=pooler.prepared_enabled(settings, route))
+    return conn
+
+
+def pooled(settings: Settings) -> bool:
+    """Whether connections reach the server through a transaction pooler (one connection
+    is opened to find out, the first time, with ``ENGINE_POOLER=auto``)."""
+    route = pooler.known(settings, _server_conninfo(settings))
+    if route is None:
+        connect(settings, autocommit=True).close()
+        route = pooler.known(settings, _server_conninfo(settings))
+    return route is not None and route.pooled
 
 
 @contextlib.contextmanager

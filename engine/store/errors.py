@@ -13,11 +13,15 @@ from engine.config import Settings, mask_url
 from engine.errors import ConfigError, Contention, DatabaseUnavailable, StoreError
 
 # lost a race, not a fault: a lock wait past lock_timeout, a deadlock, a
-# serialisation failure
+# serialisation failure; and a prepared statement a pooler's server session
+# did not have, or already had from another client (the connection stops
+# preparing: engine.store.prepared): not done, try again (invariant 18)
 _CONTENTION = (
     psycopg.errors.LockNotAvailable,
     psycopg.errors.DeadlockDetected,
     psycopg.errors.SerializationFailure,
+    psycopg.errors.InvalidSqlStatementName,
+    psycopg.errors.DuplicatePreparedStatement,
 )
 
 P = ParamSpec("P")
@@ -27,8 +31,9 @@ R = TypeVar("R")
 def wrap_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Re-raise psycopg errors as ``StoreError`` (the original stays as ``__cause__``).
 
-    Lock timeouts, deadlocks and serialisation failures become ``Contention``:
-    callers treat them as a normal race outcome (e.g. "not claimed") or retry.
+    Lock timeouts, deadlocks, serialisation failures and a prepared statement
+    missing (or duplicated) behind a pooler become ``Contention``: callers
+    treat them as a normal race outcome (e.g. "not claimed") or retry.
     """
 
     @functools.wraps(fn)

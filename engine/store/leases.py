@@ -6,9 +6,11 @@ token renews it (invariant 4), and a lease that holds a concurrency slot is
 never renewed once expired, since its slot may have gone to the next holder
 (invariant 17). Giving a step run back returns the attempt its claim took, so
 a release costs the step nothing and never leaves a row at its cap
-(invariants 12 to 14). Either statement matching zero rows means the lease was
-lost: the caller stops working on the step run; it is not an error. The other
-ways a lease ends (checkpoint, retry, dead, park) are fenced writes in
+(invariants 12 to 14). A step handing something on (a child job) asks
+first whether its lease is still live (:func:`lease_live`). Either
+statement matching zero rows means the lease was lost: the caller stops
+working on the step run; it is not an error. The other ways a lease ends
+(checkpoint, retry, dead, park) are fenced writes in
 :mod:`engine.store.step_runs`.
 
 The statements are blocks of ``sql/step_runs.sql``.
@@ -26,7 +28,7 @@ from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import column
 
-__all__ = ["lease_extend_if_owner", "lease_release_if_owner"]
+__all__ = ["lease_extend_if_owner", "lease_live", "lease_release_if_owner"]
 
 _q = load("step_runs")
 
@@ -49,3 +51,10 @@ def lease_release_if_owner(
     """Give the step run back with the attempt it took; ``False``: the lease was lost already."""
     cur = conn.execute(_q["lease_release_if_owner"], {"id": step_run_id, "token": token})
     return cur.rowcount == 1
+
+
+@wrap_errors
+def lease_live(conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID) -> bool:
+    """Is ``token``'s lease on the step run still held and live, by the database clock?"""
+    row = conn.execute(_q["lease_live"], {"id": step_run_id, "token": token}).fetchone()
+    return bool(row is not None and column(row, "live"))

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from engine.config import Settings
-from engine.errors import MigrationChecksumMismatch, MigrationError
+from engine.errors import ConfigError, MigrationChecksumMismatch, MigrationError
 from engine.store.queries import load
 
 _NAME = re.compile(r"^(?P<version>\d{4})_(?P<slug>[a-z0-9_]+)\.sql$")
@@ -159,6 +159,16 @@ def migrate(settings: Settings) -> MigrationReport:
     """Apply every configured folder's migrations (``ENGINE_MIGRATION_DIRS``)."""
     from engine.store import db
 
+    if db.pooled(settings):
+        # its advisory lock is a session's: through a transaction pooler it would be
+        # taken on one server session and never released from it (another would be
+        # asked to unlock), and the next `engine migrate` would wait for it for ever
+        raise ConfigError(
+            f"engine migrate runs through a transaction pooler ({settings.masked_database_url()}"
+            "): it needs one session for its advisory lock and DDL; point ENGINE_DATABASE_URL "
+            "at PostgreSQL itself (or a session-pooling port) for migrations, or set "
+            "ENGINE_POOLER=none if nothing pools this connection"
+        )
     # the one unbounded connection: DDL on large tables may run long, and a
     # second `engine migrate` waits for the first's advisory lock
     with db.connect(settings, autocommit=True, lock_timeout_s=0, statement_timeout_s=0) as conn:

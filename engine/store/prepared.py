@@ -13,15 +13,22 @@ same way, in the same one message, with the plan reused.
 Prepared statements are not transactional (a rollback keeps them) and live
 as long as their session; a connection is a new session, with its own set.
 psycopg deallocates them all after a rollback (see :class:`_Session`): the
-set is forgotten then and prepared again on next use. Should one be missing
-all the same (a ``DISCARD ALL`` by someone else), the statement fails like
-any other and the set is forgotten too.
+set is forgotten then and prepared again on next use.
+
+Not behind a transaction pooler (PgBouncer, RDS Proxy), where a connection
+is no one session: :func:`configure` turns them off there
+(``ENGINE_PREPARED_STATEMENTS``, :mod:`engine.store.pooler`). Should one be
+missing all the same (a pooler not detected, ``on`` forced, a ``DISCARD
+ALL`` by someone else), the statement fails, costs no attempt (the store
+makes it :class:`~engine.errors.Contention`: not done, try again) and its
+connection prepares nothing more (invariant 18).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import re
 import threading
@@ -35,6 +42,8 @@ from typing import Any
 import psycopg
 from psycopg import ClientCursor, pq
 from psycopg.types.json import Jsonb
+
+log = logging.getLogger(__name__)
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%|%s")
 
@@ -68,9 +77,15 @@ def statement(query: str) -> Statement:
 
 
 class _Session:
-    """What one connection (one session) has prepared, and its string quoting."""
+    """What one connection (one session) has prepared, and its string quoting.
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    ``enabled`` false: nothing is prepared on this connection, every
+    statement goes bound in full (behind a transaction pooler, or after one
+    was found missing).
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any], *, enabled: bool = True) -> None:
+        self.enabled = enabled
         self.known: set[str] = set()
         # libpq's PQescapeLiteral, for a UTF-8 session (the engine's); else psycopg's
         self.escape: Callable[[bytes], bytes] | None = (
@@ -110,6 +125,23 @@ _sessions: weakref.WeakKeyDictionary[psycopg.Connection[Any], _Session] = (
 _lock = threading.Lock()
 
 
+def configure(conn: psycopg.Connection[Any], *, enabled: bool) -> None:
+    """Whether statements are prepared on ``conn`` (every engine connection is told).
+
+    A connection nobody configured prepares (a direct connection's default).
+    """
+    with _lock:
+        _sessions[conn] = _Session(conn, enabled=enabled)
+
+
+def _session(conn: psycopg.Connection[Any]) -> _Session:
+    with _lock:
+        session = _sessions.get(conn)
+        if session is None:
+            session = _sessions[conn] = _Session(conn)
+        return session
+
+
 def execute_text(
     conn: psycopg.Connection[Any], binder: ClientCursor[Any], query: str, params: Mapping[str, Any]
 ) -> str:
@@ -118,13 +150,18 @@ def execute_text(
     Preparing is a round trip of its own, once per connection and query; a
     ``PREPARE`` inside an open transaction outlives its rollback.
     """
+    session = _session(conn)
+    if not session.enabled:
+        return binder.mogrify(query, params)
     stmt = statement(query)
-    with _lock:
-        session = _sessions.get(conn)
-        if session is None:
-            session = _sessions[conn] = _Session(conn)
     if stmt.name not in session.known:
-        conn.execute(stmt.prepare)
+        try:
+            conn.execute(stmt.prepare)
+        except psycopg.errors.DuplicatePreparedStatement:
+            # another client's statement on this server session: a pooler
+            # shares sessions between connections; prepare no more here
+            unprepared(conn)
+            raise
         session.known.add(stmt.name)
     if not stmt.params:
         return f"EXECUTE {stmt.name}"
@@ -172,17 +209,28 @@ def _literal(escape: Callable[[bytes], bytes] | None, binder: ClientCursor[Any],
 def send(cur: ClientCursor[Any], statements: list[str]) -> None:
     """Send ``statements`` as one simple-query message on ``cur``'s connection.
 
-    A prepared statement found missing makes the connection's set forgotten
-    (prepared again on next use) before the error goes on.
+    A prepared statement found missing makes the connection stop preparing
+    (:func:`unprepared`) before the error goes on; the store turns the error
+    into :class:`~engine.errors.Contention`, "not done, try again" at no
+    attempt, and the next try sends its statements in full.
     """
     try:
         cur.execute(";\n".join(statements))
     except psycopg.errors.InvalidSqlStatementName:
-        forget(cur.connection)
+        unprepared(cur.connection)
         raise
 
 
-def forget(conn: psycopg.Connection[Any]) -> None:
-    """After a missing prepared statement: prepare everything again on ``conn``."""
-    with _lock:
-        _sessions.pop(conn, None)
+def unprepared(conn: psycopg.Connection[Any]) -> None:
+    """After a missing (or foreign) prepared statement: prepare nothing more on ``conn``.
+
+    Its session lost what it had prepared, or it is not one session at all
+    (a transaction pooler lends each transaction whichever server session is
+    free): preparing again could fail again, at random, so it stops.
+    """
+    log.warning(
+        "a prepared statement was missing on a connection (a pooler or a DISCARD ALL): "
+        "it runs its statements unprepared from now on; behind a transaction pooler set "
+        "ENGINE_PREPARED_STATEMENTS=off (or auto)"
+    )
+    configure(conn, enabled=False)

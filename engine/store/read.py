@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.rows import tuple_row
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import NullPool
 from sqlmodel import Session, col, select
 
 from engine.config import Settings
 from engine.store import db
-from engine.store.errors import connect_errors, wrap_errors
+from engine.store.errors import wrap_errors
 from engine.store.models import (
     DeadLetter,
     Event,
@@ -35,14 +36,13 @@ from engine.store.models import (
 def sqlalchemy_engine(settings: Settings, **kwargs: Any) -> Engine:
     """An engine on the configured database (the embedded one included).
 
-    The connection comes from :func:`engine.store.db.conninfo`, so there is one way
-    to find the database and the URL never has to be rewritten for SQLAlchemy.
+    The connection comes from :func:`engine.store.db.connect`, so there is one way
+    to find the database (through a pooler too) and the URL never has to be
+    rewritten for SQLAlchemy.
     """
-    info = db.conninfo(settings)
 
     def creator() -> psycopg.Connection[Any]:
-        with connect_errors(settings):
-            return psycopg.connect(info, connect_timeout=settings.connect_timeout_s)
+        return db.connect(settings, row_factory=tuple_row)
 
     kwargs.setdefault("poolclass", NullPool)
     return create_engine("postgresql+psycopg://", creator=creator, **kwargs)

@@ -85,6 +85,8 @@ class RelayListener:
     external transport (SQS) listens on its own connection and relays at
     once; the relay's ``SKIP LOCKED`` hands each row to one of them. The
     sweeper's relay stays the backstop for a notification nobody heard.
+    Behind a transaction pooler, where no notification is heard, it relays
+    every ``ENGINE_POOLED_POLL_S``.
     """
 
     def __init__(
@@ -118,6 +120,9 @@ class RelayListener:
         while not self._stop.is_set():
             try:
                 with db.connect(self._settings, autocommit=True) as conn:
+                    if db.pooled(self._settings):
+                        self._poll(conn)
+                        continue
                     store.outbox_listen(conn)
                     self.listening = True
                     # rows committed before we listened are the sweeper's
@@ -133,6 +138,14 @@ class RelayListener:
                 # wait for the worker to see the database back, then listen again
                 while not self._stop.wait(1.0) and not self._outage_over():
                     pass
+
+    def _poll(self, conn: psycopg.Connection[Any]) -> None:
+        """Behind a transaction pooler LISTEN hears nothing (:mod:`engine.store.pooler`):
+        relay every ``ENGINE_POOLED_POLL_S`` instead."""
+        self.listening = True
+        while not self._stop.is_set():
+            self._relay_all(conn)
+            self._stop.wait(self._settings.pooled_poll_s)
 
     def _relay_all(self, conn: psycopg.Connection[Any]) -> None:
         while True:

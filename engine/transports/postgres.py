@@ -13,6 +13,9 @@ exists exactly when the work it announces commits. Publishing and releasing
 also ``NOTIFY engine_queue``: a receiver with nothing to do waits on a
 ``LISTEN`` connection, capped at the moment the earliest hidden or delayed row
 becomes visible, so neither new messages nor delayed retries wait for a poll.
+Behind a transaction pooler, where ``LISTEN`` hears nothing
+(:mod:`engine.store.pooler`), an idle receiver looks at the queue every
+``ENGINE_POOLED_POLL_S`` instead.
 
 The transport is shared by threads (receiver, heartbeats, executors). It holds
 three lazily opened autocommit connections, each used by one thread at a
@@ -69,7 +72,9 @@ class _Connection:
             raise StoreError("the postgres transport is closed")
         if self._conn is None or self._conn.closed:
             self._conn = db.connect(self._settings, autocommit=True)
-            if self._setup is not None:
+            # a session setting behind a transaction pooler would stay on a server
+            # session other clients borrow next (and not on this connection's)
+            if self._setup is not None and not db.pooled(self._settings):
                 self._conn.execute(self._setup)
         try:
             yield self._conn
@@ -129,6 +134,7 @@ class PostgresTransport:
         self._recv = _Connection(self._settings, setup=_q["queue_receiver_commit_async"])
         self._listen = _Connection(self._settings, setup=_q["queue_listen"])
         self._closed = False
+        self._woken = threading.Event()  # polling behind a pooler: close() wakes it
 
     @wrap_errors
     def publish(self, conn: Executes | None, messages: Sequence[Outgoing]) -> None:
@@ -219,6 +225,10 @@ class PostgresTransport:
         The others wait for the listener to finish (a notification, or its own
         timeout) and then look at the queue again themselves.
         """
+        if db.pooled(self._settings):
+            # behind a transaction pooler LISTEN hears nothing (engine.store.pooler)
+            self._woken.wait(min(timeout, self._settings.pooled_poll_s))
+            return
         if self._listen.lock.acquire(blocking=False):
             try:
                 with self._listen.held() as conn:
@@ -289,6 +299,7 @@ class PostgresTransport:
         Calls after ``close`` (other than ``close``) raise :class:`StoreError`.
         """
         self._closed = True
+        self._woken.set()
         if not self._listen.lock.acquire(blocking=False):
             # Another thread is waiting on LISTEN: wake it rather than wait out its timeout.
             with suppress(psycopg.Error, StoreError), self._short.use() as conn:

@@ -9,6 +9,7 @@ invisible to another session until the group's last step is done).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
@@ -24,8 +25,9 @@ from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.infra import faults
-from engine.runner import Outcome, StepRunner, execution
+from engine.runner import Outcome, StepRunner
 from engine.runner.claim import claim_many
+from engine.runner.group import GroupCommit
 from engine.runner.lease import Heartbeat
 from engine.store import db
 from engine.transports.base import Received
@@ -307,39 +309,154 @@ def test_group__a_step_without_context_failing_after_its_checkpoint_keeps_neighb
             assert [r["step"] for r in runs if r["step"] == "part"], "its parts were made"
 
 
-def test_group__a_statement_failing_outside_the_savepoints_rolls_back_the_whole_group(
+def test_group__a_failed_input_read_rolls_back_its_own_savepoint_only(
     fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # a step without StepContext reads its inputs before its savepoint exists:
-    # should that read fail, the group's transaction is lost, and nothing of it
-    # may be reported committed (the step runs before it run again later)
-    # one by one, each in its savepoint, as a round that failed goes again
-    # (a round of pure steps checkpointing together: tests/integration/test_rounds.py)
+    # fan's gather takes no StepContext and reads its parts' checkpoints: in a
+    # group it reads them in its own savepoint, so a read that fails (a cancel
+    # request here, as a statement timeout would) is its own failure, and its
+    # neighbours' checkpoints commit (a round of pure steps checkpointing
+    # together: tests/integration/test_rounds.py)
     monkeypatch.setattr(StepRunner, "_together", lambda self, quick: ([], quick))
-    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    fast = fast.model_copy(update={"eager_successors": False})  # one step a batch
+    registry = flows_registry()
+    jobs = [
+        submit("fan", {"n": 1, "fail_step": f"none{i}"}, settings=fast, registry=registry).job_id
+        for i in range(3)
+    ]
     with one_runner(fast) as (runner, transport):
-        batch = receive_all(transport, 3)
+        runner.handle_batch(receive_all(transport, 3))  # the plans
+        runner.handle_batch(receive_all(transport, 3))  # the parts
+        batch = receive_all(transport, 3)  # the gathers
         first, victim, last = group_order(batch)
-        real = execution.upstream_outputs
+        real = store.step_outputs_select
 
         def failing_read(c: Any, job_id: uuid.UUID, *args: Any) -> Any:
             if job_id == victim:
-                c.execute("SELECT 1 / 0")  # aborts the open transaction
+                c.execute("SELECT pg_cancel_backend(pg_backend_pid()), pg_sleep(5)")
             return real(c, job_id, *args)
 
-        monkeypatch.setattr(execution, "upstream_outputs", failing_read)
+        monkeypatch.setattr(store, "step_outputs_select", failing_read)
         outcomes = runner.handle_batch(batch)
         assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
-    assert "retried" in [o.kind for o in outcomes]
-    plans = {
+    assert [o.kind for o in outcomes].count("retried") == 1
+    gathers = {
         r["job_id"]: (r["status"], r["attempts"], r["has_output"])
         for r in conn.execute(
             "SELECT job_id, status, attempts, output IS NOT NULL AS has_output "
-            "FROM engine_step_runs WHERE step = 'plan'"
+            "FROM engine_step_runs WHERE step = 'gather'"
         ).fetchall()
     }
-    assert plans[first] == ("running", 1, False), "its checkpoint went with the group"
-    assert plans[victim] == ("pending", 1, False), "its failure recorded on its own"
-    assert plans[last] == ("done", 1, True), "a new group after it"
+    assert gathers[first] == ("done", 1, True), "its checkpoint committed with the group"
+    assert gathers[victim] == ("pending", 1, False), "its failure recorded on its own"
+    assert gathers[last] == ("done", 1, True)
     assert len(jobs) == 3
+
+
+def test_group__a_group_lost_to_a_statement_outside_the_savepoints_charges_no_member(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # whatever aborts the group's transaction outside every savepoint loses the
+    # checkpoints before it: their step runs go again at once, at no charge,
+    # and the eager successors they claimed in it (never created) are not run
+    registry = flows_registry()
+    jobs = [submit("chain", {"n": n}, settings=fast, registry=registry).job_id for n in range(3)]
+    with one_runner(fast) as (runner, transport):
+        batch = receive_all(transport, 3)
+        order = group_order(batch)
+        run_member = StepRunner._run_member
+
+        def break_before_last(self: StepRunner, member: Any) -> Outcome:
+            claimed = member.lease.claimed
+            if claimed.job_id == order[2] and claimed.step == "a":
+                with contextlib.suppress(psycopg.errors.DivisionByZero):
+                    self.conn.execute("SELECT 1 / 0")  # outside every member's savepoint
+            return run_member(self, member)
+
+        monkeypatch.setattr(StepRunner, "_run_member", break_before_last)
+        runner.handle_batch(batch)
+        assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        monkeypatch.setattr(StepRunner, "_run_member", run_member)
+    lost = conn.execute(
+        "SELECT job_id, status, attempts FROM engine_step_runs "
+        "WHERE step = 'a' AND job_id = ANY(%s)",
+        (order[:2],),
+    ).fetchall()
+    assert {(r["status"], r["attempts"]) for r in lost} == {("pending", 0)}, lost
+    released = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE kind = 'released' AND job_id = ANY(%s)",
+        (order[:2],),
+    ).fetchone()
+    assert released == {"n": 2}
+    with thread_worker(fast):
+        for job in jobs:
+            assert wait_job_ended(conn, job) == "done"
+    attempts = conn.execute(
+        "SELECT DISTINCT attempts FROM engine_step_runs WHERE job_id = ANY(%s)", (jobs,)
+    ).fetchall()
+    assert attempts == [{"attempts": 1}], "no step run paid for the lost group"
+    for job in jobs:
+        assert effects(conn, job) == ["a", "b", "c"]
+
+
+# -- bounded by time, keyed checkpoints alone -------------------------------------------
+
+
+def test_group__a_keyed_checkpoint_commits_before_any_neighbour_runs(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a keyed checkpoint holds its key's lock until it commits: left in a group
+    # behind a neighbour slower this time than its median, its lease lapses,
+    # and the key's next claim waits for it (or, before, admitted a second holder)
+    registry = Registry.load(["testflows", "keyedflows"])
+    keyed = submit("keyed", {"group": "grouped"}, settings=fast, registry=registry).job_id
+    after: list[uuid.UUID] = []
+    while len(after) < 2:  # neighbours the group runs after the keyed one (job order)
+        job = submit("chain", {"n": len(after)}, settings=fast, registry=registry).job_id
+        if job.bytes > keyed.bytes:
+            after.append(job)
+    queued = conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone()
+    assert queued is not None
+    seen: list[str] = []
+    run_member = StepRunner._run_member
+
+    def look(self: StepRunner, member: Any) -> Outcome:
+        if member.lease.claimed.job_id in after and not seen:
+            row = conn.execute(
+                "SELECT status FROM engine_step_runs WHERE job_id = %s", (keyed,)
+            ).fetchone()
+            assert row is not None
+            seen.append(row["status"])
+        return run_member(self, member)
+
+    monkeypatch.setattr(StepRunner, "_run_member", look)
+    with one_runner(fast, registry, quick=("chain", "keyed")) as (runner, transport):
+        outcomes = runner.handle_batch(receive_all(transport, int(queued["n"])))
+    assert seen == ["done"], "the keyed checkpoint was committed before its neighbours ran"
+    assert all(o.kind == "done" for o in outcomes)
+
+
+def test_group__a_step_joins_by_its_worst_recent_run_not_its_median(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    with db.connect(fast, autocommit=True) as c:
+        group = GroupCommit(c, PostgresTransport(fast), window_s=0.05)
+        for _ in range(15):
+            group.times.record("f", "usually_quick", 0.001)
+        group.times.record("f", "usually_quick", 1.0)  # slow once lately
+        group.times.record("f", "quick", 0.03)
+        assert not group.quick("f", "usually_quick"), "its worst passes the window"
+        assert group.quick("f", "quick")
+        group.begin("f", "quick")
+        c.execute("CREATE TEMPORARY TABLE IF NOT EXISTS t (n int)")
+        c.execute("INSERT INTO t VALUES (1)")
+        group.begin("f", "quick")  # open 0 s + worst 0.03 s: within the window, joins
+        assert group.open and c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        # the group has been open 30 ms: this step's worst (30 ms) would pass 50 ms
+        group._opened_at -= 0.03
+        group.begin("f", "quick")
+        assert group.open
+        group.rollback()
+        row = c.execute("SELECT count(*) AS n FROM t").fetchone()
+    assert row == {"n": 1}, "the first group committed before the step that would overrun it"

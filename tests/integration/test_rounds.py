@@ -23,7 +23,7 @@ from engine.config import Settings
 from engine.flow import Flow, Step
 from engine.infra import faults
 from engine.jobs.plan import Outputs
-from engine.runner import rounds
+from engine.runner import execution, rounds
 from engine.runner.execution import Executor
 from engine.runner.lease import Lease
 
@@ -245,3 +245,40 @@ def test_round__every_step_raising_leaves_nothing_to_checkpoint(
         assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert [o.kind for o in outcomes] == ["retried", "retried"]
     assert {s["status"] for s in plans(conn).values()} == {"pending"}
+
+
+@pytest.mark.parametrize("how", ["cancel request", "statement timeout"])
+def test_round__a_members_failed_input_read_charges_no_neighbour(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # a read of a step's inputs that fails aborts the round's shared transaction:
+    # the members after it must go on in a fresh one, uncharged
+    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    with one_runner(fast) as (runner, transport):
+        batch = receive_all(transport, 3)
+        first, victim, last = group_order(batch)
+        real = execution.upstream_outputs
+
+        def failing_read(c: Any, job_id: uuid.UUID, *args: Any) -> Any:
+            if job_id == victim:
+                if how == "cancel request":
+                    c.execute("SELECT pg_cancel_backend(pg_backend_pid()), pg_sleep(5)")
+                else:
+                    c.execute("SET LOCAL statement_timeout = '50ms'")
+                    c.execute("SELECT pg_sleep(5)")
+            return real(c, job_id, *args)
+
+        monkeypatch.setattr(execution, "upstream_outputs", failing_read)
+        outcomes = runner.handle_batch(batch)
+        assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    assert sorted(o.kind for o in outcomes).count("retried") == 1, "the victim alone pays"
+    state = plans(conn)
+    assert (state[victim]["status"], state[victim]["attempts"]) == ("pending", 1)
+    for job in (first, last):
+        assert (state[job]["status"], state[job]["attempts"]) == ("done", 1), job
+    failures = conn.execute(
+        "SELECT e.job_id FROM engine_events e WHERE e.kind IN ('failed', 'retried')"
+    ).fetchall()
+    assert {f["job_id"] for f in failures} <= {victim}
+    assert len(jobs) == 3

@@ -17,7 +17,10 @@ can keep a holder running, kill it, or let it finish.
   that submits one child (``keyed_parent`` with ``n - 1`` while ``n > 0``, then
   ``keyed_kid``) and waits for it: a child inherits its ancestors' slots;
 - ``keyed_kid``: one step ``b`` under ``fam:{group}``, limit 1 per job, that
-  holds like the others (``hold_file``).
+  holds like the others (``hold_file``);
+- ``keyed_spawner``: one step ``spawn`` under ``spawn:{group}``, limit 1, that
+  records its effect (holding when ``hold_step`` is ``spawn``), then submits
+  one ``keyed_kid`` and waits for it.
 """
 
 from __future__ import annotations
@@ -162,6 +165,19 @@ def kid_b(params: KeyParams, ctx: StepContext) -> B:
     return B(**effect(ctx, params, "b").model_dump())
 
 
+keyed_spawner = Flow(
+    "keyed_spawner", params=KeyParams, concurrency=Concurrency("spawn:{group}", limit=1)
+)
+
+
+@keyed_spawner.step(name="spawn")
+def spawner_spawn(params: KeyParams, ctx: StepContext) -> Gathered:
+    effect(ctx, params, "spawn")
+    ctx.submit_child("keyed_kid", {"group": params.group}, key="kid")
+    kids = ctx.wait_for_children()
+    return Gathered(count=sum(k.ok for k in kids))
+
+
 flows = [
     keyed,
     keyed_pair,
@@ -171,4 +187,5 @@ flows = [
     keyed_gate,
     keyed_parent,
     keyed_kid,
+    keyed_spawner,
 ]

@@ -16,7 +16,12 @@ Any database of the upstream server is reachable through it (a ``*``
 fallback entry): :meth:`PgBouncer.url_for` names another one. Clients
 authenticate with ``trust`` and PgBouncer logs in upstream with the user (and
 password) of ``upstream_url``. ``options`` in the startup packet is refused,
-as a default PgBouncer does (``unsupported startup parameter: options``).
+as a default PgBouncer does (``unsupported startup parameter: options``),
+unless ``ignore_startup_parameters="options"`` makes it drop them silently.
+The URLs are libpq conninfo strings (``host=127.0.0.1 port=... dbname=...``).
+As root, PgBouncer (which refuses to run as root) runs as ``postgres`` or
+``nobody``, or as the owner of the upstream's socket folder; it logs to
+``workdir/pgbouncer.stderr`` (:meth:`PgBouncer.log`).
 """
 
 from __future__ import annotations
@@ -68,7 +73,9 @@ class PgBouncer:
     """One PgBouncer process between clients and ``upstream_url``'s server.
 
     ``pool_mode`` is PgBouncer's (``transaction``, ``session``, ``statement``);
-    ``pool_size`` is the number of server sessions per database and user.
+    ``pool_size`` is the number of server sessions per database and user;
+    ``ignore_startup_parameters`` (e.g. ``options``) makes PgBouncer drop those
+    startup parameters silently instead of refusing the connection.
     """
 
     def __init__(
@@ -77,11 +84,14 @@ class PgBouncer:
         workdir: Path,
         pool_mode: str = "transaction",
         pool_size: int = 2,
+        *,
+        ignore_startup_parameters: str = "",
     ) -> None:
         self.upstream = conninfo_to_dict(upstream_url)
         self.workdir = Path(workdir)
         self.pool_mode = pool_mode
         self.pool_size = pool_size
+        self.ignore_startup_parameters = ignore_startup_parameters
         self.port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -129,6 +139,7 @@ class PgBouncer:
                     # a client waits for a server session, never for ever
                     "query_wait_timeout = 30",
                     "server_reset_query =",
+                    f"ignore_startup_parameters = {self.ignore_startup_parameters}",
                     "server_check_delay = 0",
                     # no logfile, no pidfile: run as another user (as root), PgBouncer
                     # may not reach the folder; it logs to the stderr file opened here
@@ -143,13 +154,20 @@ class PgBouncer:
     def _run_as(self) -> list[str]:
         if os.getuid() != 0:
             return []
-        for name in _UNPRIVILEGED:
+        names = list(_UNPRIVILEGED)
+        host = str(self.upstream.get("host") or "")
+        if host.startswith("/") and Path(host).is_dir():
+            # a local socket (the embedded server's): its folder's owner may reach it
+            owner = Path(host).stat().st_uid
+            if owner != 0:
+                names.insert(0, pwd.getpwuid(owner).pw_name)
+        for name in names:
             try:
                 pwd.getpwnam(name)
             except KeyError:
                 continue
             return ["-u", name]
-        raise RuntimeError(f"running as root and none of the users {_UNPRIVILEGED} exists")
+        raise RuntimeError(f"running as root and none of the users {names} exists")
 
     def start(self) -> str:
         """Start PgBouncer and wait until it accepts connections; the client URL."""

@@ -25,3 +25,11 @@ WHERE l.locktype = 'relation' AND l.relation = to_regclass(%(table)s) AND l.gran
   AND l.mode IN ('RowShareLock', 'RowExclusiveLock') AND l.pid <> pg_backend_pid()
 ORDER BY a.xact_start NULLS LAST
 LIMIT 3;
+
+-- server_select_address --
+-- Where the server saw this connection arrive (NULL address: a local socket) and the port it listens on; compared with where the client dialed, a difference means something sits between them (a pooler, a proxy).
+SELECT host(inet_server_addr()) AS addr, inet_server_port() AS port, current_setting('port')::int AS listen_port;
+
+-- session_set_local --
+-- Behind a transaction pooler the session's settings (bounds, role) cannot travel in the startup packet: each transaction sets them for itself (SET LOCAL), on whichever server session it runs.
+SELECT set_config(s.name, s.value, true) FROM unnest(%(names)s::text[], %(values)s::text[]) AS s(name, value);

@@ -172,11 +172,12 @@ SAVEPOINT engine_step;
 ROLLBACK TO SAVEPOINT engine_step;
 
 -- lease_extend_if_owner --
--- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost. A lease holding a concurrency slot is never renewed once expired: its slot may have gone to the next holder, so it stays lost.
+-- Invariant 4: only the holder of the current token renews, by the database clock; zero rows means the lease was lost. A lease holding a concurrency slot is never renewed once expired: its slot may have gone to the next holder, so it stays lost; looked at under the key's lock (no job row lock: a renewal holds nothing else), so a renewal never commits after a claim counted the lease as lapsed.
 UPDATE engine_step_runs
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s)
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
-  AND (concurrency_key IS NULL OR lease_expires_at > clock_timestamp())
+  AND (concurrency_key IS NULL
+       OR engine_concurrency_hold(concurrency_key, NULL, id, %(token)s::uuid))
 RETURNING lease_expires_at;
 
 -- lease_release_if_owner --
@@ -195,7 +196,7 @@ JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE s.id = %(id)s;
 
 -- checkpoint_put_if_leased --
--- Invariant 5: the output commits only while our token is current, and for a step run holding a concurrency slot only while its lease is live (an expired slot may have gone to the next holder); zero rows rolls back the whole step transaction; the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint.
+-- Invariant 5: the output commits only while our token is current, and for a step run holding a concurrency slot only while its lease is live (an expired slot may have gone to the next holder), looked at under the key's lock so that it serialises with the key's claims (engine_concurrency_hold, migration 0018: a claim counting the holders waits for this commit); zero rows rolls back the whole step transaction; the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint.
 WITH job AS (
     SELECT id, status FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
 ), done AS (
@@ -205,7 +206,8 @@ WITH job AS (
     FROM job
     WHERE s.id = %(id)s AND s.job_id = job.id
       AND s.lease_token = %(token)s AND s.status = 'running'
-      AND (s.concurrency_key IS NULL OR s.lease_expires_at > clock_timestamp())
+      AND (s.concurrency_key IS NULL
+       OR engine_concurrency_hold(s.concurrency_key, s.job_id, s.id, %(token)s::uuid))
     RETURNING s.id, s.job_id, s.attempts, s.output
 ), logged AS (
     INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt)
@@ -351,7 +353,7 @@ WHERE s.attempts < s.max_attempts
 SELECT status, count(*)::int AS n FROM engine_step_runs GROUP BY status;
 
 -- step_wait_if_leased --
--- Invariants 14 and 16: only the lease holder parks its step run, in a statement after the one that locked the job row (so a signal committed by whoever held that lock is seen); the attempt comes back (waiting is not running the step) and the lease goes, but its concurrency slot is kept (by status) until the step run is claimed again, ends or is cancelled; if the awaited signal exists already it is pending again at once rather than waiting for a wake that has happened.
+-- Invariants 14, 16 and 17: only the lease holder parks its step run (a keyed one only while its lease is live, looked at under its key's lock: a lapsed holder keeps no slot, engine_concurrency_hold), in a statement after the one that locked the job row (so a signal committed by whoever held that lock is seen); the attempt comes back (waiting is not running the step) and the lease goes, but its concurrency slot is kept (by status) until the step run is claimed again, ends or is cancelled; if the awaited signal exists already it is pending again at once rather than waiting for a wake that has happened.
 WITH signalled AS (
     SELECT EXISTS (
         SELECT 1 FROM engine_signals
@@ -369,6 +371,8 @@ SET status = CASE WHEN signalled.found THEN 'pending' ELSE 'waiting' END,
 FROM signalled
 WHERE s.id = %(id)s AND s.job_id = %(job_id)s AND s.lease_token = %(token)s
   AND s.status = 'running'
+  AND (s.concurrency_key IS NULL
+       OR engine_concurrency_hold(s.concurrency_key, s.job_id, s.id, %(token)s::uuid))
 RETURNING s.status, s.wait_signal, s.wait_until;
 
 -- step_wake_by_signal --
@@ -413,7 +417,7 @@ WITH jobs AS (
 SELECT id, job_id FROM woken;
 
 -- step_wait_children_if_leased --
--- Invariants 14 and 16: only the lease holder parks its step run for its children, after the parent job row and the children rows were locked (job_lock_children: a child's end committed meanwhile is seen); the attempt comes back and the lease goes, its concurrency slot kept (by status) until it is claimed again, ends or is cancelled; with no child active any more it is pending again at once; a deadline set by an earlier park of this wait (as many waits passed before it) is kept (each child's end wakes the step, which must not move it), a wait after a caught timeout gets its own.
+-- Invariants 14, 16 and 17: only the lease holder parks its step run for its children (a keyed one only while its lease is live, under its key's lock: children never inherit a slot their parent lost), after the parent job row and the children rows were locked (job_lock_children: a child's end committed meanwhile is seen); the attempt comes back and the lease goes, its concurrency slot kept (by status) until it is claimed again, ends or is cancelled; with no child active any more it is pending again at once; a deadline set by an earlier park of this wait (as many waits passed before it) is kept (each child's end wakes the step, which must not move it), a wait after a caught timeout gets its own.
 WITH active AS (
     SELECT EXISTS (
         SELECT 1 FROM engine_jobs
@@ -434,6 +438,8 @@ SET status = CASE WHEN active.any THEN 'waiting' ELSE 'pending' END,
 FROM active
 WHERE s.id = %(id)s AND s.job_id = %(job_id)s AND s.lease_token = %(token)s
   AND s.status = 'running'
+  AND (s.concurrency_key IS NULL
+       OR engine_concurrency_hold(s.concurrency_key, s.job_id, s.id, %(token)s::uuid))
 RETURNING s.status, s.wait_signal, s.wait_until;
 
 -- step_wake_parent --
@@ -460,3 +466,10 @@ SELECT coalesce(wait_children AND wait_signal IS NULL AND wait_until <= clock_ti
        wait_until, wait_past
 FROM engine_step_runs
 WHERE id = %(id)s;
+
+-- lease_live --
+-- Read-only: is the lease `token` on step run `id` still ours and live, by the database clock? A step submitting a child job asks first (issue 27): a step run whose lease lapsed holds nothing, its key's slot least of all, so it hands nothing on; its commit (a park or a checkpoint) looks again under its key's lock.
+SELECT EXISTS (
+    SELECT 1 FROM engine_step_runs
+    WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+      AND lease_expires_at > clock_timestamp()) AS live;
