@@ -487,10 +487,13 @@ class Injector:
         fault.victim = proc.name
         run.partitioned.append(proc.name)
         run.wait_up(proc)
-        # work keeps arriving until it holds some (bounded like the other waits)
+        # work keeps arriving until it holds some (bounded like the other waits): more
+        # step runs at once than the other workers have slots, since its path is the
+        # slowest to claim
         deadline = time.monotonic() + run.bound_s + 10
         while proc.alive and not self._held_by(proc) and time.monotonic() < deadline:
-            run.submit_chaos()
+            for _ in range(1 + cfg.workers * cfg.concurrency // 3):
+                run.submit_chaos(fan=3)
             run.wait_for(lambda: bool(self._held_by(proc)), 1.0)
         held = dict(self._held_by(proc))
         if not held or not proc.alive:
