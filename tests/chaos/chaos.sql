@@ -412,3 +412,9 @@ WHERE s.concurrency_key IS NOT NULL
 SELECT count(*) AS sessions
 FROM engine_workers
 WHERE id = %(id)s AND pid = %(pid)s AND status = 'running';
+
+-- renewals_by_owner --
+-- Lease renewals of some step runs by one worker: a partition cuts a worker whose heartbeat has its connection open already.
+SELECT count(*) AS renewals
+FROM engine_events
+WHERE kind = 'renewed' AND step_run_id = ANY (%(ids)s::uuid[]) AND worker LIKE %(prefix)s;

@@ -483,19 +483,38 @@ class Injector:
         run.proxies.append(proxy)
         port = proxy.start()
         url = make_conninfo(run.worker_url, host="127.0.0.1", port=port)
-        proc = self.fleet.spawn("partitioned", ENGINE_DATABASE_URL=url, **run.worker_faults())
+        # a TCP proxy is no pooler, whatever the detection makes of the addresses it
+        # sees (engine/store/pooler.py): the direct path is the one under test
+        pooler = "auto" if run.pooled else "none"
+        proc = self.fleet.spawn(
+            "partitioned", ENGINE_DATABASE_URL=url, ENGINE_POOLER=pooler, **run.worker_faults()
+        )
         fault.victim = proc.name
         run.partitioned.append(proc.name)
         run.wait_up(proc)
-        # work keeps arriving until it holds some (bounded like the other waits): more
-        # step runs at once than the other workers have slots, since its path is the
-        # slowest to claim
+        # work keeps arriving until it holds a step run its heartbeat renewed once (its
+        # connection is open: a heartbeat that connects into the partition is bounded by
+        # connect_timeout alone, which says nothing of a statement stuck on an open
+        # connection). More step runs at once than the other workers have slots: its
+        # path through the proxy is the slowest to claim. Bounded like the other waits.
         deadline = time.monotonic() + run.bound_s + 10
-        while proc.alive and not self._held_by(proc) and time.monotonic() < deadline:
-            for _ in range(1 + cfg.workers * cfg.concurrency // 3):
-                run.submit_chaos(fan=3)
-            run.wait_for(lambda: bool(self._held_by(proc)), 1.0)
-        held = dict(self._held_by(proc))
+        held: dict[uuid.UUID, int] = {}
+        prefix = f"{proc.name}/%"
+
+        def renewed() -> dict[uuid.UUID, int]:
+            now = dict(self._held_by(proc))
+            if (
+                not now
+                or not run.q("renewals_by_owner", ids=list(now), prefix=prefix)[0]["renewals"]
+            ):
+                return {}
+            return now
+
+        while proc.alive and not held and time.monotonic() < deadline:
+            if not self._held_by(proc):
+                for _ in range(1 + cfg.workers * cfg.concurrency // 3):
+                    run.submit_chaos(fan=3)
+            held = run.wait_for(renewed, 1.0)
         if not held or not proc.alive:
             fault.applied = False
             fault.detail = f"{proc.name} held no step run"

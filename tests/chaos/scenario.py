@@ -105,7 +105,12 @@ def drain(run: Run) -> dict[str, Any]:
         if current != last:
             last, last_change = current, now
         if current[1] == 0:
-            return {"drain_s": round(now - started, 3), "gave_up": False}
+            # a parent may have failed since the last tend: its retry makes it active
+            retried = len(run.jobs.retried)
+            run.tend()
+            if len(run.jobs.retried) == retried:
+                return {"drain_s": round(now - started, 3), "gave_up": False}
+            continue
         if now - last_change > run.bound_s or now - started > run.cfg.drain_s:
             return {"drain_s": round(now - started, 3), "gave_up": True}
         time.sleep(0.1)
