@@ -465,9 +465,10 @@ class Injector:
         proxy's port; once it holds a live lease the proxy switches to the drawn
         mode (see :mod:`.proxy`): ``blackhole`` (the proxy aborts connections as the
         worker's TCP bounds would), ``silent`` (nothing can see it), ``latency`` or
-        ``reset``. The fault lasts until every step run it held was taken over by
-        another worker (at least past the lease) and, in a blackhole, until the
-        worker noticed or its notice bound passed; then the path heals, the held
+        ``reset``. A blackhole (silent or not) lasts until every step run it held
+        was taken over by another worker (at least past the lease) and, unless
+        silent, until the worker noticed or its notice bound passed; latency and
+        resets last a drawn window. Then the path heals, the held
         bytes go through (a zombie's late commit included: fencing must refuse it)
         and the worker is retired with SIGTERM.
         """
@@ -543,15 +544,19 @@ class Injector:
                 return False  # past the lease in any case
             rows = run.q("step_runs_select", ids=list(held))
             taken = all(r["status"] != "running" or r["attempts"] > held[r["id"]] for r in rows)
-            if mode == "blackhole":
+            if mode == "blackhole":  # and it noticed, or its notice bound passed
                 seen = noticed(proc, wall) is not None
                 return taken and (seen or elapsed > notice_bound)
             return taken
 
-        window = rng.uniform(2.0, 4.0) if mode in ("latency", "reset") else 0.0
-        taken_over = run.wait_for(over, max(run.bound_s, notice_bound) + window)
-        if window:
+        if mode in ("latency", "reset"):
+            # a window: a slow path may keep its leases, a reset one loses its sessions
+            # (and the worker reconnects); neither has to be taken over
+            window = rng.uniform(2.0, 4.0)
             run.wait_for(lambda: time.monotonic() - started >= window, window)
+            taken_over = True
+        else:
+            taken_over = run.wait_for(over, max(run.bound_s, notice_bound))
         lasted = time.monotonic() - started
         seen = noticed_line(proc, wall)
         noticed_s = None if seen is None else seen[0]
