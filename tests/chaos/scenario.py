@@ -339,7 +339,7 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         *("schedule_times_unfired", "schedule_jobs_per_time_off"),
         *("key_overlaps", "key_spans", "key_spans_waiting", "waited_for_key"),
         *("key_overlaps_sampled", "key_samples", "key_samples_held", "key_samples_failed"),
-        *("uncharged", "zombie_commits", "partition_zombie_commits"),
+        *("uncharged", "charged_by_crash_at_cap", "zombie_commits", "partition_zombie_commits"),
         *("retried_parents", "retried_unfinished", "closes_never_failed", "newer_jobs"),
         *("partition_modes", "partition_notice_s", "partition_notice_bound_s"),
         *("partition_notice_over_bound", "partition_silent_unnoticed"),
