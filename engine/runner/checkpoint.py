@@ -118,6 +118,15 @@ class FollowUp:
     queued: QueuedClaim | None  # the eager successor's claim, readable once sent
     known: Outputs  # the checkpoints the successor is handed
     ended_job: uuid.UUID | None  # the job this checkpoint completed, its report to render
+    eager: uuid.UUID | None = None  # the eager successor's id, claimed or not
+
+    def waiting_successor(self) -> uuid.UUID | None:
+        """The eager successor created pending (read after :meth:`continuation`): to be
+        announced after the commit if its key has a slot free (its key's lock was only busy),
+        else by its key's holder (:func:`engine.transports.announce.announce_if_slot_free`)."""
+        if self.queued is None or not self.queued.created_pending:
+            return None
+        return self.eager
 
     def continuation(self, *, check_lease: bool = False) -> Continuation | None:
         """The eager successor to run next, read after the commit (only then is the claim real)."""
@@ -199,4 +208,4 @@ def follow_up(
             lease_s=settings.lease_s,
         )
     announced += announce(sink, transport, job_id=claimed.job_id, new_runs=published)
-    return FollowUp(announced, queued, known, ended_job)
+    return FollowUp(announced, queued, known, ended_job, None if eager is None else eager.id)

@@ -48,6 +48,7 @@ from engine.runner.lease import Heartbeat, Lease
 from engine.runner.outcome import Continuation, Outcome
 from engine.runner.park import Park
 from engine.store.rows import Claimed
+from engine.transports.announce import announce_if_slot_free
 from engine.transports.base import Transport
 from engine.waits.children import ChildSubmitter
 from engine.waits.wait import Wait
@@ -238,17 +239,30 @@ class Executor:
         done = Outcome(
             "done", step_run_id=claimed.id, continuation=continuation, ended_job=follow.ended_job
         )
+        waiting = follow.waiting_successor()
         if self.group.open:
             self.group.after_commit(
                 follow.announced,
                 lease.receipt,
                 lease=lease,
                 successor=None if continuation is None else continuation.claimed.id,
+                then=None if waiting is None else lambda: self.announce_waiting([waiting]),
             )
             return done
         follow.announced.publish_after_commit(conn)
         self.failures.ack_after_commit(lease)
+        if waiting is not None:
+            self.announce_waiting([waiting])
         return done
+
+    def announce_waiting(self, step_run_ids: list[uuid.UUID]) -> None:
+        """Eager successors created pending, committed now: announced if their key has a
+        slot free (their key's lock was only busy), else left to its holder's end."""
+        try:
+            announce_if_slot_free(self.conn, self.transport, step_run_ids)
+        except Exception:
+            # committed pending: the sweeper's backstop announces them
+            log.warning("could not announce %d waiting successor(s)", len(step_run_ids))
 
     def compute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> dict[str, Any]:
         """Call the step with its inputs: its output as its checkpoint stores it, checked, and

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -149,12 +150,17 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
     group.commit()
     faults.hit("after_commit")
     results: dict[int, Outcome] = {}
+    waiting: list[uuid.UUID] = []
     for f in followed:
         claimed = f.member.lease.claimed
         outcome = Outcome("done", step_run_id=claimed.id, continuation=f.follow.continuation())
+        if (successor := f.follow.waiting_successor()) is not None:
+            waiting.append(successor)
         # quick or not by its own call: the round's shared statements are not its own
         _ended(executor, f.member, outcome, f.started, f.ran)
         results[id(f.member)] = outcome
+    if waiting:
+        executor.announce_waiting(waiting)
     for member, started in fenced:
         claimed = member.lease.claimed
         with logs.step_run(claimed, lease_owner=executor.worker):

@@ -25,6 +25,7 @@ __all__ = [
     "outbox_insert_delayed",
     "outbox_insert_for_claimable",
     "outbox_insert_for_freed_keys",
+    "outbox_insert_if_slot_free",
     "outbox_insert_many",
     "outbox_listen",
     "outbox_lock_unpublished_many",
@@ -110,6 +111,17 @@ def outbox_insert_many(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) 
     if not ids:
         return []
     rows = conn.execute(_q["outbox_insert_many"], {"ids": list(ids)}).fetchall()
+    return [int(column(r, "id")) for r in rows]
+
+
+@wrap_errors
+def outbox_insert_if_slot_free(
+    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]
+) -> list[int]:
+    """Announce those of ``ids`` (pending, keyed) whose key has a slot free now."""
+    if not ids:
+        return []
+    rows = conn.execute(_q["outbox_insert_if_slot_free"], {"ids": list(ids)}).fetchall()
     return [int(column(r, "id")) for r in rows]
 
 

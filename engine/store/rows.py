@@ -152,6 +152,8 @@ class QueuedClaim:
     ):
         self._cur = cur
         self._job = {"flow": flow, "params": params}
+        # read by result(): created pending (its key's lock busy or no slot free)
+        self.created_pending = False
 
     @wrap_errors
     def result(self) -> Claimed | None:
@@ -162,6 +164,7 @@ class QueuedClaim:
         finally:
             self._cur.close()
         if row is None or row.get("status", "running") != "running":
+            self.created_pending = row is not None
             return None
         return Claimed.from_row(
             {**row, **self._job, "previous_status": "pending", "previous_owner": None}

@@ -127,6 +127,21 @@ def announce_freed(
     return announce(conn, publisher, outbox_ids=ids)
 
 
+def announce_if_slot_free(
+    conn: psycopg.Connection[Any], publisher: Publisher, step_run_ids: Sequence[uuid.UUID]
+) -> None:
+    """Announce, after the commit that created them pending, keyed step runs whose key has
+    a slot free now (an eager successor whose key's lock was busy: a claim of the key
+    in progress, a keyed checkpoint committing). Without a slot free, the key's
+    holder announces them when it ends (:func:`announce_freed`), and nobody waits
+    for the sweeper's backstop.
+    """
+    with conn.transaction():
+        ids = store.outbox_insert_if_slot_free(conn, step_run_ids)
+        announced = announce(conn, publisher, outbox_ids=ids)
+    announced.publish_after_commit(conn)
+
+
 def _reads(conn: store.Executes) -> psycopg.Connection[Any]:
     """``conn`` itself: what follows reads rows, which a batch has none of before it is sent."""
     if isinstance(conn, store.Batch):

@@ -402,3 +402,73 @@ def test_retry__a_cancelled_tree_runs_again_inside_the_roots_slot(
         row = conn.execute("SELECT status FROM engine_jobs WHERE id = %s", (job,)).fetchone()
         assert row == {"status": "done"}
     assert first_event(conn, outsider, "claimed") > first_event(conn, root, "job_done")
+
+
+# -- prompt wakes: announced when the key frees, not by the backstop --------------------
+
+BROOD_PARENTS = _ParentsOnly([keyedflows.keyed_brood, keyedflows.keyed_kid])
+
+
+def test_announce__a_woken_parent_refused_over_its_limit_is_announced_when_its_kid_ends(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # the refused copy comes back after 15 minutes and the sweeper re-announces
+    # after 5 (fast): the parent finishing now is the freed key's announcement
+    parent = submit_keyed(fast, "keyed_brood", group="brood")
+    with thread_worker(fast, BROOD_PARENTS):
+        wait_until(
+            lambda: run_of(conn, parent, "spawn")["status"] == "waiting",
+            what="the parent to park for its kids",
+        )
+    kids = [
+        r["id"]
+        for r in conn.execute(
+            "SELECT id FROM engine_jobs WHERE parent_job_id = %s ORDER BY child_key", (parent,)
+        ).fetchall()
+    ]
+    assert isinstance(try_claim(fast, message(conn, kids[0]), "kid-worker"), Claimed)
+    admin.cancel(fast, kids[0])  # the first kid ends: the parent is woken, and announced
+    # the second kid takes the key before the parent's claim (the parent's
+    # hold does not count against its kid; the kid, another job, counts against it)
+    assert isinstance(try_claim(fast, message(conn, kids[1]), "kid-worker"), Claimed)
+    spawn = run_of(conn, parent, "spawn")["id"]
+    with thread_worker(fast, BROOD_PARENTS):
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM engine_events WHERE step_run_id = %s AND kind = 'claim_refused'",
+                (spawn,),
+            ).fetchone(),
+            what="the woken parent's claim to be refused over its limit",
+        )
+        admin.cancel(fast, kids[1])  # the key frees: the parent is announced now
+        assert wait_job_ended(conn, parent, timeout=30) == "done"
+
+
+def test_announce__an_eager_successor_created_pending_on_a_busy_key_lock_runs_when_it_frees(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # keyed_chain: a -> b, b under chain:{group}; a's checkpoint creates b leased
+    # to itself, trying the key's lock without waiting (under the job's row lock):
+    # held by another session at that moment, b is created pending, no holder
+    # exists to announce it, and only the sweeper's next round would (here in 2 minutes)
+    fast = fast.model_copy(update={"sweep_interval_s": 120.0})
+    key_lock = "SELECT pg_advisory_lock(hashtextextended('engine.concurrency:chain:busy', 0))"
+    with db.connect(fast, autocommit=True) as locker:
+        locker.execute(key_lock)
+        job = submit_keyed(fast, "keyed_chain", group="busy")
+        with thread_worker(fast, REGISTRY):
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT 1 FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'",
+                    (job,),
+                ).fetchone(),
+                what="b created pending",
+            )
+            locker.execute(
+                "SELECT pg_advisory_unlock(hashtextextended('engine.concurrency:chain:busy', 0))"
+            )
+            assert wait_job_ended(conn, job, timeout=30) == "done"
+    [refused] = conn.execute(
+        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'", (job,)
+    ).fetchall()
+    assert refused["detail"]["eager"] is True

@@ -10,6 +10,7 @@ invisible to another session until the group's last step is done).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import uuid
 from collections.abc import Iterator
@@ -412,10 +413,12 @@ def test_group__a_keyed_checkpoint_commits_before_any_neighbour_runs(
     registry = Registry.load(["testflows", "keyedflows"])
     keyed = submit("keyed", {"group": "grouped"}, settings=fast, registry=registry).job_id
     after: list[uuid.UUID] = []
-    while len(after) < 2:  # neighbours the group runs after the keyed one (job order)
-        job = submit("chain", {"n": len(after)}, settings=fast, registry=registry).job_id
+    for n in itertools.count():  # neighbours the group runs after the keyed one (job order)
+        job = submit("chain", {"n": n}, settings=fast, registry=registry).job_id
         if job.bytes > keyed.bytes:
             after.append(job)
+        if len(after) == 2:
+            break
     queued = conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone()
     assert queued is not None
     seen: list[str] = []

@@ -18,6 +18,9 @@ can keep a holder running, kill it, or let it finish.
   ``keyed_kid``) and waits for it: a child inherits its ancestors' slots;
 - ``keyed_kid``: one step ``b`` under ``fam:{group}``, limit 1 per job, that
   holds like the others (``hold_file``);
+- ``keyed_brood``: one step ``spawn`` under ``fam:{group}``, limit 1 per job,
+  that submits two ``keyed_kid`` and waits for them (the kids take turns: each
+  is another job of the key; the parent's hold does not count against them);
 - ``keyed_spawner``: one step ``spawn`` under ``spawn:{group}``, limit 1, that
   records its effect (holding when ``hold_step`` is ``spawn``), then submits
   one ``keyed_kid`` and waits for it.
@@ -165,6 +168,17 @@ def kid_b(params: KeyParams, ctx: StepContext) -> B:
     return B(**effect(ctx, params, "b").model_dump())
 
 
+keyed_brood = Flow("keyed_brood", params=KeyParams, concurrency=FAMILY)
+
+
+@keyed_brood.step(name="spawn")
+def brood_spawn(params: KeyParams, ctx: StepContext) -> Gathered:
+    for i in range(2):
+        ctx.submit_child("keyed_kid", {"group": params.group, "n": i}, key=f"kid{i}")
+    kids = ctx.wait_for_children()
+    return Gathered(count=sum(k.ok for k in kids))
+
+
 keyed_spawner = Flow(
     "keyed_spawner", params=KeyParams, concurrency=Concurrency("spawn:{group}", limit=1)
 )
@@ -187,5 +201,6 @@ flows = [
     keyed_gate,
     keyed_parent,
     keyed_kid,
+    keyed_brood,
     keyed_spawner,
 ]

@@ -38,6 +38,17 @@ INSERT INTO engine_outbox (step_run_id)
 SELECT unnest(%(ids)s::uuid[])
 RETURNING id;
 
+-- outbox_insert_if_slot_free --
+-- An eager successor its checkpoint created pending (its key's lock was busy, or no slot was free), read after that checkpoint committed: announced now if its key has a slot free (the claim its message makes waits for the key's lock, and counts again); otherwise nothing, and the holder's end announces it (outbox_insert_for_freed_keys sees it, committed now).
+INSERT INTO engine_outbox (step_run_id)
+SELECT s.id
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
+WHERE s.id = ANY (%(ids)s::uuid[]) AND s.status = 'pending'
+  AND engine_concurrency_slot_free(s.concurrency_key, s.concurrency_limit,
+                                   s.concurrency_per_job, s.job_id, s.id, 'none')
+RETURNING id;
+
 -- outbox_insert_for_claimable --
 -- Invariant 9: a claimable step run (due, or lease expired) not announced since it became claimable (or for republish_after) is announced again; a lost message delays work, never loses it.
 INSERT INTO engine_outbox (step_run_id)
@@ -67,7 +78,7 @@ VALUES (%(step_run_id)s, clock_timestamp() + make_interval(secs => %(delay_s)s))
 RETURNING id;
 
 -- outbox_insert_for_freed_keys --
--- No polling storm: for each concurrency key of these jobs' step runs and their descendants' (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending and due, or running with an expired lease whose reclaim was refused over the limit, under the cap, of an active job, not a woken wait that holds its slot already) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job with a slot free (never those of a job holding it, or freeing it here: they were announced when they became ready, and announcing them at each sibling's checkpoint would send a fan-out's messages over and over; refused meanwhile, another job held the key, and its end announces them); a key still full announces nothing. Holders are running with a live lease or keep their slot by status (waiting, or woken and not yet claimed); a child job's ancestors' holds do not count against it (checked by engine_concurrency_slot_free, only for a child the plain count finds blocked).
+-- No polling storm: for each concurrency key of these jobs' step runs and their descendants' (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending and due, or running with an expired lease whose reclaim was refused over the limit, under the cap, of an active job, not a woken wait that holds its slot already) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job with a slot free (never those of a job holding it, or freeing it here: they were announced when they became ready, and announcing them at each sibling's checkpoint would send a fan-out's messages over and over; refused meanwhile, another job held the key, and its end announces them); and a woken wait refused over the limit (its slot kept, a child or a parent of its job holding the key meanwhile) once its slot is free; a key still full announces nothing. Holders are running with a live lease or keep their slot by status (waiting, or woken and not yet claimed); a child job's ancestors' holds do not count against it (checked by engine_concurrency_slot_free, only for a child the plain count finds blocked).
 WITH RECURSIVE tree (id) AS (
     SELECT unnest(%(job_ids)s::uuid[])
     UNION
@@ -128,11 +139,28 @@ WITH RECURSIVE tree (id) AS (
     SELECT f.id, f.job_id, f.per_job, f.n,
            first_value(f.job_id) OVER (PARTITION BY f.key ORDER BY f.n) AS first_job
     FROM free AS f
+), woken AS (
+    -- a woken wait (its slot kept) whose claim was refused over the limit (a
+    -- child of its job, or a job it is a child of, held the key meanwhile): its
+    -- own copy comes back only later, so it is announced once it has a slot
+    SELECT w.id, 0::bigint AS n
+    FROM keys AS k
+    JOIN engine_step_runs AS w
+      ON w.concurrency_key = k.key AND w.concurrency_kept AND w.status = 'pending'
+     AND w.available_at <= clock_timestamp() AND w.attempts < w.max_attempts
+    JOIN engine_jobs AS j ON j.id = w.job_id AND j.status IN ('pending', 'running')
+    WHERE EXISTS (SELECT 1 FROM engine_outbox AS o
+                  WHERE o.step_run_id = w.id AND o.deliver_at > clock_timestamp())
+      AND engine_concurrency_slot_free(w.concurrency_key, w.concurrency_limit,
+                                       w.concurrency_per_job, w.job_id, w.id, 'none')
 )
 INSERT INTO engine_outbox (step_run_id)
-SELECT f.id
-FROM firsts AS f
-WHERE NOT f.per_job OR f.job_id = f.first_job
-ORDER BY f.n
+SELECT a.id
+FROM (
+    SELECT f.id, f.n FROM firsts AS f WHERE NOT f.per_job OR f.job_id = f.first_job
+    UNION ALL
+    SELECT w.id, w.n FROM woken AS w
+) AS a
+ORDER BY a.n
 LIMIT %(limit)s
 RETURNING id;
