@@ -40,6 +40,7 @@ FLOW_MODULES = (
     "tests.chaos.chaosflow",
     "tests.chaos.keyflows",
 )
+PGBOUNCER_LOGIN_RETRY_S = 15.0
 PERIOD = "2026-11"
 NEXT_PERIOD = "2026-12"
 
@@ -175,7 +176,7 @@ class ChaosConfig:
             **self.extra,
         }
 
-    def bound(self, transport: str) -> dict[str, float]:
+    def bound(self, transport: str, pooled: bool = False) -> dict[str, float]:
         """The recovery bound, term by term; ``bound_s`` is their sum.
 
         From the moment a fault takes work away (a kill, a stop, a SIGTERM, a
@@ -195,7 +196,9 @@ class ChaosConfig:
           retry delay (capped);
         - ``sqs_retries``: botocore's backoff on injected SQS errors
           (throttling backs off 1 s, then 2 s, ... for each retry allowed);
-        - ``margin``: process scheduling on a loaded machine.
+        - ``margin``: process scheduling on a loaded machine;
+        - ``pooler_login_retry`` (the pooler scenario): PgBouncer's wait before it
+          logs in to the server again after a failed login (an outage).
         """
         receive = self.poll_wait_s
         sqs_retries = 0.0
@@ -213,10 +216,15 @@ class ChaosConfig:
             "sqs_retries": sqs_retries,
             "margin": self.margin_s,
         }
+        if pooled:
+            # PgBouncer retries a failed server login only every server_login_retry
+            # (15 s, its default: tests/support/pooler.py leaves it): after an outage
+            # its pool comes back that late
+            terms["pooler_login_retry"] = PGBOUNCER_LOGIN_RETRY_S
         return terms
 
-    def bound_s(self, transport: str) -> float:
-        return round(sum(self.bound(transport).values()), 3)
+    def bound_s(self, transport: str, pooled: bool = False) -> float:
+        return round(sum(self.bound(transport, pooled).values()), 3)
 
     def keepalive_bound_s(self) -> float:
         """How long an idle connection on a dead path lives, from its settings.
@@ -236,7 +244,9 @@ class ChaosConfig:
 
         - ``send``: its next statement on that path (a heartbeat renews every
           ``heartbeat_s``, an idle worker polls every ``poll_wait_s``);
-        - ``tcp``: the socket is declared dead (:meth:`tcp_bound_s`);
+        - ``tcp``: the statement's socket is declared dead (``tcp_user_timeout``: a
+          statement in flight is unacknowledged data; :meth:`keepalive_bound_s` is
+          the idle connections' bound, which the proxy also stands in for);
         - ``margin``: process scheduling on a loaded machine.
         """
         return {

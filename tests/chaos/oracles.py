@@ -9,8 +9,10 @@ running in an ended job. ``phantoms``: a job or effect nobody committed (a
 rolled-back submit), or a message for a step run that does not exist.
 
 Recovery: for each fault and each step run it took away, the time from the
-fault's origin to that step run's end, cut at the start of a later fault that
-took the same step run away (that one's sample goes on from there).
+fault's origin to that step run's end (or to its first park after the
+origin: it ran again up to a wait for a signal, its children or a time, which
+is not the fault's to recover), cut at the start of a later fault that took
+the same step run away (that one's sample goes on from there).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def recovery(run: Run, kinds: set[str] | None = None) -> tuple[list[tuple[float,
     if not ids:
         return [], 0
     state = {r["id"]: r for r in run.q("step_runs_select", ids=ids)}
+    parks: dict[uuid.UUID, list[Any]] = {}
+    for r in run.q("parks_select", ids=ids):
+        parks.setdefault(r["step_run_id"], []).append(r["at"])
     hits: dict[uuid.UUID, list[Any]] = {}
     for f in faults:
         for s, _ in f.affected:
@@ -46,6 +51,9 @@ def recovery(run: Run, kinds: set[str] | None = None) -> tuple[list[tuple[float,
         for s, _ in f.affected:
             row = state.get(s)
             finished = row["finished_at"] if row else None
+            parked = [t for t in parks.get(s, []) if t > f.origin]
+            if parked and (finished is None or parked[0] < finished):
+                finished = parked[0]  # ran again up to its wait: what it waits for is not ours
             later = [t for t in hits[s] if t is not None and t > f.start]
             cut = min(later) if later else None
             if finished is None and cut is None:

@@ -213,6 +213,7 @@ def run_scenario(
     ):
         run = Run(cfg, transport, seed, admin, Path(tmp))
         run.pooled = pooled
+        run.bound_s = cfg.bound_s(transport, pooled)
         figures: dict[str, Any] = {}
         error = ""
         sampler: KeySampler | None = None
@@ -349,7 +350,7 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
     ]
     line.update({k: figures.get(k) for k in keys})
     line["bound_s"] = run.bound_s
-    line["bound_terms"] = run.cfg.bound(run.transport)
+    line["bound_terms"] = run.cfg.bound(run.transport, run.pooled)
     line["drain_s"] = figures.get("drain_s")
     line["elapsed_s"] = figures.get("elapsed_s")
     line["result"] = "pass" if not failed else "fail"
