@@ -420,7 +420,7 @@ FROM engine_events
 WHERE kind = 'renewed' AND step_run_id = ANY (%(ids)s::uuid[]) AND worker LIKE %(prefix)s;
 
 -- parks_select --
--- When some step runs parked (a signal, a sleep, their children): a step run a fault took away has recovered once it ran again up to its wait; what it waits for then (an operator's signal, its children, its key) is not the fault's.
+-- When some step runs parked (a signal, a sleep, their children): a step run a fault took away has recovered once it ran again up to its wait; what it waits for then (an operator's signal, its children, a time) is not the fault's.
 SELECT step_run_id, at
 FROM engine_events
 WHERE kind = 'waiting' AND step_run_id = ANY (%(ids)s::uuid[])
