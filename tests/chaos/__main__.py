@@ -46,15 +46,50 @@ def run_all(cfg: ChaosConfig, admin: str | None = None) -> list[dict[str, Any]]:
     cfg.check()
     admin = admin or admin_conninfo()
     lines = []
-    for transport in cfg.transports:
-        for seed in range(cfg.seed, cfg.seed + cfg.scenarios):
-            line = run_scenario(cfg, transport, seed, admin)
-            print(json.dumps(line, default=str), flush=True)
-            if line["result"] != "pass":
-                say(f"FAIL {line['scenario']}: {'; '.join(line['failures'])}")
-                say(f"replay: {line['replay']}")
-            lines.append(line)
+    runs = [
+        (t, seed, False)
+        for t in cfg.transports
+        for seed in range(cfg.seed, cfg.seed + cfg.scenarios)
+    ]
+    # one more scenario per pooled transport: every worker through PgBouncer
+    runs += [(t, cfg.seed, True) for t in cfg.pooled()]
+    for transport, seed, pooled in runs:
+        line = run_scenario(cfg, transport, seed, admin, pooled=pooled)
+        print(json.dumps(line, default=str), flush=True)
+        if line["result"] != "pass":
+            say(f"FAIL {line['scenario']}: {'; '.join(line['failures'])}")
+            say(f"replay: {line['replay']}")
+        lines.append(line)
+    summary(lines)
     return lines
+
+
+_SUMMARY = (
+    "double_effects",
+    "lost",
+    "stranded",
+    "key_overlaps",
+    "key_overlaps_sampled",
+    "uncharged",
+    "zombie_commits",
+    "retried_unfinished",
+)
+
+
+def summary(lines: list[dict[str, Any]]) -> None:
+    """The figures that must hold, one line per scenario, and the recoveries against bounds."""
+    for line in lines:
+        must = " ".join(f"{k}={line.get(k)}" for k in _SUMMARY)
+        say(
+            f"summary {line['scenario']}: {line['result']}; {must}; "
+            f"recovery p95 {line.get('recovery_p95_s')} s max {line.get('recovery_max_s')} s "
+            f"(bound {line.get('bound_s')} s, {line.get('recovery_samples')} samples); "
+            f"partition recovery p95 {line.get('partition_recovery_p95_s')} s "
+            f"max {line.get('partition_recovery_max_s')} s "
+            f"(bound {line.get('partition_recovery_bound_s')} s, "
+            f"{line.get('partition_recovery_samples')} samples), noticed "
+            f"{line.get('partition_notice_s')} s (bound {line.get('partition_notice_bound_s')} s)"
+        )
 
 
 def _split(value: str) -> tuple[str, ...]:

@@ -85,13 +85,13 @@ FROM pg_stat_activity
 WHERE datname = %(db)s AND application_name = %(app)s;
 
 -- oracle_jobs --
--- Oracles 7 and 8: every job, to compare with what was committed, rolled back or ambiguous.
-SELECT id, flow, status, params, error, created_at, finished_at
+-- Oracles 7 and 8: every job, to compare with what was committed, rolled back or ambiguous (a child job is expected when its parent is).
+SELECT id, flow, status, params, error, created_at, finished_at, parent_job_id
 FROM engine_jobs
 ORDER BY created_at, id;
 
 -- oracle_chaos_effects --
--- Oracles 1 and 4: one effect per finished step run of the chaos flow, written by the attempt that checkpointed it; extra rows are double effects.
+-- Oracles 1 and 4: one effect per finished step run of the chaos flows (each step that takes a context), written by the attempt that checkpointed it; extra rows are double effects.
 SELECT count(*) FILTER (WHERE s.status = 'done') AS done,
        coalesce(sum(greatest(e.n - 1, 0)), 0) AS double_effects,
        count(*) FILTER (WHERE s.status = 'done' AND e.n = 0) AS missing,
@@ -101,7 +101,10 @@ SELECT count(*) FILTER (WHERE s.status = 'done') AS done,
                            WHERE r.job_id = x.job_id AND r.step = x.step
                              AND r.fanout_key = x.fanout_key)) AS orphans
 FROM engine_step_runs AS s
-JOIN engine_jobs AS j ON j.id = s.job_id AND j.flow = 'chaos'
+JOIN engine_jobs AS j ON j.id = s.job_id
+  AND j.flow IN ('chaos', 'chaos_keyed', 'chaos_close', 'chaos_kid')
+  -- the pure steps of the newer flows take no context: they write no effect
+  AND s.step NOT IN ('tally', 'seal')
 CROSS JOIN LATERAL (
     SELECT count(*) AS n,
            count(*) FILTER (
@@ -213,13 +216,13 @@ WHERE tstzrange(a.created_at, coalesce(a.finished_at, 'infinity'))
    && tstzrange(b.created_at, coalesce(b.finished_at, 'infinity'));
 
 -- oracle_key_overlap --
--- Concurrency keys counted per job: the holds that checkpointed of two different jobs of one key never overlap, unless one job is an ancestor of the other (a child inherits its ancestors' slots). A hold runs from a claim to the checkpoint, through every wait on the way: an attempt that parked (waiting) keeps its slot until the step run is claimed again, so that claim continues the hold; a claim after a retry, a release, a fence or an expired lease starts a new one. Also: how many holds included a wait, and how often a step run waited for its key (over_limit refusals, its eager form included).
+-- Concurrency keys counted per job (per step run for a key not per job; every chaos key has limit 1): the holds that checkpointed of two different jobs of one key never overlap, unless one job is an ancestor of the other (a child inherits its ancestors' slots). A hold runs from a claim to the checkpoint, through every wait on the way: an attempt that parked (waiting) keeps its slot until the step run is claimed again, so that claim continues the hold; a claim after a retry, a release, a fence or an expired lease starts a new one. Also: how many holds included a wait, and how often a step run waited for its key (over_limit refusals, its eager form included).
 WITH RECURSIVE marks AS (
     SELECT e.step_run_id, e.kind, e.at, e.id,
            lag(e.kind) OVER (PARTITION BY e.step_run_id ORDER BY e.at, e.id) AS before
     FROM engine_events AS e
     JOIN engine_step_runs AS s ON s.id = e.step_run_id
-    WHERE s.concurrency_key IS NOT NULL AND s.concurrency_per_job
+    WHERE s.concurrency_key IS NOT NULL
       AND e.kind IN ('claimed', 'reclaimed', 'waiting', 'succeeded', 'retried', 'released',
                      'fenced', 'lease_lost', 'dead_lettered', 'cancelled')
 ), holds AS (
@@ -231,13 +234,15 @@ WITH RECURSIVE marks AS (
     FROM marks AS m
 ), spans AS (
     SELECT s.concurrency_key AS key, s.job_id,
+           -- who holds: the job (limit per job) or the step run itself
+           CASE WHEN s.concurrency_per_job THEN s.job_id ELSE s.id END AS holder,
            min(h.at) FILTER (WHERE h.kind IN ('claimed', 'reclaimed')) AS claimed,
            min(h.at) FILTER (WHERE h.kind = 'succeeded') AS ended,
            bool_or(h.kind = 'waiting') AS waited
     FROM holds AS h
     JOIN engine_step_runs AS s ON s.id = h.step_run_id
     WHERE h.hold > 0
-    GROUP BY s.concurrency_key, s.job_id, h.step_run_id, h.hold
+    GROUP BY s.concurrency_key, s.job_id, s.id, s.concurrency_per_job, h.step_run_id, h.hold
     HAVING bool_or(h.kind = 'succeeded')
 ), lineage (job_id, ancestor) AS (
     SELECT j.id, j.parent_job_id FROM engine_jobs AS j WHERE j.parent_job_id IS NOT NULL
@@ -248,7 +253,7 @@ WITH RECURSIVE marks AS (
     WHERE j.parent_job_id IS NOT NULL
 )
 SELECT (SELECT count(*) FROM spans AS a
-        JOIN spans AS b ON b.key = a.key AND b.job_id > a.job_id
+        JOIN spans AS b ON b.key = a.key AND b.holder > a.holder
         WHERE a.claimed < b.ended AND b.claimed < a.ended
           AND NOT EXISTS (
               SELECT 1 FROM lineage AS l
@@ -333,3 +338,90 @@ SELECT
     (SELECT count(*) FROM engine_schedule_fires AS f
       JOIN engine_schedules AS s ON s.id = f.schedule_id
       WHERE s.name = %(schedule)s) AS fires;
+
+-- jobs_status_select --
+-- The status of some jobs: a close-like parent failed by its planned child is retried by the harness.
+SELECT id, status FROM engine_jobs WHERE id = ANY (%(ids)s::uuid[]);
+
+-- gate_open --
+-- Opens the gate of a close-like parent's failing child (the data a retry finds fixed).
+INSERT INTO chaos_gates (n) VALUES (%(n)s) ON CONFLICT (n) DO NOTHING RETURNING n;
+
+-- oracle_uncharged --
+-- Invariant 18: an attempt is charged (retried, dead-lettered) only for the step's own exception. Every failure a chaos step raises on purpose says "planned"; the ERP steps raise none in a chaos run. Any other charge: a neighbour, a timeout, a lost connection, a pooler, a fence paid by a step that did not raise.
+SELECT e.id, e.kind, e.at, e.job_id, e.step_run_id, e.worker, e.attempt, j.flow, s.step,
+       left(coalesce(e.detail ->> 'error', e.detail ->> 'reason', ''), 300) AS why
+FROM engine_events AS e
+JOIN engine_step_runs AS s ON s.id = e.step_run_id
+JOIN engine_jobs AS j ON j.id = e.job_id
+WHERE e.kind IN ('retried', 'dead_lettered')
+  AND coalesce(e.detail ->> 'error', e.detail ->> 'reason', '') NOT LIKE '%%planned%%'
+ORDER BY e.id;
+
+-- oracle_zombie_commits --
+-- Fencing from the history: a step run's checkpoint (succeeded) is by the worker and attempt of the last claim before it; one after another worker's (or a later attempt's) claim was committed by a zombie whose lease had been reclaimed.
+SELECT v.id, v.at, v.step_run_id, v.job_id, v.worker, v.attempt,
+       c.worker AS claimed_by, c.attempt AS claimed_attempt, c.at AS claimed_at, c.kind AS claim
+FROM engine_events AS v
+CROSS JOIN LATERAL (
+    SELECT x.worker, x.attempt, x.at, x.kind
+    FROM engine_events AS x
+    WHERE x.step_run_id = v.step_run_id AND x.kind IN ('claimed', 'reclaimed')
+      AND (x.at, x.id) < (v.at, v.id)
+    ORDER BY x.at DESC, x.id DESC
+    LIMIT 1
+) AS c
+WHERE v.kind = 'succeeded'
+  AND (c.worker IS DISTINCT FROM v.worker OR c.attempt IS DISTINCT FROM v.attempt)
+ORDER BY v.id;
+
+-- key_holders_over_limit --
+-- Sampled while the run goes (the key_overlaps oracle): the holders of every key as engine_concurrency_holders defines them (running under a live lease, or waiting or woken with its slot kept), and those that see at least the key's limit of other holders, not counting their own job's runs (a limit per job), their ancestors' (a child inherits its ancestors' slots) nor their descendants' (the same inheritance, seen from the parent).
+WITH h AS (
+    SELECT s.id, s.job_id, s.concurrency_key AS key, s.concurrency_limit AS lim,
+           s.concurrency_per_job AS per_job, s.status, s.lease_owner
+    FROM engine_step_runs AS s
+    WHERE s.concurrency_key IS NOT NULL
+      AND ((s.status = 'running' AND s.lease_expires_at > clock_timestamp())
+           OR (s.concurrency_kept AND s.status IN ('waiting', 'pending')))
+), a AS (
+    SELECT h.*, engine_job_ancestors(h.job_id) AS anc FROM h
+)
+SELECT x.key, x.lim, x.per_job, x.id, x.job_id, x.status, x.lease_owner,
+       count(DISTINCT CASE WHEN x.per_job THEN o.job_id ELSE o.id END) AS others,
+       array_agg(DISTINCT o.job_id::text || ':' || o.status || ':'
+                 || coalesce(o.lease_owner, '-')) AS other_holders,
+       clock_timestamp() AS at
+FROM a AS x
+JOIN a AS o ON o.key = x.key AND o.id <> x.id
+ AND (NOT x.per_job OR o.job_id <> x.job_id)
+ AND o.job_id <> ALL (x.anc) AND x.job_id <> ALL (o.anc)
+GROUP BY x.key, x.lim, x.per_job, x.id, x.job_id, x.status, x.lease_owner
+HAVING count(DISTINCT CASE WHEN x.per_job THEN o.job_id ELSE o.id END) >= x.lim;
+
+-- key_holders_count --
+-- How many key holders a sample saw (that the sampler saw keys held at all).
+SELECT count(*) AS holders
+FROM engine_step_runs AS s
+WHERE s.concurrency_key IS NOT NULL
+  AND ((s.status = 'running' AND s.lease_expires_at > clock_timestamp())
+       OR (s.concurrency_kept AND s.status IN ('waiting', 'pending')));
+
+-- worker_registered --
+-- Behind PgBouncer a worker's sessions are the pooler's (no application name of its own): it is up once its roster row says running, from this process.
+SELECT count(*) AS sessions
+FROM engine_workers
+WHERE id = %(id)s AND pid = %(pid)s AND status = 'running';
+
+-- renewals_by_owner --
+-- Lease renewals of some step runs by one worker: a partition cuts a worker whose heartbeat has its connection open already.
+SELECT count(*) AS renewals
+FROM engine_events
+WHERE kind = 'renewed' AND step_run_id = ANY (%(ids)s::uuid[]) AND worker LIKE %(prefix)s;
+
+-- parks_select --
+-- When some step runs parked (a signal, a sleep, their children): a step run a fault took away has recovered once it ran again up to its wait; what it waits for then (an operator's signal, its children, a time) is not the fault's.
+SELECT step_run_id, at
+FROM engine_events
+WHERE kind = 'waiting' AND step_run_id = ANY (%(ids)s::uuid[])
+ORDER BY at;

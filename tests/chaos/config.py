@@ -27,10 +27,20 @@ FAULT_KINDS = (
     "submit_kill",  # an `engine submit` killed after its commit, or after publishing
     "term_last",  # SIGTERM during the last attempt a step run is allowed
     "schedule",  # a worker killed at a schedule's fault point while it fires; each time fires once
+    "partition",  # a worker behind a fault proxy: silent blackhole, latency or resets (proxy.py)
 )
+# what the partition fault switches a worker's proxy to; "blackhole" with the proxy
+# standing in for the worker's TCP bounds, "silent" with no bound able to see it
+PARTITION_MODES = ("blackhole", "silent", "latency", "reset")
 SQS_ONLY = frozenset({"sqs_errors"})
 
-FLOW_MODULES = ("flows.costing", "flows.posting", "tests.chaos.chaosflow")
+FLOW_MODULES = (
+    "flows.costing",
+    "flows.posting",
+    "tests.chaos.chaosflow",
+    "tests.chaos.keyflows",
+)
+PGBOUNCER_LOGIN_RETRY_S = 15.0
 PERIOD = "2026-11"
 NEXT_PERIOD = "2026-12"
 
@@ -76,6 +86,13 @@ class ChaosConfig:
     idle_in_transaction_s: float = 3.0
     lock_timeout_s: float = 5.0
     sqs_api_max_attempts: int = 3
+    connect_timeout_s: int = 2
+    # TCP bounds of every engine connection (engine.store.db.conninfo): short, so that a
+    # partitioned worker notices within seconds
+    tcp_user_timeout_s: float = 3.0
+    tcp_keepalives_idle_s: int = 1
+    tcp_keepalives_interval_s: int = 1
+    tcp_keepalives_count: int = 2
     # faults
     step_min_ms: int = 150
     step_max_ms: int = 600
@@ -84,6 +101,13 @@ class ChaosConfig:
     outage_min_s: float = 2.0
     outage_max_s: float = 5.0
     sqs_error_rate: float = 0.2
+    partition_modes: tuple[str, ...] = PARTITION_MODES
+    latency_min_ms: int = 200
+    latency_max_ms: int = 1500
+    # the pooler scenario: one more scenario per listed transport (seed ``seed``), every
+    # worker and engine command through PgBouncer in transaction pooling ("none": none)
+    pooler: tuple[str, ...] = ("postgres",)
+    pooler_size: int = 10  # server sessions: fewer than the fleet's transactions queues them
     margin_s: float = 3.0
     drain_s: float = 180.0  # hard cap on waiting for the jobs after the faults stop
     keep_db: bool = False
@@ -107,8 +131,20 @@ class ChaosConfig:
         bad = sorted(set(self.transports) - set(TRANSPORTS))
         if bad:
             raise ValueError(f"CHAOS_TRANSPORTS: unknown {bad}; valid: {', '.join(TRANSPORTS)}")
+        modes = sorted(set(self.partition_modes) - set(PARTITION_MODES))
+        if modes:
+            raise ValueError(
+                f"CHAOS_PARTITION_MODES: unknown {modes}; valid: {', '.join(PARTITION_MODES)}"
+            )
+        pooled = sorted(set(self.pooler) - set(TRANSPORTS) - {"none"})
+        if pooled:
+            raise ValueError(f"CHAOS_POOLER: unknown {pooled}; valid: {', '.join(TRANSPORTS)}")
         if self.rounds < 1 or self.scenarios < 1 or self.workers < 1:
             raise ValueError("CHAOS_ROUNDS, CHAOS_SCENARIOS and CHAOS_WORKERS must be >= 1")
+
+    def pooled(self) -> tuple[str, ...]:
+        """The transports that get a pooler scenario (among those the run covers)."""
+        return tuple(t for t in self.pooler if t in self.transports)
 
     def kinds(self, transport: str) -> tuple[str, ...]:
         return tuple(k for k in self.faults if transport == "sqs" or k not in SQS_ONLY)
@@ -129,14 +165,18 @@ class ChaosConfig:
             "ENGINE_IDLE_IN_TRANSACTION_TIMEOUT_S": str(self.idle_in_transaction_s),
             "ENGINE_LOCK_TIMEOUT_S": str(self.lock_timeout_s),
             "ENGINE_STATEMENT_TIMEOUT_S": "30",
-            "ENGINE_CONNECT_TIMEOUT_S": "2",
+            "ENGINE_CONNECT_TIMEOUT_S": str(self.connect_timeout_s),
+            "ENGINE_TCP_USER_TIMEOUT_S": str(self.tcp_user_timeout_s),
+            "ENGINE_TCP_KEEPALIVES_IDLE_S": str(self.tcp_keepalives_idle_s),
+            "ENGINE_TCP_KEEPALIVES_INTERVAL_S": str(self.tcp_keepalives_interval_s),
+            "ENGINE_TCP_KEEPALIVES_COUNT": str(self.tcp_keepalives_count),
             "ENGINE_REPORT_ON_END": "false",
             "ENGINE_SQS_API_MAX_ATTEMPTS": str(self.sqs_api_max_attempts),
             "ERP_POSTING_CHUNK_SIZE": str(self.chunk_size),
             **self.extra,
         }
 
-    def bound(self, transport: str) -> dict[str, float]:
+    def bound(self, transport: str, pooled: bool = False) -> dict[str, float]:
         """The recovery bound, term by term; ``bound_s`` is their sum.
 
         From the moment a fault takes work away (a kill, a stop, a SIGTERM, a
@@ -156,7 +196,9 @@ class ChaosConfig:
           retry delay (capped);
         - ``sqs_retries``: botocore's backoff on injected SQS errors
           (throttling backs off 1 s, then 2 s, ... for each retry allowed);
-        - ``margin``: process scheduling on a loaded machine.
+        - ``margin``: process scheduling on a loaded machine;
+        - ``pooler_login_retry`` (the pooler scenario): PgBouncer's wait before it
+          logs in to the server again after a failed login (an outage).
         """
         receive = self.poll_wait_s
         sqs_retries = 0.0
@@ -174,7 +216,44 @@ class ChaosConfig:
             "sqs_retries": sqs_retries,
             "margin": self.margin_s,
         }
+        if pooled:
+            # PgBouncer retries a failed server login only every server_login_retry
+            # (15 s, its default: tests/support/pooler.py leaves it): after an outage
+            # its pool comes back that late
+            terms["pooler_login_retry"] = PGBOUNCER_LOGIN_RETRY_S
         return terms
 
-    def bound_s(self, transport: str) -> float:
-        return round(sum(self.bound(transport).values()), 3)
+    def bound_s(self, transport: str, pooled: bool = False) -> float:
+        return round(sum(self.bound(transport, pooled).values()), 3)
+
+    def keepalive_bound_s(self) -> float:
+        """How long an idle connection on a dead path lives, from its settings.
+
+        Keepalives start after ``idle`` seconds; the connection is aborted after
+        ``count`` unanswered probes ``interval`` apart, or once ``tcp_user_timeout``
+        passed without an answer, whichever is first (Linux). A connection with a
+        statement in flight is aborted by ``tcp_user_timeout`` alone.
+        ``statement_timeout`` is the server's: behind a partition it never hears
+        the statement, so it bounds nothing here.
+        """
+        probes = self.tcp_keepalives_interval_s * self.tcp_keepalives_count
+        return self.tcp_keepalives_idle_s + min(probes, self.tcp_user_timeout_s)
+
+    def notice_bound(self) -> dict[str, float]:
+        """A partitioned worker notices (gives a connection up) within these terms' sum.
+
+        - ``send``: its next statement on that path (a heartbeat renews every
+          ``heartbeat_s``, an idle worker polls every ``poll_wait_s``);
+        - ``tcp``: the statement's socket is declared dead (``tcp_user_timeout``: a
+          statement in flight is unacknowledged data; :meth:`keepalive_bound_s` is
+          the idle connections' bound, which the proxy also stands in for);
+        - ``margin``: process scheduling on a loaded machine.
+        """
+        return {
+            "send": max(self.heartbeat_s, self.poll_wait_s),
+            "tcp": self.tcp_user_timeout_s,
+            "margin": self.margin_s,
+        }
+
+    def notice_bound_s(self) -> float:
+        return round(sum(self.notice_bound().values()), 3)

@@ -11,16 +11,21 @@ is measured on them (:mod:`.oracles`).
 from __future__ import annotations
 
 import random
+import re
 import signal
 import time
 import uuid
+from datetime import datetime
 from typing import Any
+
+from psycopg.conninfo import make_conninfo
 
 from engine import add_schedule, connect, submit
 from engine.transports.message import StepMessage
 
 from .config import FLOW_MODULES
 from .procs import Proc, run_submit
+from .proxy import FaultProxy
 from .run import SCHEDULE, Fault, Run, say
 
 _TARGET_WAIT_S = 8.0
@@ -29,10 +34,40 @@ _SUBMIT_POINTS = ("after_submit_commit", "after_publish")
 _SCHEDULE_POINTS = ("schedule_after_claim", "schedule_before_commit")
 # the job number of the chaos schedule's jobs: never one the harness submits
 _SCHEDULE_N = 1_000_000
+# what a worker logs when it gives a dead path up: an outage declared, a step not
+# committed for a lost connection, a lease found lost, a heartbeat that failed
+_NOTICED = re.compile(r"unreachable|not committed|connection lost|lost|fenced|heartbeat")
+_LOG_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}) (WARNING|ERROR|CRITICAL)")
+
+
+def noticed(proc: Proc, since: datetime) -> float | None:
+    """Seconds from ``since`` (local time, as the worker logs) to the worker's first log
+    line saying it gave a connection or a lease up; ``None`` if it has not."""
+    found = noticed_line(proc, since)
+    return None if found is None else found[0]
+
+
+def noticed_line(proc: Proc, since: datetime) -> tuple[float, str] | None:
+    if not proc.log.exists():
+        return None
+    for line in proc.log.read_text(errors="replace").splitlines():
+        found = _LOG_TIME.match(line)
+        if found is None or not _NOTICED.search(line):
+            continue
+        at = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        if at >= since:
+            return (at - since).total_seconds(), line[24:200]
+    return None
+
+
 _MODULE_OF = {
     "costing": "flows.costing",
     "posting": "flows.posting",
     "chaos": "tests.chaos.chaosflow",
+    "chaos_keyed": "tests.chaos.keyflows",
+    "chaos_close": "tests.chaos.keyflows",
+    "chaos_kid": "tests.chaos.keyflows",
+    "chaos_pure": "tests.chaos.keyflows",
 }
 
 
@@ -422,3 +457,136 @@ class Injector:
         run.tally.kills += 1
         run.tally.schedule_kills += 1
         return fault
+
+    def _partition(self, fault: Fault, rng: random.Random) -> Fault:
+        """A worker behind its own fault proxy, cut off from PostgreSQL mid-step, then healed.
+
+        The worker is started for the fault with ``ENGINE_DATABASE_URL`` on its
+        proxy's port; once it holds a live lease the proxy switches to the drawn
+        mode (see :mod:`.proxy`): ``blackhole`` (the proxy aborts connections as the
+        worker's TCP bounds would), ``silent`` (nothing can see it), ``latency`` or
+        ``reset``. A blackhole (silent or not) lasts until every step run it held
+        was taken over by another worker (at least past the lease) and, unless
+        silent, until the worker noticed or its notice bound passed; latency and
+        resets last a drawn window. Then the path heals, the held
+        bytes go through (a zombie's late commit included: fencing must refuse it)
+        and the worker is retired with SIGTERM.
+        """
+        run, cfg = self.run, self.run.cfg
+        mode = rng.choice(cfg.partition_modes)
+        keepalive = cfg.keepalive_bound_s()
+        proxy = FaultProxy(
+            run.pg_upstream,
+            name=f"partition-{fault.round + 1}",
+            abort_after_s=cfg.tcp_user_timeout_s if mode == "blackhole" else None,
+            idle_abort_s=keepalive if mode == "blackhole" else None,
+        )
+        run.proxies.append(proxy)
+        port = proxy.start()
+        url = make_conninfo(run.worker_url, host="127.0.0.1", port=port)
+        # a TCP proxy is no pooler, whatever the detection makes of the addresses it
+        # sees (engine/store/pooler.py): the direct path is the one under test
+        pooler = "auto" if run.pooled else "none"
+        proc = self.fleet.spawn(
+            "partitioned", ENGINE_DATABASE_URL=url, ENGINE_POOLER=pooler, **run.worker_faults()
+        )
+        fault.victim = proc.name
+        run.partitioned.append(proc.name)
+        run.wait_up(proc)
+        # work keeps arriving until it holds a step run its heartbeat renewed once (its
+        # connection is open: a heartbeat that connects into the partition is bounded by
+        # connect_timeout alone, which says nothing of a statement stuck on an open
+        # connection). More step runs at once than the other workers have slots: its
+        # path through the proxy is the slowest to claim. Bounded like the other waits.
+        deadline = time.monotonic() + run.bound_s + 10
+        held: dict[uuid.UUID, int] = {}
+        prefix = f"{proc.name}/%"
+
+        def renewed() -> dict[uuid.UUID, int]:
+            now = dict(self._held_by(proc))
+            if (
+                not now
+                or not run.q("renewals_by_owner", ids=list(now), prefix=prefix)[0]["renewals"]
+            ):
+                return {}
+            return now
+
+        while proc.alive and not held and time.monotonic() < deadline:
+            if not self._held_by(proc):
+                for _ in range(1 + cfg.workers * cfg.concurrency // 3):
+                    run.submit_chaos(fan=3)
+            held = run.wait_for(renewed, 1.0)
+        if not held or not proc.alive:
+            fault.applied = False
+            fault.detail = f"{proc.name} held no step run"
+            self._retire(proc, proxy)
+            tail = (
+                proc.log.read_text(errors="replace").splitlines()[-5:] if proc.log.exists() else []
+            )
+            run.notes.append(
+                f"partitioned {proc.name} held nothing; proxy {proxy.counts()}; its log: "
+                + " | ".join(tail)
+            )
+            say(run.notes[-1][:2000])
+            return fault
+        latency_ms = rng.randint(cfg.latency_min_ms, cfg.latency_max_ms)
+        fault.affected = list(held.items())
+        fault.start = fault.origin = run.clock()
+        started, wall = time.monotonic(), datetime.now()
+        # "silent" is a blackhole the proxy does not abort (it was made without the bounds)
+        proxy.set_mode("blackhole" if mode == "silent" else mode, latency_ms)
+        run.tally.partitions += 1
+        notice_bound = cfg.notice_bound_s()
+
+        def over() -> bool:
+            elapsed = time.monotonic() - started
+            if elapsed < cfg.lease_s * 1.25:
+                return False  # past the lease in any case
+            rows = run.q("step_runs_select", ids=list(held))
+            taken = all(r["status"] != "running" or r["attempts"] > held[r["id"]] for r in rows)
+            if mode == "blackhole":  # and it noticed, or its notice bound passed
+                seen = noticed(proc, wall) is not None
+                return taken and (seen or elapsed > notice_bound)
+            return taken
+
+        if mode in ("latency", "reset"):
+            # a window: a slow path may keep its leases, a reset one loses its sessions
+            # (and the worker reconnects); neither has to be taken over
+            window = rng.uniform(2.0, 4.0)
+            run.wait_for(lambda: time.monotonic() - started >= window, window)
+            taken_over = True
+        else:
+            taken_over = run.wait_for(over, max(run.bound_s, notice_bound))
+        lasted = time.monotonic() - started
+        seen = noticed_line(proc, wall)
+        noticed_s = None if seen is None else seen[0]
+        proxy.set_mode("pass")
+        fault.partition = {
+            "mode": mode,
+            "latency_ms": latency_ms if mode == "latency" else None,
+            "lasted_s": round(lasted, 2),
+            "noticed_s": None if noticed_s is None else round(noticed_s, 2),
+            "notice_bound_s": notice_bound,
+            "taken_over": bool(taken_over),
+            "noticed_by": None if seen is None else seen[1],
+        }
+        shown = "not before the heal" if noticed_s is None else f"after {noticed_s:.1f} s"
+        fault.detail = (
+            f"{proc.name} {mode}"
+            + (f" {latency_ms} ms" if mode == "latency" else "")
+            + f" for {lasted:.1f} s holding {len(held)} step run(s); noticed {shown}"
+            + ("" if taken_over else "; NOT taken over within the bound")
+            + ("" if seen is None else f" ({seen[1][:100]})")
+        )
+        # healed: it goes on (and may try its late commits) for a lease, then retires
+        run.wait_for(lambda: not proc.alive, cfg.lease_s * 2)
+        self._retire(proc, proxy)
+        counts = proxy.counts()
+        fault.partition["proxy"] = {k: v for k, v in counts.items() if not k.startswith("mode")}
+        return fault
+
+    def _retire(self, proc: Proc, proxy: FaultProxy) -> None:
+        """SIGTERM a partitioned worker after its fault; its proxy passes until the end."""
+        if proc.alive:
+            self.fleet.signal(proc, signal.SIGTERM)
+            self._exit_or_hang(proc, self.run.cfg.shutdown_grace_s + self.run.cfg.margin_s + 5)

@@ -9,8 +9,10 @@ running in an ended job. ``phantoms``: a job or effect nobody committed (a
 rolled-back submit), or a message for a step run that does not exist.
 
 Recovery: for each fault and each step run it took away, the time from the
-fault's origin to that step run's end, cut at the start of a later fault that
-took the same step run away (that one's sample goes on from there).
+fault's origin to that step run's end (or to its first park after the
+origin: it ran again up to a wait for a signal, its children or a time, which
+is not the fault's to recover), cut at the start of a later fault that took
+the same step run away (that one's sample goes on from there).
 """
 
 from __future__ import annotations
@@ -26,13 +28,18 @@ def _one(run: Run, name: str, **params: Any) -> dict[str, Any]:
     return run.q(name, **params)[0]
 
 
-def recovery(run: Run) -> tuple[list[tuple[float, str]], int]:
+def recovery(run: Run, kinds: set[str] | None = None) -> tuple[list[tuple[float, str]], int]:
     """The recovery samples (seconds, which fault and step run) and how many never ended."""
     faults = [f for f in run.faults if f.applied and f.origin is not None and f.affected]
+    if kinds is not None:
+        faults = [f for f in faults if f.kind in kinds]
     ids = sorted({s for f in faults for s, _ in f.affected})
     if not ids:
         return [], 0
     state = {r["id"]: r for r in run.q("step_runs_select", ids=ids)}
+    parks: dict[uuid.UUID, list[Any]] = {}
+    for r in run.q("parks_select", ids=ids):
+        parks.setdefault(r["step_run_id"], []).append(r["at"])
     hits: dict[uuid.UUID, list[Any]] = {}
     for f in faults:
         for s, _ in f.affected:
@@ -44,6 +51,9 @@ def recovery(run: Run) -> tuple[list[tuple[float, str]], int]:
         for s, _ in f.affected:
             row = state.get(s)
             finished = row["finished_at"] if row else None
+            parked = [t for t in parks.get(s, []) if t > f.origin]
+            if parked and (finished is None or parked[0] < finished):
+                finished = parked[0]  # ran again up to its wait: what it waits for is not ours
             later = [t for t in hits[s] if t is not None and t > f.start]
             cut = min(later) if later else None
             if finished is None and cut is None:
@@ -64,6 +74,44 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 3)
 
 
+def _with_children(jobs: list[dict[str, Any]], ids: set[Any]) -> set[Any]:
+    found = set(ids)
+    while True:
+        more = {j["id"] for j in jobs if j["parent_job_id"] in found} - found
+        if not more:
+            return found
+        found |= more
+
+
+def partition_figures(run: Run) -> dict[str, Any]:
+    """The partition faults: did the worker notice within its bound, did others recover."""
+    faults = [f for f in run.faults if f.kind == "partition" and f.applied and f.partition]
+    timed, _ = recovery(run, kinds={"partition"})
+    samples = [t for t, _ in timed]
+    noticed = [f.partition["noticed_s"] for f in faults if f.partition["mode"] == "blackhole"]
+    bound = run.cfg.notice_bound_s()
+    return {
+        "partition_modes": [f"{f.round + 1}:{f.partition['mode']}" for f in faults],
+        "partition_notice_s": noticed,
+        "partition_notice_bound_s": bound,
+        "partition_notice_over_bound": sum(1 for t in noticed if t is None or t > bound),
+        # no TCP bound can see a partition behind something that acknowledges: noticed
+        # only when it healed (not a failure of the worker's settings; see proxy.py)
+        "partition_silent_unnoticed": sum(
+            1
+            for f in faults
+            if f.partition["mode"] == "silent" and f.partition["noticed_s"] is None
+        ),
+        "partition_not_taken_over": sum(1 for f in faults if not f.partition["taken_over"]),
+        "partition_recovery_samples": len(samples),
+        "partition_recovery_p95_s": percentile(samples, 0.95),
+        "partition_recovery_max_s": percentile(samples, 1.0),
+        "partition_recovery_bound_s": run.bound_s,
+        "partition_recovery_over_bound": sum(1 for t in samples if t > run.bound_s),
+        "partition_details": [f"round {f.round + 1}: {f.detail}" for f in faults],
+    }
+
+
 def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
     """Every oracle's figures (while the workers are still up, so "quiet" means idle)."""
     jobs = run.q("oracle_jobs")
@@ -75,6 +123,11 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
     expected_ids |= {chaos_n[n]["id"] for n in run.jobs.committed_ns if n in chaos_n}
     may_fail = {chaos_n[n]["id"] for n in run.jobs.may_fail if n in chaos_n}
     allowed_ids = expected_ids | {chaos_n[n]["id"] for n in run.jobs.ambiguous_ns if n in chaos_n}
+    # a child job is expected (allowed) when its parent is, down the generations
+    expected_ids, allowed_ids = (
+        _with_children(jobs, expected_ids),
+        _with_children(jobs, allowed_ids),
+    )
 
     missing: list[object] = [i for i in expected_ids if i not in by_id]
     missing += [n for n in run.jobs.committed_ns if n not in chaos_n]
@@ -104,7 +157,35 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
     keys = _one(run, "oracle_key_overlap")
     timed, unrecovered = recovery(run)
     samples = [t for t, _ in timed]
+    # the term_last job's last attempt ends with its worker (SIGTERM past the grace
+    # period): a lease that lapsed on the last attempt is dead-lettered by design
+    # (RELIABILITY.md: a crash costs its attempt, nothing rests pending at the cap)
+    charges = run.q("oracle_uncharged")
+    uncharged = [
+        u
+        for u in charges
+        if not (u["job_id"] in may_fail and "lease expired during the last" in u["why"])
+    ]
+    zombies = run.q("oracle_zombie_commits")
+    cut_off = tuple(f"{w}/" for w in run.partitioned)
+    retried = run.jobs.retried
+    retried_unfinished = [j for j in jobs if j["id"] in retried and j["status"] != "done"]
+    never_failed = [j for j in run.jobs.closes_failing if j not in retried]
     return {
+        **partition_figures(run),
+        "uncharged": len(uncharged),
+        "charged_by_crash_at_cap": len(charges) - len(uncharged),
+        "zombie_commits": len(zombies),
+        "partition_zombie_commits": sum(
+            1 for z in zombies if (z["worker"] or "").startswith(cut_off) and cut_off
+        ),
+        "retried_parents": len(retried),
+        "retried_unfinished": len(retried_unfinished),
+        "closes_never_failed": len(never_failed),
+        "newer_jobs": {
+            flow: sum(1 for j in jobs if j["flow"] == flow)
+            for flow in ("chaos_keyed", "chaos_close", "chaos_kid", "chaos_pure")
+        },
         "jobs": len(jobs),
         "done": sum(1 for j in jobs if j["status"] == "done"),
         "lost": len(missing) + len(ended_badly) + effects["missing"],
@@ -152,6 +233,22 @@ def check(run: Run, drain: dict[str, Any]) -> dict[str, Any]:
             + [str(m) for m in missing][:3],
             "stranded": [f"{j['flow']} {j['params']} {j['status']}" for j in active][:3],
             "phantoms": [f"{j['flow']} {j['params']}" for j in phantom_jobs][:3],
+            "uncharged": [
+                f"{u['at']:%H:%M:%S.%f} {u['kind']} {u['flow']}/{u['step']} step run "
+                f"{u['step_run_id']} (job {u['job_id']}) attempt {u['attempt']} by "
+                f"{u['worker']}: {u['why']}"
+                for u in uncharged[:5]
+            ],
+            "zombie_commits": [
+                f"{z['at']:%H:%M:%S.%f} step run {z['step_run_id']} (job {z['job_id']}) "
+                f"succeeded by {z['worker']} attempt {z['attempt']} after {z['claim']} by "
+                f"{z['claimed_by']} attempt {z['claimed_attempt']} at {z['claimed_at']:%H:%M:%S.%f}"
+                for z in zombies[:5]
+            ],
+            "retried_unfinished": [
+                f"{j['flow']} {j['id']} {j['status']}: {j['error']} (retry: {retried[j['id']]})"
+                for j in retried_unfinished[:3]
+            ],
         },
     }
 
@@ -172,7 +269,15 @@ MUST_BE_ZERO = {
     "overlapping_jobs": "one active job per fingerprint",
     "schedule_times_unfired": "every scheduled time made due fires (nothing lost)",
     "schedule_jobs_per_time_off": "each scheduled time fires exactly one job",
-    "key_overlaps": "concurrency keys: no two jobs of one key hold it at once",
+    "key_overlaps": "concurrency keys: no two jobs of one key hold it at once (events)",
+    "key_overlaps_sampled": "concurrency keys: never more holders than the limit (sampled)",
+    "uncharged": "only the step whose own code raised pays an attempt",
+    "zombie_commits": "fencing: no checkpoint after another claim of its step run",
+    "partition_zombie_commits": "a partitioned worker, healed, commits nothing it lost",
+    "partition_notice_over_bound": "a partitioned worker notices within its TCP bound",
+    "partition_not_taken_over": "a partitioned worker's step runs are reclaimed",
+    "partition_recovery_over_bound": "partition recovery within the bound",
+    "retried_unfinished": "every retried parent finishes",
     "recovery_over_bound": "recovery within the bound",
     "recovery_unrecovered": "every step run a fault took away ends",
     "worker_exits": "workers outlive their dependencies' faults",

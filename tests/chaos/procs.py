@@ -158,10 +158,17 @@ def run_submit(
     env: dict[str, str], args: list[str], logdir: Path, name: str, timeout_s: float = 60
 ) -> tuple[int, str]:
     """``engine submit ...`` as a process of its own; its exit code and output."""
+    return run_engine(env, ["submit", *args], logdir, name, timeout_s)
+
+
+def run_engine(
+    env: dict[str, str], args: list[str], logdir: Path, name: str, timeout_s: float = 60
+) -> tuple[int, str]:
+    """``engine ARGS`` (an operator's command) as a process of its own; its exit code and output."""
     path = logdir / f"{name}.log"
     with path.open("wb") as out:
         popen = subprocess.Popen(
-            [sys.executable, "-m", "engine", "submit", *args],
+            [sys.executable, "-m", "engine", *args],
             cwd=ROOT,
             env=env,
             stdout=out,

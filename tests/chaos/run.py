@@ -24,22 +24,30 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from pydantic import SecretStr
 
-from engine import Registry, Settings, load_queries, submit
+from engine import Registry, Settings, load_queries, signal, submit
 from engine.store import migrations
 
 from .chaosflow import EFFECTS_DDL
 from .config import FLOW_MODULES, PERIOD, ChaosConfig
-from .procs import ROOT, Fleet, Proc
+from .keyflows import GATES_DDL
+from .procs import ROOT, Fleet, Proc, run_engine
 
 _q = load_queries(str(Path(__file__).with_name("chaos.sql")))
 log = logging.getLogger("chaos")
 
 _TICK_S = 0.05
 SCHEDULE = "chaos-nightly"  # the chaos schedule (the `schedule` fault kind adds it)
+
+
+def _upstream(info: str) -> int | str:
+    """The server of ``info`` as a fault proxy reaches it: a port on 127.0.0.1, or a socket."""
+    parts = conninfo_to_dict(info)
+    host, port = str(parts.get("host") or "/tmp"), int(parts.get("port") or 5432)
+    return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else port
 
 
 def say(message: str) -> None:
@@ -58,6 +66,7 @@ class Fault:
     origin: datetime | None = None  # when recovery starts (an outage: its end)
     affected: list[tuple[uuid.UUID, int]] = field(default_factory=list)  # (step run, attempt)
     applied: bool = True  # False: its condition was never met (e.g. a fault point not reached)
+    partition: dict[str, Any] | None = None  # the partition fault's mode and figures
 
 
 @dataclass
@@ -78,6 +87,7 @@ class Tally:
     term_lasts: int = 0
     schedule_kills: int = 0  # workers killed while firing a schedule (claimed, not committed)
     schedule_times: int = 0  # times of the chaos schedule made due
+    partitions: int = 0  # workers cut off behind their fault proxy (any mode)
     worker_exits: int = 0  # workers that exited on their own (each replaced, as ECS would)
 
 
@@ -92,6 +102,13 @@ class Jobs:
     may_fail: set[int] = field(default_factory=set)  # ns whose job may end failed (term_last)
     erp: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # first-created order
     erp_ids: dict[tuple[str, str], uuid.UUID] = field(default_factory=dict)
+    # the newer paths: keyed jobs waiting for the harness's signal `go` (sent a
+    # round after their submit), close-like parents whose child fails until the
+    # harness opens its gate and `engine retry`-es them
+    to_signal: dict[uuid.UUID, int] = field(default_factory=dict)  # job -> round submitted
+    signalled: set[uuid.UUID] = field(default_factory=set)
+    closes_failing: dict[uuid.UUID, int] = field(default_factory=dict)  # job -> n
+    retried: dict[uuid.UUID, str] = field(default_factory=dict)  # job -> `engine retry` output
     next_n: int = 0
 
     def new_n(self) -> int:
@@ -138,6 +155,11 @@ class Run:
         )
         self.fleet: Fleet | None = None
         self.created: list[str] = []
+        self.proxies: list[Any] = []  # the partition fault's proxies (stopped at the end)
+        self.partitioned: list[str] = []  # workers that were behind a partition
+        self.pg_upstream: int | str = _upstream(admin)  # where a fault proxy forwards to
+        self.pooled = False  # every worker through PgBouncer (scenario._pooler)
+        self.worker_url = self.info  # the workers' and engine commands' database URL
 
     # -- databases ---------------------------------------------------------------------
 
@@ -197,6 +219,7 @@ class Run:
         with psycopg.connect(self.info, autocommit=True) as conn:
             migrations.apply(conn, Settings().migration_dirs)
             conn.execute(EFFECTS_DDL)
+            conn.execute(GATES_DDL)
         cfg = self.cfg
         args = [
             "seed",
@@ -246,7 +269,7 @@ class Run:
             **os.environ,
             **self.cfg.worker_env(),
             **self.sqs_env,
-            "ENGINE_DATABASE_URL": self.info,
+            "ENGINE_DATABASE_URL": self.worker_url,
             "ENGINE_TRANSPORT": self.settings.transport,
             "ENGINE_FLOW_MODULES": ",".join(FLOW_MODULES),
             "PYTHONPATH": os.pathsep.join(
@@ -278,12 +301,16 @@ class Run:
         return self.fleet.spawn("full", **self.worker_faults())
 
     def wait_up(self, proc: Proc, timeout_s: float = 30.0) -> bool:
-        """A worker is up once it holds a database session (it connects before receiving)."""
+        """A worker is up once it holds a database session (it connects before receiving);
+        behind a pooler, once it registered."""
         app = f"chaos:{proc.name}"
 
         def up() -> bool:
             if not proc.alive:
                 return True
+            if self.pooled:
+                found = self.q("worker_registered", id=proc.name, pid=proc.popen.pid)
+                return bool(found[0]["sessions"])
             return bool(self.admin_q("sessions_count_by_app", db=self.db, app=app)[0]["sessions"])
 
         return bool(self.wait_for(up, timeout_s)) and proc.alive
@@ -343,6 +370,77 @@ class Run:
             return n
         self.jobs.committed.add(job.job_id)
         return n
+
+    def submit_flow(self, flow: str, params: dict[str, Any]) -> uuid.UUID | None:
+        """Submit a job of the newer chaos flows in the harness; its id once committed."""
+        try:
+            job = submit(
+                flow,
+                params,
+                settings=self.settings,
+                registry=self.registry,
+                publisher=self.publisher,
+                submitted_by="chaos",
+            )
+        except Exception as exc:
+            self.notes.append(f"submit of {flow} {params} raised {type(exc).__name__}: {exc}")
+            self.renew_publisher()
+            return None
+        self.jobs.committed.add(job.job_id)
+        return job.job_id
+
+    def submit_newer(self, round_no: int) -> None:
+        """A round's jobs of the newer paths: keyed (signal, children), pure, close-like."""
+        cfg = self.cfg
+        slot = f"k{round_no % 2}"
+        n = self.jobs.new_n()
+        keyed = {"n": n, "slot": slot, "kids": n % 3, "min_ms": 50, "max_ms": cfg.step_max_ms // 2}
+        job = self.submit_flow("chaos_keyed", keyed)
+        if job is not None:
+            self.jobs.to_signal[job] = round_no
+        n = self.jobs.new_n()
+        self.submit_flow("chaos_pure", {"n": n, "fan": 1 + n % 4, "slot": slot})
+        if round_no % 3 == 0:
+            n = self.jobs.new_n()
+            fail = round_no % 6 == 0  # every other close: a child fails, retried
+            close = {**keyed, "n": n, "kids": 2, "fail_kid": fail}
+            job = self.submit_flow("chaos_close", close)
+            if job is not None and fail:
+                self.jobs.closes_failing[job] = n
+
+    def tend(self, round_no: int | None = None) -> None:
+        """What an operator does: ``go`` to keyed jobs a round old (all, once the
+        faults stopped); a close-like parent failed by its planned child: its gate
+        opened and ``engine retry``."""
+        due = [
+            j
+            for j, r in self.jobs.to_signal.items()
+            if j not in self.jobs.signalled and (round_no is None or r < round_no)
+        ]
+        for job in due:
+            try:
+                signal(job, "go", settings=self.settings, publisher=self.publisher, sent_by="chaos")
+            except Exception as exc:  # an outage: sent again on the next call
+                self.notes.append(f"signal go to {job}: {type(exc).__name__}: {exc}")
+                self.renew_publisher()
+                return
+            self.jobs.signalled.add(job)
+        waiting = [j for j in self.jobs.closes_failing if j not in self.jobs.retried]
+        if not waiting:
+            return
+        rows = {r["id"]: r["status"] for r in self.q("jobs_status_select", ids=waiting)}
+        for job in waiting:
+            if rows.get(job) not in ("failed", "cancelled"):
+                continue
+            n = self.jobs.closes_failing[job]
+            self.q("gate_open", n=n)
+            code, output = run_engine(
+                self.child_env(), ["retry", str(job)], self.logdir, f"retry-{n}"
+            )
+            if code != 0:
+                self.notes.append(f"engine retry {job} exited {code}: {output[-300:]}")
+                continue
+            self.jobs.retried[job] = output.strip()[-200:]
 
     def submit_erp(self, flow: str, params: dict[str, Any]) -> None:
         try:

@@ -41,6 +41,7 @@ from . import books, oracles
 from .config import NEXT_PERIOD, PERIOD, ChaosConfig
 from .inject import Injector
 from .run import Run, say
+from .sampler import KeySampler
 
 _ERP_FLOWS = ("flows.costing", "flows.posting")
 
@@ -86,17 +87,30 @@ def _progress(run: Run) -> tuple[int, ...]:
 
 
 def drain(run: Run) -> dict[str, Any]:
-    """Wait for every job to end; give up after a whole bound without progress (stranded)."""
+    """Wait for every job to end; give up after a whole bound without progress (stranded).
+
+    Meanwhile the operator's part goes on: every keyed job gets its signal, a
+    close-like parent failed by its planned child is retried (:meth:`Run.tend`).
+    """
     started = last_change = time.monotonic()
     last = _progress(run)
+    tended = 0.0
     while True:
         run.reap()
+        if time.monotonic() - tended > 0.5:
+            run.tend()
+            tended = time.monotonic()
         now = time.monotonic()
         current = _progress(run)
         if current != last:
             last, last_change = current, now
         if current[1] == 0:
-            return {"drain_s": round(now - started, 3), "gave_up": False}
+            # a parent may have failed since the last tend: its retry makes it active
+            retried = len(run.jobs.retried)
+            run.tend()
+            if len(run.jobs.retried) == retried:
+                return {"drain_s": round(now - started, 3), "gave_up": False}
+            continue
         if now - last_change > run.bound_s or now - started > run.cfg.drain_s:
             return {"drain_s": round(now - started, 3), "gave_up": True}
         time.sleep(0.1)
@@ -170,7 +184,27 @@ def _publisher(run: Run) -> Any:
     return SqsTransport(SqsSettings(queue_url=run.queue_url, dlq_url=run.dlq_url))
 
 
-def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dict[str, Any]:
+def _pooler(run: Run, stack: ExitStack) -> None:
+    """PgBouncer (transaction pooling) between every worker (and engine command) and the server.
+
+    The harness's own reads, submits and the clean run stay direct: what is
+    tested is the engine behind the pooler. A partitioned worker's proxy
+    forwards to PgBouncer.
+    """
+    from pooler import PgBouncer  # tests/support (PYTHONPATH): another branch's helper
+
+    bouncer = PgBouncer(run.admin_info, run.logdir / "pgbouncer", pool_size=run.cfg.pooler_size)
+    stack.callback(bouncer.stop)
+    bouncer.start()
+    run.worker_url = bouncer.url_for(run.db)
+    assert bouncer.port is not None
+    run.pg_upstream = bouncer.port
+    say(f"PgBouncer (transaction pooling, {run.cfg.pooler_size} server sessions) on {bouncer.port}")
+
+
+def run_scenario(
+    cfg: ChaosConfig, transport: str, seed: int, admin: str, *, pooled: bool = False
+) -> dict[str, Any]:
     kinds = schedule(cfg, transport, seed)
     t0 = time.monotonic()
     with (
@@ -178,10 +212,15 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
         ExitStack() as stack,
     ):
         run = Run(cfg, transport, seed, admin, Path(tmp))
+        run.pooled = pooled
+        run.bound_s = cfg.bound_s(transport, pooled)
         figures: dict[str, Any] = {}
         error = ""
+        sampler: KeySampler | None = None
         try:
             run.setup_databases()
+            if pooled:
+                _pooler(run, stack)
             if transport == "sqs":
                 _sqs(run, stack)
             run.publisher = _publisher(run)
@@ -190,6 +229,8 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
                 f"bound {run.bound_s:g} s, db {run.db}"
             )
             run.start_fleet()
+            sampler = KeySampler(run.info)
+            sampler.start()
             injector = Injector(run)
             for round_no, kind in enumerate(kinds):
                 rng = random.Random(f"round:{seed}:{round_no}")
@@ -197,6 +238,8 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
                 _erp_round(run, round_no)
                 for _ in range(cfg.jobs_per_round):
                     run.submit_chaos()
+                run.submit_newer(round_no)
+                run.tend(round_no)
                 fault = injector.inject(kind, round_no, rng)
                 mark = "" if fault.applied else " (not applied)"
                 say(
@@ -204,6 +247,8 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
                     f"{kind}{mark} {fault.detail}"
                 )
             figures.update(drain(run))
+            sampler.stop()
+            figures.update(sampler.figures())
             figures.update(oracles.check(run, figures))
             assert run.fleet is not None
             run.fleet.stop_all(cfg.shutdown_grace_s + cfg.margin_s + 5)
@@ -217,6 +262,10 @@ def run_scenario(cfg: ChaosConfig, transport: str, seed: int, admin: str) -> dic
             error = f"{type(exc).__name__}: {exc}"
             say(f"harness error: {error}")
         finally:
+            if sampler is not None:
+                sampler.stop()
+            for proxy in run.proxies:
+                proxy.stop()
             failed_logs = ""
             if run.fleet is not None:
                 failed_logs = run.fleet.tail() if (error or cfg.verbose) else ""
@@ -257,7 +306,8 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
     figures["worker_exits"] = t.worker_exits
     failed = oracles.failures(figures) if not error else [f"harness error: {error}"]
     line: dict[str, Any] = {
-        "scenario": f"{run.transport}/seed={run.seed}",
+        "scenario": f"{run.transport}{'+pgbouncer' if run.pooled else ''}/seed={run.seed}",
+        "pooler": "pgbouncer (transaction)" if run.pooled else None,
         "transport": run.transport,
         "seed": run.seed,
         "rounds": len(kinds),
@@ -277,6 +327,7 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         "term_lasts": t.term_lasts,
         "schedule_kills": t.schedule_kills,
         "schedule_times": t.schedule_times,
+        "partitions": t.partitions,
         "faults_not_applied": [f"{f.round + 1}:{f.kind}" for f in run.faults if not f.applied],
     }
     keys = [
@@ -288,10 +339,18 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         *("recovery_max_s", "recovery_over_bound", "recovery_unrecovered"),
         *("schedule_times_unfired", "schedule_jobs_per_time_off"),
         *("key_overlaps", "key_spans", "key_spans_waiting", "waited_for_key"),
+        *("key_overlaps_sampled", "key_samples", "key_samples_held", "key_samples_failed"),
+        *("uncharged", "charged_by_crash_at_cap", "zombie_commits", "partition_zombie_commits"),
+        *("retried_parents", "retried_unfinished", "closes_never_failed", "newer_jobs"),
+        *("partition_modes", "partition_notice_s", "partition_notice_bound_s"),
+        *("partition_notice_over_bound", "partition_silent_unnoticed"),
+        *("partition_not_taken_over", "partition_recovery_samples", "partition_recovery_p95_s"),
+        *("partition_recovery_max_s", "partition_recovery_bound_s"),
+        *("partition_recovery_over_bound",),
     ]
     line.update({k: figures.get(k) for k in keys})
     line["bound_s"] = run.bound_s
-    line["bound_terms"] = run.cfg.bound(run.transport)
+    line["bound_terms"] = run.cfg.bound(run.transport, run.pooled)
     line["drain_s"] = figures.get("drain_s")
     line["elapsed_s"] = figures.get("elapsed_s")
     line["result"] = "pass" if not failed else "fail"
@@ -301,16 +360,23 @@ def _line(run: Run, kinds: list[str], figures: dict[str, Any], error: str) -> di
         line["examples"] = figures.get("examples", {})
         line["slowest_recoveries"] = figures.get("slowest_recoveries", [])
         line["notes"] = run.notes[-10:]
-    line["replay"] = replay_command(run.cfg, run.transport, run.seed)
+        line["key_overlap_examples"] = figures.get("key_overlap_examples", [])
+        line["partition_details"] = figures.get("partition_details", [])
+    line["replay"] = replay_command(run.cfg, run.transport, run.seed, run.pooled)
     return line
 
 
-def replay_command(cfg: ChaosConfig, transport: str, seed: int) -> str:
-    """The command that runs this scenario again (same schedule; process timing differs)."""
+def replay_command(cfg: ChaosConfig, transport: str, seed: int, pooled: bool = False) -> str:
+    """The command that runs this scenario again (same schedule; process timing differs).
+
+    A pooler scenario runs after the direct one of its transport and seed: its
+    replay runs both.
+    """
     default = ChaosConfig()
     parts = [f"CHAOS_TRANSPORTS={transport}", f"CHAOS_SEED={seed}", "CHAOS_SCENARIOS=1"]
+    parts.append(f"CHAOS_POOLER={transport if pooled else 'none'}")
     for name, value in cfg.__dict__.items():
-        if name in ("transports", "seed", "scenarios", "extra", "verbose", "keep_db"):
+        if name in ("transports", "seed", "scenarios", "extra", "verbose", "keep_db", "pooler"):
             continue
         if value != getattr(default, name):
             shown = ",".join(value) if isinstance(value, tuple) else value

@@ -3,7 +3,8 @@
 ``python -m tests.chaos`` as a process of its own (it starts workers, moto's
 server and an outage of its scratch database), with the kinds split between
 the two transports so that each kind runs once and each half stays short;
-``make chaos`` runs every kind on both. Size with ``CHAOS_SHORT_ROUNDS``.
+``make chaos`` runs every kind on both, and the pooler scenario. Size with
+``CHAOS_SHORT_ROUNDS``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.acceptance
 ROOT = Path(__file__).resolve().parent.parent.parent
 KINDS = {
     "postgres": "kill,pause,outage,rollback,submit_kill,point_kill,schedule",
-    "sqs": "term,terminate,duplicate,sqs_errors,deploy,term_last",
+    "sqs": "term,terminate,duplicate,sqs_errors,deploy,term_last,partition",
 }
 
 
@@ -37,6 +38,9 @@ def test_chaos_short__every_oracle_holds_under_seeded_faults(transport: str, pg_
         "CHAOS_SEED": os.environ.get("CHAOS_SEED") or "1",
         "CHAOS_ROUNDS": rounds,
         "CHAOS_FAULTS": kinds,
+        # the pooler scenario (every worker behind PgBouncer) is a whole scenario
+        # more: `make chaos` runs it, the short run stays two scenarios
+        "CHAOS_POOLER": "none",
         # the bound's margin term is for machine load: here the rest of the suite
         # shares the two cores (xdist)
         "CHAOS_MARGIN_S": os.environ.get("CHAOS_MARGIN_S") or "5",
