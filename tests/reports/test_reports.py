@@ -219,7 +219,7 @@ def test_report__a_cancelled_job(
     job = submit("chain", {"hold_file": str(hold)}, settings=settings, registry=flows_registry())
     with thread_worker(settings) as worker:
         wait_until(lambda: (tmp_path / "hold.started").exists())
-        admin.cancel(settings, job.job_id)
+        admin.cancel(settings, job.job_id, actor="operator")
         wait_until(lambda: worker.outcomes.get("fenced") or worker.outcomes.get("cancelled"))
     _, html = page(settings, job.job_id)
     text = " ".join(check_html(html).text)
