@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from engine.cli import extensions
 from engine.cli.alerts import alerts
+from engine.cli.audit import audit
 from engine.cli.dlq import dlq
 from engine.cli.flows import flows, workers
 from engine.cli.jobs import cancel, retry, runs, status, submit_group
@@ -243,6 +244,7 @@ def _print_version(ctx: click.Context) -> None:
 
 for command in (
     alerts,
+    audit,
     cancel,
     dlq,
     flows,
