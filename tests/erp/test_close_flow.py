@@ -385,7 +385,7 @@ def test_close__a_failed_child_fails_the_close_naming_the_child_and_its_error(
             what="the posting child to wait for its approval",
         )
         [kid] = children(conn, job.job_id)
-        admin.cancel(fast, kid["id"], "the accountant refused the rejections")
+        admin.cancel(fast, kid["id"], "the accountant refused the rejections", actor="acct")
         assert wait_job_ended(conn, job.job_id, timeout=120) == "failed"
     error = conn.execute(
         "SELECT error FROM engine_step_runs WHERE job_id = %s AND step = 'books'", (job.job_id,)
@@ -393,7 +393,8 @@ def test_close__a_failed_child_fails_the_close_naming_the_child_and_its_error(
     assert error is not None
     message = error["error"]["message"]
     assert message == (
-        f"posting child job {kid['id']} (posting) cancelled: the accountant refused the rejections"
+        f"posting child job {kid['id']} (posting) cancelled: "
+        "cancelled by acct: the accountant refused the rejections"
     )
     # no costing was started after a posting that did not end well; the period stays open
     assert [k["child_key"] for k in children(conn, job.job_id)] == ["posting"]

@@ -431,10 +431,10 @@ def test_retry__a_parent_whose_child_was_cancelled_runs_the_child_again(
         wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
         (kid,) = children_of(conn, job)
         wait_until(lambda: waiting_for(conn, kid["id"], "work"), what="the child to hold")
-        admin.cancel(fast, kid["id"], "operator")
+        admin.cancel(fast, kid["id"], "not needed", actor="ann")
         assert wait_job_ended(conn, job) == "failed"
         error = spawn_run(conn, job)["error"]["message"]
-        assert error == f"child 0 job {kid['id']} cancelled: operator"
+        assert error == f"child 0 job {kid['id']} cancelled: cancelled by ann: not needed"
         assert admin.retry_job(fast, job).children == (kid["id"],)
         # the child holds again (its wait ran again), under the same id
         wait_until(lambda: waiting_for(conn, kid["id"], "work"), what="the child to hold again")
