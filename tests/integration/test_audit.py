@@ -208,13 +208,18 @@ def test_audit__schedule_add_and_remove_are_recorded(
     )
 
 
+def _fail_after_recording(own: psycopg.Connection[Any]) -> None:
+    with own.transaction():
+        record_action(own, "close", "period", "2026-11", actor="ivy")
+        raise RuntimeError("the action failed")
+
+
 def test_audit__record_action_joins_the_callers_transaction(
     settings: Settings, conn: psycopg.Connection[Any]
 ) -> None:
     with psycopg.connect(conn.info.dsn) as own:
-        with pytest.raises(RuntimeError), own.transaction():
-            record_action(own, "close", "period", "2026-11", actor="ivy")
-            raise RuntimeError("the action failed")
+        with pytest.raises(RuntimeError, match="the action failed"):
+            _fail_after_recording(own)
         assert _entries(conn) == []
         with own.transaction():
             entry = record_action(
@@ -267,10 +272,8 @@ def test_audit__entries_cannot_be_changed_or_deleted_by_anyone(
     assert [g["privilege_type"] for g in granted] == ["INSERT", "SELECT"]
     with conn.transaction():
         conn.execute("SET LOCAL ROLE engine_worker")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            with conn.transaction():
-                conn.execute("UPDATE engine_audit SET actor = 'someone else'")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            with conn.transaction():
-                conn.execute("DELETE FROM engine_audit")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+            conn.execute("UPDATE engine_audit SET actor = 'someone else'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+            conn.execute("DELETE FROM engine_audit")
     assert [e["actor"] for e in _entries(conn)] == ["ann"]
