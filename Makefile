@@ -17,8 +17,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Without ENGINE_DATABASE_URL the demo starts an embedded PostgreSQL and leaves
+# it running (the reports, `engine status` and a second demo use it): say so.
 demo: $(STAMP)
 	$(VENV)/bin/engine demo
+	@if [ -z "$$ENGINE_DATABASE_URL" ]; then \
+		echo; \
+		echo "make demo left the embedded PostgreSQL running for the next commands; stop it with: $(VENV)/bin/engine db stop"; \
+		$(VENV)/bin/engine db status; \
+	fi
 
 test: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium

@@ -16,6 +16,8 @@ Run jobs (the API install: ``pip install erp-engine``)
     submit, Submitted, signal, Signalled, wait_for_job, JobStatus, job_info,
     JobInfo, active_jobs, Schedule, add_schedule, list_schedules,
     remove_schedule, Registry, Settings, migrate, MigrationReport
+Record an operator's action (the audit trail, in the action's transaction)
+    record_action, Audited, audit_trail
 A flow's own SQL and files
     connect, load_queries, Queries, write_report_file
 Errors (the tree is drawn in :mod:`engine.errors`)
@@ -47,6 +49,7 @@ from engine.flow import Flow, MapOver, Step, StepInput
 from engine.flow.concurrency import Concurrency
 from engine.flow.registry import Registry
 from engine.flow.retry import Cancel, Fail, Reject, Retry, RetryPolicy
+from engine.jobs.audit import Audited, audit_trail, record_action
 from engine.jobs.lookup import JobInfo, active_jobs, job_info, wait_for_job
 from engine.jobs.submit import Submitted, submit
 from engine.reports.storage import write_report_file
@@ -61,6 +64,7 @@ from engine.waits.children import Child, ChildrenTimeout
 from engine.waits.signals import Signal, Signalled, SignalTimeout, signal
 
 __all__ = [
+    "Audited",
     "BadInput",
     "Cancel",
     "ChecksFailed",
@@ -101,11 +105,13 @@ __all__ = [
     "UnknownFlow",
     "active_jobs",
     "add_schedule",
+    "audit_trail",
     "connect",
     "job_info",
     "list_schedules",
     "load_queries",
     "migrate",
+    "record_action",
     "remove_schedule",
     "signal",
     "submit",

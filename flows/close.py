@@ -54,6 +54,7 @@ from engine import (
     StepContext,
     active_jobs,
     job_info,
+    record_action,
 )
 from flows import costing, posting
 from flows.erp import checks, periods
@@ -231,6 +232,17 @@ def close(params: CloseParams, ctx: StepContext) -> Closed:
         )
     except Refused as exc:
         raise Fail(str(exc)) from exc
+    # the audit trail's entry commits with the close, in the step's fenced transaction
+    record_action(
+        ctx.conn,
+        "close",
+        "period",
+        params.period,
+        actor=(me.submitted_by if me is not None and me.submitted_by else event.actor),
+        source="api",
+        job_id=ctx.job_id,
+        detail={"period_event": event.id, "by_job": str(ctx.job_id)},
+    )
     return Closed(period=params.period, closed_by=event.actor, closed_at=event.at)
 
 

@@ -5,8 +5,9 @@ place that turns exceptions into them; commands raise and return, never exit.
 Each other module is one command group: ``jobs`` (submit, status, runs, cancel,
 retry), ``schedules`` (``engine schedule``), ``signals`` (``engine signal``),
 ``dlq``, ``flows``, ``queues``, ``reports``, ``worker``, ``migrate``,
-``simulate``. Flow modules add their own (``engine books``, ``seed``,
-``demo``) through :mod:`engine.cli.extensions`.
+``simulate``, ``audit`` (``engine audit``, and the ``--by`` of the commands
+that act), ``database`` (``engine db status|stop``). Flow modules add their
+own (``engine books``, ``seed``, ``demo``) through :mod:`engine.cli.extensions`.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
+from engine.cli.audit import by_option, reason_option
 from engine.cli.output import out, print_json
 from engine.cli.state import current
 from engine.jobs import admin
@@ -43,13 +44,25 @@ def dlq_list(limit: int, as_json: bool) -> None:
 
 @dlq.command("replay")
 @click.argument("dead_letter_id", type=int)
-def dlq_replay(dead_letter_id: int) -> None:
-    """Re-drive a dead letter: retry its step run's job, or send its message again."""
-    out.print(admin.replay(current().settings, dead_letter_id), highlight=False)
+@by_option
+@reason_option
+def dlq_replay(dead_letter_id: int, by: str | None, reason: str | None) -> None:
+    """Re-drive a dead letter: retry its step run's job, or send its message again.
+
+    Recorded (who, why) in the audit trail.
+    """
+    done = admin.replay(current().settings, dead_letter_id, actor=by, reason=reason)
+    out.print(done, highlight=False)
 
 
 @dlq.command("purge")
 @click.confirmation_option(prompt="Delete poison-message and replayed dead letters?")
-def dlq_purge() -> None:
-    """Delete poison-message and replayed dead letters (open step dead letters stay)."""
-    out.print(f"{admin.purge(current().settings)} dead letter(s) deleted")
+@by_option
+@reason_option
+def dlq_purge(by: str | None, reason: str | None) -> None:
+    """Delete poison-message and replayed dead letters (open step dead letters stay).
+
+    Recorded (who, why, how many) in the audit trail.
+    """
+    deleted = admin.purge(current().settings, actor=by, reason=reason)
+    out.print(f"{deleted} dead letter(s) deleted")

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from engine.cli.args import option_type, parse_job_id
+from engine.cli.audit import by_option, reason_option
 from engine.cli.output import out, print_json
 from engine.cli.state import State, current
 from engine.cli.watching import wait_and_show
@@ -329,25 +330,34 @@ def _runs(
 
 @click.command()
 @click.argument("job_id")
-def cancel(job_id: str) -> None:
-    """Cancel an active job; running steps stop at their next check or commit."""
+@by_option
+@reason_option
+def cancel(job_id: str, by: str | None, reason: str | None) -> None:
+    """Cancel an active job; running steps stop at their next check or commit.
+
+    Recorded (who, why) in the audit trail; a job that ended already is refused
+    (exit 2) and nothing is recorded.
+    """
     settings = current().settings
     job = parse_job_id(settings, job_id)
-    admin.cancel(settings, job)
+    admin.cancel(settings, job, reason, actor=by or whoami())
     out.print(f"job {job} cancelled", highlight=False)
 
 
 @click.command()
 @click.argument("job_id")
-def retry(job_id: str) -> None:
+@by_option
+@reason_option
+def retry(job_id: str, by: str | None, reason: str | None) -> None:
     """Resume a failed or cancelled job from its last checkpoints, with its children.
 
     Its failed or cancelled child jobs are retried with it (same ids); a done
     child stays done. A child whose parent failed is retried by retrying the parent.
+    Recorded (who, why) in the audit trail.
     """
     settings = current().settings
     job = parse_job_id(settings, job_id)
-    reopened = admin.retry_job(settings, job)
+    reopened = admin.retry_job(settings, job, actor=by or whoami(), reason=reason)
     line = f"job {job} resumed: {reopened.step_runs} step run(s) back to pending"
     if reopened.children:
         line += f"; child job(s) retried with it: {', '.join(map(str, reopened.children))}"

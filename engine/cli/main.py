@@ -19,6 +19,8 @@ from pydantic import ValidationError
 
 from engine.cli import extensions
 from engine.cli.alerts import alerts
+from engine.cli.audit import audit
+from engine.cli.database import db
 from engine.cli.dlq import dlq
 from engine.cli.flows import flows, workers
 from engine.cli.jobs import cancel, retry, runs, status, submit_group
@@ -243,7 +245,9 @@ def _print_version(ctx: click.Context) -> None:
 
 for command in (
     alerts,
+    audit,
     cancel,
+    db,
     dlq,
     flows,
     migrate,

@@ -8,13 +8,14 @@ from datetime import datetime
 import click
 from rich.table import Table
 
+from engine.cli.audit import by_option
 from engine.cli.jobs import whoami
 from engine.cli.output import out, print_json
 from engine.cli.state import current
 from engine.errors import BadInput
 from engine.schedules.calendar import CATCH_UP_LIMIT, TEMPLATES
 from engine.schedules.schedules import Schedule, add_schedule, list_schedules, remove_schedule
-from engine.store.status import CatchUp
+from engine.store.status import AuditSource, CatchUp
 
 __all__ = ["schedule"]
 
@@ -60,6 +61,7 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
         f"(at most {CATCH_UP_LIMIT})"
     ),
 )
+@by_option
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def schedule_add(
     name: str,
@@ -68,9 +70,13 @@ def schedule_add(
     timezone: str,
     param_values: tuple[str, ...],
     catch_up: str,
+    by: str | None,
     as_json: bool,
 ) -> None:
-    """Add schedule NAME; exit 2 naming a bad flow, cron, timezone or parameter."""
+    """Add schedule NAME; exit 2 naming a bad flow, cron, timezone or parameter.
+
+    Recorded in the audit trail (and as the schedule's creator) with --by.
+    """
     state = current()
     added = add_schedule(
         name,
@@ -79,9 +85,10 @@ def schedule_add(
         timezone=timezone,
         params=_params(param_values),
         catch_up=catch_up,
-        created_by=whoami(),
+        created_by=by or whoami(),
         settings=state.settings,
         registry=state.registry,
+        source=AuditSource.CLI,
     )
     if as_json:
         print_json(added.as_json())
@@ -124,9 +131,10 @@ def schedule_list(as_json: bool) -> None:
 
 @schedule.command("remove")
 @click.argument("name")
-def schedule_remove(name: str) -> None:
-    """Remove schedule NAME (the jobs it submitted stay)."""
-    remove_schedule(name, current().settings)
+@by_option
+def schedule_remove(name: str, by: str | None) -> None:
+    """Remove schedule NAME (the jobs it submitted stay); recorded in the audit trail."""
+    remove_schedule(name, current().settings, actor=by or whoami(), source=AuditSource.CLI)
     out.print(f"schedule {name} removed", highlight=False)
 
 

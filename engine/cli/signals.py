@@ -12,8 +12,7 @@ from engine.cli.jobs import whoami
 from engine.cli.output import out, print_json
 from engine.cli.state import current
 from engine.errors import BadInput
-from engine.jobs import admin
-from engine.waits.signals import signal as send_signal
+from engine.waits.signals import operator_signal
 
 __all__ = ["signal"]
 
@@ -41,7 +40,7 @@ def _parse_data(value: str | None) -> Any:
     "sent_by",
     envvar="ENGINE_SUBMITTED_BY",
     show_envvar=True,
-    help="who sends it (recorded with the signal); default user@host",
+    help="who sends it (recorded with the signal and in the audit trail); default user@host",
 )
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def signal(job_id: str, name: str, data: str | None, sent_by: str | None, as_json: bool) -> None:
@@ -52,18 +51,14 @@ def signal(job_id: str, name: str, data: str | None, sent_by: str | None, as_jso
     typo, is refused (exit 2, naming the valid ones) and nothing is recorded.
     A signal is recorded once per job and name: one sent before a step waits
     for it is kept until the step asks; sending it again with the same data
-    changes nothing, with other data is refused (exit 2).
+    changes nothing, with other data is refused (exit 2). A signal recorded
+    is recorded in the audit trail too, by --by.
     """
     settings = current().settings
     job = parse_job_id(settings, job_id)
-    with admin.operator_action(settings, f"signal {name!r} to job {job}"):
-        sent = send_signal(
-            job,
-            name,
-            _parse_data(data),
-            settings=admin.operator_settings(settings),
-            sent_by=sent_by or whoami(),
-        )
+    sent = operator_signal(
+        job, name, _parse_data(data), settings=settings, actor=sent_by or whoami()
+    )
     if as_json:
         print_json(sent.as_json())
     elif sent.created:

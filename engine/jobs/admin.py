@@ -1,7 +1,11 @@
 """Operator actions on jobs, dead letters and alerts: cancel, retry, replay, resend.
 
 Each is one transaction; the messages they need are written to the outbox in
-it and relayed after it commits, like a submit.
+it and relayed after it commits, like a submit. Each records who did it in
+the audit trail in that same transaction (:mod:`engine.jobs.audit`): a
+refused action (a cancel of a finished job, exit 2) rolls back and records
+nothing. ``actor`` defaults to the OS user at this host; ``source`` says
+where the action was taken (the CLI, or the console).
 
 An operator command waits for a lock at most ``ENGINE_ADMIN_LOCK_TIMEOUT_S``
 (a step committing, or a session holding the job's row, makes it wait); past
@@ -22,9 +26,10 @@ import psycopg
 from engine import store
 from engine.config import Settings
 from engine.errors import BadInput, Busy, Contention, NoSuchJob
+from engine.jobs.audit import operator, record_action
 from engine.jobs.ending import job_ended
 from engine.store import db
-from engine.store.status import EventKind
+from engine.store.status import AuditSource, EventKind
 from engine.transports import transport_for
 from engine.transports.announce import announce
 from engine.transports.base import Transport
@@ -84,11 +89,16 @@ def _status_or_missing(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str:
 def cancel(
     settings: Settings,
     job_id: uuid.UUID,
-    reason: str = "cancelled by operator",
+    reason: str | None = None,
     *,
+    actor: str | None = None,
+    source: AuditSource = AuditSource.CLI,
     transport: Transport | None = None,
 ) -> None:
     """Cancel an active job: its running steps stop at their next check or commit.
+
+    The job's error reads ``cancelled by ACTOR`` (then ``: REASON`` when one
+    is given), and the audit trail records the cancel with the reason.
 
     Its active child jobs (and theirs) are cancelled with it.
 
@@ -97,14 +107,28 @@ def cancel(
     after the commit, as after every other end of a job.
     """
     transport = transport or transport_for(settings)
+    who = actor or operator()
+    message = f"cancelled by {who}" + (f": {reason}" if reason else "")
     with operator_action(settings, f"cancel of job {job_id}"), _connect(settings) as conn:
         with conn.transaction():
-            if not store.job_cancel_if_active(conn, job_id, reason):
+            if not store.job_cancel_if_active(conn, job_id, message):
                 status = _status_or_missing(conn, job_id)
                 raise BadInput(
                     f"job {job_id} is {status}; only pending or running jobs can be cancelled"
                 )
-            store.event_insert(conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": reason})
+            store.event_insert(
+                conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": message, "by": who}
+            )
+            record_action(
+                conn,
+                "cancel",
+                "job",
+                job_id,
+                actor=who,
+                source=source,
+                job_id=job_id,
+                reason=reason,
+            )
             # its slots are free, and a child cancelled on its own wakes its parent step
             ended = job_ended(conn, transport, job_id, cancel_rest=False, free_slots=True)
         ended.after_commit(conn, settings)
@@ -120,7 +144,14 @@ class Reopened:
 
 
 def retry_job(
-    settings: Settings, job_id: uuid.UUID, *, transport: Transport | None = None
+    settings: Settings,
+    job_id: uuid.UUID,
+    *,
+    actor: str | None = None,
+    source: AuditSource = AuditSource.CLI,
+    reason: str | None = None,
+    transport: Transport | None = None,
+    _replay_of: int | None = None,
 ) -> Reopened:
     """Resume a failed or cancelled job from its last checkpoints, with its children.
 
@@ -135,6 +166,9 @@ def retry_job(
 
     A child whose parent ended badly is not retried alone (its end would wake
     no one): :class:`BadInput` names the parent to retry instead.
+
+    The audit trail records a ``retry`` of the job (a ``replay`` of the dead
+    letter ``_replay_of``, when :func:`replay` retries for one).
     """
     transport = transport or transport_for(settings)
     with operator_action(settings, f"retry of job {job_id}"), _connect(settings) as conn:
@@ -168,6 +202,34 @@ def retry_job(
                 store.event_insert(
                     conn, EventKind.REPLAYED, job_id=child, detail={"with": str(job_id)}
                 )
+            outcome = {
+                "step_runs": reopened.step_runs,
+                "children": [str(c) for c in reopened.children],
+            }
+            if _replay_of is None:
+                record_action(
+                    conn,
+                    "retry",
+                    "job",
+                    job_id,
+                    actor=actor,
+                    source=source,
+                    job_id=job_id,
+                    reason=reason,
+                    detail=outcome,
+                )
+            else:
+                record_action(
+                    conn,
+                    "replay",
+                    "dead_letter",
+                    _replay_of,
+                    actor=actor,
+                    source=source,
+                    job_id=job_id,
+                    reason=reason,
+                    detail={"source": "step", **outcome},
+                )
         announced.publish_after_commit(conn)
     return Reopened(job_id, reopened.step_runs, tuple(reopened.children))
 
@@ -187,8 +249,19 @@ def dead_letters(settings: Settings, limit: int = 100) -> list[dict[str, Any]]:
         return store.dead_letter_select_open(conn, limit)
 
 
-def replay(settings: Settings, dead_letter_id: int, *, transport: Transport | None = None) -> str:
-    """Re-drive one dead letter: a step run's job is retried; a message is sent again."""
+def replay(
+    settings: Settings,
+    dead_letter_id: int,
+    *,
+    actor: str | None = None,
+    source: AuditSource = AuditSource.CLI,
+    reason: str | None = None,
+    transport: Transport | None = None,
+) -> str:
+    """Re-drive one dead letter: a step run's job is retried; a message is sent again.
+
+    Either way the audit trail records a ``replay`` of the dead letter.
+    """
     transport = transport or transport_for(settings)
     with _connect(settings) as conn:
         row = store.dead_letter_select_one(conn, dead_letter_id)
@@ -198,7 +271,15 @@ def replay(settings: Settings, dead_letter_id: int, *, transport: Transport | No
             raise BadInput(f"dead letter {dead_letter_id} was already replayed")
         conn.commit()
     if row["source"] == "step":
-        reopened = retry_job(settings, row["job_id"], transport=transport)
+        reopened = retry_job(
+            settings,
+            row["job_id"],
+            actor=actor,
+            source=source,
+            reason=reason,
+            transport=transport,
+            _replay_of=dead_letter_id,
+        )
         return f"job {reopened.job_id} resumed ({reopened.step_runs} step run(s) back to pending)"
     with (
         operator_action(settings, f"replay of dead letter {dead_letter_id}", "engine_dead_letters"),
@@ -207,18 +288,45 @@ def replay(settings: Settings, dead_letter_id: int, *, transport: Transport | No
     ):
         if not store.dead_letter_mark_replayed_if_open(conn, dead_letter_id):
             raise BadInput(f"dead letter {dead_letter_id} was already replayed")
+        record_action(
+            conn,
+            "replay",
+            "dead_letter",
+            dead_letter_id,
+            actor=actor,
+            source=source,
+            reason=reason,
+            detail={"source": "message"},
+        )
         transport.send_raw(row["message_body"])
     return f"message of dead letter {dead_letter_id} sent again"
 
 
-def purge(settings: Settings) -> int:
-    """Delete poison-message and replayed dead letters; the count deleted."""
+def purge(
+    settings: Settings,
+    *,
+    actor: str | None = None,
+    source: AuditSource = AuditSource.CLI,
+    reason: str | None = None,
+) -> int:
+    """Delete poison-message and replayed dead letters; the count deleted (audited with it)."""
     with (
         operator_action(settings, "purge of dead letters", "engine_dead_letters"),
         _connect(settings) as conn,
         conn.transaction(),
     ):
-        return store.dead_letter_delete_closed(conn)
+        deleted = store.dead_letter_delete_closed(conn)
+        record_action(
+            conn,
+            "purge",
+            "dead_letter",
+            None,
+            actor=actor,
+            source=source,
+            reason=reason,
+            detail={"deleted": deleted},
+        )
+        return deleted
 
 
 def alerts(settings: Settings, limit: int = 50, *, pending: bool = False) -> list[dict[str, Any]]:

@@ -101,6 +101,18 @@ class WaitView(BaseModel):
     children: bool = False
 
 
+class AuditView(BaseModel):
+    """An operator's action on the job, from the audit trail."""
+
+    at: datetime
+    actor: str
+    source: str
+    action: str
+    target: str
+    reason: str | None
+    detail: str  # JSON
+
+
 class SignalView(BaseModel):
     """A signal the job received."""
 
@@ -169,6 +181,7 @@ class RunReport(BaseModel):
     signals: list[SignalView]
     parent: JobLink | None = None
     children: list[JobLink] = []
+    audit: list[AuditView] = []
 
 
 class IndexRow(BaseModel):
@@ -358,6 +371,18 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         ],
         parent=None if history.parent is None else _job_link(history.parent, job.child_key),
         children=[_job_link(c) for c in history.children],
+        audit=[
+            AuditView(
+                at=a.at,
+                actor=a.actor,
+                source=str(a.source),
+                action=a.action,
+                target=a.target_kind + ("" if a.target_id is None else f" {a.target_id}"),
+                reason=a.reason,
+                detail=json.dumps(a.detail, sort_keys=True, default=str) if a.detail else "",
+            )
+            for a in history.audit
+        ],
     )
 
 

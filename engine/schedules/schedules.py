@@ -20,9 +20,10 @@ from engine import store
 from engine.config import Settings
 from engine.errors import BadInput
 from engine.flow.registry import Registry
+from engine.jobs.audit import operator, record_action
 from engine.schedules.calendar import Calendar, check_templates, resolve_params
 from engine.store import db
-from engine.store.status import CatchUp
+from engine.store.status import AuditSource, CatchUp
 
 __all__ = [
     "Schedule",
@@ -113,6 +114,7 @@ def add_schedule(
     created_by: str | None = None,
     settings: Settings | None = None,
     registry: Registry | None = None,
+    source: AuditSource | str = AuditSource.API,
 ) -> Schedule:
     """Add a schedule; :class:`BadInput` (naming the value) for anything invalid.
 
@@ -120,6 +122,9 @@ def add_schedule(
     fire-time values resolved for the first time it fires) must validate
     against the flow's parameter model. The flow's admission check is not
     run: it is about the data at the time the job is submitted.
+
+    The audit trail records the add, by ``created_by`` (default: the OS
+    user at this host), in the same transaction.
     """
     settings = settings or Settings()
     if not _NAME.match(name):
@@ -153,6 +158,15 @@ def add_schedule(
             raise BadInput(
                 f"a schedule named {name!r} exists; `engine schedule remove {name}` first"
             )
+        record_action(
+            conn,
+            "schedule_add",
+            "schedule",
+            name,
+            actor=created_by or operator(),
+            source=source,
+            detail={"flow": target.name, "cron": cron, "timezone": timezone, "params": values},
+        )
         rows = store.schedule_select_all(conn, live_s=settings.worker_live_s)
     return next(Schedule.from_row(r) for r in rows if r["name"] == name)
 
@@ -165,10 +179,21 @@ def list_schedules(settings: Settings | None = None) -> list[Schedule]:
     return [Schedule.from_row(r) for r in rows]
 
 
-def remove_schedule(name: str, settings: Settings | None = None) -> None:
-    """Remove a schedule (its jobs stay); :class:`BadInput` naming the existing ones."""
+def remove_schedule(
+    name: str,
+    settings: Settings | None = None,
+    *,
+    actor: str | None = None,
+    source: AuditSource | str = AuditSource.API,
+) -> None:
+    """Remove a schedule (its jobs stay); :class:`BadInput` naming the existing ones.
+
+    The audit trail records the removal, by ``actor`` (default: the OS user
+    at this host), in the same transaction.
+    """
     with db.connect(settings or Settings()) as conn, conn.transaction():
         if store.schedule_delete_by_name(conn, name):
+            record_action(conn, "schedule_remove", "schedule", name, actor=actor, source=source)
             return
         names = store.schedule_select_names(conn)
     raise BadInput(f"no schedule named {name!r}; schedules: {', '.join(names) or '(none)'}")

@@ -24,6 +24,7 @@ statement that writes it, whoever calls it (``claims`` and ``leases`` share
 - ``schedules``: calendars of jobs and each scheduled time they fired;
 - ``signals``: one signal per job and name, and what a waiting step finds;
 - ``events``: the append-only history;
+- ``audit``: the append-only trail of operator actions (who, what, why);
 - ``server``: the server itself (ping, the embedded database);
 - ``migrations``: the numbered schema files;
 - ``workers``: each worker's row (started, last seen, the flow versions it
@@ -69,6 +70,7 @@ modules are imported by name (``from engine.store import db, migrations``).
 """
 
 from engine.store.alerts import *  # noqa: F403
+from engine.store.audit import *  # noqa: F403
 from engine.store.batch import *  # noqa: F403
 from engine.store.claims import *  # noqa: F403
 from engine.store.dead_letters import *  # noqa: F403

@@ -21,6 +21,7 @@ from sqlmodel import Field, SQLModel
 
 from engine.store.status import (
     AlertSource,
+    AuditSource,
     CatchUp,
     DeadLetterSource,
     EventKind,
@@ -32,6 +33,7 @@ from engine.store.status import (
 
 __all__ = [
     "ENUM_COLUMNS",
+    "AuditEntry",
     "DeadLetter",
     "DeadLetterSource",
     "EnumText",
@@ -193,6 +195,25 @@ class Event(SQLModel, table=True):
     detail: dict[str, Any] = _json(False)
 
 
+class AuditEntry(SQLModel, table=True):
+    """One operator action of the append-only audit trail: who, when, what, on what, why."""
+
+    __tablename__ = "engine_audit"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    at: datetime = _ts(False)
+    actor: str = _text(False)
+    source: AuditSource = Field(sa_column=Column(EnumText(AuditSource), nullable=False))
+    action: str = _text(False)
+    target_kind: str = _text(False)
+    target_id: str | None = _text(True)
+    job_id: uuid.UUID | None = Field(
+        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
+    )
+    reason: str | None = _text(True)
+    detail: dict[str, Any] = _json(False)
+
+
 class DeadLetter(SQLModel, table=True):
     """A step run past its attempt cap, or a message that could not be handled."""
 
@@ -340,6 +361,7 @@ ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {
     "engine_jobs": {"status": JobStatus},
     "engine_step_runs": {"status": StepStatus},
     "engine_events": {"kind": EventKind},
+    "engine_audit": {"source": AuditSource},
     "engine_dead_letters": {"source": DeadLetterSource},
     "engine_alerts": {"source": AlertSource},
     "engine_workers": {"status": WorkerStatus},

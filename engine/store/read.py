@@ -25,6 +25,7 @@ from engine.config import Settings
 from engine.store import db
 from engine.store.errors import wrap_errors
 from engine.store.models import (
+    AuditEntry,
     DeadLetter,
     Event,
     Job,
@@ -177,6 +178,15 @@ def _family(session: Session, job: Job) -> tuple[Job | None, list[Job]]:
     return parent, list(children)
 
 
+def _audit(session: Session, job_id: uuid.UUID) -> list[AuditEntry]:
+    """The job's audit entries, in the order they were written."""
+    return list(
+        session.exec(
+            select(AuditEntry).where(AuditEntry.job_id == job_id).order_by(col(AuditEntry.id))
+        ).all()
+    )
+
+
 def _signals(session: Session, job_id: uuid.UUID) -> list[JobSignal]:
     return list(
         session.exec(
@@ -231,6 +241,7 @@ class JobHistory:
     parent: Job | None = None
     children: list[Job] = field(default_factory=list)
     waiting_for: list[str] = field(default_factory=list)  # empty unless the job waits
+    audit: list[AuditEntry] = field(default_factory=list)  # operators' actions on it
 
 
 @wrap_errors
@@ -252,7 +263,10 @@ def job_history(engine: Engine, job_id: uuid.UUID) -> JobHistory | None:
         signals = _signals(session, job_id)
         parent, children = _family(session, job)
         waits = _waits_of(session, [job_id]).get(job_id, [])
-    return JobHistory(job, runs, events, dead, signals, parent, children, waits)
+        audit = _audit(session, job_id)
+    return JobHistory(
+        job, runs, events, dead, signals, parent, children, waiting_for=waits, audit=audit
+    )
 
 
 @wrap_errors

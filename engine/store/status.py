@@ -103,6 +103,14 @@ class FireOutcome(enum.StrEnum):
     ERROR = "error"  # the submit raised
 
 
+class AuditSource(enum.StrEnum):
+    """Where an audited action was taken: the command line, the web console, Python code."""
+
+    CLI = "cli"
+    CONSOLE = "console"
+    API = "api"
+
+
 class WorkerStatus(enum.StrEnum):
     RUNNING = "running"
     STOPPED = "stopped"

@@ -55,10 +55,13 @@ import psycopg
 
 from engine.config import Settings
 from engine.errors import NoSuchJob
+from engine.jobs import admin
+from engine.jobs.audit import operator, record_action
 from engine.jobs.transaction import in_transaction
-from engine.store.status import EventKind
+from engine.store import db
+from engine.store.status import AuditSource, EventKind
 from engine.transports import transport_for
-from engine.transports.announce import announce
+from engine.transports.announce import Announced, announce
 from engine.transports.outbox import Publisher
 
 
@@ -250,3 +253,54 @@ def _json_data(name: str, data: Any) -> Any:
         return json.loads(json.dumps(data, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise BadInput(f"data of signal {name!r} is not JSON: {exc}") from None
+
+
+def operator_signal(
+    job_id: uuid.UUID,
+    name: str,
+    data: Any = None,
+    *,
+    settings: Settings,
+    actor: str | None = None,
+    source: AuditSource = AuditSource.CLI,
+    publisher: Publisher | None = None,
+) -> Signalled:
+    """An operator's :func:`signal` (``engine signal``), audited in its transaction.
+
+    The sender and the audit entry's actor are ``actor`` (default: the OS
+    user at this host). A signal sent again with the same data changes
+    nothing and records nothing; a refused one (an undeclared name, other
+    data, an ended job) rolls back and records nothing. The operator's
+    shorter lock wait applies (:func:`engine.jobs.admin.operator_action`).
+    """
+    who = actor or operator()
+    publisher = publisher or transport_for(settings)
+    bounded = admin.operator_settings(settings)
+    with (
+        admin.operator_action(settings, f"signal {name!r} to job {job_id}"),
+        db.connect(bounded) as conn,
+    ):
+        with conn.transaction():
+            sent = signal(
+                job_id,
+                name,
+                data,
+                conn=conn,
+                settings=bounded,
+                publisher=publisher,
+                sent_by=who,
+            )
+            if sent.created:
+                record_action(
+                    conn,
+                    "signal",
+                    "job",
+                    job_id,
+                    actor=who,
+                    source=source,
+                    job_id=job_id,
+                    detail={"signal": name, "data": sent.data, "woken": sent.woken},
+                )
+        # committed: send the wake-ups now rather than at the relay's next round
+        Announced(publisher, sent.outbox_ids).publish_after_commit(conn)
+    return sent

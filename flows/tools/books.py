@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import click
 import psycopg
 
-from engine import ChecksFailed
+from engine import ChecksFailed, record_action
 from flows.erp import checks, periods
 from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
@@ -123,12 +123,35 @@ def check_command(period: str, as_json: bool) -> None:
         raise ChecksFailed(f"books of {report.period}", report.problems)
 
 
+def _audited(conn: psycopg.Connection[Any], event: periods.PeriodEvent) -> periods.PeriodEvent:
+    """``event`` recorded in the engine's audit trail too, in the same transaction."""
+    record_action(
+        conn,
+        "close" if event.action == "closed" else "reopen",
+        "period",
+        event.period,
+        actor=event.actor,
+        source="cli",
+        reason=event.reason or None,
+        detail={"period_event": event.id},
+    )
+    return event
+
+
 @click.command("close")
 @period_option
 @click.option("--by", "by", default=None, help="who closes it (default: user@host)")
 def close_command(period: str, by: str | None) -> None:
-    """Close a costed period: refused while its jobs run, a store is uncosted or a check fails."""
-    event = _run(lambda conn: periods.close(conn, parse_period_option(period), actor=by or actor()))
+    """Close a costed period: refused while its jobs run, a store is uncosted or a check fails.
+
+    Recorded in the period's history and the engine's audit trail (engine audit);
+    a refused close records nothing.
+    """
+    event = _run(
+        lambda conn: _audited(
+            conn, periods.close(conn, parse_period_option(period), actor=by or actor())
+        )
+    )
     click.echo(f"period {event.period} closed by {event.actor} at {event.at:%Y-%m-%d %H:%M:%S %Z}")
 
 
@@ -137,10 +160,14 @@ def close_command(period: str, by: str | None) -> None:
 @click.option("--reason", required=True, help="why the period is reopened (recorded)")
 @click.option("--by", "by", default=None, help="who reopens it (default: user@host)")
 def reopen_command(period: str, reason: str, by: str | None) -> None:
-    """Reopen a closed period (it is costed again), recording who and why."""
+    """Reopen a closed period (it is costed again), recording who and why.
+
+    Recorded in the period's history and the engine's audit trail (engine audit).
+    """
     event = _run(
-        lambda conn: periods.reopen(
-            conn, parse_period_option(period), actor=by or actor(), reason=reason
+        lambda conn: _audited(
+            conn,
+            periods.reopen(conn, parse_period_option(period), actor=by or actor(), reason=reason),
         )
     )
     click.echo(f"period {event.period} reopened by {event.actor}: {event.reason}")

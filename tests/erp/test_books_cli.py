@@ -126,5 +126,16 @@ def test_books_cli__close_reopen_history_and_refused_submits(
     ]
     again = engine(settings, "books", "reopen", "--period", NOV, "--reason", "x")
     assert again.returncode == 2 and "period 2026-11 is costed, not closed" in again.stderr
+    # the engine's audit trail has the close and the reopen, and none of the refused ones
+    audit = engine(settings, "audit", "--json")
+    assert audit.returncode == 0, audit.stderr
+    entries = json.loads(audit.stdout)["entries"]
+    assert [
+        (e["action"], e["target_kind"], e["target_id"], e["actor"], e["source"], e["reason"])
+        for e in entries
+    ] == [
+        ("reopen", "period", NOV, "bob", "cli", "late invoice"),
+        ("close", "period", NOV, "ann", "cli", None),
+    ]
     bad = engine(settings, "books", "check", "--period", "2026-13")
     assert bad.returncode == 2 and "'2026-13'" in bad.stderr

@@ -23,7 +23,7 @@ from harness import (
     wait_until,
 )
 
-from engine import Refused, Registry, load_queries, signal, submit
+from engine import Refused, Registry, audit_trail, load_queries, signal, submit
 from engine.config import Settings
 from engine.jobs import admin
 from engine.reports import render_job_report
@@ -162,6 +162,16 @@ def test_close__the_month_end_as_one_job_posts_costs_checks_and_closes(
         ("costed", f"costing job {by_key['costing']}"),
         ("closed", f"close job {job.job_id} for ann"),
     ]
+    # the engine's audit trail: the close, by its submitter, committed with the step
+    (entry,) = audit_trail(fast)
+    assert (entry.action, entry.target_kind, entry.target_id, entry.actor, entry.source) == (
+        "close",
+        "period",
+        PERIOD,
+        "ann",
+        "api",
+    )
+    assert entry.job_id == job.job_id
     page = Path(render_job_report(fast, job.job_id, registry=registry)).read_text(encoding="utf-8")
     for text in (
         "closed by close job",
@@ -198,6 +208,7 @@ def test_close__fails_naming_the_broken_identity_and_leaves_the_period_open(
     assert "openings of 2026-12 = closings: 1 store(s) differ: ST001 (1 items)" in str(error)
     status = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (PERIOD,)).fetchone()
     assert status == {"status": "costed"}
+    assert audit_trail(fast) == [], "a close that failed records nothing"
 
 
 def test_close__workers_killed_minus_9_in_the_middle_resume_and_close_exactly_once(
@@ -374,7 +385,7 @@ def test_close__a_failed_child_fails_the_close_naming_the_child_and_its_error(
             what="the posting child to wait for its approval",
         )
         [kid] = children(conn, job.job_id)
-        admin.cancel(fast, kid["id"], "the accountant refused the rejections")
+        admin.cancel(fast, kid["id"], "the accountant refused the rejections", actor="acct")
         assert wait_job_ended(conn, job.job_id, timeout=120) == "failed"
     error = conn.execute(
         "SELECT error FROM engine_step_runs WHERE job_id = %s AND step = 'books'", (job.job_id,)
@@ -382,7 +393,8 @@ def test_close__a_failed_child_fails_the_close_naming_the_child_and_its_error(
     assert error is not None
     message = error["error"]["message"]
     assert message == (
-        f"posting child job {kid['id']} (posting) cancelled: the accountant refused the rejections"
+        f"posting child job {kid['id']} (posting) cancelled: "
+        "cancelled by acct: the accountant refused the rejections"
     )
     # no costing was started after a posting that did not end well; the period stays open
     assert [k["child_key"] for k in children(conn, job.job_id)] == ["posting"]

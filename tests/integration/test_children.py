@@ -146,7 +146,7 @@ def test_children__cancelling_the_parent_cancels_its_active_children(
         kids = children_of(conn, job)
         for k in kids:
             wait_until(lambda k=k: waiting_for(conn, k["id"], "work"), what="a child to hold")
-        admin.cancel(fast, job, "not needed")
+        admin.cancel(fast, job, "not needed", actor="ann")
         assert status_of(conn, job) == "cancelled"
         for k in kids:
             assert status_of(conn, k["id"]) == "cancelled"
@@ -155,7 +155,7 @@ def test_children__cancelling_the_parent_cancels_its_active_children(
             ).fetchone()
             assert run is not None and run["status"] == "cancelled"
     error = conn.execute("SELECT error FROM engine_jobs WHERE id = %s", (kids[0]["id"],)).fetchone()
-    assert error is not None and error["error"] == "parent cancelled: not needed"
+    assert error is not None and error["error"] == "parent cancelled: cancelled by ann: not needed"
 
 
 def test_children__a_child_cancelled_alone_wakes_the_parent_with_its_outcome(
@@ -431,10 +431,10 @@ def test_retry__a_parent_whose_child_was_cancelled_runs_the_child_again(
         wait_until(lambda: waiting_for(conn, job, "spawn"), what="the parent to wait")
         (kid,) = children_of(conn, job)
         wait_until(lambda: waiting_for(conn, kid["id"], "work"), what="the child to hold")
-        admin.cancel(fast, kid["id"], "operator")
+        admin.cancel(fast, kid["id"], "not needed", actor="ann")
         assert wait_job_ended(conn, job) == "failed"
         error = spawn_run(conn, job)["error"]["message"]
-        assert error == f"child 0 job {kid['id']} cancelled: operator"
+        assert error == f"child 0 job {kid['id']} cancelled: cancelled by ann: not needed"
         assert admin.retry_job(fast, job).children == (kid["id"],)
         # the child holds again (its wait ran again), under the same id
         wait_until(lambda: waiting_for(conn, kid["id"], "work"), what="the child to hold again")

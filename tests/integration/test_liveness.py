@@ -718,7 +718,7 @@ def test_cancel__an_operators_cancel_renders_the_report_like_every_other_end(
         update={"report_on_end": True, "reports_dir": tmp_path, "flow_modules": ["testflows"]}
     )
     job = submit("chain", {}, settings=settings, registry=flows_registry())
-    admin.cancel(settings, job.job_id, transport=PostgresTransport(settings))
+    admin.cancel(settings, job.job_id, actor="operator", transport=PostgresTransport(settings))
     page = Path(report_link(settings, job.job_id).removeprefix("file://"))
     assert page.is_file(), "engine cancel ended the job without rendering its report"
     assert "cancelled by operator" in page.read_text()

@@ -219,12 +219,34 @@ def test_report__a_cancelled_job(
     job = submit("chain", {"hold_file": str(hold)}, settings=settings, registry=flows_registry())
     with thread_worker(settings) as worker:
         wait_until(lambda: (tmp_path / "hold.started").exists())
-        admin.cancel(settings, job.job_id)
+        admin.cancel(settings, job.job_id, actor="operator")
         wait_until(lambda: worker.outcomes.get("fenced") or worker.outcomes.get("cancelled"))
     _, html = page(settings, job.job_id)
     text = " ".join(check_html(html).text)
     assert "cancelled by operator" in text
     assert 'class="badge" style="background: #ef6c00">cancelled' in html
+
+
+def test_report__shows_the_jobs_audit_trail_escaped(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    job = submit("chain", {}, settings=fast, registry=flows_registry())
+    admin.cancel(fast, job.job_id, "<b>wrong</b> period", actor="<ann>")
+    admin.retry_job(fast, job.job_id, actor="bob")
+    _, html = page(fast, job.job_id)
+    text = " ".join(check_html(html).text)
+    assert "Audit trail" in text
+    assert "&lt;ann&gt;" in html and "<ann>" not in html
+    assert "&lt;b&gt;wrong&lt;/b&gt; period" in html
+    assert html.index(">bob<") > html.index("&lt;ann&gt;"), "in the order they were written"
+
+
+def test_report__a_job_without_operator_actions_has_no_audit_section(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    job = submit("chain", {}, settings=fast, registry=flows_registry())
+    _, html = page(fast, job.job_id)
+    assert "Audit trail" not in html
 
 
 def test_report__a_flow_not_registered_still_renders_without_graph(

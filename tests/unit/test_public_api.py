@@ -10,6 +10,7 @@ from __future__ import annotations
 import engine
 
 PUBLIC = [
+    "Audited",
     "BadInput",
     "Cancel",
     "ChecksFailed",
@@ -50,11 +51,13 @@ PUBLIC = [
     "UnknownFlow",
     "active_jobs",
     "add_schedule",
+    "audit_trail",
     "connect",
     "job_info",
     "list_schedules",
     "load_queries",
     "migrate",
+    "record_action",
     "remove_schedule",
     "signal",
     "submit",

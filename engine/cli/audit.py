@@ -1,0 +1,68 @@
+"""``engine audit``: the audit trail of operator actions, and the ``--by`` of the commands that act.
+
+Every command that changes something for an operator (``cancel``, ``retry``,
+``dlq replay|purge``, ``signal``, ``schedule add|remove``, the books' close
+and reopen) takes ``--by NAME`` and records the action with it, else with
+the OS user at this host, in the action's own transaction
+(:mod:`engine.jobs.audit`): a refused action records nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.table import Table
+
+from engine.cli.args import parse_job_id
+from engine.cli.output import out, print_json
+from engine.cli.state import current
+from engine.jobs.audit import audit_trail
+
+__all__ = ["audit", "by_option", "reason_option"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def by_option(f: F) -> F:
+    """``--by NAME``: who does the action, as the audit trail records it."""
+    return click.option(
+        "--by",
+        "by",
+        default=None,
+        metavar="NAME",
+        help="who does it (recorded in the audit trail); default user@host",
+    )(f)
+
+
+def reason_option(f: F) -> F:
+    """``--reason TEXT``: why, recorded with the action."""
+    return click.option("--reason", default=None, help="why (recorded in the audit trail)")(f)
+
+
+@click.command()
+@click.option("--job", "job_id", default=None, help="only the entries of this job (id or prefix)")
+@click.option("--limit", default=50, type=click.IntRange(1, 10_000))
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def audit(job_id: str | None, limit: int, as_json: bool) -> None:
+    """List the audit trail, newest first: who did what, on what, when and why."""
+    settings = current().settings
+    job = None if job_id is None else parse_job_id(settings, job_id)
+    entries = audit_trail(settings, job_id=job, limit=limit)
+    if as_json:
+        print_json({"entries": [e.as_json() for e in entries]})
+        return
+    if not entries:
+        out.print("no audit entries" + ("" if job is None else f" for job {job}"), highlight=False)
+        return
+    table = Table("at", "actor", "source", "action", "target")
+    table.add_column("reason / detail", overflow="fold")
+    for e in entries:
+        target = e.target_kind + ("" if e.target_id is None else f" {e.target_id}")
+        why = e.reason or ""
+        if e.detail:
+            why = (why + " " if why else "") + json.dumps(e.detail, sort_keys=True)
+        table.add_row(f"{e.at:%Y-%m-%d %H:%M:%S}", e.actor, e.source, e.action, target, why)
+    out.print(table, markup=False, highlight=False)

@@ -1,0 +1,14 @@
+-- audit_insert --
+-- engine_audit is append-only (the trigger refuses UPDATE, DELETE, TRUNCATE); the row joins the action's transaction, so it exists exactly when the action committed.
+INSERT INTO engine_audit (actor, source, action, target_kind, target_id, job_id, reason, detail)
+VALUES (%(actor)s, %(source)s, %(action)s, %(target_kind)s, %(target_id)s, %(job_id)s,
+        %(reason)s, %(detail)s)
+RETURNING id, at, actor, source, action, target_kind, target_id, job_id, reason, detail;
+
+-- audit_select_recent --
+-- Read-only, newest first (id follows commit order closely enough for people; `at` is the database clock); a job's entries through the partial index on job_id.
+SELECT id, at, actor, source, action, target_kind, target_id, job_id, reason, detail
+FROM engine_audit
+WHERE %(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid
+ORDER BY id DESC
+LIMIT %(limit)s;
