@@ -35,7 +35,6 @@ another job with the same key runs beside it.
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +42,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from engine.errors import DefinitionError
+from engine.flow.template import template_fields
 
 __all__ = ["Concurrency"]
 
@@ -71,23 +71,7 @@ class Concurrency:
 
     def fields(self) -> tuple[str, ...]:
         """The field names the template uses, in order."""
-        try:
-            parsed = list(string.Formatter().parse(self.key))
-        except ValueError as exc:
-            raise DefinitionError(f"concurrency key {self.key!r} is malformed: {exc}") from exc
-        names: list[str] = []
-        for _, name, spec, conversion in parsed:
-            if name is None:
-                continue
-            if not name.isidentifier() or spec or conversion:
-                shown = "{" + name + (f"!{conversion}" if conversion else "")
-                shown += (f":{spec}" if spec else "") + "}"
-                raise DefinitionError(
-                    f"concurrency key {self.key!r}: {shown} is not allowed; "
-                    "use a field name in braces, e.g. {period}"
-                )
-            names.append(name)
-        return tuple(names)
+        return template_fields(self.key, f"concurrency key {self.key!r}", "{period}")
 
     def check(self, params: type[BaseModel], item: type[BaseModel] | None) -> None:
         """Raise :class:`DefinitionError` naming a field no model provides, or two do."""

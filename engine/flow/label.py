@@ -16,7 +16,6 @@ anything else in braces is refused, and a field the item does not have is a
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from engine.errors import DefinitionError
+from engine.flow.template import template_fields
 
 __all__ = ["Label"]
 
@@ -48,22 +48,7 @@ class Label:
 
     def fields(self) -> tuple[str, ...]:
         """The field names the template uses, in order."""
-        try:
-            parsed = list(string.Formatter().parse(self.template))
-        except ValueError as exc:
-            raise DefinitionError(f"label {self.template!r} is malformed: {exc}") from exc
-        names: list[str] = []
-        for _, name, spec, conversion in parsed:
-            if name is None:
-                continue
-            if not name.isidentifier() or spec or conversion:
-                raise DefinitionError(
-                    f"label {self.template!r}: only field names in braces are allowed, "
-                    f"e.g. {{code}}; got {{{name}{'!' + conversion if conversion else ''}"
-                    f"{':' + spec if spec else ''}}}"
-                )
-            names.append(name)
-        return tuple(names)
+        return template_fields(self.template, f"label {self.template!r}", "{code}")
 
     def check(self, item: type[BaseModel]) -> None:
         """Raise :class:`DefinitionError` naming a field the item does not have."""
