@@ -140,18 +140,19 @@ WITH RECURSIVE tree (id) AS (
            first_value(f.job_id) OVER (PARTITION BY f.key ORDER BY f.n) AS first_job
     FROM free AS f
 ), woken AS (
-    -- a woken wait (its slot kept) whose claim was refused over the limit (a
-    -- child of its job, or a job it is a child of, held the key meanwhile): its
-    -- own copy comes back only later, so it is announced once it has a slot
+    -- a woken wait (its slot kept, not claimed yet) with a slot free now: its
+    -- claim may have been refused over the limit (a child of its job, or a job
+    -- it is a child of, held the key meanwhile), and its own copy comes back
+    -- only later; whether that refusal's copy is committed yet is not looked
+    -- at (it may commit just after this), so a wait announced already may be
+    -- announced twice: a second copy finds it claimed and is dropped
     SELECT w.id, 0::bigint AS n
     FROM keys AS k
     JOIN engine_step_runs AS w
       ON w.concurrency_key = k.key AND w.concurrency_kept AND w.status = 'pending'
      AND w.available_at <= clock_timestamp() AND w.attempts < w.max_attempts
     JOIN engine_jobs AS j ON j.id = w.job_id AND j.status IN ('pending', 'running')
-    WHERE EXISTS (SELECT 1 FROM engine_outbox AS o
-                  WHERE o.step_run_id = w.id AND o.deliver_at > clock_timestamp())
-      AND engine_concurrency_slot_free(w.concurrency_key, w.concurrency_limit,
+    WHERE engine_concurrency_slot_free(w.concurrency_key, w.concurrency_limit,
                                        w.concurrency_per_job, w.job_id, w.id, 'none')
 )
 INSERT INTO engine_outbox (step_run_id)
