@@ -165,7 +165,10 @@ submit_group = SubmitGroup("submit", help="Submit a job of a flow: engine submit
 @click.argument("job_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def status(job_id: str | None, as_json: bool) -> None:
-    """Show a job and its step runs (or the most recent jobs)."""
+    """Show a job and its step runs (or the most recent jobs).
+
+    JOB_ID may be a unique prefix of the id (4 hex digits at least), as `engine runs` shows it.
+    """
     state = current()
     engine = sqlalchemy_engine(state.settings)
     if job_id is None:
@@ -336,7 +339,7 @@ def cancel(job_id: str, by: str | None, reason: str | None) -> None:
     """Cancel an active job; running steps stop at their next check or commit.
 
     Recorded (who, why) in the audit trail; a job that ended already is refused
-    (exit 2) and nothing is recorded.
+    (exit 2) and nothing is recorded. JOB_ID may be a unique prefix of the id.
     """
     settings = current().settings
     job = parse_job_id(settings, job_id)
@@ -353,7 +356,7 @@ def retry(job_id: str, by: str | None, reason: str | None) -> None:
 
     Its failed or cancelled child jobs are retried with it (same ids); a done
     child stays done. A child whose parent failed is retried by retrying the parent.
-    Recorded (who, why) in the audit trail.
+    Recorded (who, why) in the audit trail. JOB_ID may be a unique prefix of the id.
     """
     settings = current().settings
     job = parse_job_id(settings, job_id)

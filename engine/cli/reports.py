@@ -23,7 +23,10 @@ __all__ = ["report", "reports"]
     help="folder to write to [default: ENGINE_REPORTS_URL if set, else ENGINE_REPORTS_DIR]",
 )
 def report(job_id: str, out: Path | None) -> None:
-    """Render one job's HTML report and print where it went (a path or an s3:// URI)."""
+    """Render one job's HTML report and print where it went (a path or an s3:// URI).
+
+    JOB_ID may be a unique prefix of the id (4 hex digits at least).
+    """
     settings = Settings()
     parsed = parse_job_id(settings, job_id)
     # no such job is NoSuchJob, a BadInput: the root group's mapping exits 2

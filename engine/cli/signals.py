@@ -46,6 +46,8 @@ def _parse_data(value: str | None) -> Any:
 def signal(job_id: str, name: str, data: str | None, sent_by: str | None, as_json: bool) -> None:
     """Send signal NAME to an active job: the steps waiting for it resume.
 
+    JOB_ID may be a unique prefix of the id (4 hex digits at least).
+
     NAME must be one of the signals the job's flow declares (at the version
     the job runs; `engine flows show FLOW` lists them): any other name, a
     typo, is refused (exit 2, naming the valid ones) and nothing is recorded.
