@@ -23,7 +23,7 @@ from engine.config import Settings
 from engine.flow import Flow, Step
 from engine.infra import faults
 from engine.jobs.plan import Outputs
-from engine.runner import execution, rounds
+from engine.runner import rounds
 from engine.runner.execution import Executor
 from engine.runner.lease import Lease
 
@@ -251,13 +251,22 @@ def test_round__every_step_raising_leaves_nothing_to_checkpoint(
 def test_round__a_members_failed_input_read_charges_no_neighbour(
     fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    # a read of a step's inputs that fails aborts the round's shared transaction:
-    # the members after it must go on in a fresh one, uncharged
-    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    # fan's gather takes no StepContext and reads its parts' checkpoints: a round
+    # of gathers reads each one's inputs in the round's shared transaction, and a
+    # read that fails aborts it; the members after it (whose reads would fail on
+    # the aborted transaction) must go on in a fresh one, uncharged
+    fast = fast.model_copy(update={"eager_successors": False})  # one step a batch
+    registry = flows_registry()
+    jobs = [
+        submit("fan", {"n": 1, "fail_step": f"none{i}"}, settings=fast, registry=registry).job_id
+        for i in range(3)
+    ]
     with one_runner(fast) as (runner, transport):
-        batch = receive_all(transport, 3)
+        runner.handle_batch(receive_all(transport, 3))  # the plans
+        runner.handle_batch(receive_all(transport, 3))  # the parts
+        batch = receive_all(transport, 3)  # the gathers, one round
         first, victim, last = group_order(batch)
-        real = execution.upstream_outputs
+        real = store.step_outputs_select
 
         def failing_read(c: Any, job_id: uuid.UUID, *args: Any) -> Any:
             if job_id == victim:
@@ -268,15 +277,20 @@ def test_round__a_members_failed_input_read_charges_no_neighbour(
                     c.execute("SELECT pg_sleep(5)")
             return real(c, job_id, *args)
 
-        monkeypatch.setattr(execution, "upstream_outputs", failing_read)
+        monkeypatch.setattr(store, "step_outputs_select", failing_read)
         outcomes = runner.handle_batch(batch)
         assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
-    assert sorted(o.kind for o in outcomes).count("retried") == 1, "the victim alone pays"
-    state = plans(conn)
-    assert (state[victim]["status"], state[victim]["attempts"]) == ("pending", 1)
+    assert [o.kind for o in outcomes].count("retried") == 1, "the victim alone pays"
+    gathers = {
+        r["job_id"]: (r["status"], r["attempts"])
+        for r in conn.execute(
+            "SELECT job_id, status, attempts FROM engine_step_runs WHERE step = 'gather'"
+        ).fetchall()
+    }
+    assert gathers[victim] == ("pending", 1)
     for job in (first, last):
-        assert (state[job]["status"], state[job]["attempts"]) == ("done", 1), job
+        assert gathers[job] == ("done", 1), job
     failures = conn.execute(
         "SELECT e.job_id FROM engine_events e WHERE e.kind IN ('failed', 'retried')"
     ).fetchall()
