@@ -26,7 +26,7 @@ import psycopg
 from engine import store
 from engine.config import Settings
 from engine.errors import AmbiguousJobId, BadInput, NoSuchJob
-from engine.store import db
+from engine.jobs.watch import watch_job
 from engine.store.status import JobStatus
 
 __all__ = [
@@ -147,9 +147,6 @@ def resolve_job_id(conn: psycopg.Connection[Any], text: str) -> uuid.UUID:
     raise AmbiguousJobId(text, shown, more=len(rows) > len(shown))
 
 
-_ENDED = {JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED}
-
-
 def wait_for_job(
     settings: Settings,
     job_id: uuid.UUID,
@@ -158,23 +155,13 @@ def wait_for_job(
     poll_s: float = 0.5,
     stop: threading.Event | None = None,
 ) -> JobStatus:
-    """Block until the job ends; its final status."""
-    stop = stop or threading.Event()
+    """Block until the job ends; its final status (:func:`engine.jobs.watch.watch_job`'s poll)."""
     show = progress and sys.stdout.isatty()
-    with (
-        db.connect(settings, autocommit=True) as conn,
-        _progress(f"job {str(job_id)[:8]}", show) as update,
-    ):
-        while True:
-            row = store.job_progress(conn, job_id)
-            if row is None:
-                raise NoSuchJob(job_id)
-            update(row["total"], row["done"])
-            status = JobStatus(row["status"])
-            if status in _ENDED:
-                return status
-            if stop.wait(poll_s):
-                return status
+    with _progress(f"job {str(job_id)[:8]}", show) as update:
+        last = watch_job(
+            settings, job_id, lambda p: update(p.total, p.done), poll_s=poll_s, stop=stop
+        )
+    return last.status
 
 
 @contextlib.contextmanager
