@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +18,7 @@ from engine.cli.watching import wait_and_show
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
 from engine.jobs import admin
+from engine.jobs.audit import operator
 from engine.jobs.submit import Submitted, submit
 from engine.reports.counts import read_counts
 from engine.store.models import Job, StepRun
@@ -137,12 +135,8 @@ def _submit_command(flow: Flow) -> click.Command:
 
 
 def whoami() -> str:
-    """Who runs the command: user@host (recorded as who submitted or scheduled)."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
+    """Who runs the command: user@host (recorded as who submitted, scheduled or acted)."""
+    return operator()
 
 
 def _report_submitted(result: Submitted, as_json: bool) -> None:
