@@ -114,16 +114,15 @@ class GroupCommit:
         """Open the group's transaction for a run of ``flow.step``, or keep it open.
 
         A group open so long that this step's worst recent run would take it
-        past the window commits first, and a new one opens; so does one whose
-        transaction a failed statement aborted (rolled back, see :meth:`commit`):
-        a step never starts in it, to be charged for what it did not do.
+        past the window commits first, and a new one opens. (One whose transaction
+        a failed statement aborted is rolled back by the executor before a step
+        starts in it: :meth:`commit`.)
         """
         if self._transaction is not None:
             worst = self.times.worst(flow, step) or self.window_s
-            aborted = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
-            if not aborted and time.monotonic() - self._opened_at + worst <= self.window_s:
+            if time.monotonic() - self._opened_at + worst <= self.window_s:
                 return
-            self.commit()  # an aborted group is rolled back: its members go again
+            self.commit()
         transaction = ExitStack()
         transaction.enter_context(self.conn.transaction())
         self._transaction = transaction
