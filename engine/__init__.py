@@ -15,7 +15,8 @@ Declare a flow
 Run jobs (the API install: ``pip install erp-engine``)
     submit, Submitted, signal, Signalled, wait_for_job, JobStatus, job_info,
     JobInfo, active_jobs, Schedule, add_schedule, list_schedules,
-    remove_schedule, Registry, Settings, migrate, MigrationReport
+    remove_schedule, pause_schedule, resume_schedule, run_schedule_now,
+    Registry, Settings, migrate, MigrationReport
 Record an operator's action (the audit trail, in the action's transaction)
     record_action, Audited, audit_trail
 A flow's own SQL and files
@@ -54,7 +55,15 @@ from engine.jobs.lookup import JobInfo, active_jobs, job_info, wait_for_job
 from engine.jobs.submit import Submitted, submit
 from engine.reports.storage import write_report_file
 from engine.runner.context import StepContext
-from engine.schedules.schedules import Schedule, add_schedule, list_schedules, remove_schedule
+from engine.schedules.schedules import (
+    Schedule,
+    add_schedule,
+    list_schedules,
+    pause_schedule,
+    remove_schedule,
+    resume_schedule,
+    run_schedule_now,
+)
 from engine.store.db import connect
 from engine.store.migrations import MigrationReport, migrate
 from engine.store.queries import Queries
@@ -111,8 +120,11 @@ __all__ = [
     "list_schedules",
     "load_queries",
     "migrate",
+    "pause_schedule",
     "record_action",
     "remove_schedule",
+    "resume_schedule",
+    "run_schedule_now",
     "signal",
     "submit",
     "wait_for_job",

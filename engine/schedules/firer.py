@@ -17,6 +17,11 @@ scheduled time fires exactly once, whatever the number of workers:
 Times missed while no worker was up fire once on return, as the latest of
 them (``catch_up latest``, the default), or each once with ``catch_up all``
 (at most :data:`engine.schedules.calendar.CATCH_UP_LIMIT`, the latest ones).
+A paused schedule is not due (step 1) and its claim restates "not paused"
+(step 2), so a pause that commits first wins over a worker that had read the
+schedule. Times that fell while it was paused are not missed times: the
+resume moves the schedule to its next time after now
+(:func:`engine.schedules.schedules.resume_schedule`), so nothing is caught up.
 
 A time that submits no job does not pass in silence. A submit the flow
 refuses (its admission check raises :class:`engine.Refused`, or the

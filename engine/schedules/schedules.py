@@ -4,32 +4,62 @@ A schedule names a flow, its parameters and a calendar (:mod:`engine.schedules.c
 a cron expression in a timezone). ``engine schedule add|list|remove`` (or
 :func:`add_schedule`, :func:`list_schedules`, :func:`remove_schedule`)
 manage them; every worker fires the due ones (:mod:`engine.schedules.firer`).
+
+An operator acts on one (``engine schedule pause|resume|run``, the console):
+
+- :func:`pause_schedule`: no worker fires it until it is resumed (the
+  firer's claim restates "not paused", so a pause that commits first wins
+  over a worker that had read it as due);
+- :func:`resume_schedule`: it fires again from its next scheduled time after
+  the resume. The times that fell while it was paused are skipped, whatever
+  its catch-up policy (that is for times missed while no worker was up, not
+  for times an operator held back): a resume never fires a burst;
+- :func:`run_schedule_now`: its flow with its parameters (fire-time values
+  taken at now) submitted now, by the submit the firer uses (admission and
+  deduplication alike), without the scheduled time in the fingerprint: while
+  an identical job is active, that job is returned (``created`` false), not
+  a second one. Its calendar is untouched.
+
+Each action records who (``actor``, default ``user@host``), from where and
+why in the audit trail, in its own transaction. A pause of a paused schedule,
+a resume of an active one, and a run that found its job active change
+nothing and record nothing. An unknown name is :class:`BadInput` naming the
+schedules that exist.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+import psycopg
 
 from engine import store
 from engine.config import Settings
 from engine.errors import BadInput
 from engine.flow.registry import Registry
+from engine.jobs.admin import operator_action
 from engine.jobs.audit import operator, record_action
+from engine.jobs.submit import Submitted, submit
 from engine.schedules.calendar import Calendar, check_templates, resolve_params
 from engine.store import db
 from engine.store.status import AuditSource, CatchUp
+from engine.transports import transport_for
 
 __all__ = [
     "Schedule",
     "add_schedule",
     "list_schedules",
+    "pause_schedule",
     "remove_schedule",
+    "resume_schedule",
+    "run_schedule_now",
 ]
 
 log = logging.getLogger(__name__)
@@ -58,6 +88,13 @@ class Schedule:
     created_by: str | None
     last_outcome: str | None = None  # the last fire's: job, refused or error
     unloaded: bool = False  # due, and no live worker loads its flow: nobody fires it
+    paused_at: datetime | None = None  # paused: no worker fires it until it is resumed
+    paused_by: str | None = None
+    paused_reason: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
 
     def as_json(self) -> dict[str, Any]:
         def iso(t: datetime | None) -> str | None:
@@ -79,6 +116,10 @@ class Schedule:
             "last_outcome": self.last_outcome,
             "unloaded": self.unloaded,
             "created_by": self.created_by,
+            "paused": self.paused,
+            "paused_at": iso(self.paused_at),
+            "paused_by": self.paused_by,
+            "paused_reason": self.paused_reason,
         }
 
     @classmethod
@@ -100,6 +141,9 @@ class Schedule:
             created_by=row["created_by"],
             last_outcome=row.get("last_outcome"),
             unloaded=bool(row.get("unloaded")),
+            paused_at=row.get("paused_at"),
+            paused_by=row.get("paused_by"),
+            paused_reason=row.get("paused_reason"),
         )
 
 
@@ -195,5 +239,173 @@ def remove_schedule(
         if store.schedule_delete_by_name(conn, name):
             record_action(conn, "schedule_remove", "schedule", name, actor=actor, source=source)
             return
-        names = store.schedule_select_names(conn)
-    raise BadInput(f"no schedule named {name!r}; schedules: {', '.join(names) or '(none)'}")
+        raise _unknown(conn, name)
+
+
+def pause_schedule(
+    name: str,
+    *,
+    settings: Settings | None = None,
+    actor: str | None = None,
+    source: AuditSource | str = AuditSource.API,
+    reason: str | None = None,
+) -> bool:
+    """Pause schedule ``name``: no worker fires it until :func:`resume_schedule`.
+
+    ``True``: paused now, recorded in the audit trail (by ``actor``, default
+    ``user@host``, with ``reason``) and on the schedule; ``False``: it was
+    paused already, nothing changed or recorded. :class:`BadInput` naming
+    the schedules for an unknown name.
+    """
+    settings = settings or Settings()
+    who = _who(actor)
+    with _operator(settings, f"pausing schedule {name!r}") as conn, conn.transaction():
+        if store.schedule_pause_if_active(conn, name, by=who, reason=reason) is None:
+            if name in store.schedule_select_names(conn):
+                return False  # paused already: idempotent
+            raise _unknown(conn, name)
+        record_action(
+            conn, "schedule_pause", "schedule", name, actor=who, source=source, reason=reason
+        )
+    log.info("schedule %s paused by %s", name, who)
+    return True
+
+
+def resume_schedule(
+    name: str,
+    *,
+    settings: Settings | None = None,
+    actor: str | None = None,
+    source: AuditSource | str = AuditSource.API,
+    reason: str | None = None,
+) -> bool:
+    """Resume schedule ``name``: it fires from its next scheduled time after now.
+
+    The times that fell while it was paused are not fired (see the module
+    docstring). ``True``: resumed now and recorded (with the next time in
+    the entry's detail); ``False``: it was not paused, nothing changed or
+    recorded. :class:`BadInput` naming the schedules for an unknown name.
+    """
+    settings = settings or Settings()
+    who = _who(actor)
+    with _operator(settings, f"resuming schedule {name!r}") as conn, conn.transaction():
+        row = store.schedule_select_by_name(conn, name)
+        if row is None:
+            raise _unknown(conn, name)
+        if row["paused_at"] is None:
+            return False  # active already: idempotent
+        calendar = Calendar.parse(row["cron"], row["timezone"])
+        resumed = store.schedule_resume_if_paused(
+            conn, row["id"], next_after_now=calendar.after(row["db_now"])
+        )
+        if resumed is None:
+            return False  # a racer resumed it first
+        skipped_from = row["next_fire_at"] if row["next_fire_at"] < resumed else None
+        record_action(
+            conn,
+            "schedule_resume",
+            "schedule",
+            name,
+            actor=who,
+            source=source,
+            reason=reason,
+            detail={
+                "next_fire_at": _utc(resumed),
+                "paused_at": _utc(row["paused_at"]),
+                "paused_by": row["paused_by"],
+                # the first of the times skipped while it was paused, if any
+                "skipped_from": None if skipped_from is None else _utc(skipped_from),
+            },
+        )
+    log.info("schedule %s resumed by %s; next time %s", name, who, resumed.isoformat())
+    return True
+
+
+def run_schedule_now(
+    name: str,
+    *,
+    settings: Settings | None = None,
+    registry: Registry | None = None,
+    actor: str | None = None,
+    source: AuditSource | str = AuditSource.API,
+    reason: str | None = None,
+) -> Submitted:
+    """Submit schedule ``name``'s flow with its parameters now; the job submitted or found.
+
+    The submit is the firer's (the flow's admission check, deduplication by
+    fingerprint), with fire-time values taken at now in the schedule's
+    timezone and no scheduled time: while an identical job is active it is
+    returned with ``created`` false and nothing is recorded. A paused
+    schedule runs too (and stays paused); its calendar is untouched. A
+    refusal (:class:`engine.Refused`) or bad parameters raise
+    :class:`BadInput` and nothing is written. Recorded in the audit trail
+    with the job's id.
+    """
+    settings = settings or Settings()
+    registry = registry or Registry.load(settings.flow_modules)
+    who = _who(actor)
+    publisher = transport_for(settings)
+    with _operator(settings, f"running schedule {name!r}") as conn, conn.transaction():
+        row = store.schedule_select_by_name(conn, name)
+        if row is None:
+            raise _unknown(conn, name)
+        flow = registry.get(row["flow"])
+        calendar = Calendar.parse(row["cron"], row["timezone"])
+        params = resolve_params(row["params"], row["db_now"], calendar.tz)
+        result = submit(
+            flow,
+            params,
+            conn=conn,
+            settings=settings,
+            registry=registry,
+            publisher=publisher,
+            submitted_by=f"schedule {name} (run now by {who})",
+        )
+        if result.created:
+            record_action(
+                conn,
+                "schedule_run",
+                "schedule",
+                name,
+                actor=who,
+                source=source,
+                job_id=result.job_id,
+                reason=reason,
+                detail={
+                    "flow": flow.name,
+                    "params": params,
+                    "paused": row["paused_at"] is not None,
+                },
+            )
+    log.info(
+        "schedule %s run now by %s: %s job %s%s",
+        name,
+        who,
+        flow.name,
+        result.job_id,
+        "" if result.created else " (already active)",
+    )
+    return result
+
+
+def _who(actor: str | None) -> str:
+    return (actor or "").strip() or operator()
+
+
+def _utc(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat()
+
+
+@contextlib.contextmanager
+def _operator(settings: Settings, what: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection with an operator's lock wait; past it, :class:`engine.errors.Busy`."""
+    with (
+        operator_action(settings, what, "engine_schedules"),
+        db.connect(settings, lock_timeout_s=settings.admin_lock_timeout_s) as conn,
+    ):
+        yield conn
+
+
+def _unknown(conn: psycopg.Connection[Any], name: str) -> BadInput:
+    names = store.schedule_select_names(conn)
+    return BadInput(f"no schedule named {name!r}; schedules: {', '.join(names) or '(none)'}")

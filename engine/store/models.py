@@ -319,6 +319,9 @@ class ScheduleRow(SQLModel, table=True):
     last_error: str | None = _text(True)
     created_by: str | None = _text(True)
     created_at: datetime = _ts(False)
+    paused_at: datetime | None = _ts(True)
+    paused_by: str | None = _text(True)
+    paused_reason: str | None = _text(True)
 
 
 class ScheduleFire(SQLModel, table=True):

@@ -31,8 +31,11 @@ __all__ = [
     "schedule_fire_select_by_schedule",
     "schedule_fire_set_outcome",
     "schedule_insert_if_absent",
+    "schedule_pause_if_active",
     "schedule_record_fired",
+    "schedule_resume_if_paused",
     "schedule_select_all",
+    "schedule_select_by_name",
     "schedule_select_db_now",
     "schedule_select_due_many",
     "schedule_select_names",
@@ -118,6 +121,44 @@ def schedule_select_all(conn: psycopg.Connection[Any], *, live_s: float) -> list
     """Every schedule, its last fire's ``last_outcome``, and ``unloaded`` (due, no live worker)."""
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(_q["schedule_select_all"], {"live_s": live_s}).fetchall()
+
+
+@wrap_errors
+def schedule_select_by_name(conn: psycopg.Connection[Any], name: str) -> dict[str, Any] | None:
+    """One schedule with ``db_now``; ``None``: no schedule has that name."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_q["schedule_select_by_name"], {"name": name}).fetchone()
+
+
+@wrap_errors
+def schedule_pause_if_active(
+    conn: psycopg.Connection[Any], name: str, *, by: str, reason: str | None
+) -> datetime | None:
+    """When it was paused; ``None``: no schedule has that name, or it is paused already."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            _q["schedule_pause_if_active"], {"name": name, "by": by, "reason": reason}
+        ).fetchone()
+    if row is None:
+        return None
+    paused_at: datetime = row["paused_at"]
+    return paused_at
+
+
+@wrap_errors
+def schedule_resume_if_paused(
+    conn: psycopg.Connection[Any], schedule_id: int, *, next_after_now: datetime
+) -> datetime | None:
+    """Its next time once resumed; ``None``: it was not paused (or a racer resumed it first)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            _q["schedule_resume_if_paused"],
+            {"id": schedule_id, "next_after_now": next_after_now},
+        ).fetchone()
+    if row is None:
+        return None
+    next_fire_at: datetime = row["next_fire_at"]
+    return next_fire_at
 
 
 @wrap_errors

@@ -20,16 +20,21 @@ from engine import (
     InvalidParameters,
     Refused,
     Registry,
+    StoreError,
     UnknownFlow,
     add_schedule,
     list_schedules,
+    pause_schedule,
     remove_schedule,
+    resume_schedule,
+    run_schedule_now,
     store,
 )
 from engine.alerts import Alert, AlertRecorder
 from engine.config import Settings
 from engine.infra import faults as engine_faults
 from engine.infra.faults import FaultInjected
+from engine.jobs.audit import operator
 from engine.jobs.fingerprint import job_fingerprint
 from engine.jobs.submit import submit
 from engine.schedules.firer import Fired, ScheduleFirer
@@ -564,3 +569,185 @@ def test_unloaded_schedule__alert_says_which_schedule_and_flow(
     assert alert.fields()["schedule"] == "nightly"
     assert alert.fields()["scheduled_for"] is not None
     assert "schedule: nightly" in alert.text()
+
+
+# -- an operator pauses, resumes and runs a schedule now (issue 28) -------------------------
+
+
+def audit_rows(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return [
+        dict(r)
+        for r in conn.execute(
+            "SELECT actor, source, action, target_kind, target_id, job_id, reason, detail "
+            "FROM engine_audit WHERE target_kind = 'schedule' AND action <> 'schedule_add' "
+            "ORDER BY id"
+        ).fetchall()
+    ]
+
+
+def test_pause_schedule__a_paused_schedule_is_not_fired_and_resume_fires_no_missed_time(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    # catch-up all would fire each missed time: a pause's times are skipped even so
+    add(settings, registry, cron="0 * * * *", timezone="UTC", catch_up="all")
+    assert pause_schedule("nightly", settings=settings, actor="alice", reason="stock count")
+    age(conn, "date_trunc('hour', now()) - interval '5 hours'")
+    assert fire_once(settings, registry) == []
+    assert jobs(conn) == [] and fires(conn) == []
+    [listed] = list_schedules(settings)
+    assert listed.paused_by == "alice" and listed.paused_at is not None
+    assert listed.paused_reason == "stock count"
+    assert listed.as_json()["paused_by"] == "alice"
+    assert listed.as_json()["paused_at"] == listed.paused_at.isoformat()
+    assert resume_schedule("nightly", settings=settings, actor="bob")
+    nxt = conn.execute("SELECT date_trunc('hour', now()) + interval '1 hour' AS t").fetchone()
+    assert nxt is not None
+    row = schedule_row(conn)
+    assert row["next_fire_at"] == nxt["t"] and row["paused_at"] is None
+    assert row["paused_by"] is None and row["paused_reason"] is None
+    assert fire_once(settings, registry) == []  # no burst of the missed times
+    # the next time, once due, fires as usual
+    slot = age(conn, "now() - interval '1 second'")
+    [fired] = fire_once(settings, registry)
+    assert fired.scheduled_for == slot and len(jobs(conn)) == 1
+    entries = audit_rows(conn)
+    assert [
+        (a["actor"], a["source"], a["action"], a["target_id"], a["reason"]) for a in entries
+    ] == [
+        ("alice", "api", "schedule_pause", "nightly", "stock count"),
+        ("bob", "api", "schedule_resume", "nightly", None),
+    ]
+    assert datetime.fromisoformat(entries[1]["detail"]["next_fire_at"]) == nxt["t"]
+    assert entries[1]["detail"]["paused_by"] == "alice"
+
+
+def test_resume_schedule__a_time_still_ahead_is_kept(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    before = schedule_row(conn)["next_fire_at"]
+    pause_schedule("nightly", settings=settings)
+    resume_schedule("nightly", settings=settings)
+    assert schedule_row(conn)["next_fire_at"] == before
+    assert [a["actor"] for a in audit_rows(conn)] == [operator(), operator()]
+
+
+def test_pause_schedule__twice_is_a_no_op_that_records_nothing_and_so_is_resume(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    assert not resume_schedule("nightly", settings=settings, actor="bob")  # never paused
+    assert pause_schedule("nightly", settings=settings, actor="alice", reason="first")
+    paused = schedule_row(conn)
+    assert not pause_schedule("nightly", settings=settings, actor="carol", reason="second")
+    again = schedule_row(conn)
+    assert (again["paused_by"], again["paused_at"], again["paused_reason"]) == (
+        "alice",
+        paused["paused_at"],
+        "first",
+    )
+    assert resume_schedule("nightly", settings=settings, actor="bob")
+    assert not resume_schedule("nightly", settings=settings, actor="bob")
+    assert [a["action"] for a in audit_rows(conn)] == ["schedule_pause", "schedule_resume"]
+
+
+def test_schedule_actions__an_unknown_name_is_bad_input_naming_the_known_ones(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    add(settings, registry, name="weekly")
+    for act in (pause_schedule, resume_schedule):
+        with pytest.raises(BadInput, match=r"no schedule named 'nope'; schedules: nightly, weekly"):
+            act("nope", settings=settings)
+    with pytest.raises(BadInput, match=r"no schedule named 'nope'; schedules: nightly, weekly"):
+        run_schedule_now("nope", settings=settings, registry=registry)
+    assert audit_rows(conn) == [] and jobs(conn) == []
+
+
+def test_pause_schedule__wins_over_a_firer_that_read_it_as_due_before(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    slot = age(conn, "now() - interval '1 minute'")
+    firer = ScheduleFirer(settings, registry, worker="w1")
+    with db.connect(settings) as own:
+        [due] = firer.due(own)
+        pause_schedule("nightly", settings=settings)
+        assert isinstance(firer.fire(own, due), SlotTaken)
+    assert jobs(conn) == [] and fires(conn) == []
+    assert schedule_row(conn)["next_fire_at"] == slot
+
+
+def test_pause_schedule__a_paused_schedule_is_not_alerted_as_unloaded(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    age(conn, "now() - interval '2 hours'")
+    pause_schedule("nightly", settings=settings)
+    [listed] = list_schedules(settings)
+    assert not listed.unloaded
+    sweep(settings)
+    assert schedule_alerts(conn) == []
+
+
+def test_run_schedule_now__submits_its_job_like_the_firer_and_records_it(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry, params={"period": "@current_month", "n": 3})
+    before = schedule_row(conn)
+    ran = run_schedule_now(
+        "nightly", settings=settings, registry=registry, actor="alice", reason="rerun"
+    )
+    assert ran.created and ran.flow == "monthly"
+    [job] = jobs(conn)
+    month = conn.execute(
+        "SELECT to_char(now() AT TIME ZONE 'Europe/Istanbul', 'YYYY-MM') AS m"
+    ).fetchone()
+    assert month is not None
+    assert job["id"] == ran.job_id and job["params"] == {"period": month["m"], "n": 3}
+    assert job["submitted_by"] == "schedule nightly (run now by alice)"
+    # the calendar is untouched: the next scheduled time still fires
+    after = schedule_row(conn)
+    assert after["next_fire_at"] == before["next_fire_at"] and after["last_fired_for"] is None
+    [entry] = audit_rows(conn)
+    assert (entry["action"], entry["actor"], entry["job_id"], entry["reason"]) == (
+        "schedule_run",
+        "alice",
+        ran.job_id,
+        "rerun",
+    )
+    # the same job still active: it is returned, not submitted twice, and nothing is recorded
+    again = run_schedule_now("nightly", settings=settings, registry=registry, actor="bob")
+    assert (again.job_id, again.created) == (ran.job_id, False)
+    assert len(jobs(conn)) == 1 and len(audit_rows(conn)) == 1
+
+
+def test_run_schedule_now__the_flows_admission_refuses_it_and_nothing_is_recorded(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    REFUSED.add("2026-11")
+    with pytest.raises(Refused, match="period 2026-11 is not ready"):
+        run_schedule_now("nightly", settings=settings, registry=registry)
+    assert jobs(conn) == [] and audit_rows(conn) == []
+
+
+def test_run_schedule_now__a_paused_schedule_runs_and_stays_paused(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    pause_schedule("nightly", settings=settings)
+    ran = run_schedule_now("nightly", settings=settings, registry=registry)
+    assert ran.created and [j["id"] for j in jobs(conn)] == [ran.job_id]
+    assert schedule_row(conn)["paused_at"] is not None
+    assert audit_rows(conn)[-1]["detail"]["paused"] is True
+
+
+def test_schedule_actions__under_the_worker_role_are_refused(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    add(settings, registry)
+    as_worker = settings.model_copy(update={"session_role": "engine_worker"})
+    with pytest.raises(StoreError):
+        pause_schedule("nightly", settings=as_worker)
+    assert schedule_row(conn)["paused_at"] is None

@@ -54,8 +54,13 @@ WORKER_SQL: dict[str, set[str]] = {
         "dead_letter_delete_closed",
     },
     "engine/store/sql/events.sql": set(),
-    # schedules are added and removed by an operator; workers fire them
-    "engine/store/sql/schedules.sql": {"schedule_insert_if_absent", "schedule_delete_by_name"},
+    # schedules are added, removed, paused and resumed by an operator; workers fire them
+    "engine/store/sql/schedules.sql": {
+        "schedule_insert_if_absent",
+        "schedule_delete_by_name",
+        "schedule_pause_if_active",
+        "schedule_resume_if_paused",
+    },
     "engine/store/sql/server.sql": {"database_select_exists", "database_create"},
     # `engine worker --check` reads which migrations are applied (0008); applying is the owner's
     "engine/store/sql/migrations.sql": {
@@ -81,7 +86,12 @@ ADMIN_SQL: dict[str, list[str]] = {
         "dead_letter_mark_replayed_by_job",
     ],
     "engine/store/sql/step_runs.sql": ["step_reopen_by_job"],
-    "engine/store/sql/schedules.sql": ["schedule_insert_if_absent", "schedule_delete_by_name"],
+    "engine/store/sql/schedules.sql": [
+        "schedule_insert_if_absent",
+        "schedule_delete_by_name",
+        "schedule_pause_if_active",
+        "schedule_resume_if_paused",
+    ],
     "engine/store/sql/migrations.sql": ["migration_insert"],
     "flows/erp/sql/seed.sql": ["erp_seed_lock", "erp_data_truncate"],
 }

@@ -174,7 +174,7 @@ WITH a AS (
 SELECT id FROM a;
 
 -- alert_insert_for_unloaded_schedules --
--- One alert per schedule and scheduled time (unique schedule_id, scheduled_for) of a schedule due while no live worker loads its flow, once both its time and the last sight of any worker that had the flow ('epoch': none ever did) are alert_after_s old; any number of sweepers make one alert, with one pending delivery per sink. The time stays due: a worker with the flow fires it on return.
+-- One alert per schedule and scheduled time (unique schedule_id, scheduled_for) of a schedule due (not paused) while no live worker loads its flow, once both its time and the last sight of any worker that had the flow ('epoch': none ever did) are alert_after_s old; any number of sweepers make one alert, with one pending delivery per sink. The time stays due: a worker with the flow fires it on return.
 WITH live AS (
     SELECT runnable
     FROM engine_workers
@@ -187,6 +187,7 @@ WITH live AS (
                      WHERE split_part(v, ':', 1) = s.flow), 'epoch') AS last_loaded_at
     FROM engine_schedules AS s
     WHERE s.next_fire_at <= clock_timestamp() - make_interval(secs => %(alert_after_s)s)
+      AND s.paused_at IS NULL
       AND NOT EXISTS (SELECT FROM live AS l, unnest(l.runnable) AS v
                       WHERE split_part(v, ':', 1) = s.flow)
 ), due AS (
