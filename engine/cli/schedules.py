@@ -1,4 +1,8 @@
-"""``engine schedule add|list|remove``: flows submitted on a calendar by the workers."""
+"""``engine schedule add|list|remove|pause|resume|run``: flows submitted on a calendar.
+
+The workers fire the schedules; an operator adds, removes, pauses, resumes and
+runs one now, each recorded in the audit trail with ``--by`` (else user@host).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,21 @@ from datetime import datetime
 import click
 from rich.table import Table
 
-from engine.cli.audit import by_option
+from engine.cli.audit import by_option, reason_option
 from engine.cli.jobs import whoami
 from engine.cli.output import out, print_json
 from engine.cli.state import current
 from engine.errors import BadInput
 from engine.schedules.calendar import CATCH_UP_LIMIT, TEMPLATES
-from engine.schedules.schedules import Schedule, add_schedule, list_schedules, remove_schedule
+from engine.schedules.schedules import (
+    Schedule,
+    add_schedule,
+    list_schedules,
+    pause_schedule,
+    remove_schedule,
+    resume_schedule,
+    run_schedule_now,
+)
 from engine.store.status import AuditSource, CatchUp
 
 __all__ = ["schedule"]
@@ -104,7 +116,7 @@ def schedule_add(
 @schedule.command("list")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def schedule_list(as_json: bool) -> None:
-    """List schedules: calendar, parameters, next time (UTC and local), last fire."""
+    """List schedules: calendar, parameters, next time (UTC and local), last fire, paused."""
     rows = list_schedules(current().settings)
     if as_json:
         print_json({"schedules": [s.as_json() for s in rows]})
@@ -115,6 +127,9 @@ def schedule_list(as_json: bool) -> None:
     table = Table("name", "flow", "cron", "timezone", "params", "next (UTC)", "next (local)")
     # a job id is copied into `engine status`: folded, never cut short
     table.add_column("last fired (local)", overflow="fold")
+    paused = any(s.paused for s in rows)
+    if paused:  # only then: the usual list keeps its width
+        table.add_column("paused (local)", overflow="fold")
     for s in rows:
         table.add_row(
             s.name,
@@ -125,8 +140,9 @@ def schedule_list(as_json: bool) -> None:
             _when(s.next_fire_at),
             _when(s.next_fire_local),
             _last(s),
+            *([_paused(s, zone=False) if s.paused else ""] if paused else []),
         )
-    out.print(table)
+    out.print(table, markup=False, highlight=False)
 
 
 @schedule.command("remove")
@@ -136,6 +152,106 @@ def schedule_remove(name: str, by: str | None) -> None:
     """Remove schedule NAME (the jobs it submitted stay); recorded in the audit trail."""
     remove_schedule(name, current().settings, actor=by or whoami(), source=AuditSource.CLI)
     out.print(f"schedule {name} removed", highlight=False)
+
+
+@schedule.command("pause")
+@click.argument("name")
+@by_option
+@reason_option
+def schedule_pause(name: str, by: str | None, reason: str | None) -> None:
+    """Pause schedule NAME: no worker fires it until it is resumed; audited.
+
+    Pausing a paused schedule changes and records nothing.
+    """
+    settings = current().settings
+    if pause_schedule(
+        name, settings=settings, actor=by or whoami(), source=AuditSource.CLI, reason=reason
+    ):
+        out.print(f"schedule {name} paused", highlight=False, markup=False)
+        return
+    s = _one(name)
+    out.print(
+        f"schedule {name} is paused already ({_paused(s)}); nothing recorded",
+        highlight=False,
+        markup=False,
+    )
+
+
+@schedule.command("resume")
+@click.argument("name")
+@by_option
+@reason_option
+def schedule_resume(name: str, by: str | None, reason: str | None) -> None:
+    """Resume schedule NAME from its next time after now; audited.
+
+    The times that fell while it was paused are not fired, whatever its
+    catch-up. Resuming an active schedule changes and records nothing.
+    """
+    settings = current().settings
+    resumed = resume_schedule(
+        name, settings=settings, actor=by or whoami(), source=AuditSource.CLI, reason=reason
+    )
+    s = _one(name)
+    if resumed:
+        out.print(
+            f"schedule {name} resumed; next {_when(s.next_fire_at)} UTC = "
+            f"{_when(s.next_fire_local)} {s.timezone}",
+            highlight=False,
+            markup=False,
+        )
+    else:
+        out.print(f"schedule {name} is not paused; nothing recorded", highlight=False)
+
+
+@schedule.command("run")
+@click.argument("name")
+@by_option
+@reason_option
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def schedule_run(name: str, by: str | None, reason: str | None, as_json: bool) -> None:
+    """Submit schedule NAME's flow with its parameters now; print the job id; audited.
+
+    The flow's admission check decides as for a scheduled fire (a refusal
+    exits 2). While an identical job is active, its id is printed and no
+    second job is submitted. The schedule's calendar (and a pause) is untouched.
+    """
+    state = current()
+    result = run_schedule_now(
+        name,
+        settings=state.settings,
+        registry=state.registry,
+        actor=by or whoami(),
+        source=AuditSource.CLI,
+        reason=reason,
+    )
+    if as_json:
+        print_json({**result.as_json(), "schedule": name})
+    elif result.created:
+        out.print(
+            f"schedule {name}: submitted {result.flow} job {result.job_id} ({result.status})",
+            highlight=False,
+        )
+    else:
+        out.print(
+            f"schedule {name}: {result.flow} job {result.job_id} is already active "
+            f"({result.status}, same parameters); not submitted again",
+            highlight=False,
+        )
+
+
+def _one(name: str) -> Schedule:
+    found = next((s for s in list_schedules(current().settings) if s.name == name), None)
+    if found is None:  # removed in between
+        raise BadInput(f"no schedule named {name!r}")
+    return found
+
+
+def _paused(s: Schedule, *, zone: bool = True) -> str:
+    """When (local), by whom and why a paused schedule was paused."""
+    when = "" if s.paused_at is None else _when(s.paused_at.astimezone(s.next_fire_local.tzinfo))
+    return f"since {when}{f' {s.timezone}' if zone else ''} by {s.paused_by}" + (
+        f": {s.paused_reason}" if s.paused_reason else ""
+    )
 
 
 def _when(t: datetime) -> str:

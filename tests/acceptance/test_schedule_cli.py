@@ -193,3 +193,65 @@ def test_schedule_list__shows_a_refusal_and_a_flow_no_worker_loads_instead_of_jo
     [alert] = [a for a in alerts["alerts"] if a["source"] == "schedule"]
     assert alert["schedule"] == "gated-nightly"
     assert alert["error_line"] == "refused: period-not-costed says the period is not ready"
+
+
+def test_schedule__pause_resume_and_run_now_are_audited(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    assert add_nightly(settings).returncode == 0
+    paused = engine(settings, "schedule", "pause", "nightly", "--by", "alice", "--reason", "count")
+    assert paused.returncode == 0, paused.stderr
+    assert "schedule nightly paused" in paused.stdout
+    again = engine(settings, "schedule", "pause", "nightly", "--by", "carol")
+    assert again.returncode == 0, again.stderr
+    assert "schedule nightly is paused already (since" in again.stdout
+    assert "by alice: count); nothing recorded" in again.stdout
+    [row] = json.loads(engine(settings, "schedule", "list", "--json").stdout)["schedules"]
+    assert (row["paused"], row["paused_by"], row["paused_reason"]) == (True, "alice", "count")
+    listed = engine(settings, "schedule", "list")
+    assert "paused (local)" in listed.stdout, listed.stdout
+    assert "since " in listed.stdout and "by alice: count" in listed.stdout, listed.stdout
+
+    # run now: the job id in full, and the same job while it is active
+    ran = engine(settings, "schedule", "run", "nightly", "--by", "dave")
+    assert ran.returncode == 0, ran.stderr
+    job = conn.execute("SELECT id, params, submitted_by FROM engine_jobs").fetchone()
+    assert job is not None and job["params"]["n"] == 7
+    assert f"submitted chain job {job['id']}" in ran.stdout
+    twice = engine(settings, "schedule", "run", "nightly", "--json")
+    assert twice.returncode == 0, twice.stderr
+    doc = json.loads(twice.stdout)
+    assert (doc["job_id"], doc["created"], doc["schedule"]) == (str(job["id"]), False, "nightly")
+    human = engine(settings, "schedule", "run", "nightly")
+    assert f"job {job['id']} is already active" in human.stdout, human.stdout
+
+    resumed = engine(settings, "schedule", "resume", "nightly", "--by", "bob")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "schedule nightly resumed; next" in resumed.stdout
+    not_paused = engine(settings, "schedule", "resume", "nightly")
+    assert not_paused.returncode == 0 and "schedule nightly is not paused" in not_paused.stdout
+    [row] = json.loads(engine(settings, "schedule", "list", "--json").stdout)["schedules"]
+    assert (row["paused"], row["paused_at"], row["paused_by"]) == (False, None, None)
+    assert "paused" not in engine(settings, "schedule", "list").stdout
+
+    trail = json.loads(engine(settings, "audit", "--json").stdout)["entries"]
+    acted = [
+        (e["action"], e["actor"], e["source"], e["target_id"], e["reason"], e["job_id"])
+        for e in reversed(trail)
+        if e["action"] != "schedule_add"
+    ]
+    assert acted == [
+        ("schedule_pause", "alice", "cli", "nightly", "count", None),
+        ("schedule_run", "dave", "cli", "nightly", None, str(job["id"])),
+        ("schedule_resume", "bob", "cli", "nightly", None, None),
+    ]
+
+
+@pytest.mark.parametrize("action", ["pause", "resume", "run"])
+def test_schedule_action__an_unknown_name_exits_2_naming_the_schedules(
+    settings: Settings, action: str
+) -> None:
+    assert add_nightly(settings).returncode == 0
+    result = engine(settings, "schedule", action, "nope")
+    assert result.returncode == 2, result.stderr
+    assert "no schedule named 'nope'; schedules: nightly" in result.stderr
