@@ -1,8 +1,8 @@
 """``engine audit``: the audit trail of operator actions, and the ``--by`` of the commands that act.
 
 Every command that changes something for an operator (``cancel``, ``retry``,
-``dlq replay|purge``, ``signal``, ``schedule add|remove``, the books' close
-and reopen) takes ``--by NAME`` and records the action with it, else with
+``dlq replay|purge``, ``signal``, ``schedule add|remove|pause|resume|run``,
+the books' close and reopen) takes ``--by NAME`` and records the action with it, else with
 the OS user at this host, in the action's own transaction
 (:mod:`engine.jobs.audit`): a refused action records nothing.
 """

@@ -1,8 +1,8 @@
 """The audit trail: who did what, on what, when and why (DESIGN.md invariant 19).
 
 Every operator action (``engine cancel``, ``retry``, ``dlq replay``, ``dlq
-purge``, ``signal``, ``schedule add|remove``, and a flow's own, such as the
-books' close and reopen of a period) writes one row of ``engine_audit`` **in
+purge``, ``signal``, ``schedule add|remove|pause|resume|run``, and a flow's
+own, such as the books' close and reopen of a period) writes one row of ``engine_audit`` **in
 the transaction of the action itself**. An action that is refused (a cancel
 of a finished job: exit 2) or fails rolls back and records nothing: every
 entry is an action that took effect, and what was refused is the command's
