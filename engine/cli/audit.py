@@ -17,7 +17,7 @@ import click
 from rich.table import Table
 
 from engine.cli.args import parse_job_id
-from engine.cli.output import out, print_json
+from engine.cli.output import out, print_json, print_table
 from engine.cli.state import current
 from engine.jobs.audit import audit_trail
 
@@ -65,4 +65,4 @@ def audit(job_id: str | None, limit: int, as_json: bool) -> None:
         if e.detail:
             why = (why + " " if why else "") + json.dumps(e.detail, sort_keys=True)
         table.add_row(f"{e.at:%Y-%m-%d %H:%M:%S}", e.actor, e.source, e.action, target, why)
-    out.print(table, markup=False, highlight=False)
+    print_table(table, markup=False, highlight=False)

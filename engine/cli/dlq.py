@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from engine.cli.audit import by_option, reason_option
-from engine.cli.output import out, print_json
+from engine.cli.output import out, print_json, print_table
 from engine.cli.state import current
 from engine.jobs import admin
 
@@ -39,7 +39,7 @@ def dlq_list(limit: int, as_json: bool) -> None:
             r["reason"],
             f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
         )
-    out.print(table)
+    print_table(table)
 
 
 @dlq.command("replay")

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from engine.cli.args import option_type, parse_job_id
 from engine.cli.audit import by_option, reason_option
-from engine.cli.output import out, print_json
+from engine.cli.output import out, print_json, print_table
 from engine.cli.state import State, current
 from engine.cli.watching import wait_and_show
 from engine.errors import EngineError, JobFailed, NoSuchJob
@@ -322,7 +322,7 @@ def _runs(
             json.dumps(j.params, sort_keys=True),
             f"{j.created_at:%Y-%m-%d %H:%M:%S}",
         )
-    out.print(table)
+    print_table(table)
 
 
 @click.command()

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from engine.cli.audit import by_option, reason_option
 from engine.cli.jobs import whoami
-from engine.cli.output import out, print_json
+from engine.cli.output import out, print_json, print_table
 from engine.cli.state import current
 from engine.errors import BadInput
 from engine.schedules.calendar import CATCH_UP_LIMIT, TEMPLATES
@@ -142,7 +142,7 @@ def schedule_list(as_json: bool) -> None:
             _last(s),
             *([_paused(s, zone=False) if s.paused else ""] if paused else []),
         )
-    out.print(table, markup=False, highlight=False)
+    print_table(table, markup=False, highlight=False)
 
 
 @schedule.command("remove")

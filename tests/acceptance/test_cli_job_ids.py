@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from typing import Any
 
 import psycopg
@@ -74,3 +78,30 @@ def test_cli__an_unknown_or_malformed_id_exits_2_naming_it(settings: Settings) -
     bad = engine(settings, "retry", "not-a-job")
     assert bad.returncode == 2
     assert "invalid job id 'not-a-job'" in bad.stderr
+
+
+def test_cli__runs_off_a_terminal_prints_whole_ids_that_status_takes(settings: Settings) -> None:
+    jobs = {_submit(settings, period) for period in ("2026-10", "2026-11")}
+    assert settings.database_url is not None
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "ENGINE_FLOW_MODULES")
+    }
+    env["ENGINE_DATABASE_URL"] = settings.database_url.get_secret_value()
+    for command in (["runs"], ["status"]):  # `status` without an id lists the runs too
+        # stdout is a pipe, and no COLUMNS: rich would cut a table to 80 columns
+        piped = subprocess.run(
+            [sys.executable, "-m", "engine", *command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert piped.returncode == 0, piped.stderr
+        assert "…" not in piped.stdout, piped.stdout
+        shown = set(re.findall(r"\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b", piped.stdout))
+        assert shown == jobs, piped.stdout
+    for job in jobs:
+        status = engine(settings, "status", job, "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["job"]["id"] == job
