@@ -751,3 +751,33 @@ def test_schedule_actions__under_the_worker_role_are_refused(
     with pytest.raises(StoreError):
         pause_schedule("nightly", settings=as_worker)
     assert schedule_row(conn)["paused_at"] is None
+
+
+@pytest.mark.parametrize("act", ["pause", "resume"])
+def test_schedule_actions__two_operators_at_once_make_one_change_and_one_entry(
+    settings: Settings, conn: psycopg.Connection[Any], registry: Registry, act: str
+) -> None:
+    add(settings, registry)
+    if act == "resume":
+        pause_schedule("nightly", settings=settings, actor="first")
+    do = pause_schedule if act == "pause" else resume_schedule
+    n = 4
+    barrier = threading.Barrier(n)
+    results: list[bool] = []
+    errors: list[BaseException] = []
+
+    def race(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results.append(do("nightly", settings=settings, actor=f"op{i}"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert sorted(results) == [False] * (n - 1) + [True]
+    assert [a["action"] for a in audit_rows(conn)].count(f"schedule_{act}") == 1
