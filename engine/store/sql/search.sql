@@ -12,8 +12,9 @@ SELECT page.*,
        extract(epoch FROM coalesce(page.finished_at, clock_timestamp()) - page.started_at)::float8
            AS duration_s,
        CASE WHEN page.status IN ('pending', 'running')
-                 AND NOT EXISTS (SELECT 1 FROM engine_step_runs AS b
-                                 WHERE b.job_id = page.id AND b.status IN ('pending', 'running'))
+                 AND (SELECT 1 FROM engine_step_runs AS b
+                      WHERE b.job_id = page.id AND b.status IN ('pending', 'running')
+                      LIMIT 1) IS NULL
             THEN (SELECT json_agg(json_build_object('signal', w.wait_signal, 'until', w.wait_until,
                                                     'children', w.wait_children)
                                   ORDER BY w.created_at, w.step, w.fanout_key)
@@ -44,13 +45,13 @@ j.flow = %(flow)s::text
 j.status = ANY(%(statuses)s::text[])
 
 -- job_search_where_waiting --
--- Waiting is derived, never stored: active, a step run waiting and none pending or running; a comparison, not a bare EXISTS, so it stays a probe per candidate job (two index lookups by job) after the status filter chose the active ones.
+-- Waiting is derived, never stored: active, a step run waiting and none pending or running; scalar subqueries (LIMIT 1), not EXISTS, so each stays a probe of the candidate job's own step runs by index, never a hash of every busy step run.
 %(waiting)s::boolean = (
     j.status IN ('pending', 'running')
-    AND EXISTS (SELECT 1 FROM engine_step_runs AS w
-                WHERE w.job_id = j.id AND w.status = 'waiting')
-    AND NOT EXISTS (SELECT 1 FROM engine_step_runs AS b
-                    WHERE b.job_id = j.id AND b.status IN ('pending', 'running')))
+    AND (SELECT 1 FROM engine_step_runs AS w
+         WHERE w.job_id = j.id AND w.status = 'waiting' LIMIT 1) IS NOT NULL
+    AND (SELECT 1 FROM engine_step_runs AS b
+         WHERE b.job_id = j.id AND b.status IN ('pending', 'running') LIMIT 1) IS NULL)
 
 -- job_search_where_period --
 -- engine_jobs_period_created (params->>'period', created_at DESC, id DESC), partial on params ? 'period', which is restated.
