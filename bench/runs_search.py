@@ -111,6 +111,27 @@ def seq_scans(conn: psycopg.Connection[Any], query: RunQuery) -> list[str]:
     return found
 
 
+def other_queries(deep: str) -> dict[str, RunQuery]:
+    """Searches not timed, whose plans are checked too: each state, text, filters together."""
+    return {
+        "status_running": RunQuery(status="running"),
+        "status_pending": RunQuery(status="pending"),
+        "status_done": RunQuery(status="done"),
+        "status_failed_deep": RunQuery(status="failed", before=deep),
+        "waiting_deep": RunQuery(status="waiting", before=deep),
+        "flow_deep": RunQuery(flow="close", before=deep),
+        "period_deep": RunQuery(period="2025-03", before=deep),
+        "store_deep": RunQuery(store="ST004", before=deep),
+        "text_flow": RunQuery(text="posting"),
+        "text_store": RunQuery(text="ST011"),
+        "text_document": RunQuery(text="SI-000077"),
+        "text_nothing": RunQuery(text="zzz-nothing"),
+        "combined": RunQuery(flow="costing", period="2025-03", status="done", store="ST004"),
+        "flow_and_store": RunQuery(flow="posting", store="ST001"),
+        "limit_200": RunQuery(flow="migration", limit=200),
+    }
+
+
 def run() -> None:
     jobs = env_int("BENCH_RUNS_JOBS", 100_000)
     steps = env_int("BENCH_RUNS_STEPS", 1_000_000)
@@ -125,7 +146,16 @@ def run() -> None:
             started = time.monotonic()
             seed(conn, jobs, steps, tags)
             emit("runs_search", "seed_s", time.monotonic() - started, "s")
-            for kind, searches in queries_by_kind(conn, n).items():
+            by_kind = queries_by_kind(conn, n)
+            bad = 0
+            others = other_queries(by_kind["deep_page"][0].before or "")
+            for name, query in others.items():
+                if scans := seq_scans(conn, query):
+                    bad += 1
+                    log(f"{name}: the plan scans {', '.join(scans)} sequentially")
+            emit("runs_search/other_plans", "checked", len(others), "plans")
+            emit("runs_search/other_plans", "with_seq_scans", bad, "plans")
+            for kind, searches in by_kind.items():
                 scans = seq_scans(conn, searches[0])
                 if scans:
                     log(f"{kind}: the plan scans {', '.join(scans)} sequentially")
