@@ -1,5 +1,5 @@
 """``python -m bench``: floor, engine throughput and latency, recovery, ratio; ERP month end;
-commit-to-claim latency per connection kind.
+commit-to-claim latency per connection kind; searching runs.
 
 Sizes (environment):
 
@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,single,recovery,erp,sqs,latency
+    BENCH_ONLY=floor,engine,single,recovery,erp,sqs,latency,runs
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -36,6 +36,12 @@ psycopg autocommit, SQLAlchemy Connection and Session, none), on each transport.
 
     BENCH_LATENCY_N=20                      submits per (transport, connection kind)
     BENCH_LATENCY_TRANSPORTS=postgres,sqs
+
+Searching runs (``runs``, see ``bench/runs_search.py``): p50 and p95 of the runs page's
+searches (first page, a deep page, by flow, waiting, period, store, document, id prefix)
+on a seeded history, and whether any plan scans the jobs or step runs sequentially.
+
+    BENCH_RUNS_JOBS=100000 BENCH_RUNS_STEPS=1000000 BENCH_RUNS_TAGS=5000 BENCH_RUNS_N=200
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ import statistics
 import sys
 import time
 
-from bench import erp, floor, latency, recovery, single, sqs, throughput
+from bench import erp, floor, latency, recovery, runs_search, single, sqs, throughput
 from bench.common import (
     SCRATCH_DB,
     drop_database,
@@ -89,7 +95,9 @@ def main() -> int:
     rounds = max(1, env_int("BENCH_ROUNDS", 3))
     queue_hop = env_int("BENCH_QUEUE_HOP", 1) > 0
     only = set(
-        (os.environ.get("BENCH_ONLY") or "floor,engine,single,recovery,erp,sqs,latency").split(",")
+        (os.environ.get("BENCH_ONLY") or "floor,engine,single,recovery,erp,sqs,latency,runs").split(
+            ","
+        )
     )
     started = time.monotonic()
     log(f"server: {masked(server_conninfo())}; scratch database {SCRATCH_DB}")
@@ -129,6 +137,8 @@ def main() -> int:
             sqs.run()
         if "latency" in only:  # one worker at a time; sizes: BENCH_LATENCY_* (bench/latency.py)
             latency.run()
+        if "runs" in only:  # the runs page's searches; sizes: BENCH_RUNS_* (bench/runs_search.py)
+            runs_search.run()
     finally:
         try:
             # erp drops its own (engine_bench_erp)

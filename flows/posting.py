@@ -47,10 +47,15 @@ posted, and every update restates ``status = 'unposted'``. A retried chunk, a
 duplicate delivery or a second job for the period therefore posts nothing again.
 A document added to a chunk's id range after the selection is posted with the
 chunk and makes ``reconcile`` report the count mismatch.
+
+Each chunk tags its job with the number of every document it posted or
+rejected (``ctx.tag("document", ...)``, one statement, in the chunk's
+transaction): the runs page finds the job that posted a document by its number.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -68,6 +73,7 @@ from flows.erp.types import Period
 
 __all__ = [
     "APPROVAL_SIGNAL",
+    "DOCUMENT_TAG",
     "MAX_REJECTIONS",
     "Approval",
     "Chunk",
@@ -182,8 +188,20 @@ flow = Flow(
 )
 
 
+DOCUMENT_TAG = "document"
+"""The tag under which a posting job carries the numbers of the documents it posted or rejected."""
+
+Tagger = Callable[[Sequence[str]], object]
+"""Given the numbers of the documents a chunk marked (``ctx.tag`` under :data:`DOCUMENT_TAG`)."""
+
+
 def post_documents(
-    conn: psycopg.Connection[Any], period: str, first_id: int, last_id: int
+    conn: psycopg.Connection[Any],
+    period: str,
+    first_id: int,
+    last_id: int,
+    *,
+    tag: Tagger | None = None,
 ) -> ChunkResult:
     """Validate and post (or reject) the unposted documents of ``period`` in an id range.
 
@@ -191,8 +209,9 @@ def post_documents(
     valid ones' journals posted through :func:`flows.erp.ledger.post` (one per
     document, the net amount per account on the document's store), then
     those documents marked posted with their stock moves written, and the
-    invalid ones rejected with their reasons. Calling it again for the same
-    range posts nothing more (see the module docstring).
+    invalid ones rejected with their reasons; ``tag`` is given the numbers of
+    the documents marked, once, in the same transaction. Calling it again for
+    the same range posts nothing more (see the module docstring).
     """
     params = {"period": period, "first_id": first_id, "last_id": last_id}
     judged = _q.rows(conn, "documents_lock_and_judge", params)
@@ -225,6 +244,8 @@ def post_documents(
             "reasons": [d["reason"] for d in bad],
         },
     )
+    if tag is not None and row["numbers"]:
+        tag(row["numbers"])
     return ChunkResult(
         first_id=first_id,
         last_id=last_id,
@@ -297,19 +318,24 @@ def select_documents(params: PostingParams, ctx: StepContext) -> Selection:
         raise Fail(str(exc)) from exc
 
 
-def post_one_chunk(conn: psycopg.Connection[Any], period: str, chunk: Chunk) -> ChunkResult:
+def post_one_chunk(
+    conn: psycopg.Connection[Any], period: str, chunk: Chunk, *, tag: Tagger | None = None
+) -> ChunkResult:
     """Post one chunk in the caller's (fenced) transaction, under the period's share lock."""
     try:
         check_postable(conn, period, doing=f"posting documents {chunk.first_id}-{chunk.last_id}")
     except Refused as exc:
         raise Fail(f"{exc}; the documents stay unposted") from exc
-    return post_documents(conn, period, chunk.first_id, chunk.last_id)
+    return post_documents(conn, period, chunk.first_id, chunk.last_id, tag=tag)
 
 
 @flow.step(map_over="select_documents.chunks")
 def post_chunk(chunk: Chunk, params: PostingParams, ctx: StepContext) -> ChunkResult:
-    """Post or reject one chunk's documents in the step's fenced transaction."""
-    return post_one_chunk(ctx.conn, params.period, chunk)
+    """Post or reject one chunk's documents in the step's fenced transaction; tag the job
+    with their numbers."""
+    return post_one_chunk(
+        ctx.conn, params.period, chunk, tag=lambda numbers: ctx.tag(DOCUMENT_TAG, numbers)
+    )
 
 
 @flow.step(after=["post_chunk", "select_documents"])

@@ -7,15 +7,17 @@ its checkpoint does. ``ctx.check()`` raises when the lease was lost or the job
 cancelled; long steps call it between chunks of work. ``ctx.wait_for_signal``
 and ``ctx.sleep_until`` wait durably, holding no lease (:mod:`engine.waits`);
 ``ctx.submit_child`` and ``ctx.wait_for_children`` run child jobs and wait for
-them the same way (:mod:`engine.waits.children`).
+them the same way (:mod:`engine.waits.children`). ``ctx.tag`` gives the job
+searchable keys (a document number it posted), committed with the checkpoint.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,7 +26,7 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import store
-from engine.errors import DefinitionError, EngineError, JobCancelled, LeaseLost
+from engine.errors import BadInput, DefinitionError, EngineError, JobCancelled, LeaseLost
 from engine.flow import register_injectable
 from engine.flow.flow import declared_signals
 from engine.waits.children import Child, ChildrenTimeout, ChildSubmitter, wait_for_children
@@ -34,6 +36,11 @@ from engine.waits.wait import sleep_until
 if TYPE_CHECKING:
     from engine.flow import Flow
     from engine.jobs.submit import Submitted
+
+
+_TAG_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,62}")
+MAX_TAG_VALUE = 200
+"""Characters a tag's value may have (a document number, a store code: short keys)."""
 
 
 @dataclass
@@ -86,6 +93,37 @@ class StepContext:
             if self.stop.cancelled:
                 raise JobCancelled(self.stop.reason)
             raise LeaseLost(self.stop.reason)
+
+    def tag(self, name: str, *values: str | Iterable[str]) -> int:
+        """Tag the job with searchable ``values`` under ``name``: ``ctx.tag("document", "SI-1")``.
+
+        Written in the step's fenced transaction with one statement, however
+        many values (each a string, or an iterable of strings): the tags commit
+        with the step's checkpoint, or not at all if the step fails or loses
+        its lease. A value the job carries already under ``name`` is ignored,
+        so a rerun tags nothing twice. The runs search finds the job by them
+        (``document`` is the runs page's document number). Returns the tags
+        added. A name that is not a lower-case word, or a value that is empty
+        or longer than :data:`MAX_TAG_VALUE`, is :class:`~engine.errors.BadInput`
+        naming it.
+        """
+        if not isinstance(name, str) or not _TAG_NAME.fullmatch(name):
+            raise BadInput(
+                f"invalid tag name {name!r}: a lower-case word of letters, digits, "
+                "'_', '.' or '-' starting with a letter (e.g. 'document')"
+            )
+        flat: list[str] = []
+        for value in values:
+            flat.extend([value] if isinstance(value, str) else value)
+        for value in flat:
+            if not isinstance(value, str) or not value or len(value) > MAX_TAG_VALUE:
+                raise BadInput(
+                    f"invalid value {value!r} of tag {name!r}: a non-empty string of at most "
+                    f"{MAX_TAG_VALUE} characters"
+                )
+        if not flat:
+            return 0
+        return store.tag_insert_many(self.conn, self.job_id, name, flat)
 
     def wait_for_signal(self, name: str, timeout: timedelta | None = None) -> Signal:
         """The job's signal ``name`` (its data, sender, time), waiting durably for it.

@@ -25,6 +25,8 @@ statement that writes it, whoever calls it (``claims`` and ``leases`` share
 - ``signals``: one signal per job and name, and what a waiting step finds;
 - ``events``: the append-only history;
 - ``audit``: the append-only trail of operator actions (who, what, why);
+- ``tags``: searchable keys a step gives its job, with its checkpoint;
+- ``search``: one page of the jobs some filters find (the runs page), read only;
 - ``server``: the server itself (ping, the embedded database);
 - ``migrations``: the numbered schema files;
 - ``workers``: each worker's row (started, last seen, the flow versions it
@@ -80,7 +82,9 @@ from engine.store.leases import *  # noqa: F403
 from engine.store.outbox import *  # noqa: F403
 from engine.store.rows import *  # noqa: F403
 from engine.store.schedules import *  # noqa: F403
+from engine.store.search import *  # noqa: F403
 from engine.store.server import *  # noqa: F403
 from engine.store.signals import *  # noqa: F403
 from engine.store.step_runs import *  # noqa: F403
+from engine.store.tags import *  # noqa: F403
 from engine.store.workers import *  # noqa: F403

@@ -42,6 +42,7 @@ __all__ = [
     "Job",
     "JobSignal",
     "JobStatus",
+    "JobTag",
     "OutboxRow",
     "QueueMessage",
     "StepRun",
@@ -162,6 +163,16 @@ class JobSignal(SQLModel, table=True):
     data: Any = _json(False)
     sent_by: str | None = _text(True)
     created_at: datetime = _ts(False)
+
+
+class JobTag(SQLModel, table=True):
+    """A searchable key a step gave its job (``ctx.tag``), committed with its checkpoint."""
+
+    __tablename__ = "engine_job_tags"
+
+    job_id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), primary_key=True))
+    name: str = Field(sa_column=Column(Text, primary_key=True))
+    value: str = Field(sa_column=Column(Text, primary_key=True))
 
 
 class OutboxRow(SQLModel, table=True):

@@ -70,6 +70,8 @@ WORKER_SQL: dict[str, set[str]] = {
         "migration_insert",
     },
     "engine/store/sql/outbox.sql": set(),
+    # a step tags its job (ctx.tag) in its fenced transaction
+    "engine/store/sql/tags.sql": set(),
     "engine/store/sql/workers.sql": set(),
     "engine/store/sql/alerts.sql": {"alert_delivery_reset_abandoned"},
     "engine/transports/postgres.sql": set(),

@@ -101,12 +101,12 @@ FROM verdict AS v
 ORDER BY v.id;
 
 -- documents_mark_and_move_if_unposted --
--- The documents whose journal this transaction posted become posted and write their stock moves (one per item line; a transfer's two sides, out at the sender and in at the receiver, from the same line); the rejected ones keep their reasons. Every UPDATE restates status = 'unposted' and a move is unique per (document, line, kind), so nothing happens twice.
+-- The documents whose journal this transaction posted become posted and write their stock moves (one per item line; a transfer's two sides, out at the sender and in at the receiver, from the same line); the rejected ones keep their reasons. Every UPDATE restates status = 'unposted' and a move is unique per (document, line, kind), so nothing happens twice; the numbers of the documents marked here (posted or rejected) are returned for the job's tags.
 WITH posted AS (
     UPDATE erp_documents AS d
     SET status = 'posted'
     WHERE d.id = ANY(%(posted)s::bigint[]) AND d.status = 'unposted'
-    RETURNING d.id, d.kind, d.period, d.store_id, d.counterpart_store_id, d.issued_on
+    RETURNING d.id, d.number, d.kind, d.period, d.store_id, d.counterpart_store_id, d.issued_on
 ),
 lines AS (
     SELECT p.*, l.line_no, l.item_id, l.qty, l.unit_cost
@@ -136,11 +136,12 @@ rejected AS (
     SET status = 'rejected', reject_reason = r.reason
     FROM unnest(%(rejected)s::bigint[], %(reasons)s::text[]) AS r (id, reason)
     WHERE d.id = r.id AND d.status = 'unposted'
-    RETURNING d.id
+    RETURNING d.id, d.number
 )
 SELECT (SELECT count(*) FROM posted)::int AS posted,
        (SELECT count(*) FROM moves)::int AS moves,
-       (SELECT count(*) FROM rejected)::int AS rejected;
+       (SELECT count(*) FROM rejected)::int AS rejected,
+       ARRAY(SELECT number FROM posted UNION ALL SELECT number FROM rejected) AS numbers;
 
 -- journal_select_document_totals --
 -- Double entry: every document journal of the period balances and all of them together do; this query counts the ones that do not.

@@ -1,0 +1,303 @@
+"""Searching runs: the console's runs page and ``engine runs``, newest first, a page at a time.
+
+A :class:`RunQuery` names what to find: a job id or a unique prefix of one
+(else the text is matched as a document number, a store code or a flow
+name), a flow, a state (``waiting`` derived as everywhere: active, a step
+run waiting and none pending or running), a period and a store as submitted
+(``params``), a store as a fan-out's key, or a job's tags
+(:meth:`engine.StepContext.tag`: ``document`` is the document number a step
+posted). :func:`search_runs` answers one page of it, newest first by
+``(created_at, id)``; :attr:`RunPage.next_before` is an opaque cursor for the
+page after it (keyset paging: a page costs the same however deep, and a job
+submitted meanwhile neither repeats nor hides one). Every filter is an
+equality an index answers (migration 0021), never a scan of all jobs.
+
+:func:`parse_run_query` reads one from a web form or a query string; a bad
+value is :class:`~engine.errors.BadInput` naming it and what is valid.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from engine import store
+from engine.errors import BadInput
+from engine.jobs.lookup import job_id_or_prefix
+from engine.store.status import wait_text
+
+__all__ = [
+    "MAX_LIMIT",
+    "STATES",
+    "RunPage",
+    "RunQuery",
+    "RunRow",
+    "encode_cursor",
+    "parse_run_query",
+    "search_filters",
+    "search_runs",
+]
+
+STATES = ("pending", "running", "waiting", "done", "failed", "cancelled")
+"""The states a search may ask for: a job's status, or ``waiting`` (derived)."""
+
+MAX_LIMIT = 200
+"""Rows a page may ask for at most."""
+
+_FLOW = re.compile(r"[a-z][a-z0-9_-]*")
+_PERIOD = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
+_MAX_KEY = 200  # a store code, a document number: as long as a tag's value may be
+_FIELDS = ("text", "flow", "status", "period", "store", "document", "before", "limit")
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """What to search for; every filter given must hold (``None``, ``""``: any)."""
+
+    text: str = ""  # a job id or unique id prefix, else a document number, store code or flow
+    flow: str | None = None
+    status: str | None = None  # one of STATES; waiting is derived
+    period: str | None = None  # params->>'period', YYYY-MM
+    store: str | None = None  # params->>'store', a fan-out's key, or the job's tag 'store'
+    document: str | None = None  # a document number some step of the job tagged
+    before: str | None = None  # the cursor of the previous page (RunPage.next_before)
+    limit: int = 50  # 1..MAX_LIMIT
+
+    def next_page(self, before: str) -> RunQuery:
+        """The same search, from the cursor ``before`` on."""
+        return RunQuery(**{**self._values(), "before": before})
+
+    def _values(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _FIELDS}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One job as the runs page lists it."""
+
+    job_id: uuid.UUID
+    flow: str
+    status: str  # the state people read: waiting derived, else the job's status
+    waiting_for: list[str]  # what it waits for (each wait once), empty unless waiting
+    params: dict[str, Any]
+    period: str  # params' period, "" when it has none
+    submitted_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None  # started to finished (to now while it runs); None before it starts
+    parent_id: uuid.UUID | None  # the job whose step submitted it, when a child job
+    error: str | None
+    stored_status: str = ""  # the status column itself (running for a waiting job)
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-ready: ids as strings, times in ISO 8601."""
+
+        def iso(at: datetime | None) -> str | None:
+            return None if at is None else at.isoformat()
+
+        return {
+            "job_id": str(self.job_id),
+            "flow": self.flow,
+            "status": self.status,
+            "waiting_for": self.waiting_for,
+            "params": self.params,
+            "period": self.period,
+            "submitted_by": self.submitted_by,
+            "created_at": iso(self.created_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "duration_s": self.duration_s,
+            "parent_id": None if self.parent_id is None else str(self.parent_id),
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of a search, newest first; ``next_before`` is ``None`` on the last page."""
+
+    rows: list[RunRow]
+    next_before: str | None
+    query: RunQuery = field(default_factory=RunQuery)
+
+    @property
+    def next_query(self) -> RunQuery | None:
+        """The query of the next page, or ``None`` on the last one."""
+        return None if self.next_before is None else self.query.next_page(self.next_before)
+
+
+def parse_run_query(values: Mapping[str, str]) -> RunQuery:
+    """A query from a web form's or query string's values (names as :class:`RunQuery`'s fields).
+
+    Empty values and names that are not fields (a CSRF token, a button) are
+    ignored; every given value is checked as :func:`search_runs` checks it,
+    and ``limit`` must be a whole number. A bad one is
+    :class:`~engine.errors.BadInput` naming it and what is valid.
+    """
+    given = {k: v.strip() for k, v in values.items() if k in _FIELDS and v and v.strip()}
+    limit = 50
+    if "limit" in given:
+        try:
+            limit = int(given.pop("limit"))
+        except ValueError:
+            raise BadInput(
+                f"bad limit {values['limit']!r}: a whole number of rows, 1 to {MAX_LIMIT}"
+            ) from None
+    query = RunQuery(**given, limit=limit)
+    search_filters(query)  # the same checks as a search's
+    return query
+
+
+def search_runs(conn: psycopg.Connection[Any], query: RunQuery) -> RunPage:
+    """One page of the jobs ``query`` finds, newest first, and the cursor of the next page.
+
+    Reads only, in ``conn``'s transaction (the caller's, or autocommit). A bad
+    value of ``query`` is :class:`~engine.errors.BadInput` naming it.
+    """
+    filters = search_filters(query)
+    text = filters["text"]
+    if (
+        text is not None
+        and _FLOW.fullmatch(text)
+        and filters["flow"] in (None, text)
+        and store.job_flow_exists(conn, text)
+    ):
+        # text naming a flow is a search by flow (its jobs are many: no set of them is built)
+        filters.update(flow=text, text=None)
+    rows = store.job_search(conn, filters, limit=query.limit + 1)
+    more = len(rows) > query.limit
+    shown = [_row(r) for r in rows[: query.limit]]
+    after = encode_cursor(shown[-1].created_at, shown[-1].job_id) if more and shown else None
+    return RunPage(shown, after, query)
+
+
+def search_filters(query: RunQuery) -> dict[str, Any]:
+    """``job_search``'s parameters for ``query`` (``None``: no filter, the limit aside);
+    bad values refused (an EXPLAIN of a search, in the bench, binds the same)."""
+    if not isinstance(query.limit, int) or not 1 <= query.limit <= MAX_LIMIT:
+        raise BadInput(f"bad limit {query.limit!r}: a whole number of rows, 1 to {MAX_LIMIT}")
+    filters: dict[str, Any] = {
+        "before_at": None,
+        "before_id": None,
+        "job_id": None,
+        "id_low": None,
+        "id_high": None,
+        "flow": None,
+        "statuses": None,
+        "waiting": None,
+        "period": None,
+        "store": None,
+        "document": None,
+        "text": None,
+    }
+    if query.before:
+        filters["before_at"], filters["before_id"] = decode_cursor(query.before)
+    text = (query.text or "").strip()
+    if text:
+        try:
+            named = job_id_or_prefix(text)
+        except BadInput:
+            filters["text"] = _key("text", text)
+        else:
+            if isinstance(named, uuid.UUID):
+                filters["job_id"] = named
+            else:  # the ids a prefix covers are one range of the primary key
+                filters["id_low"] = uuid.UUID(named.ljust(32, "0"))
+                filters["id_high"] = uuid.UUID(named.ljust(32, "f"))
+    if query.flow:
+        if not _FLOW.fullmatch(query.flow):
+            raise BadInput(
+                f"bad flow {query.flow!r}: a flow's name is lower-case letters, digits, "
+                "'_' and '-', starting with a letter (e.g. posting)"
+            )
+        filters["flow"] = query.flow
+    if query.status:
+        filters.update(_status(query.status))
+    if query.period:
+        if not _PERIOD.fullmatch(query.period):
+            raise BadInput(
+                f"bad period {query.period!r}: a month as YYYY-MM, month 01 to 12 (e.g. 2026-11)"
+            )
+        filters["period"] = query.period
+    if query.store:
+        filters["store"] = _key("store", query.store)
+    if query.document:
+        filters["document"] = _key("document", query.document)
+    return filters
+
+
+def _status(status: str) -> dict[str, Any]:
+    """The statuses stored and the waiting condition of a state people ask for."""
+    if status not in STATES:
+        raise BadInput(f"bad status {status!r}: one of {', '.join(STATES)}")
+    if status == "waiting":
+        return {"statuses": ["pending", "running"], "waiting": True}
+    if status in ("pending", "running"):
+        # a waiting job is running in the engine's state machine, not here
+        return {"statuses": [status], "waiting": False}
+    return {"statuses": [status], "waiting": None}
+
+
+def _key(what: str, value: str) -> str:
+    value = value.strip()
+    if not value or len(value) > _MAX_KEY:
+        raise BadInput(f"bad {what} {value[:40]!r}: 1 to {_MAX_KEY} characters")
+    return value
+
+
+def encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
+    """The opaque cursor of a row: the page after it starts below it."""
+    raw = f"{created_at.isoformat()}|{job_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The row a cursor of :func:`encode_cursor` stands for; :class:`BadInput` if it is none."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        at, _, job_id = raw.partition("|")
+        created_at = datetime.fromisoformat(at)
+        if created_at.tzinfo is None:
+            raise ValueError("no time zone")
+        return created_at, uuid.UUID(job_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise BadInput(
+            f"bad cursor {cursor[:60]!r}: not one this search gave (use a page's next_before, "
+            "or start again from the first page)"
+        ) from None
+
+
+def _row(r: Mapping[str, Any]) -> RunRow:
+    waits: list[str] = []
+    for w in r["waits"] or []:
+        until = None if w["until"] is None else datetime.fromisoformat(w["until"])
+        text = wait_text(w["signal"], until, bool(w["children"]))
+        if text not in waits:
+            waits.append(text)
+    params = dict(r["params"])
+    period = params.get("period")
+    return RunRow(
+        job_id=r["id"],
+        flow=r["flow"],
+        status="waiting" if waits else r["status"],
+        waiting_for=waits,
+        params=params,
+        period=period if isinstance(period, str) else "",
+        submitted_by=r["submitted_by"],
+        created_at=r["created_at"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+        duration_s=r["duration_s"],
+        parent_id=r["parent_job_id"],
+        error=r["error"],
+        stored_status=r["status"],
+    )

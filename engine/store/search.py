@@ -1,0 +1,87 @@
+"""Searching jobs: one page of the jobs some filters find, newest first (``sql/search.sql``).
+
+Read only. The statement is ``job_search`` with the AND of the filter blocks
+(``job_search_where_*``) whose parameters are given, over all jobs or, when
+a filter names a set of jobs (``job_search_source_*``: a store, a document,
+free text), over the jobs of that set, fetched one by one by their primary
+key: a filter not given is not in the statement at all, and none makes the
+plan scan every job. Never prepared: each search is planned with its values (a rare flow
+and a common one want different plans). The caller
+(:mod:`engine.jobs.search`) checks the values and makes the cursor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from engine.store.errors import wrap_errors
+from engine.store.queries import load
+
+__all__ = ["job_flow_exists", "job_search", "job_search_statement"]
+
+_q = load("search")
+_PARAM = re.compile(r"%\((\w+)\)s")
+
+
+def _body(name: str) -> str:
+    """A block without its comment lines."""
+    return "\n".join(line for line in _q[name].splitlines() if not line.startswith("--")).strip()
+
+
+def _blocks(prefix: str) -> list[tuple[str, frozenset[str]]]:
+    """The blocks named ``prefix...``, each with the parameters it binds."""
+    return [
+        (_body(name), frozenset(_PARAM.findall(_body(name))))
+        for name in _q.names()
+        if name.startswith(prefix)
+    ]
+
+
+_FILTERS = _blocks("job_search_where_")
+_SOURCES = _blocks("job_search_source_")
+
+
+@wrap_errors
+def job_search(
+    conn: psycopg.Connection[Any], filters: Mapping[str, Any], *, limit: int
+) -> list[dict[str, Any]]:
+    """Jobs newest first, at most ``limit``, matching the ``filters`` given (``None``: any).
+
+    ``filters`` holds the blocks' parameters (``before_at`` and ``before_id``,
+    ``job_id``, ``id_low`` and ``id_high``, ``flow``, ``statuses``,
+    ``waiting``, ``period``, ``store``, ``document``, ``text``); a block
+    applies when its parameters are all given.
+    """
+    query, params = job_search_statement(filters, limit=limit)
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query, params, prepare=False).fetchall()
+
+
+def job_search_statement(
+    filters: Mapping[str, Any], *, limit: int
+) -> tuple[sql.Composed, dict[str, Any]]:
+    """The statement :func:`job_search` runs and its parameters (to EXPLAIN it, say)."""
+    given = {k: v for k, v in filters.items() if v is not None}
+    clauses = [sql.SQL("(" + body + ")") for body, params in _FILTERS if params <= given.keys()]
+    where = sql.SQL("\n      AND ").join(clauses) if clauses else sql.SQL("true")
+    sources = [sql.SQL("(" + body + ")") for body, params in _SOURCES if params <= given.keys()]
+    jobs: sql.Composable = sql.SQL("engine_jobs AS j")
+    if sources:
+        candidates = sql.SQL("\nINTERSECT\n").join(sources)
+        jobs = sql.SQL(_body("job_search_from_candidates")).format(candidates=candidates)
+    statement = sql.SQL(_q["job_search"]).format(jobs=jobs, where=where)
+    return statement, {**given, "limit": limit}
+
+
+@wrap_errors
+def job_flow_exists(conn: psycopg.Connection[Any], flow: str) -> bool:
+    """Whether any job is of ``flow``."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_q["job_search_flow_exists"], {"flow": flow}).fetchone()
+    return bool(row and row["found"])
