@@ -11,14 +11,16 @@ from typing import Any
 import psycopg
 import pytest
 import waitflows
-from harness import fast_settings, thread_worker, wait_job_ended, wait_until
+from harness import fast_settings, run_of, thread_worker, wait_job_ended, wait_until
 from pydantic import BaseModel
 
-from engine import StepContext, awaiting_approval, signal, submit
+from engine import StepContext, awaiting_approval, signal, store, submit
 from engine.config import Settings
 from engine.errors import OutputRefused
 from engine.flow.registry import Registry
-from engine.store import db
+from engine.runner import claim
+from engine.store import Claimed, db
+from engine.transports.message import StepMessage
 from engine.waits.signals import summary_json
 
 MODULES = ["testflows", "waitflows"]
@@ -129,6 +131,39 @@ def test_wait__a_stale_attempt_parks_nothing_and_stores_no_summary(
     assert (gate["status"], gate["wait_signal"], gate["wait_summary"]) == ("running", None, None)
     assert waiting_details(conn, job) == []
     assert job not in {a.job_id for a in awaiting_approval(conn)}
+
+
+def test_park__a_lapsed_holder_stores_no_summary_beside_the_next_holder(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    keyed = Registry.load(["testflows", "keyedflows"])
+    holder, waiter = (
+        submit("keyed_gate", {"group": "sig", "n": i}, settings=fast, registry=keyed).job_id
+        for i in range(2)
+    )
+
+    def message(job_id: uuid.UUID) -> StepMessage:
+        return StepMessage(job_id=job_id, step_run_id=run_of(conn, job_id, "b")["id"])
+
+    with db.connect(fast, autocommit=True) as c:
+        paused = claim(c, message(holder), "paused", 30, keyed.runnable())
+        assert isinstance(paused, Claimed)
+        conn.execute(
+            "UPDATE engine_step_runs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+            "WHERE job_id = %s AND status = 'running'",
+            (holder,),
+        )
+        assert isinstance(claim(c, message(waiter), "next", 30, keyed.runnable()), Claimed)
+        # the paused worker wakes up and its step asks to wait for "go", with a summary
+        with c.transaction():
+            assert store.job_lock_if_active(c, holder)
+            parked = store.step_wait_if_leased(
+                c, paused, signal="go", timeout_s=3600.0, until=None, summary=SUMMARY
+            )
+    assert parked is None, "a lapsed lease parks nothing"
+    b = run_of(conn, holder, "b")
+    assert (b["status"], b["wait_signal"], b["wait_summary"]) == ("running", None, None)
+    assert holder not in {a.job_id for a in awaiting_approval(conn)}
 
 
 class _Totals(BaseModel):
