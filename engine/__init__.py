@@ -14,6 +14,7 @@ Declare a flow
     Retry, Fail, Reject, Cancel, Refused, Signal, SignalTimeout, Child, ChildrenTimeout
 Run jobs (the API install: ``pip install erp-engine``)
     submit, Submitted, signal, Signalled, wait_for_job, JobStatus, job_info,
+    awaiting_approval, Awaiting (the approvals inbox: waits with their summaries),
     JobInfo, active_jobs, Schedule, add_schedule, list_schedules,
     remove_schedule, pause_schedule, resume_schedule, run_schedule_now,
     Registry, Settings, migrate, MigrationReport
@@ -70,10 +71,12 @@ from engine.store.queries import Queries
 from engine.store.queries import load as load_queries
 from engine.store.status import JobStatus
 from engine.waits.children import Child, ChildrenTimeout
+from engine.waits.inbox import Awaiting, awaiting_approval
 from engine.waits.signals import Signal, Signalled, SignalTimeout, signal
 
 __all__ = [
     "Audited",
+    "Awaiting",
     "BadInput",
     "Cancel",
     "ChecksFailed",
@@ -115,6 +118,7 @@ __all__ = [
     "active_jobs",
     "add_schedule",
     "audit_trail",
+    "awaiting_approval",
     "connect",
     "job_info",
     "list_schedules",

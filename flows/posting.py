@@ -32,9 +32,20 @@ Method:
    journal of the period balances in the database, and that posted + rejected
    equals the number selected; it fails the job loudly otherwise. With
    ``--approve-rejects-over N``, a batch that rejected more than N documents
-   first waits for an accountant's approval, the signal ``approve`` (``engine
-   signal JOB_ID approve --data '{"by": "name"}'``), holding no worker while
-   it waits; the summary records who approved and when.
+   then waits for an accountant's decision, the signal ``approve`` (``engine
+   signal JOB_ID approve --data '{"decision": "approve"}'``, or ``'{"decision":
+   "reject", "reason": "..."}'``; no decision: approve), holding no worker
+   while it waits. Before it parks it publishes what is decided on
+   (:class:`AwaitingApproval`: the counts, the totals, the rejected documents
+   with their reasons, the limit), which the run report and the approvals
+   inbox (:func:`engine.awaiting_approval`) show. The decision, who sent it
+   (the signal's sender: the CLI's OS user or ``--by``, the console's user),
+   when and why, is in the summary (:class:`Approval`) and in the period's
+   history (``engine books history``), written with this step's checkpoint.
+4. ``decide`` returns the summary, or fails the job (:class:`engine.Reject`:
+   the data is at fault; no retry, no dead letter) when the accountant
+   rejected the batch, naming who and why. The documents posted stay posted;
+   the rejected ones stay rejected for a fix and a new posting.
 
 A posting job holds the period's concurrency key with the costing and close
 jobs of that period (:data:`flows.erp.periods.PERIOD_KEY`: its chunks run
@@ -55,15 +66,16 @@ transaction): the runs page finds the job that posted a document by its number.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from pydantic import BaseModel, Field
 
-from engine import Fail, Flow, Refused, Signal, StepContext
+from engine import Fail, Flow, Refused, Reject, Signal, StepContext
 from flows.erp import ledger, periods
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
@@ -76,6 +88,7 @@ __all__ = [
     "DOCUMENT_TAG",
     "MAX_REJECTIONS",
     "Approval",
+    "AwaitingApproval",
     "Chunk",
     "ChunkResult",
     "PostingParams",
@@ -92,7 +105,8 @@ MAX_REJECTIONS = 200
 """Rejected documents listed per chunk result and in the summary (counts stay exact)."""
 
 APPROVAL_SIGNAL = "approve"
-"""The signal a batch with too many rejections waits for before it is reconciled."""
+"""The signal a batch with too many rejections waits for: ``{"decision": "approve"|"reject",
+"reason": "..."}``."""
 
 
 class PostingParams(BaseModel):
@@ -109,12 +123,24 @@ class PostingParams(BaseModel):
     )
 
 
+Decision = Literal["approve", "reject"]
+
+
 class Approval(BaseModel):
-    """Who let a batch with many rejections close, and when (the signal's data and time)."""
+    """An accountant's decision on a batch with many rejections: who, when, what, why.
+
+    From the signal ``approve``: ``by`` is who sent it (the CLI's OS user or
+    ``--by``, the console's signed-in user; a ``by`` in its data only when
+    the sender is unknown), ``at`` when (the database clock), ``decision``
+    and ``reason`` its data's (``{"decision": "reject", "reason": "..."}``;
+    no decision: approve).
+    """
 
     by: str
     at: datetime
     threshold: int
+    decision: Decision = "approve"
+    reason: str = ""
 
 
 class Chunk(BaseModel):
@@ -176,12 +202,32 @@ class PostingSummary(BaseModel):
     )
 
 
+class AwaitingApproval(BaseModel):
+    """What the accountant sees while the batch waits: the wait's summary.
+
+    The chunks are posted; the rejected documents stay rejected whatever the
+    decision. Approving lets the batch close; rejecting fails the job.
+    """
+
+    period: str
+    selected: int
+    posted: int
+    rejected: int
+    debit: Money
+    credit: Money
+    threshold: int = Field(description="more rejections than this need an approval")
+    rejections: list[Rejection] = Field(
+        description=f"the first {MAX_REJECTIONS} by id; `rejected` is the full count"
+    )
+
+
 flow = Flow(
     "posting",
     params=PostingParams,
     # 3: holds the period's concurrency key (a job of version 2 in flight runs without it)
     # 4: the approval wait (approve_rejects_over) and PostingSummary.approval
-    version=4,
+    # 5: the wait shows what is approved; approve or reject; the last step is `decide`
+    version=5,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,
     signals=(APPROVAL_SIGNAL,),  # an accountant's go-ahead when too many were rejected
@@ -362,11 +408,31 @@ def reconcile(
         )
     if problems:
         raise Fail(f"posting {params.period} does not reconcile: " + "; ".join(problems))
-    approval = None
-    if params.approve_rejects_over is not None and rejected > params.approve_rejects_over:
-        # waits here (no worker held) until approved; then this step runs again from the top
-        approval = _approval(ctx.wait_for_signal(APPROVAL_SIGNAL), params.approve_rejects_over)
     rejections = sorted((j for r in results for j in r.rejections), key=lambda j: j.id)
+    approval = None
+    threshold = params.approve_rejects_over
+    if threshold is not None and rejected > threshold:
+        # the accountant sees the batch while it waits (no worker held); once the signal
+        # has come this step runs again from the top and the wait returns it
+        waiting = AwaitingApproval(
+            period=params.period,
+            selected=selection.selected,
+            posted=posted,
+            rejected=rejected,
+            debit=debit,
+            credit=credit,
+            threshold=threshold,
+            rejections=rejections[:MAX_REJECTIONS],
+        )
+        approval = _approval(ctx.wait_for_signal(APPROVAL_SIGNAL, summary=waiting), threshold)
+        # in this step's fenced transaction: recorded once, with its checkpoint
+        periods.record_posting_decision(
+            ctx.conn,
+            params.period,
+            approved=approval.decision == "approve",
+            actor=approval.by,
+            reason=_decision_text(ctx.job_id, waiting, approval),
+        )
     return PostingSummary(
         period=params.period,
         chunks=len(results),
@@ -383,8 +449,56 @@ def reconcile(
     )
 
 
+@flow.step(after=["reconcile"])
+def decide(summary: PostingSummary, ctx: StepContext) -> PostingSummary:
+    """The batch's summary; the job fails here if the accountant rejected the batch.
+
+    A step of its own so that the rejection, recorded in the period's history
+    by ``reconcile``, commits with that step's checkpoint before the job fails.
+    """
+    approval = summary.approval
+    if approval is not None and approval.decision == "reject":
+        why = approval.reason or "no reason given"
+        raise Reject(
+            f"posting {summary.period} rejected by {approval.by} at "
+            f"{approval.at:%Y-%m-%d %H:%M:%S %Z}: {why} ({summary.rejected} document(s) "
+            f"rejected, over the limit of {approval.threshold}; the {summary.posted} posted "
+            "stay posted)"
+        )
+    return summary
+
+
 def _approval(signal: Signal, threshold: int) -> Approval:
+    """The decision the signal carries; :class:`engine.Reject` for one that is not valid.
+
+    The sender recorded by the engine (``sent_by``) is the approver; ``by`` in
+    the data counts only when the sender is unknown (a signal from code).
+    """
     data = signal.data if isinstance(signal.data, dict) else {}
-    by = data.get("by") or signal.sent_by or "unknown"
-    # to the second: the report shows it as written
-    return Approval(by=str(by), at=signal.at.replace(microsecond=0), threshold=threshold)
+    decision = data.get("decision", "approve")
+    if decision not in ("approve", "reject"):
+        # a signal is sent once: this one cannot be corrected, so the batch cannot close
+        raise Reject(
+            f"signal {APPROVAL_SIGNAL!r} has decision {decision!r}: expected 'approve' or "
+            '\'reject\' (e.g. {"decision": "reject", "reason": "..."}); nothing was '
+            "approved"
+        )
+    by = signal.sent_by or data.get("by") or "unknown"
+    reason = data.get("reason")
+    return Approval(
+        by=str(by),
+        # to the second: the report shows it as written
+        at=signal.at.replace(microsecond=0),
+        threshold=threshold,
+        decision=decision,
+        reason="" if reason is None else str(reason),
+    )
+
+
+def _decision_text(job_id: uuid.UUID, waiting: AwaitingApproval, approval: Approval) -> str:
+    """The period history's reason: the job, what was decided on, and the approver's words."""
+    text = (
+        f"posting job {job_id}: {waiting.rejected} document(s) rejected, over the limit "
+        f"of {waiting.threshold}"
+    )
+    return f"{text}; {approval.reason}" if approval.reason else text

@@ -33,7 +33,12 @@ def _parse_data(value: str | None) -> Any:
 @click.argument("job_id")
 @click.argument("name")
 @click.option(
-    "--data", default=None, help='the signal\'s data, one JSON value (e.g. \'{"by": "acct"}\')'
+    "--data",
+    default=None,
+    help=(
+        "the signal's data, one JSON value (a posting's approval: "
+        '\'{"decision": "approve"}\' or \'{"decision": "reject", "reason": "..."}\')'
+    ),
 )
 @click.option(
     "--by",

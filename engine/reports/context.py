@@ -34,17 +34,20 @@ from engine.reports.timeline import (
     step_label,
     wait_spans,
 )
-from engine.store.models import Job, StepRun, StepStatus
+from engine.store.models import Job, JobSignal, StepRun, StepStatus
 from engine.store.read import job_history, recent_jobs
 
 __all__ = [
+    "ChildWaitView",
     "DeadLetterView",
+    "DecidedView",
     "ErrorView",
     "GraphNode",
     "IndexReport",
     "IndexRow",
     "RunReport",
     "StepRunView",
+    "WaitView",
     "build_index",
     "build_run_report",
 ]
@@ -93,12 +96,34 @@ class StepRunView(BaseModel):
 
 
 class WaitView(BaseModel):
-    """A step run waiting now, and for what."""
+    """A step run waiting now, for what, and the summary its wait published (if any).
+
+    ``flow`` is the flow of the job the step run belongs to (a child's, for a
+    parent's report): it picks the summary's template.
+    """
 
     label: str
     signal: str | None
     until: datetime | None
     children: bool = False
+    summary: dict[str, Any] | None = None
+    flow: str = ""
+
+
+class DecidedView(BaseModel):
+    """A wait that published a summary and is over: what was shown, and the signal that came.
+
+    ``signal_*`` are empty when no signal came (the wait timed out, or the
+    job was cancelled while it waited).
+    """
+
+    label: str
+    signal: str | None
+    summary: dict[str, Any]
+    flow: str
+    sent_by: str | None = None
+    at: datetime | None = None
+    data: str | None = None  # JSON
 
 
 class AuditView(BaseModel):
@@ -133,6 +158,13 @@ class JobLink(BaseModel):
     status: str
     key: str | None
     href: str
+
+
+class ChildWaitView(BaseModel):
+    """A child job's step run waiting now, shown on its parent's report, linked to the child."""
+
+    child: JobLink
+    wait: WaitView
 
 
 class DeadLetterView(BaseModel):
@@ -182,6 +214,8 @@ class RunReport(BaseModel):
     parent: JobLink | None = None
     children: list[JobLink] = []
     audit: list[AuditView] = []
+    child_waits: list[ChildWaitView] = []  # what the waiting children wait for, and show
+    decided: list[DecidedView] = []  # waits with a summary that are over: what was decided on
 
 
 class IndexRow(BaseModel):
@@ -350,16 +384,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         ],
         summary_step=summary_step,
         summary=summary,
-        waits=[
-            WaitView(
-                label=step_label(r, flow),
-                signal=r.wait_signal,
-                until=r.wait_until,
-                children=r.wait_children,
-            )
-            for r in runs
-            if r.status == StepStatus.WAITING
-        ],
+        waits=[_wait_view(r, flow, job.flow) for r in runs if r.status == StepStatus.WAITING],
         signals=[
             SignalView(
                 name=g.name,
@@ -371,6 +396,12 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         ],
         parent=None if history.parent is None else _job_link(history.parent, job.child_key),
         children=[_job_link(c) for c in history.children],
+        child_waits=_child_waits(history.children, history.child_waits, registry),
+        decided=[
+            _decided(r, flow, job.flow, history.signals)
+            for r in runs
+            if r.wait_summary is not None and r.status != StepStatus.WAITING
+        ],
         audit=[
             AuditView(
                 at=a.at,
@@ -383,6 +414,48 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
             )
             for a in history.audit
         ],
+    )
+
+
+def _wait_view(run: StepRun, flow: Flow | None, flow_name: str) -> WaitView:
+    return WaitView(
+        label=step_label(run, flow),
+        signal=run.wait_signal,
+        until=run.wait_until,
+        children=run.wait_children,
+        summary=run.wait_summary,
+        flow=flow_name,
+    )
+
+
+def _child_waits(
+    children: list[Job], waits: list[StepRun], registry: Registry | None
+) -> list[ChildWaitView]:
+    """Each waiting step run of the children, with the child it belongs to."""
+    by_id = {c.id: c for c in children}
+    return [
+        ChildWaitView(
+            child=_job_link(child),
+            wait=_wait_view(r, _find_flow(registry, child.flow), child.flow),
+        )
+        for r in waits
+        if (child := by_id.get(r.job_id)) is not None
+    ]
+
+
+def _decided(
+    run: StepRun, flow: Flow | None, flow_name: str, signals: list[JobSignal]
+) -> DecidedView:
+    """A wait with a summary that is over, with the signal it waited for if that came."""
+    came = next((g for g in signals if run.wait_signal and g.name == run.wait_signal), None)
+    return DecidedView(
+        label=step_label(run, flow),
+        signal=run.wait_signal,
+        summary=run.wait_summary or {},
+        flow=flow_name,
+        sent_by=None if came is None else came.sent_by,
+        at=None if came is None else came.created_at,
+        data=None if came is None else json.dumps(came.data, sort_keys=True, default=str),
     )
 
 

@@ -3,7 +3,10 @@
 Templates live in the top-level ``reports/`` folder: ``run.html.j2``,
 ``index.html.j2``, the inlined ``report.css``/``index.js``, and one business
 summary block per flow, ``reports/flows/<flow>.html.j2`` (a flow without one
-gets ``flows/_generic.html.j2``: its summary as nested tables). Autoescape is
+gets ``flows/_generic.html.j2``: its summary as nested tables), and the block
+showing what a wait published for its approver, ``flows/<flow>.waiting.html.j2``
+(else ``flows/_waiting.html.j2``: scalars as a definition list, lists of
+objects as tables). Autoescape is
 on and undefined names raise; the only markup marked safe is the SVG of
 :mod:`engine.reports.svg`, which escapes every text it draws.
 
@@ -102,9 +105,29 @@ def environment() -> Environment:
     env.filters["ts"] = _ts
     env.filters["duration"] = _duration
     env.filters["amount"] = _amount
+    env.filters["columns"] = _columns
+    env.globals["wait_template"] = lambda flow: _wait_template(env, flow)
     env.globals["status_colours"] = STATUS_COLOURS
     env.globals["outcome_colours"] = OUTCOME_COLOURS
     return env
+
+
+def _columns(rows: Sequence[Any]) -> list[str]:
+    """The keys of a list of objects, in the order they first appear (a table's columns)."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        if isinstance(row, dict):
+            seen.update(dict.fromkeys(str(k) for k in row))
+    return list(seen)
+
+
+def _wait_template(env: Environment, flow: str) -> str:
+    """The block showing a wait's summary: ``flows/<flow>.waiting.html.j2`` or the generic one."""
+    if _FLOW_NAME.fullmatch(flow):
+        name = f"flows/{flow}.waiting.html.j2"
+        if name in env.list_templates():
+            return name
+    return "flows/_waiting.html.j2"
 
 
 def _summary_template(env: Environment, flow: str) -> str:

@@ -30,7 +30,7 @@ from engine.errors import BadInput, DefinitionError, EngineError, JobCancelled, 
 from engine.flow import register_injectable
 from engine.flow.flow import declared_signals
 from engine.waits.children import Child, ChildrenTimeout, ChildSubmitter, wait_for_children
-from engine.waits.signals import Signal, SignalTimeout, wait_for_signal
+from engine.waits.signals import Signal, SignalTimeout, summary_json, wait_for_signal
 from engine.waits.wait import sleep_until
 
 if TYPE_CHECKING:
@@ -125,7 +125,13 @@ class StepContext:
             return 0
         return store.tag_insert_many(self.conn, self.job_id, name, flat)
 
-    def wait_for_signal(self, name: str, timeout: timedelta | None = None) -> Signal:
+    def wait_for_signal(
+        self,
+        name: str,
+        timeout: timedelta | None = None,
+        *,
+        summary: BaseModel | Mapping[str, Any] | None = None,
+    ) -> Signal:
         """The job's signal ``name`` (its data, sender, time), waiting durably for it.
 
         If it has not come, the step stops here (nothing it wrote commits), its
@@ -133,6 +139,13 @@ class StepContext:
         from its start when the signal comes. After ``timeout`` (``None``:
         never) that rerun's call raises :class:`~engine.waits.signals.SignalTimeout`;
         the step may catch it and wait again, with a new deadline.
+
+        ``summary`` (a pydantic model or a dict of JSON-able values) is what
+        the person who sends the signal needs to decide: the park stores it
+        with the wait, in its fenced transaction; the approvals inbox
+        (:func:`engine.waits.inbox.awaiting_approval`) and the run report show
+        it, and the report keeps it after the wake. A value JSON cannot carry
+        raises :class:`~engine.errors.OutputRefused` naming its field.
 
         ``name`` must be one of the flow's declared signals
         (``Flow(..., signals=...)``), else :class:`~engine.errors.DefinitionError`
@@ -145,8 +158,11 @@ class StepContext:
                 steps=(self.step,),
             )
         past = tuple(self._past)
+        published = summary_json(summary)  # refused before anything, wait or not
         try:
-            got = wait_for_signal(self.conn, self.job_id, self.step_run_id, name, timeout, past)
+            got = wait_for_signal(
+                self.conn, self.job_id, self.step_run_id, name, timeout, past, published
+            )
         except SignalTimeout as exc:
             self._past.append(exc.deadline)
             raise

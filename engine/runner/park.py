@@ -4,7 +4,9 @@ The step raised :class:`~engine.waits.wait.Wait` (its transaction rolled back:
 nothing it wrote commits). One transaction then locks the job row (the one
 lock order; a signal sent at the same moment serialises on it), moves the
 step run from running to ``waiting`` under our lease token (a stale attempt
-parks nothing: invariant 16), gives its attempt back (invariant 14), keeps
+parks nothing and stores nothing: invariant 16), stores the summary the
+step published for its approver (``wait_summary``, also in the ``waiting``
+event's detail), gives its attempt back (invariant 14), keeps
 its concurrency key's slot (by status: a waiting run has no lease) until it
 is claimed again, ends or is cancelled, records the ``waiting`` event and,
 on the PostgreSQL transport, deletes the delivery.
@@ -87,9 +89,14 @@ class Park:
                     timeout_s=wait.timeout_s,
                     until=wait.until,
                     past=wait.past,
+                    summary=wait.summary,
                 )
             if parked is not None:  # the signal may have come between the step's look and now
-                announced = self._parked(lease, parked, {"signal": parked.wait_signal})
+                detail: dict[str, Any] = {"signal": parked.wait_signal}
+                if wait.summary is not None:
+                    # the history keeps what was shown to the approver, whatever comes after
+                    detail["summary"] = wait.summary
+                announced = self._parked(lease, parked, detail)
         if parked is None:
             return self.failures.fenced(
                 claimed, f"lease lost before the step could wait: {wait}", lease

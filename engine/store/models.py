@@ -150,6 +150,7 @@ class StepRun(SQLModel, table=True):
     wait_past: list[datetime | None] = Field(
         default_factory=list, sa_column=Column(ARRAY(DateTime(timezone=True)), nullable=False)
     )
+    wait_summary: dict[str, Any] | None = _json(True)  # what the last wait published
 
 
 class JobSignal(SQLModel, table=True):

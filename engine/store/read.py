@@ -242,6 +242,21 @@ class JobHistory:
     children: list[Job] = field(default_factory=list)
     waiting_for: list[str] = field(default_factory=list)  # empty unless the job waits
     audit: list[AuditEntry] = field(default_factory=list)  # operators' actions on it
+    child_waits: list[StepRun] = field(default_factory=list)  # its children's waiting runs
+
+
+def _child_waits(session: Session, children: Sequence[Job]) -> list[StepRun]:
+    """The waiting step runs of these (active) children, in the order they were made."""
+    active = [c.id for c in children if c.status.active]
+    if not active:
+        return []
+    return list(
+        session.exec(
+            select(StepRun)
+            .where(col(StepRun.job_id).in_(active), col(StepRun.status) == StepStatus.WAITING)
+            .order_by(col(StepRun.created_at), col(StepRun.step), col(StepRun.fanout_key))
+        ).all()
+    )
 
 
 @wrap_errors
@@ -264,8 +279,18 @@ def job_history(engine: Engine, job_id: uuid.UUID) -> JobHistory | None:
         parent, children = _family(session, job)
         waits = _waits_of(session, [job_id]).get(job_id, [])
         audit = _audit(session, job_id)
+        child_waits = _child_waits(session, children)
     return JobHistory(
-        job, runs, events, dead, signals, parent, children, waiting_for=waits, audit=audit
+        job,
+        runs,
+        events,
+        dead,
+        signals,
+        parent,
+        children,
+        waiting_for=waits,
+        audit=audit,
+        child_waits=child_waits,
     )
 
 

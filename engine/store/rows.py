@@ -39,6 +39,7 @@ __all__ = [
     "StepCounts",
     "StepState",
     "WaitState",
+    "WaitingForSignal",
 ]
 
 
@@ -359,6 +360,25 @@ class Parked:
     status: str
     wait_signal: str | None
     wait_until: datetime | None
+
+
+@dataclass(frozen=True)
+class WaitingForSignal:
+    """A step run of an active job waiting for a signal now, with what its wait published."""
+
+    step_run_id: uuid.UUID
+    job_id: uuid.UUID
+    flow: str
+    params: dict[str, Any]
+    submitted_by: str | None
+    parent_job_id: uuid.UUID | None
+    parent_flow: str | None
+    step: str
+    fanout_key: str
+    signal: str
+    since: datetime
+    deadline: datetime | None
+    summary: dict[str, Any] | None
 
 
 @dataclass(frozen=True)

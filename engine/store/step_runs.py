@@ -34,6 +34,7 @@ from engine.store.rows import (
     Parked,
     StepCounts,
     StepState,
+    WaitingForSignal,
     WaitState,
     column,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "step_run_insert_many_announced",
     "step_run_insert_many_with_outbox",
     "step_savepoint_rollback",
+    "step_select_awaiting_signal",
     "step_select_children_timed_out",
     "step_select_queue_lag",
     "step_select_status",
@@ -338,12 +340,15 @@ def step_wait_if_leased(
     timeout_s: float | None,
     until: datetime | None,
     past: tuple[datetime | None, ...] = (),
+    summary: dict[str, Any] | None = None,
 ) -> Parked | None:
     """Park the step run (lease gone, attempt back) until ``signal`` or ``until``/``timeout_s``.
 
     Run after :func:`engine.store.job_lock_if_active` in the same transaction.
-    ``Parked.status`` is ``pending`` when the signal had been recorded already
-    (announce it); ``None``: the lease was lost (invariant 16).
+    ``summary`` (JSON, checked by the caller) is stored with the wait, by the
+    same fenced statement. ``Parked.status`` is ``pending`` when the signal
+    had been recorded already (announce it); ``None``: the lease was lost
+    (invariant 16), and nothing is written.
     """
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
@@ -356,6 +361,7 @@ def step_wait_if_leased(
                 "timeout_s": timeout_s,
                 "until": until,
                 "past": list(past),
+                "summary": None if summary is None else Jsonb(summary),
             },
         )
         row = cur.fetchone()
@@ -433,3 +439,13 @@ def step_select_children_timed_out(
     if row is None:
         return WaitState(None, False, None)
     return WaitState(None, bool(row["timed_out"]), row["wait_until"], tuple(row["wait_past"]))
+
+
+@wrap_errors
+def step_select_awaiting_signal(
+    conn: psycopg.Connection[Any], limit: int = 100
+) -> list[WaitingForSignal]:
+    """Step runs of active jobs waiting for a signal now, oldest park first (at most ``limit``)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_select_awaiting_signal"], {"limit": limit})
+        return [WaitingForSignal(**row) for row in cur.fetchall()]

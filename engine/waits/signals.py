@@ -34,12 +34,16 @@ Every time is the database's (invariant 3).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
 from engine import store
-from engine.errors import BadInput
+from engine.errors import BadInput, OutputRefused
 from engine.flow.flow import SIGNAL_NAME, declared_signals
 from engine.flow.retry import Fail
 from engine.waits.wait import Wait, timed_out
@@ -58,7 +62,7 @@ from engine.errors import NoSuchJob
 from engine.jobs import admin
 from engine.jobs.audit import operator, record_action
 from engine.jobs.transaction import in_transaction
-from engine.store import db
+from engine.store import db, jsonb
 from engine.store.status import AuditSource, EventKind
 from engine.transports import transport_for
 from engine.transports.announce import Announced, announce
@@ -98,6 +102,43 @@ class SignalTimeout(Fail):
         super().__init__(f"signal {name!r} did not arrive by {deadline}")
 
 
+def summary_json(summary: BaseModel | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A wait's summary as the park stores it (a JSON object), or :class:`OutputRefused`.
+
+    A pydantic model is dumped as JSON (as a checkpoint is); a mapping's
+    values are turned into JSON the same way (dates, decimals, models).
+    Refused, naming the field: a value with no JSON form (an object, a set
+    of them) and what ``jsonb`` cannot carry (NaN, an infinity, a NUL).
+    """
+    if summary is None:
+        return None
+    if isinstance(summary, BaseModel):
+        data: Any = summary.model_dump(mode="json")
+    elif isinstance(summary, Mapping):
+        data = {str(k): _jsonable(v, str(k)) for k, v in summary.items()}
+    else:
+        raise OutputRefused(
+            f"a wait summary is a pydantic model or a dict, got {type(summary).__name__}"
+        )
+    found = jsonb.uncarried(data)
+    if found is not None:
+        raise OutputRefused(found.describe("wait summary"))
+    return dict(data)
+
+
+def _jsonable(value: Any, path: str) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v, f"{path}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    try:
+        return to_jsonable_python(value)
+    except PydanticSerializationError:
+        raise OutputRefused(
+            f"wait summary field {path!r} is a {type(value).__name__}: it has no JSON form"
+        ) from None
+
+
 def wait_for_signal(
     conn: psycopg.Connection[Any],
     job_id: uuid.UUID,
@@ -105,11 +146,14 @@ def wait_for_signal(
     name: str,
     timeout: timedelta | None,
     past: tuple[datetime | None, ...] = (),
+    summary: dict[str, Any] | None = None,
 ) -> Signal:
     """The job's signal ``name``; :class:`Wait` if it has not come; :class:`SignalTimeout`.
 
     ``past``: the deadlines of the waits the step passed before this one in
     this run (``None``: it returned), see :mod:`engine.waits.wait`.
+    ``summary``: what the approver sees (:func:`summary_json` of it), stored
+    with the park.
     """
     check_signal_name(name)
     if timeout is not None and timeout < timedelta(0):
@@ -122,7 +166,10 @@ def wait_for_signal(
     if deadline is not None:
         raise SignalTimeout(name, deadline)
     raise Wait(
-        signal=name, timeout_s=None if timeout is None else timeout.total_seconds(), past=past
+        signal=name,
+        timeout_s=None if timeout is None else timeout.total_seconds(),
+        past=past,
+        summary=summary,
     )
 
 

@@ -48,8 +48,10 @@ class Wait(StepControl):
         until: datetime | None = None,
         children: bool = False,
         past: tuple[datetime | None, ...] = (),
+        summary: dict[str, Any] | None = None,
     ) -> None:
         self.past = past  # the deadlines of the waits the step passed before this one
+        self.summary = summary  # what the approver sees (JSON, checked), stored with the park
         self.signal = signal
         self.timeout_s = timeout_s
         self.until = until

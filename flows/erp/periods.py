@@ -2,7 +2,9 @@
 
 A period is ``open``, then ``costed`` (every store costed), then ``closed``;
 ``reopen`` (with a reason) makes a closed period costed again. Each change is
-recorded in ``erp_period_events`` with who made it and why. A close keeps the
+recorded in ``erp_period_events`` with who made it and why, and so is an
+accountant's approval or rejection of a posting batch that rejected too many
+documents (:func:`record_posting_decision`). A close keeps the
 period's closing balances per account and store (``erp_period_balances``,
 from :func:`flows.erp.books.balances`), which the next period's opening must
 equal (:mod:`flows.erp.checks`); a reopen drops them, the next close takes
@@ -52,6 +54,7 @@ __all__ = [
     "missing_starting_points",
     "next_period",
     "open_next_for_store",
+    "record_posting_decision",
     "reopen",
     "starting_points",
     "status",
@@ -89,7 +92,7 @@ class PeriodEvent(BaseModel):
 
     id: int
     period: str
-    action: Literal["costed", "closed", "reopened"]
+    action: Literal["costed", "closed", "reopened", "posting approved", "posting rejected"]
     actor: str
     reason: str
     at: datetime
@@ -299,6 +302,19 @@ def reopen(conn: psycopg.Connection[Any], period: str, *, actor: str, reason: st
     _q.execute(conn, "period_reopen", {"period": period})
     _q.execute(conn, "period_balances_delete", {"period": period})
     return _event(conn, period, "reopened", actor, reason.strip())
+
+
+def record_posting_decision(
+    conn: psycopg.Connection[Any], period: str, *, approved: bool, actor: str, reason: str
+) -> PeriodEvent:
+    """Record an accountant's decision on a posting batch in the period's history.
+
+    In the caller's transaction (a posting step's fenced one: it commits with
+    the step's checkpoint, once). ``actor`` is who decided, ``reason`` what
+    and why (the job, the rejections, the approver's words).
+    """
+    action = "posting approved" if approved else "posting rejected"
+    return _event(conn, period, action, actor, reason)
 
 
 class StockState(BaseModel):

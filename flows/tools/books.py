@@ -177,7 +177,8 @@ def reopen_command(period: str, reason: str, by: str | None) -> None:
 @period_option
 @json_option
 def history_command(period: str, as_json: bool) -> None:
-    """Every status change of a period: costed, closed, reopened, by whom and why."""
+    """Every status change of a period (costed, closed, reopened) and every decision on a
+    posting that waited for approval, by whom and why."""
     events = _run(lambda conn: periods.history(conn, parse_period_option(period)))
     if as_json:
         click.echo(
@@ -188,7 +189,7 @@ def history_command(period: str, as_json: bool) -> None:
         click.echo(f"period {period}: no status changes recorded")
     for e in events:
         why = f"  ({e.reason})" if e.reason else ""
-        click.echo(f"{e.at:%Y-%m-%d %H:%M:%S %Z}  {e.action:<8}  {e.actor}{why}")
+        click.echo(f"{e.at:%Y-%m-%d %H:%M:%S %Z}  {e.action:<16}  {e.actor}{why}")
 
 
 books = click.Group(

@@ -48,7 +48,7 @@ def test_cli__signal_bad_input_exits_2_naming_the_value(
         # a typo: posting declares "approve" only
         (
             (job_id, "aprove", "--data", '{"by": "a"}'),
-            f"signal 'aprove' is not declared by flow posting (version 4) of job {job_id}: "
+            f"signal 'aprove' is not declared by flow posting (version 5) of job {job_id}: "
             "valid signals: 'approve'",
         ),
         ((example_id, "approve"), "it declares no signals"),
@@ -133,7 +133,10 @@ def test_cli__posting_waits_for_approval_and_resumes_by_engine_signal(
     status = json.loads(engine(settings, "status", job_id, "--json").stdout)
     assert status["job"]["status"] == "done", outputs
     assert [s["name"] for s in status["signals"]] == ["approve"]
+    # the approver is who sent the signal (the CLI's user@host), not a name in its data
+    sender = status["signals"][0]["sent_by"]
+    assert sender and sender != "acct"
     report = engine(settings, "report", job_id)
     assert report.returncode == 0, report.stderr
     page = Path(report.stdout.strip()).read_text(encoding="utf-8")
-    assert "Approved by <strong>acct</strong>" in page
+    assert f"Approved by <strong>{sender}</strong>" in page

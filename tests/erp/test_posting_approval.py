@@ -10,9 +10,10 @@ import pytest
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 from test_posting import insert_erp, output
 
-from engine import Registry, signal, submit
+from engine import Registry, awaiting_approval, signal, submit
 from engine.config import Settings
 from engine.reports import render_job_report
+from flows.erp import periods
 
 # insert_erp's November: 5 documents post, 3 are rejected
 
@@ -75,14 +76,147 @@ def test_posting__over_the_limit_waits_for_approval_and_the_report_shows_who(
             "SELECT count(*) AS n FROM erp_documents WHERE status = 'posted'"
         ).fetchone()
         assert posted == {"n": 5}
-        signal(job, "approve", {"by": "acct"}, settings=fast, sent_by="acct@erp")
+        # what the accountant decides on is on the page while it waits
+        assert "What it shows the approver" in text
+        for number in ("SI-3", "SI-4", "ST-7"):
+            assert f"<td>{number}</td>" in text
+        # the sender recorded by the engine is the approver, not a name typed in the data
+        signal(
+            job,
+            "approve",
+            {"by": "acct", "reason": "known till errors"},
+            settings=fast,
+            sent_by="acct@erp",
+        )
         assert wait_job_ended(conn, job) == "done"
-    summary = output(conn, job, "reconcile")
+    summary = output(conn, job, "decide")
+    assert summary == output(conn, job, "reconcile")
     assert summary["rejected"] == 3
-    assert summary["approval"]["by"] == "acct"
-    assert summary["approval"]["threshold"] == 2
+    approval = summary["approval"]
+    assert (approval["by"], approval["decision"], approval["reason"]) == (
+        "acct@erp",
+        "approve",
+        "known till errors",
+    )
+    assert approval["threshold"] == 2
+    [event] = [e for e in periods.history(conn, "2026-11") if e.action == "posting approved"]
+    assert event.actor == "acct@erp"
+    assert str(job) in event.reason and event.reason.endswith("; known till errors")
+    assert "3 document(s) rejected, over the limit of 2" in event.reason
     page = Path(render_job_report(fast, job, out_dir=tmp_path / "d", registry=registry))
     text = page.read_text()
-    assert "Approved by <strong>acct</strong>" in text
+    assert "Approved by <strong>acct@erp</strong>" in text
+    assert "Reason: known till errors" in text
     assert "over the limit of 2" in text
     assert "is waiting for signal" not in text
+    # what was approved stays on the page after the approval
+    assert "showed its approver while it waited for signal <code>approve</code>" in text
+    assert "Signal sent by <strong>acct@erp</strong>" in text
+    assert "<td>SI-4</td>" in text
+
+
+def test_posting__the_inbox_lists_the_waiting_batch_with_its_rejected_documents(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    insert_erp(conn)
+    job = submit(
+        "posting",
+        {"period": "2026-11", "approve_rejects_over": 1},
+        settings=fast,
+        registry=registry,
+    ).job_id
+    with thread_worker(fast, registry):
+        wait_until(lambda: reconcile_status(conn, job) == "waiting", what="reconcile to wait")
+        [waiting] = [a for a in awaiting_approval(conn) if a.job_id == job]
+    assert (waiting.flow, waiting.step, waiting.signal) == ("posting", "reconcile", "approve")
+    assert waiting.parent_job_id is None and waiting.deadline is None
+    assert waiting.params["period"] == "2026-11"
+    s = waiting.summary
+    assert s is not None
+    assert (s["period"], s["selected"], s["posted"], s["rejected"], s["threshold"]) == (
+        "2026-11",
+        8,
+        5,
+        3,
+        1,
+    )
+    assert s["debit"] == s["credit"]
+    assert [(r["number"], bool(r["reason"])) for r in s["rejections"]] == [
+        ("SI-3", True),
+        ("SI-4", True),
+        ("ST-7", True),
+    ]
+    assert "unknown account 9999" in s["rejections"][1]["reason"]
+
+
+HOSTILE_NUMBER = '<script>alert("SI-4")</script>'
+HOSTILE_REASON = "<img src=x onerror=alert(1)> & not these"
+
+
+def test_posting__a_rejection_fails_the_job_naming_who_and_why_and_the_page_escapes_it(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    insert_erp(conn)
+    conn.execute("UPDATE erp_documents SET number = %s WHERE id = 4", (HOSTILE_NUMBER,))
+    job = submit(
+        "posting",
+        {"period": "2026-11", "approve_rejects_over": 2},
+        settings=fast,
+        registry=registry,
+    ).job_id
+    with thread_worker(fast, registry):
+        wait_until(lambda: reconcile_status(conn, job) == "waiting", what="reconcile to wait")
+        waiting = Path(render_job_report(fast, job, out_dir=tmp_path / "w", registry=registry))
+        text = waiting.read_text()
+        assert HOSTILE_NUMBER not in text
+        assert "&lt;script&gt;alert(&#34;SI-4&#34;)&lt;/script&gt;" in text
+        signal(
+            job,
+            "approve",
+            {"decision": "reject", "reason": HOSTILE_REASON},
+            settings=fast,
+            sent_by="controller",
+        )
+        assert wait_job_ended(conn, job) == "failed"
+    error = conn.execute("SELECT error FROM engine_jobs WHERE id = %s", (job,)).fetchone()
+    assert error is not None
+    assert "posting 2026-11 rejected by controller at " in error["error"]
+    assert HOSTILE_REASON in error["error"]
+    # the decision was recorded once, with reconcile's checkpoint, before decide failed the job
+    assert output(conn, job, "reconcile")["approval"]["decision"] == "reject"
+    decide = conn.execute(
+        "SELECT status FROM engine_step_runs WHERE job_id = %s AND step = 'decide'", (job,)
+    ).fetchone()
+    assert decide == {"status": "dead"}
+    dead_letters = conn.execute(
+        "SELECT count(*) AS n FROM engine_dead_letters WHERE job_id = %s", (job,)
+    ).fetchone()
+    assert dead_letters == {"n": 0}, "a rejection is a decision, not a fault"
+    [event] = [e for e in periods.history(conn, "2026-11") if e.action.startswith("posting")]
+    assert (event.action, event.actor) == ("posting rejected", "controller")
+    assert event.reason.endswith(f"; {HOSTILE_REASON}")
+    page = Path(render_job_report(fast, job, out_dir=tmp_path / "f", registry=registry))
+    text = page.read_text()
+    assert "<img src=x" not in text and HOSTILE_NUMBER not in text
+    assert "&lt;img src=x onerror=alert(1)&gt; &amp; not these" in text
+    assert "Signal sent by <strong>controller</strong>" in text
+
+
+def test_posting__a_decision_that_is_neither_approve_nor_reject_fails_the_job_naming_it(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    insert_erp(conn)
+    job = submit(
+        "posting",
+        {"period": "2026-11", "approve_rejects_over": 2},
+        settings=fast,
+        registry=registry,
+    ).job_id
+    with thread_worker(fast, registry):
+        wait_until(lambda: reconcile_status(conn, job) == "waiting", what="reconcile to wait")
+        signal(job, "approve", {"decision": "maybe"}, settings=fast, sent_by="acct")
+        assert wait_job_ended(conn, job) == "failed"
+    error = conn.execute("SELECT error FROM engine_jobs WHERE id = %s", (job,)).fetchone()
+    assert error is not None
+    assert "has decision 'maybe': expected 'approve' or 'reject'" in error["error"]
+    assert [e for e in periods.history(conn, "2026-11") if e.action.startswith("posting")] == []

@@ -3,7 +3,8 @@
 - ``approval``: ``prepare`` (an effect) -> ``gate`` (waits for the signal
   ``params.signal``, with ``timeout_s`` if given; ``rewait_s`` makes it catch
   the timeout and wait again with that new timeout; ``handle_timeout`` makes
-  it return ``timed_out`` instead of failing) -> ``finish`` (an effect); it
+  it return ``timed_out`` instead of failing; ``summary`` is what it publishes
+  for the approver, ``summary_nan`` one JSON cannot carry) -> ``finish`` (an effect); it
   declares the signal ``go`` only;
 - ``nap``: ``nap`` sleeps (durably) until ``sleep_s`` after its job was
   submitted, then returns: a test moves time by ageing the job's
@@ -34,6 +35,8 @@ class WaitParams(BaseModel):
     handle_timeout: bool = False
     rewait_s: float | None = None
     sleep_s: float = 3600.0
+    summary: dict[str, Any] | None = None  # what the gate publishes for its approver
+    summary_nan: bool = False  # publish a summary JSON cannot carry (totals.ratio is NaN)
 
 
 class Prepared(BaseModel):
@@ -74,9 +77,10 @@ def prepare(params: WaitParams, ctx: StepContext) -> Prepared:
 @approval.step(after=["prepare"])
 def gate(prev: Prepared, params: WaitParams, ctx: StepContext) -> Gate:
     timeout = None if params.timeout_s is None else timedelta(seconds=params.timeout_s)
+    summary = {"totals": {"ratio": float("nan")}} if params.summary_nan else params.summary
     try:
         try:
-            signal = ctx.wait_for_signal(params.signal, timeout=timeout)
+            signal = ctx.wait_for_signal(params.signal, timeout=timeout, summary=summary)
         except SignalTimeout:
             if params.rewait_s is None:
                 raise

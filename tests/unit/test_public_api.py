@@ -11,6 +11,7 @@ import engine
 
 PUBLIC = [
     "Audited",
+    "Awaiting",
     "BadInput",
     "Cancel",
     "ChecksFailed",
@@ -52,6 +53,7 @@ PUBLIC = [
     "active_jobs",
     "add_schedule",
     "audit_trail",
+    "awaiting_approval",
     "connect",
     "job_info",
     "list_schedules",

@@ -318,7 +318,7 @@ RETURNING id;
 UPDATE engine_step_runs
 SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
     max_attempts = attempts + %(extra_attempts)s, wait_signal = NULL, wait_until = NULL,
-    wait_children = false, wait_past = '{}', concurrency_kept = false
+    wait_children = false, wait_past = '{}', wait_summary = NULL, concurrency_kept = false
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
 
@@ -353,7 +353,7 @@ WHERE s.attempts < s.max_attempts
 SELECT status, count(*)::int AS n FROM engine_step_runs GROUP BY status;
 
 -- step_wait_if_leased --
--- Invariants 14, 16 and 17: only the lease holder parks its step run (a keyed one only while its lease is live, looked at under its key's lock: a lapsed holder keeps no slot, engine_concurrency_hold), in a statement after the one that locked the job row (so a signal committed by whoever held that lock is seen); the attempt comes back (waiting is not running the step) and the lease goes, but its concurrency slot is kept (by status) until the step run is claimed again, ends or is cancelled; if the awaited signal exists already it is pending again at once rather than waiting for a wake that has happened.
+-- Invariants 14, 16 and 17: only the lease holder parks its step run (a keyed one only while its lease is live, looked at under its key's lock: a lapsed holder keeps no slot, engine_concurrency_hold), in a statement after the one that locked the job row (so a signal committed by whoever held that lock is seen); the attempt comes back (waiting is not running the step) and the lease goes, but its concurrency slot is kept (by status) until the step run is claimed again, ends or is cancelled; if the awaited signal exists already it is pending again at once rather than waiting for a wake that has happened; the wait's summary (what the approver sees, NULL for none) is stored by the same fenced statement, so a stale attempt stores none.
 WITH signalled AS (
     SELECT EXISTS (
         SELECT 1 FROM engine_signals
@@ -364,6 +364,7 @@ SET status = CASE WHEN signalled.found THEN 'pending' ELSE 'waiting' END,
     attempts = s.attempts - 1,
     available_at = clock_timestamp(),
     wait_signal = %(signal)s, wait_children = false, wait_past = %(past)s::timestamptz[],
+    wait_summary = %(summary)s::jsonb,
     concurrency_kept = s.concurrency_key IS NOT NULL,
     wait_until = coalesce(%(until)s::timestamptz,
                           clock_timestamp() + make_interval(secs => %(timeout_s)s::float8)),
@@ -433,6 +434,7 @@ SET status = CASE WHEN active.any THEN 'waiting' ELSE 'pending' END,
             THEN s.wait_until
         ELSE clock_timestamp() + make_interval(secs => %(timeout_s)s::float8) END,
     wait_signal = NULL, wait_children = true, wait_past = %(past)s::timestamptz[],
+    wait_summary = NULL,
     concurrency_kept = s.concurrency_key IS NOT NULL,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
 FROM active
@@ -473,3 +475,20 @@ SELECT EXISTS (
     SELECT 1 FROM engine_step_runs
     WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
       AND lease_expires_at > clock_timestamp()) AS live;
+
+-- step_select_awaiting_signal --
+-- Read-only, for the approvals inbox: every step run of an active job waiting for a signal now (the partial index of waiting step runs), oldest park first, with its job, the job's parent (a child job's) and the summary its wait published; "since" is its last waiting event.
+SELECT s.id AS step_run_id, s.job_id, j.flow, j.params, j.submitted_by,
+       j.parent_job_id, p.flow AS parent_flow, s.step, s.fanout_key,
+       s.wait_signal AS signal, s.wait_until AS deadline, s.wait_summary AS summary,
+       coalesce(w.at, s.available_at) AS since
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
+LEFT JOIN engine_jobs AS p ON p.id = j.parent_job_id
+LEFT JOIN LATERAL (
+    SELECT e.at FROM engine_events AS e
+    WHERE e.step_run_id = s.id AND e.kind = 'waiting'
+    ORDER BY e.id DESC LIMIT 1) AS w ON true
+WHERE s.status = 'waiting' AND s.wait_signal IS NOT NULL
+ORDER BY since, s.id
+LIMIT %(limit)s;
