@@ -6,6 +6,7 @@ import math
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -18,6 +19,7 @@ from engine import StepContext, awaiting_approval, signal, store, submit
 from engine.config import Settings
 from engine.errors import OutputRefused
 from engine.flow.registry import Registry
+from engine.reports import render_job_report
 from engine.runner import claim
 from engine.store import Claimed, db
 from engine.transports.message import StepMessage
@@ -26,6 +28,11 @@ from engine.waits.signals import summary_json
 MODULES = ["testflows", "waitflows"]
 
 SUMMARY = {"rejected": 2, "documents": [{"number": "D-1", "reason": "unbalanced"}]}
+HOSTILE = {
+    "note": "<script>alert(1)</script>",
+    "documents": [{"number": "<b>D-2</b>", "reason": "a & b"}, {"number": "D-3", "extra": 1}],
+    "totals": {"debit": "1.00", "by": "<i>x</i>"},
+}
 
 
 @pytest.fixture
@@ -187,3 +194,28 @@ def test_summary_json__models_and_dicts_become_json_and_bad_values_are_named() -
         summary_json(_Totals(debit=Decimal(0), ratio=math.nan))
     with pytest.raises(OutputRefused, match="pydantic model or a dict"):
         summary_json(["not", "an", "object"])  # type: ignore[arg-type]
+
+
+def test_report__shows_a_waits_summary_generically_escaped_while_it_waits_and_after(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    job = submit("approval", {"summary": HOSTILE}, settings=fast, registry=registry).job_id
+    with thread_worker(fast, registry):
+        wait_until(lambda: gate_of(conn, job).get("status") == "waiting", what="the gate")
+        page = Path(render_job_report(fast, job, out_dir=tmp_path / "w", registry=registry))
+        text = page.read_text()
+        assert "What it shows the approver" in text
+        # scalars as a definition list, a list of objects as a table with every key a column
+        assert "<dt>note</dt><dd>&lt;script&gt;alert(1)&lt;/script&gt;</dd>" in text
+        assert "<th>number</th><th>reason</th><th>extra</th>" in text
+        assert "<td>&lt;b&gt;D-2&lt;/b&gt;</td><td>a &amp; b</td>" in text
+        assert "<dt>by</dt><dd>&lt;i&gt;x&lt;/i&gt;</dd>" in text
+        for raw in ("<script>alert(1)", "<b>D-2</b>", "<i>x</i>"):
+            assert raw not in text
+        signal(job, "go", {"decision": "approve"}, settings=fast, sent_by="acct")
+        assert wait_job_ended(conn, job) == "done"
+    text = Path(render_job_report(fast, job, out_dir=tmp_path / "d", registry=registry)).read_text()
+    assert "is waiting for signal" not in text
+    assert "showed its approver while it waited for signal <code>go</code>" in text
+    assert "Signal sent by <strong>acct</strong>" in text
+    assert "<td>&lt;b&gt;D-2&lt;/b&gt;</td>" in text
