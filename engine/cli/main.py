@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from engine.cli import extensions
 from engine.cli.alerts import alerts
 from engine.cli.audit import audit
+from engine.cli.console import console, users
 from engine.cli.database import db
 from engine.cli.dlq import dlq
 from engine.cli.flows import flows, workers
@@ -247,6 +248,7 @@ for command in (
     alerts,
     audit,
     cancel,
+    console,
     db,
     dlq,
     flows,
@@ -261,6 +263,7 @@ for command in (
     simulate,
     status,
     submit_group,
+    users,
     worker,
     workers,
 ):

@@ -3,7 +3,9 @@
 A flow module exports a module attribute ``flow`` (a :class:`~engine.flow.flow.Flow`),
 or ``flows``, a list of them. A module may also export ``commands``: command
 line commands (click) that the ``engine`` CLI adds to its own, so a domain
-package brings its tools (``engine seed``) without the engine knowing it.
+package brings its tools (``engine seed``) without the engine knowing it,
+and ``console_pages``: pages of ``engine console`` (the ERP's periods), built
+from :mod:`engine.console.extension`'s plain data types.
 :meth:`Registry.load` imports the named modules (by default every module of
 the ``flows`` package), freezes and validates each flow, and refuses two flows
 with the same name. There is no process-global registry and importing a module
@@ -31,6 +33,7 @@ class Registry:
         self._flows: dict[str, Flow] = {}
         self._origins: dict[str, str] = {}
         self.commands: list[object] = []  # what modules export as `commands`
+        self.console_pages: list[object] = []  # and as `console_pages`
         for flow in flows:
             self._add(flow, origin="(given directly)")
 
@@ -54,6 +57,7 @@ class Registry:
                     f"cannot import flow module {module_name!r}: {type(exc).__name__}: {exc}"
                 ) from exc
             registry.commands.extend(getattr(module, "commands", None) or [])
+            registry.console_pages.extend(getattr(module, "console_pages", None) or [])
             flow = getattr(module, "flow", None)
             many = getattr(module, "flows", None)
             if isinstance(flow, Flow):
@@ -61,7 +65,9 @@ class Registry:
             elif isinstance(many, list) and many and all(isinstance(f, Flow) for f in many):
                 for one in many:
                     registry._add(one, origin=module_name)
-            elif explicit and not getattr(module, "commands", None):
+            elif explicit and not (
+                getattr(module, "commands", None) or getattr(module, "console_pages", None)
+            ):
                 found = "none" if flow is None else type(flow).__name__
                 raise DefinitionError(
                     f"module {module_name!r} does not export a Flow as 'flow' (found: {found})"

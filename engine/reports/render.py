@@ -139,9 +139,17 @@ def _summary_template(env: Environment, flow: str) -> str:
 
 
 def render_run_html(
-    report: RunReport, env: Environment | None = None, *, refresh_s: float | None = None
+    report: RunReport,
+    env: Environment | None = None,
+    *,
+    refresh_s: float | None = None,
+    fragment: bool = False,
 ) -> str:
-    """One run report as a self-contained HTML document; it reloads every ``refresh_s``."""
+    """One run report as a self-contained HTML document; it reloads every ``refresh_s``.
+
+    ``fragment``: only what the body shows after its link to the index (the
+    console puts it in its own page and replaces it when the job changes).
+    """
     env = env or environment()
     spans: list[Attempt | WaitSpan] = [*report.attempts, *report.wait_spans]
     starts = [a.start for a in spans] + [report.created_at]
@@ -154,6 +162,7 @@ def render_run_html(
         summary_template=_summary_template(env, report.flow),
         index_href="../index.html",
         refresh_s=_refresh(refresh_s),
+        fragment=fragment,
     )
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "job_select_parent",
     "job_select_signals",
     "job_select_status",
+    "job_select_version",
 ]
 
 _q = load("jobs")
@@ -153,6 +154,17 @@ def job_select_status(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str |
         cur.execute(_q["job_select_status"], {"job_id": job_id})
         row = cur.fetchone()
     return None if row is None else str(row["status"])
+
+
+@wrap_errors
+def job_select_version(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
+    """A token that changes with the job's status, events or audit entries (``None``: no job)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_version"], {"job_id": job_id})
+        row = cur.fetchone()
+    if row is None:
+        return None
+    return f"{row['status']}.{row['last_event'] or 0}.{row['last_audit'] or 0}"
 
 
 @wrap_errors

@@ -25,6 +25,7 @@ __all__ = [
     "VersionInFlight",
     "version_select_in_flight",
     "worker_select_live",
+    "worker_select_recent",
     "worker_stop_if_running",
     "worker_upsert_seen",
 ]
@@ -103,6 +104,16 @@ def worker_select_live(conn: psycopg.Connection[Any], *, live_s: float) -> list[
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["worker_select_live"], {"live_s": live_s})
         return [LiveWorker(**row) for row in cur.fetchall()]
+
+
+@wrap_errors
+def worker_select_recent(
+    conn: psycopg.Connection[Any], *, live_s: float, since_s: float = 3600.0
+) -> list[dict[str, Any]]:
+    """Workers running or seen within ``since_s``: live, dead (unseen for ``live_s``), stopped."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["worker_select_recent"], {"live_s": live_s, "since_s": since_s})
+        return cur.fetchall()
 
 
 @wrap_errors

@@ -54,6 +54,7 @@ __all__ = [
     "missing_starting_points",
     "next_period",
     "open_next_for_store",
+    "recent",
     "record_posting_decision",
     "reopen",
     "starting_points",
@@ -337,6 +338,11 @@ def stock_state(conn: psycopg.Connection[Any], period: str) -> StockState:
     refused once the stock is valued (they belong to the next open period).
     """
     return StockState.model_validate(_q.one(conn, "period_stock_state", {"period": period}))
+
+
+def recent(conn: psycopg.Connection[Any], limit: int = 24) -> list[dict[str, Any]]:
+    """The newest ``limit`` periods, newest first: period, status, when costed and closed."""
+    return _q.rows(conn, "periods_select_recent", {"limit": limit})
 
 
 def history(conn: psycopg.Connection[Any], period: str) -> list[PeriodEvent]:

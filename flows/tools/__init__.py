@@ -11,7 +11,8 @@ domain package :mod:`flows.erp`; nothing there or in a flow imports them.
 The registry loads this package with the flow modules (it sits directly in
 ``flows``) and reads :data:`commands`, as it reads a flow module's ``flow``
 (:mod:`engine.flow.registry`); the ``engine`` CLI adds each one under its own
-name (:mod:`engine.cli.extensions`). The list is the whole registration:
+name (:mod:`engine.cli.extensions`), and :data:`console_pages`, which
+``engine console`` shows (:mod:`.console`). The lists are the whole registration:
 no command adds itself to a group or a registry when its module is imported.
 
 Like the flows, the tools import only ``engine``'s public API, with two
@@ -26,10 +27,14 @@ from __future__ import annotations
 import click
 
 from flows.tools.books import books
+from flows.tools.console import periods_page
 from flows.tools.demo import demo
 from flows.tools.seed import command as seed_command
 
-__all__ = ["commands"]
+__all__ = ["commands", "console_pages"]
 
 commands: list[click.Command] = [books, seed_command, demo]
 """The commands the ``engine`` CLI adds: ``engine books``, ``engine seed``, ``engine demo``."""
+
+console_pages = [periods_page]
+"""The pages ``engine console`` adds: the periods, their history, their close and reopen."""

@@ -123,7 +123,9 @@ def check_command(period: str, as_json: bool) -> None:
         raise ChecksFailed(f"books of {report.period}", report.problems)
 
 
-def _audited(conn: psycopg.Connection[Any], event: periods.PeriodEvent) -> periods.PeriodEvent:
+def audited(
+    conn: psycopg.Connection[Any], event: periods.PeriodEvent, source: str = "cli"
+) -> periods.PeriodEvent:
     """``event`` recorded in the engine's audit trail too, in the same transaction."""
     record_action(
         conn,
@@ -131,7 +133,7 @@ def _audited(conn: psycopg.Connection[Any], event: periods.PeriodEvent) -> perio
         "period",
         event.period,
         actor=event.actor,
-        source="cli",
+        source=source,
         reason=event.reason or None,
         detail={"period_event": event.id},
     )
@@ -148,7 +150,7 @@ def close_command(period: str, by: str | None) -> None:
     a refused close records nothing.
     """
     event = _run(
-        lambda conn: _audited(
+        lambda conn: audited(
             conn, periods.close(conn, parse_period_option(period), actor=by or actor())
         )
     )
@@ -165,7 +167,7 @@ def reopen_command(period: str, reason: str, by: str | None) -> None:
     Recorded in the period's history and the engine's audit trail (engine audit).
     """
     event = _run(
-        lambda conn: _audited(
+        lambda conn: audited(
             conn,
             periods.reopen(conn, parse_period_option(period), actor=by or actor(), reason=reason),
         )

@@ -32,11 +32,13 @@ def parse_period_option(value: str) -> str:
 
 
 @contextmanager
-def books_transaction(*, read_only: bool = False) -> Iterator[psycopg.Connection[Any]]:
+def books_transaction(
+    *, read_only: bool = False, settings: Settings | None = None
+) -> Iterator[psycopg.Connection[Any]]:
     """One transaction on the books (read-only for an export); driver errors become
     ``StoreError``."""
     try:
-        with connect(Settings()) as conn:
+        with connect(settings or Settings()) as conn:
             conn.read_only = read_only
             yield conn
     except EngineError:

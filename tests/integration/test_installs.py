@@ -39,6 +39,14 @@ BLOCKED = [
     "markdown_it",
     "tenacity",
     "prometheus_client",
+    "starlette",
+    "uvicorn",
+    "itsdangerous",
+    "python_multipart",
+    "multipart",
+    "argon2",
+    "jwt",
+    "cryptography",
     "pgserver",
     "moto",
     "pytest",
@@ -113,9 +121,14 @@ def test_api_install__extras_are_what_the_blocker_blocks() -> None:
     assert not base & set(BLOCKED), "the API install must not carry worker or dev libraries"
 
 
+# distributions whose import name is another
+_IMPORTED_AS = {"argon2_cffi": "argon2", "pyjwt": "jwt"}
+
+
 def _import_name(requirement: str) -> str:
     name = requirement.split(">")[0].split("[")[0].split("=")[0].strip().lower()
-    return name.replace("-", "_")
+    name = name.replace("-", "_")
+    return _IMPORTED_AS.get(name, name)
 
 
 def test_api_install__submits_on_postgres_without_worker_extra(

@@ -151,15 +151,24 @@ class ExternalQueue:
 
 
 def engine_cli(
-    settings: Settings, *args: str, timeout: float = 120
+    settings: Settings,
+    *args: str,
+    timeout: float = 120,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m engine ARGS`` as a user runs it, on the test's database (every flow module)."""
+    """``python -m engine ARGS`` as a user runs it, on the test's database (every flow module).
+
+    ``stdin``: what the command reads (a password); ``env``: more variables.
+    """
     assert settings.database_url is not None
-    env = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
-    env.pop("ENGINE_FLOW_MODULES", None)
+    environ = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
+    environ.pop("ENGINE_FLOW_MODULES", None)
+    environ.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "engine", *args],
-        env=env,
+        env=environ,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -205,3 +205,11 @@ SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
 FROM locked
 WHERE j.id = locked.id AND j.status IN ('pending', 'running')
 RETURNING j.id;
+
+-- job_select_version --
+-- Read-only and cheap (three index probes: the job's primary key, its newest event, its newest audit entry): what a live page compares to know whether the job changed since it last drew it.
+SELECT j.status,
+       (SELECT max(e.id) FROM engine_events AS e WHERE e.job_id = j.id) AS last_event,
+       (SELECT max(a.id) FROM engine_audit AS a WHERE a.job_id = j.id) AS last_audit
+FROM engine_jobs AS j
+WHERE j.id = %(job_id)s;

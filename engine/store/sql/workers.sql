@@ -61,3 +61,23 @@ CROSS JOIN LATERAL (
     WHERE (v.flow || ':' || v.version) = ANY (w.runnable)
 ) AS seen
 ORDER BY v.flow, v.version;
+
+-- worker_select_recent --
+-- Read-only, for the console: workers running or seen within since_s, each live (running, seen within live_s), dead (running but not seen: crashed or cut off; its leases lapse and are reclaimed) or stopped, with the step runs it holds now (one pass over the running step runs, through the partial index of running leases).
+WITH held AS (
+    SELECT lease_owner, count(*)::int AS running
+    FROM engine_step_runs
+    WHERE status = 'running' AND lease_expires_at IS NOT NULL
+    GROUP BY lease_owner
+)
+SELECT w.id, w.host, w.pid, w.transport, w.concurrency, w.runnable, w.started_at, w.last_seen_at,
+       extract(epoch FROM clock_timestamp() - w.last_seen_at)::float8 AS seen_s_ago,
+       CASE WHEN w.status <> 'running' THEN 'stopped'
+            WHEN w.last_seen_at >= clock_timestamp() - make_interval(secs => %(live_s)s) THEN 'live'
+            ELSE 'dead' END AS state,
+       coalesce(h.running, 0) AS running
+FROM engine_workers AS w
+LEFT JOIN held AS h ON h.lease_owner = w.id
+WHERE w.status = 'running' OR w.last_seen_at >= clock_timestamp() - make_interval(secs => %(since_s)s)
+ORDER BY (w.status = 'running') DESC, w.last_seen_at DESC, w.id
+LIMIT 200;

@@ -106,3 +106,12 @@ SELECT (SELECT count(*) FROM erp_store_periods
         WHERE d.period = %(period)s AND d.status = 'unposted'
           AND EXISTS (SELECT 1 FROM erp_document_lines AS l
                       WHERE l.document_id = d.id AND l.item_id IS NOT NULL))::int AS unposted;
+
+-- periods_select_recent --
+-- Read-only: the newest periods with their status, for the console's list.
+SELECT p.period, p.status, p.costed_at,
+       (SELECT max(e.at) FROM erp_period_events AS e
+        WHERE e.period = p.period AND e.action = 'closed') AS closed_at
+FROM erp_periods AS p
+ORDER BY p.period DESC
+LIMIT %(limit)s;

@@ -1,0 +1,96 @@
+"""The console's users: name, role, an argon2 hash (or none: OIDC only), failed sign-ins.
+
+Hashing and verifying are :mod:`engine.console.users`'; this module only
+stores what it is given. The hash leaves the database only through
+:func:`console_user_select` (to verify a password); listings say whether a
+user has one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from engine.store.errors import wrap_errors
+from engine.store.queries import load
+
+__all__ = [
+    "console_user_delete",
+    "console_user_insert",
+    "console_user_select",
+    "console_user_select_all",
+    "console_user_signin_failed",
+    "console_user_signin_ok",
+    "console_user_update_password",
+    "console_user_update_role",
+]
+
+_q = load("console_users")
+
+
+def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q[name], params)
+        return cur.fetchone()
+
+
+@wrap_errors
+def console_user_insert(
+    conn: psycopg.Connection[Any], name: str, role: str, password_hash: str | None
+) -> dict[str, Any] | None:
+    """The new user's row, or ``None`` when the name is taken."""
+    return _one(
+        conn,
+        "console_user_insert",
+        {"name": name, "role": role, "password_hash": password_hash},
+    )
+
+
+@wrap_errors
+def console_user_select(conn: psycopg.Connection[Any], name: str) -> dict[str, Any] | None:
+    """One user with its hash (to verify a password) and whether it is locked now."""
+    return _one(conn, "console_user_select", {"name": name})
+
+
+@wrap_errors
+def console_user_select_all(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Every user by name, without hashes."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["console_user_select_all"])
+        return cur.fetchall()
+
+
+@wrap_errors
+def console_user_delete(conn: psycopg.Connection[Any], name: str) -> bool:
+    return _one(conn, "console_user_delete", {"name": name}) is not None
+
+
+@wrap_errors
+def console_user_update_password(
+    conn: psycopg.Connection[Any], name: str, password_hash: str | None
+) -> bool:
+    params = {"name": name, "password_hash": password_hash}
+    return _one(conn, "console_user_update_password", params) is not None
+
+
+@wrap_errors
+def console_user_update_role(conn: psycopg.Connection[Any], name: str, role: str) -> bool:
+    return _one(conn, "console_user_update_role", {"name": name, "role": role}) is not None
+
+
+@wrap_errors
+def console_user_signin_failed(
+    conn: psycopg.Connection[Any], name: str, *, limit: int, lock_s: float
+) -> dict[str, Any] | None:
+    """The user's failure count and lock after this failure (``None``: no such user)."""
+    return _one(
+        conn, "console_user_signin_failed", {"name": name, "limit": limit, "lock_s": lock_s}
+    )
+
+
+@wrap_errors
+def console_user_signin_ok(conn: psycopg.Connection[Any], name: str) -> None:
+    with conn.cursor() as cur:
+        cur.execute(_q["console_user_signin_ok"], {"name": name})

@@ -1,0 +1,121 @@
+"""The ERP's page of ``engine console``: periods, their history, and their close and reopen.
+
+``/x/periods`` lists the newest periods; ``/x/periods?period=2026-11``
+shows one period's status and history (costed, closed, reopened, the
+postings approved or rejected: who, when, why) with the buttons an
+accountant may press: close it (refused, with the reason, while a job of
+the period runs, a store is uncosted or a check fails) and reopen it (a
+reason is required). Both go through the same functions as ``engine books
+close|reopen`` and are recorded in the period's history and the engine's
+audit trail with the signed-in user, in one transaction.
+
+Built from :mod:`engine.console.extension`'s plain data: the console renders
+and escapes it, checks the CSRF token and the role, and shows what an
+action returned or why it was refused.
+"""
+
+from __future__ import annotations
+
+from engine.console.extension import (
+    ActionRequest,
+    ConsoleAction,
+    ConsolePage,
+    FormField,
+    PageForm,
+    PageRequest,
+    Section,
+)
+from engine.console.roles import Permission
+from flows.erp import periods
+from flows.erp.types import parse_period
+from flows.tools.books import audited
+from flows.tools.session import books_transaction
+
+__all__ = ["periods_page"]
+
+
+def _period(value: str | None) -> str:
+    return parse_period(value or "", option="period")
+
+
+def _view(req: PageRequest) -> list[Section]:
+    period = (req.query.get("period") or "").strip()
+    with books_transaction(read_only=True, settings=req.settings) as conn:
+        if not period:
+            rows = periods.recent(conn)
+            return [
+                Section(
+                    "Periods",
+                    text="Choose a period to see its history, close it or reopen it.",
+                    columns=("period", "status", "costed", "closed"),
+                    rows=[
+                        (
+                            r["period"],
+                            r["status"],
+                            f"{r['costed_at']:%Y-%m-%d %H:%M}" if r["costed_at"] else "",
+                            f"{r['closed_at']:%Y-%m-%d %H:%M}" if r["closed_at"] else "",
+                        )
+                        for r in rows
+                    ],
+                )
+            ]
+        period = _period(period)
+        info = periods.info(conn, period)
+        events = periods.history(conn, period)
+    if info is None:
+        return [Section(f"Period {period}", text="No such period in the books.")]
+    keep = FormField("period", "period", kind="hidden", value=period)
+    forms: list[PageForm] = []
+    if info.status == "closed":
+        forms.append(
+            PageForm(
+                "reopen",
+                f"Reopen {period}",
+                Permission.APPROVE,
+                (keep, FormField("reason", "reason (recorded)")),
+            )
+        )
+    else:
+        forms.append(PageForm("close", f"Close {period}", Permission.APPROVE, (keep,)))
+    return [
+        Section(
+            f"Period {period}: {info.status}",
+            text=(f"costed {info.costed_at:%Y-%m-%d %H:%M %Z}" if info.costed_at else "not costed")
+            + (f"; closed by {info.closed_by}" if info.closed_by else ""),
+            forms=forms,
+        ),
+        Section(
+            "History",
+            columns=("at", "what", "who", "why"),
+            rows=[(f"{e.at:%Y-%m-%d %H:%M:%S %Z}", e.action, e.actor, e.reason) for e in events],
+        ),
+    ]
+
+
+def _close(req: ActionRequest) -> str:
+    period = _period(req.form.get("period"))
+    with books_transaction(settings=req.settings) as conn:
+        event = audited(conn, periods.close(conn, period, actor=req.user), source="console")
+    return f"period {event.period} closed by {event.actor}"
+
+
+def _reopen(req: ActionRequest) -> str:
+    period = _period(req.form.get("period"))
+    reason = (req.form.get("reason") or "").strip()
+    with books_transaction(settings=req.settings) as conn:
+        event = audited(
+            conn, periods.reopen(conn, period, actor=req.user, reason=reason), source="console"
+        )
+    return f"period {event.period} reopened by {event.actor}: {event.reason}"
+
+
+periods_page = ConsolePage(
+    name="periods",
+    title="Periods",
+    view=_view,
+    actions={
+        "close": ConsoleAction(Permission.APPROVE, _close),
+        "reopen": ConsoleAction(Permission.APPROVE, _reopen),
+    },
+    query_fields=(FormField("period", "period (YYYY-MM)", required=False),),
+)

@@ -1,0 +1,202 @@
+"""The console in a real browser: Playwright driving the Debian Chromium `make test` installs.
+
+An accountant reads a waiting posting's rejected documents and approves it;
+an operator cancels and retries a job and replays a dead letter; a viewer
+sees no button; an operator sees no approve button. The app is served by
+uvicorn on 127.0.0.1 with a worker in a thread on the test's database.
+Screenshots go to the test's temporary folder (``CONSOLE_SCREENSHOTS`` to
+keep them elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from browser import CHROMIUM_MISSING, find_chromium
+from conftest import Served
+from harness import fast_settings, thread_worker, wait_job_ended, wait_until
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from test_posting import REJECTED, insert_erp
+
+from engine import submit
+from engine.config import Settings
+from engine.flow.registry import Registry
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.fail(CHROMIUM_MISSING)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("CONSOLE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def signed_in(browser: Browser, url: str, name: str, people: Any) -> Page:
+    page = browser.new_context().new_page()
+    page.goto(f"{url}/signin")
+    page.fill("#name", name)
+    page.fill("#password", people[name][1])
+    page.click("button[type=submit]")
+    expect(page.locator("nav.top .who")).to_contain_text(name)
+    return page
+
+
+def _status(conn: psycopg.Connection[Any], job: uuid.UUID) -> str:
+    return str(
+        conn.execute("SELECT status FROM engine_jobs WHERE id = %s", (job,)).fetchone()["status"]
+    )
+
+
+def test_browser__an_accountant_reads_the_rejected_documents_then_approves_the_posting(
+    browser: Browser,
+    app_for: Any,
+    people: Any,
+    settings: Settings,
+    conn: psycopg.Connection[Any],
+    shots: Path,
+) -> None:
+    insert_erp(conn)
+    registry = Registry.load(["flows.posting", "flows.tools"])
+    fast = fast_settings(settings, concurrency=2, flow_modules=["flows.posting"])
+    job = submit(
+        "posting",
+        {"period": "2026-11", "approve_rejects_over": 2},
+        settings=fast,
+        registry=registry,
+    ).job_id
+    with thread_worker(fast, registry), Served(app_for(registry)) as web:
+        operator = signed_in(browser, web.url, "otto", people)
+        anna = signed_in(browser, web.url, "anna", people)
+        anna.goto(f"{web.url}/approvals")
+        card = anna.locator(f"#w-{job}")
+        expect(card).to_be_visible(timeout=30_000)
+        for reason in REJECTED.values():
+            expect(card).to_contain_text(reason)
+        for number in ("SI-3", "SI-4", "ST-7"):
+            expect(card).to_contain_text(number)
+        anna.screenshot(path=str(shots / "approvals-inbox.png"), full_page=True)
+        # an operator sees the same card without the buttons
+        operator.goto(f"{web.url}/approvals")
+        expect(operator.locator(f"#w-{job}")).to_contain_text("SI-3")
+        expect(operator.locator("button", has_text="Approve")).to_have_count(0)
+        anna.goto(f"{web.url}/runs/{job}.html")
+        expect(anna.locator(".approval")).to_contain_text("unknown account 9999 on line 2")
+        anna.screenshot(path=str(shots / "waiting-posting.png"), full_page=True)
+        anna.fill("form.decide input[name=reason]", "three bad documents, fixed next period")
+        anna.click("form.decide button[value=approve]")
+        expect(anna.locator(".flash.ok")).to_contain_text("approved")
+        assert wait_job_ended(conn, job) == "done"
+        # the page follows the job without being reloaded
+        expect(anna.locator("#live h1 .badge")).to_have_text("done", timeout=15_000)
+        expect(anna.locator("#live")).to_contain_text("anna")
+    trail = conn.execute(
+        "SELECT actor, source, action FROM engine_audit WHERE job_id = %s", (job,)
+    ).fetchall()
+    assert {"actor": "anna", "source": "console", "action": "signal"} in trail
+
+
+def test_browser__an_operator_cancels_a_running_job_and_retries_it(
+    browser: Browser,
+    app_for: Any,
+    people: Any,
+    settings: Settings,
+    conn: psycopg.Connection[Any],
+    tmp_path: Path,
+    shots: Path,
+) -> None:
+    registry = Registry.load(["testflows"])
+    fast = fast_settings(settings)
+    hold = str(tmp_path / "hold")
+    job = submit("chain", {"hold_file": hold}, settings=fast, registry=registry).job_id
+    with thread_worker(fast, registry), Served(app_for(registry)) as web:
+        wait_until(lambda: Path(hold + ".started").exists(), what="step b to hold")
+        otto = signed_in(browser, web.url, "otto", people)
+        otto.goto(f"{web.url}/runs/{job}.html")
+        otto.evaluate("window.__notReloaded = true")
+        otto.fill("form[action$='/cancel'] input[name=reason]", "submitted for the wrong store")
+        otto.click("form[action$='/cancel'] button")
+        expect(otto.locator(".flash.ok")).to_contain_text("cancelled")
+        expect(otto.locator("#live h1 .badge")).to_have_text("cancelled")
+        Path(hold + ".release").touch()
+        assert wait_job_ended(conn, job) == "cancelled"
+        otto.click("form[action$='/retry'] button")
+        expect(otto.locator(".flash.ok")).to_contain_text("retried")
+        otto.evaluate("window.__notReloaded = true")
+        assert wait_job_ended(conn, job) == "done"
+        # the live page redraws itself: same document, new status
+        expect(otto.locator("#live h1 .badge")).to_have_text("done", timeout=15_000)
+        assert otto.evaluate("window.__notReloaded") is True
+        otto.goto(f"{web.url}/audit")
+        expect(otto.locator("#audit")).to_contain_text("submitted for the wrong store")
+        otto.screenshot(path=str(shots / "audit-trail.png"), full_page=True)
+    actions = conn.execute(
+        "SELECT actor, action, source FROM engine_audit WHERE job_id = %s ORDER BY id", (job,)
+    ).fetchall()
+    assert [(a["actor"], a["action"], a["source"]) for a in actions] == [
+        ("otto", "cancel", "console"),
+        ("otto", "retry", "console"),
+    ]
+
+
+def test_browser__an_operator_replays_a_dead_letter(
+    browser: Browser,
+    app_for: Any,
+    people: Any,
+    settings: Settings,
+    conn: psycopg.Connection[Any],
+) -> None:
+    registry = Registry.load(["testflows"])
+    fast = fast_settings(settings, max_attempts=1)
+    job = submit("chain", {"fail_times": 1}, settings=fast, registry=registry).job_id
+    with thread_worker(fast, registry), Served(app_for(registry)) as web:
+        assert wait_job_ended(conn, job) == "failed"
+        otto = signed_in(browser, web.url, "otto", people)
+        otto.goto(f"{web.url}/dead-letters")
+        row = otto.locator("#dead-letters tr", has_text=str(job))
+        expect(row).to_contain_text("planned failure")
+        row.locator("button", has_text="Replay").click()
+        expect(otto.locator(".flash.ok")).to_contain_text(f"job {job} resumed")
+        assert wait_job_ended(conn, job) == "done"
+        expect(otto.locator("#dead-letters")).not_to_contain_text(str(job))
+    replay = conn.execute(
+        "SELECT actor, target_kind FROM engine_audit WHERE action = 'replay'"
+    ).fetchall()
+    assert replay == [{"actor": "otto", "target_kind": "dead_letter"}]
+
+
+def test_browser__a_viewer_sees_no_button_anywhere(
+    browser: Browser, app_for: Any, people: Any, settings: Settings
+) -> None:
+    registry = Registry.load(["testflows", "flows.tools"])
+    job = submit("chain", {}, settings=settings, registry=registry).job_id
+    with Served(app_for(registry)) as web:
+        vera = signed_in(browser, web.url, "vera", people)
+        for path in (
+            f"/runs/{job}.html",
+            "/approvals",
+            "/dead-letters",
+            "/schedules",
+            "/workers",
+            "/audit",
+            "/x/periods",
+        ):
+            vera.goto(f"{web.url}{path}")
+            # searching is reading; of the buttons that change something, sign-out is the only one
+            assert vera.locator("form[method=post] button").count() == 1, path
+            expect(vera.locator("form[action='/signout'] button")).to_have_count(1)
