@@ -371,6 +371,21 @@ class WorkerRecord(SQLModel, table=True):
     stopped_at: datetime | None = _ts(True)
 
 
+class ConsoleUser(SQLModel, table=True):
+    """Who may sign in to the console, with which role (a hash, never shown, or none: OIDC)."""
+
+    __tablename__ = "engine_console_users"
+
+    name: str = Field(sa_column=Column(Text, primary_key=True))
+    role: str = _text(False)
+    password_hash: str | None = _text(True)
+    created_at: datetime = _ts(False)
+    password_changed_at: datetime | None = _ts(True)
+    failed_signins: int = Field(sa_column=Column(Integer, nullable=False))
+    locked_until: datetime | None = _ts(True)
+    last_signin_at: datetime | None = _ts(True)
+
+
 # table name -> column name -> enum; what the schema test checks against CHECKs
 ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {
     "engine_jobs": {"status": JobStatus},

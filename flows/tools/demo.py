@@ -141,3 +141,7 @@ def _month_in_figures(tb: TrialBalance) -> str:
 def _show_index(settings: Settings) -> None:
     index = engine.reports.render_index(settings)
     click.echo(f"all runs: {index}  (browse: engine reports serve)")
+    click.echo(
+        "to act on jobs (approve, retry, cancel): engine users add NAME --role admin, "
+        "then engine console (http://127.0.0.1:8080/)"
+    )
