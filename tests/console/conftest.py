@@ -7,15 +7,11 @@ Debian Chromium through Playwright (one browser per xdist worker).
 
 from __future__ import annotations
 
-import re
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
+from consolesupport import PASSWORDS, SECRET, sign_in
 from starlette.testclient import TestClient
 
 from engine.config import Settings
@@ -23,15 +19,6 @@ from engine.console.app import create_app
 from engine.console.settings import ConsoleSettings
 from engine.console.users import add_user
 from engine.flow.registry import Registry
-
-SECRET = "s3cret-session-key-of-the-tests-0123456789"
-PASSWORDS = {
-    "vera": ("viewer", "vera-password-123"),
-    "otto": ("operator", "otto-password-123"),
-    "anna": ("accountant", "anna-password-123"),
-    "adam": ("admin", "adam-password-123"),
-}
-_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 @pytest.fixture
@@ -45,24 +32,6 @@ def people(settings: Settings) -> dict[str, tuple[str, str]]:
     for name, (role, password) in PASSWORDS.items():
         add_user(settings, name, role, password, actor="test")
     return PASSWORDS
-
-
-def csrf_of(html: str) -> str:
-    found = _CSRF.search(html)
-    assert found, "the page carries no CSRF token"
-    return found.group(1)
-
-
-def sign_in(client: TestClient, name: str, password: str) -> TestClient:
-    page = client.get("/signin")
-    r = client.post(
-        "/signin",
-        data={"name": name, "password": password, "csrf": csrf_of(page.text)},
-        follow_redirects=False,
-    )
-    assert r.status_code == 303, r.text
-    assert r.headers["location"] == "/", f"sign-in of {name} refused"
-    return client
 
 
 @pytest.fixture
@@ -92,33 +61,3 @@ def client_for(app_for: Any, people: dict[str, tuple[str, str]]) -> Iterator[Any
     yield make
     for c in clients:
         c.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Served:
-    """The console served by uvicorn on 127.0.0.1 in a thread, for a real browser."""
-
-    def __init__(self, app: Any) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise AssertionError("the console did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from browser import CHROMIUM_MISSING, find_chromium
-from conftest import Served
+from consolesupport import Served
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from test_posting import REJECTED, insert_erp

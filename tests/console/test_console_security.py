@@ -15,7 +15,7 @@ from typing import Any
 import jwt
 import psycopg
 import pytest
-from conftest import SECRET, csrf_of
+from consolesupport import PASSWORDS, SECRET, csrf_of
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.routing import Route
@@ -183,7 +183,7 @@ def test_console__hostile_strings_are_escaped_and_no_secret_reaches_a_page_or_th
     assert cookie and "argon2" not in cookie
     logged = caplog.text
     assert "$argon2" not in logged and SECRET not in logged
-    for _, (_, password) in __import__("conftest").PASSWORDS.items():
+    for _, (_, password) in PASSWORDS.items():
         assert password not in logged
 
 
