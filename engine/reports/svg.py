@@ -148,6 +148,16 @@ def _stack(spans: Sequence[tuple[float, float]]) -> tuple[list[int], int]:
     return rows, len(ends)
 
 
+def _started(a: Attempt) -> str:
+    """What a bar's title says of the attempt's start: queued first, never started, unknown."""
+    if not a.start_recorded:
+        return "; drawn from its claim (its start was not recorded)"
+    if a.start == a.stopped == a.end and a.start > a.claimed_at:
+        return "; given back before its step started"
+    queued = (a.start - a.claimed_at).total_seconds()
+    return f"; queued on {a.worker} for {queued:.3f} s after its claim" if queued >= 0.001 else ""
+
+
 def gantt_svg(
     attempts: Sequence[Attempt],
     lanes: Sequence[str],
@@ -157,6 +167,9 @@ def gantt_svg(
 ) -> Markup:
     """The timeline: one lane per worker, one bar per attempt, coloured by outcome.
 
+    A bar runs from when the attempt's step started running to when it stopped
+    (:class:`~engine.reports.timeline.Attempt`); the time it was queued on its
+    worker after its claim is not drawn, only told in the bar's title.
     Overlapping attempts of one worker (several slots) stack inside its lane.
     Reclaims are marked by a triangle at the bar's start, lease losses by a
     red tick, attempts with no end (running, or a worker that vanished) fade out.
@@ -175,7 +188,7 @@ def gantt_svg(
     rows: dict[str, list[float]] = {lane: [] for lane in lanes}
     placed: list[tuple[Attempt, str, int]] = []
     for a in attempts:
-        a_end = (a.end or end).timestamp()
+        a_end = (a.stopped or end).timestamp()
         ends = rows.setdefault(a.worker, [])
         row = next((i for i, e in enumerate(ends) if e <= a.start.timestamp()), len(ends))
         if row == len(ends):
@@ -217,7 +230,7 @@ def gantt_svg(
     for a, lane, row in placed:
         by = lane_y[lane] + row * sub_h
         x1 = x_of(a.start)
-        x2 = max(x_of(a.end or end), x1 + 3)
+        x2 = max(x_of(a.stopped or end), x1 + 3)
         colour = OUTCOME_COLOURS.get(a.outcome, "#8d8d8d")
         fade = ' fill-opacity="0.55"' if a.end is None else ""
         title = (
@@ -225,6 +238,7 @@ def gantt_svg(
             f"{a.outcome}"
             + (f", reclaimed from {a.reclaimed_from}" if a.reclaimed_from else "")
             + (f", lease lost {len(a.lease_lost_at)}\u00d7" if a.lease_lost_at else "")
+            + _started(a)
         )
         parts.append(
             f'<g class="bar"><title>{_t(title)}</title>'

@@ -2,10 +2,17 @@
 
 Built from the job's append-only events (``engine_events``) and its step
 runs. Each claim of a step run (``claimed``, or ``reclaimed`` after a lease
-expired) opens an :class:`Attempt`, one bar of the timeline, closed by the
-next event of that step run that ends an attempt; a claim never closed is
-``running``, or ``lost`` when its worker vanished. The lanes are the
-workers, in the order of their first attempt. A wait is not an attempt (no
+expired) opens an :class:`Attempt`, closed by the next event of that step
+run that ends an attempt; a claim never closed is ``running``, or ``lost``
+when its worker vanished. An attempt's bar runs from when its step started
+running on its worker to when it stopped, not from its claim: a slot that
+claims a batch runs its step runs one after another, each waiting its turn
+after its claim (queued on the worker, not running). The event that ends an
+attempt carries that start (``started_at``, on the database's clock, and
+``ran_s``; a ``started_at`` of null: the step never started); an attempt
+without it (an older engine's events, a worker that vanished, one still
+running) is drawn from its claim. The lanes are the workers, in the order of
+their first attempt. A wait is not an attempt (no
 worker, lease or slot holds it): each ``waiting`` event opens a
 :class:`WaitSpan`, closed by the step run's wake, its next claim or its
 cancel, drawn apart from the workers' lanes. The event log lists every
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -61,14 +68,23 @@ _STARTS = (EventKind.CLAIMED, EventKind.RECLAIMED)
 
 
 class Attempt(BaseModel):
-    """One claim of a step run until what ended it: one bar of the timeline."""
+    """One claim of a step run until what ended it: one bar of the timeline.
+
+    The bar runs from ``start`` to ``stopped`` (or on, while ``stopped`` is
+    None); between ``claimed_at`` and ``start`` the step run was queued on the
+    worker, and between ``stopped`` and ``end`` its outcome waited to be
+    written (a round's shared checkpoint): neither is running.
+    """
 
     step_run_id: str
     label: str
     attempt: int | None
     worker: str
-    start: datetime
-    end: datetime | None  # None: still running, or its worker vanished
+    claimed_at: datetime
+    start: datetime  # its step started running; its claim when not recorded
+    start_recorded: bool  # False: drawn from its claim (no start in its events)
+    stopped: datetime | None  # its step stopped running; None: running, or lost
+    end: datetime | None  # its outcome was written; None: still running, or its worker vanished
     outcome: str  # an _ENDINGS value, "running" or "lost" (no end event)
     reclaimed_from: str | None
     lease_lost_at: list[datetime]
@@ -185,6 +201,27 @@ def _detail(detail: dict[str, Any]) -> str:
     )
 
 
+def _ran(attempt: Attempt, ending: Event) -> None:
+    """Close ``attempt`` at ``ending``, from when its step ran as the event records it.
+
+    No ``started_at`` (an older engine's event): from its claim to the end.
+    ``started_at`` null: the step never started (given back first), no bar.
+    """
+    attempt.end = attempt.stopped = ending.at
+    if "started_at" not in ending.detail:
+        return
+    attempt.start_recorded = True
+    started = ending.detail["started_at"]
+    if not isinstance(started, str):
+        attempt.start = ending.at
+        return
+    # within the claim and the end: the worker's measure, on the database's clock
+    attempt.start = min(max(datetime.fromisoformat(started), attempt.claimed_at), ending.at)
+    ran = ending.detail.get("ran_s")
+    if isinstance(ran, int | float):
+        attempt.stopped = min(max(attempt.start + timedelta(seconds=ran), attempt.start), ending.at)
+
+
 def attempts(
     events: list[Event], runs: dict[uuid.UUID, StepRun], flow: Flow | None = None
 ) -> list[Attempt]:
@@ -199,14 +236,17 @@ def attempts(
         if kind in _STARTS:
             if current is not None:  # its worker vanished; the lease expired
                 current.outcome = "lost"
-                current.end = e.at
+                current.end = current.stopped = e.at
                 done.append(current)
             open_[e.step_run_id] = Attempt(
                 step_run_id=str(e.step_run_id),
                 label=step_label(runs.get(e.step_run_id), flow),
                 attempt=e.attempt,
                 worker=e.worker or "?",
+                claimed_at=e.at,
                 start=e.at,
+                start_recorded=False,
+                stopped=None,
                 end=None,
                 outcome="running",
                 reclaimed_from=(str(e.detail.get("from")) if kind == EventKind.RECLAIMED else None),
@@ -216,7 +256,7 @@ def attempts(
             current.lease_lost_at.append(e.at)
         elif kind in _ENDINGS and current is not None:
             current.outcome = _ENDINGS[kind]
-            current.end = e.at
+            _ran(current, e)
             done.append(open_.pop(e.step_run_id))
     for attempt in open_.values():
         run = runs.get(uuid.UUID(attempt.step_run_id))

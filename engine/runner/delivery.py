@@ -263,7 +263,7 @@ class StepRunner:
 
     def _give_back_member(self, member: _Member, reason: str) -> None:
         self.executor.heartbeat.unwatch(member.lease)
-        self.give_back(member.lease.claimed, member.lease.receipt, reason=reason)
+        self.give_back(member.lease, reason=reason)
 
     def _run_member(self, member: _Member) -> Outcome:
         claimed = member.lease.claimed
@@ -284,7 +284,7 @@ class StepRunner:
             if expires is None:
                 self.executor.heartbeat.unwatch(member.lease)
                 return self.executor.failures.fenced(
-                    claimed, "eager successor's lease lapsed before it started"
+                    member.lease, "eager successor's lease lapsed before it started"
                 )
         try:
             flow = self.registry.get(claimed.flow)
@@ -294,9 +294,7 @@ class StepRunner:
             self.executor.heartbeat.unwatch(member.lease)
             self.executor.group.commit()
             log.error("cannot run %s/%s here: %s", claimed.flow, claimed.step, exc)
-            self.give_back(
-                claimed, member.lease.receipt, reason=f"flow or step not registered here: {exc}"
-            )
+            self.give_back(member.lease, reason=f"flow or step not registered here: {exc}")
             return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
         outcome = self.executor.run(flow, step, member.lease, member.known)
         self.continuation = outcome.continuation
@@ -324,19 +322,14 @@ class StepRunner:
         return _Member(lease, known, check_lease)
 
     def give_back(
-        self,
-        claimed: Claimed,
-        receipt: str | None,
-        conn: psycopg.Connection[Any] | None = None,
-        *,
-        reason: str,
+        self, lease: Lease, conn: psycopg.Connection[Any] | None = None, *, reason: str
     ) -> bool:
         """Release the lease at once and make the step run visible to other workers.
 
         See :meth:`engine.runner.failures.Failures.give_back`. ``False``: the
         lease was lost already.
         """
-        return self.executor.failures.give_back(claimed, receipt, conn, reason=reason)
+        return self.executor.failures.give_back(lease, conn, reason=reason)
 
     def _send_round_again(self, received: Received, message: StepMessage, delay_s: float) -> None:
         """Replace the delivery by a fresh copy due after ``delay_s`` (a refusal at no attempt).

@@ -28,7 +28,7 @@ from engine.errors import Contention
 from engine.infra import logs, metrics
 from engine.infra.outage import is_outage
 from engine.runner.context import StopSignal
-from engine.store import Claimed, db
+from engine.store import Claimed, Ran, db
 from engine.store.status import EventKind
 from engine.transports.base import Transport
 
@@ -50,6 +50,21 @@ class Lease:
     renewals: int = 0
     copy_lost: bool = False
     next_beat: float = 0.0
+    # when its step started and stopped running on this slot (monotonic): a step
+    # run claimed in a batch waits its turn first, and the timeline must not
+    # draw that wait as running (the event ending the attempt records them)
+    started: float | None = None
+    stopped: float | None = None
+
+    def ran(self, now: float | None = None) -> Ran:
+        """When the step ran, in seconds before ``now`` (a statement about to be sent)."""
+        if self.started is None:
+            return Ran()
+        now = time.monotonic() if now is None else now
+        return Ran(
+            started_ago_s=max(now - self.started, 0.0),
+            ran_s=None if self.stopped is None else max(self.stopped - self.started, 0.0),
+        )
 
 
 class Heartbeat:
@@ -181,11 +196,12 @@ class Heartbeat:
                     lease.stop.set(
                         f"step run {claimed.id} cancelled (job {state.job_status})", cancelled=True
                     )
-                    store.step_event_insert(
+                    store.attempt_end_insert(
                         self._conn,
                         EventKind.CANCELLED,
                         claimed,
                         worker=self._worker,
+                        ran=lease.ran(),
                         detail={"during": "renewal", "by": "job"},
                     )
                     return False

@@ -16,10 +16,10 @@ from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.rows import Claimed
+from engine.store.rows import Claimed, Ran
 from engine.store.status import EventKind
 
-__all__ = ["event_count_by_step", "event_insert", "step_event_insert"]
+__all__ = ["attempt_end_insert", "event_count_by_step", "event_insert", "step_event_insert"]
 
 _q = load("events")
 
@@ -65,6 +65,36 @@ def step_event_insert(
         worker=worker,
         attempt=claimed.attempt,
         detail=detail,
+    )
+
+
+@wrap_errors
+def attempt_end_insert(
+    conn: psycopg.Connection[Any],
+    kind: EventKind,
+    claimed: Claimed,
+    *,
+    worker: str,
+    ran: Ran,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """The event that ends an attempt of ``claimed``, with when its step ran (``ran``).
+
+    Its ``started_at`` is what the run report's timeline draws the attempt
+    from (:mod:`engine.reports.timeline`): the claim is not the start when
+    the step run waited its turn on the worker (a claimed batch).
+    """
+    conn.execute(
+        _q["event_insert_attempt_end"],
+        {
+            "kind": kind.value,
+            "job_id": claimed.job_id,
+            "step_run_id": claimed.id,
+            "worker": worker,
+            "attempt": claimed.attempt,
+            "detail": Jsonb(detail or {}),
+            **ran.params(),
+        },
     )
 
 

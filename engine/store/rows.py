@@ -34,6 +34,7 @@ __all__ = [
     "Parked",
     "PendingOutbox",
     "QueuedClaim",
+    "Ran",
     "Reopen",
     "SignalRow",
     "StepCounts",
@@ -191,6 +192,28 @@ class StepState:
 
 
 @dataclass(frozen=True)
+class Ran:
+    """When an attempt's step ran on its worker, for the event that ends the attempt.
+
+    Told in seconds before the statement that records it, measured on the
+    worker's monotonic clock; the statement turns them into the database's
+    time (its ``statement_timestamp()`` less ``started_ago_s``: invariant 3,
+    no worker's wall clock), stored as the event's ``started_at`` and ``ran_s``.
+    """
+
+    started_ago_s: float | None = None  # None: the step never started (given back first)
+    ran_s: float | None = None  # how long it ran; None: never started, or not stopped
+
+    def params(self) -> dict[str, Any]:
+        """The statement's parameters: ``timed`` (recorded at all), and the two figures."""
+        return {"timed": True, "started_ago_s": self.started_ago_s, "ran_s": self.ran_s}
+
+
+UNTIMED: dict[str, Any] = {"timed": False, "started_ago_s": None, "ran_s": None}
+"""The parameters of an attempt's end that records no start (a caller that has none)."""
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """One step run's output to store under its lease token (a batch of checkpoints)."""
 
@@ -199,6 +222,7 @@ class Checkpoint:
     token: uuid.UUID
     output: Any
     with_output: bool = False
+    ran: Ran | None = None  # when its step ran, for its succeeded event
 
 
 @dataclass(frozen=True)
