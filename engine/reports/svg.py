@@ -18,6 +18,7 @@ from engine.reports.timeline import Attempt, WaitSpan
 
 __all__ = [
     "OUTCOME_COLOURS",
+    "QUEUED_COLOUR",
     "STATUS_COLOURS",
     "WAITS_LANE",
     "durations_svg",
@@ -49,6 +50,9 @@ OUTCOME_COLOURS: dict[str, str] = {
     "lost": "#5d4037",
     "running": "#1565c0",
 }
+
+QUEUED_COLOUR = "#607d8b"
+"""A live attempt claimed and not started yet (a batch's step run waiting its turn): hollow."""
 
 _NODE_W, _NODE_H, _COL_GAP, _ROW_GAP, _PAD = 170, 48, 70, 22, 16
 
@@ -150,6 +154,8 @@ def _stack(spans: Sequence[tuple[float, float]]) -> tuple[list[int], int]:
 
 def _started(a: Attempt) -> str:
     """What a bar's title says of the attempt's start: queued first, never started, unknown."""
+    if a.outcome == "queued":
+        return f"; queued on {a.worker} since its claim, not started yet"
     if not a.start_recorded:
         return "; drawn from its claim (its start was not recorded)"
     if a.start == a.stopped == a.end and a.start > a.claimed_at:
@@ -169,7 +175,8 @@ def gantt_svg(
 
     A bar runs from when the attempt's step started running to when it stopped
     (:class:`~engine.reports.timeline.Attempt`); the time it was queued on its
-    worker after its claim is not drawn, only told in the bar's title.
+    worker after its claim is not drawn, only told in the bar's title, but a
+    live attempt still queued is drawn hollow (:data:`QUEUED_COLOUR`).
     Overlapping attempts of one worker (several slots) stack inside its lane.
     Reclaims are marked by a triangle at the bar's start, lease losses by a
     red tick, attempts with no end (running, or a worker that vanished) fade out.
@@ -231,8 +238,11 @@ def gantt_svg(
         by = lane_y[lane] + row * sub_h
         x1 = x_of(a.start)
         x2 = max(x_of(a.stopped or end), x1 + 3)
-        colour = OUTCOME_COLOURS.get(a.outcome, "#8d8d8d")
+        colour = OUTCOME_COLOURS.get(a.outcome, QUEUED_COLOUR)
         fade = ' fill-opacity="0.55"' if a.end is None else ""
+        if a.outcome == "queued":  # claimed, waiting its turn on the worker: not running
+            fade = f' fill-opacity="0.12" stroke="{colour}" stroke-dasharray="2 2"'
+            colour = QUEUED_COLOUR
         title = (
             f"{a.label} attempt {a.attempt if a.attempt is not None else '?'} on {a.worker}: "
             f"{a.outcome}"
@@ -248,8 +258,9 @@ def gantt_svg(
         chars = int((x2 - x1 - 6) / 6.2)
         if chars >= 3:
             text = f"{a.label} #{a.attempt}" if a.attempt is not None else a.label
+            ink = QUEUED_COLOUR if a.outcome == "queued" else "#fff"
             parts.append(
-                f'<text x="{x1 + 3:.1f}" y="{by + 13}" font-size="10" fill="#fff">'
+                f'<text x="{x1 + 3:.1f}" y="{by + 13}" font-size="10" fill="{ink}">'
                 f"{_t(_clip(text, chars))}</text>"
             )
         if a.reclaimed_from is not None:

@@ -3,25 +3,29 @@
 Built from the job's append-only events (``engine_events``) and its step
 runs. Each claim of a step run (``claimed``, or ``reclaimed`` after a lease
 expired) opens an :class:`Attempt`, closed by the next event of that step
-run that ends an attempt; a claim never closed is ``running``, or ``lost``
-when its worker vanished. An attempt's bar runs from when its step started
-running on its worker to when it stopped, not from its claim: a slot that
-claims a batch runs its step runs one after another, each waiting its turn
-after its claim (queued on the worker, not running). The event that ends an
-attempt carries that start (``started_at``, on the database's clock, and
-``ran_s``; a ``started_at`` of null: the step never started); an attempt
-without it (an older engine's events, a worker that vanished, one still
-running) is drawn from its claim. The lanes are the workers, in the order of
-their first attempt. A wait is not an attempt (no
-worker, lease or slot holds it): each ``waiting`` event opens a
-:class:`WaitSpan`, closed by the step run's wake, its next claim or its
-cancel, drawn apart from the workers' lanes. The event log lists every
-other event as one :class:`EventView` line, and sums an attempt's lease
-renewals into one :class:`RenewalSummary`. :func:`step_label` names a step
-run the way every part of a report does.
+run that ends an attempt; a claim never closed is ``running`` (``queued``
+while its step has not started), or ``lost`` when its worker vanished.
+
+An attempt's bar runs from when its step started running on its worker to
+when it stopped, not from its claim: a slot that claims a batch runs its
+step runs one after another, each waiting its turn after its claim (queued
+on the worker, not running). The event that ends an attempt carries that
+start (``started_at``, on the database's clock: invariant 3) and ``ran_s``,
+and so do its lease renewals while it is live; a ``started_at`` of null: not
+started (never, for an end). An attempt without it (an older engine's
+events, a worker that vanished before a renewal, one running for less than
+a heartbeat) is drawn from its claim.
+
+The lanes are the workers' slots, in the order of their first attempt. A
+wait is not an attempt (no worker, lease or slot holds it): each
+``waiting`` event opens a :class:`WaitSpan`, closed by the step run's wake,
+its next claim or its cancel, drawn apart from the workers' lanes. The
+event log lists every other event as one :class:`EventView` line, and sums
+an attempt's lease renewals into one :class:`RenewalSummary`.
+:func:`step_label` names a step run the way every part of a report does.
 
 A view of rows, never a source of truth (invariant 1). It keeps no
-invariant of its own; it shows them at work: every claim is a bar
+invariant of its own; it shows them at work: every claim is an attempt
 (invariant 2), renewals and ``lease_lost`` marks are the heartbeat
 (invariant 4), a ``fenced`` attempt committed nothing (invariants 5 and 16),
 and a reclaimed attempt resumed what a vanished worker left (invariants 9
@@ -83,9 +87,10 @@ class Attempt(BaseModel):
     claimed_at: datetime
     start: datetime  # its step started running; its claim when not recorded
     start_recorded: bool  # False: drawn from its claim (no start in its events)
+    queued: bool  # not started at its last renewal: waiting its turn on the worker
     stopped: datetime | None  # its step stopped running; None: running, or lost
     end: datetime | None  # its outcome was written; None: still running, or its worker vanished
-    outcome: str  # an _ENDINGS value, "running" or "lost" (no end event)
+    outcome: str  # an _ENDINGS value; no end event: "running", "queued" or "lost"
     reclaimed_from: str | None
     lease_lost_at: list[datetime]
 
@@ -201,24 +206,36 @@ def _detail(detail: dict[str, Any]) -> str:
     )
 
 
-def _ran(attempt: Attempt, ending: Event) -> None:
+def _started(attempt: Attempt, at: datetime, detail: dict[str, Any]) -> None:
+    """When ``attempt``'s step started, as an event of it at ``at`` records it, if it does.
+
+    No ``started_at`` (an older engine's event): left at its claim.
+    ``started_at`` null: not started by ``at`` (``queued``).
+    """
+    if "started_at" not in detail:
+        return
+    started = detail["started_at"]
+    attempt.start_recorded = True
+    attempt.queued = not isinstance(started, str)
+    if isinstance(started, str):
+        # within the claim and the event: the worker's measure, on the database's clock
+        attempt.start = min(max(datetime.fromisoformat(started), attempt.claimed_at), at)
+
+
+def _ended(attempt: Attempt, ending: Event) -> None:
     """Close ``attempt`` at ``ending``, from when its step ran as the event records it.
 
     No ``started_at`` (an older engine's event): from its claim to the end.
     ``started_at`` null: the step never started (given back first), no bar.
     """
+    attempt.outcome = _ENDINGS[EventKind(ending.kind)]
     attempt.end = attempt.stopped = ending.at
-    if "started_at" not in ending.detail:
+    _started(attempt, ending.at, ending.detail)
+    if attempt.queued:  # it never ran: its turn never came
+        attempt.start, attempt.queued = ending.at, False
         return
-    attempt.start_recorded = True
-    started = ending.detail["started_at"]
-    if not isinstance(started, str):
-        attempt.start = ending.at
-        return
-    # within the claim and the end: the worker's measure, on the database's clock
-    attempt.start = min(max(datetime.fromisoformat(started), attempt.claimed_at), ending.at)
     ran = ending.detail.get("ran_s")
-    if isinstance(ran, int | float):
+    if attempt.start_recorded and isinstance(ran, int | float):
         attempt.stopped = min(max(attempt.start + timedelta(seconds=ran), attempt.start), ending.at)
 
 
@@ -246,6 +263,7 @@ def attempts(
                 claimed_at=e.at,
                 start=e.at,
                 start_recorded=False,
+                queued=False,
                 stopped=None,
                 end=None,
                 outcome="running",
@@ -254,14 +272,17 @@ def attempts(
             )
         elif kind == EventKind.LEASE_LOST and current is not None:
             current.lease_lost_at.append(e.at)
+        elif kind == EventKind.RENEWED and current is not None:
+            _started(current, e.at, e.detail)  # a live attempt: started yet, or queued
         elif kind in _ENDINGS and current is not None:
-            current.outcome = _ENDINGS[kind]
-            _ran(current, e)
+            _ended(current, e)
             done.append(open_.pop(e.step_run_id))
     for attempt in open_.values():
         run = runs.get(uuid.UUID(attempt.step_run_id))
         if run is not None and run.status != StepStatus.RUNNING:
             attempt.outcome = "lost"
+        elif attempt.queued:
+            attempt.outcome = "queued"
         done.append(attempt)
     return sorted(done, key=lambda a: a.start)
 

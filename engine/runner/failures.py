@@ -124,7 +124,7 @@ class Failures:
             self.on_outage(exc, f"slot {self.worker}")
         try:
             with db.connect(self.settings, autocommit=True) as conn:
-                store.attempt_end_insert(
+                store.attempt_event_insert(
                     conn,
                     EventKind.FENCED,
                     claimed,
@@ -166,7 +166,7 @@ class Failures:
             # the attempt comes back with the lease: giving back is not the step's fault
             if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
                 return False
-            store.attempt_end_insert(
+            store.attempt_event_insert(
                 conn,
                 EventKind.RELEASED,
                 claimed,
@@ -208,7 +208,7 @@ class Failures:
             # not a lost lease: the job was cancelled (or failed) under it
             return self._stopped_cancelled(lease, "step run cancelled with its job")
         with self.conn.transaction():
-            store.attempt_end_insert(
+            store.attempt_event_insert(
                 self.conn,
                 EventKind.FENCED,
                 claimed,
@@ -226,7 +226,7 @@ class Failures:
         recorded = lease.stop.cancelled  # by the heartbeat
         with self.conn.transaction():
             if not recorded:
-                store.attempt_end_insert(
+                store.attempt_event_insert(
                     self.conn,
                     EventKind.CANCELLED,
                     claimed,
@@ -248,7 +248,7 @@ class Failures:
                 ended = job_ended(
                     self.conn, self.transport, claimed.job_id, cancel_rest=False, free_slots=True
                 )
-                store.attempt_end_insert(
+                store.attempt_event_insert(
                     self.conn,
                     EventKind.CANCELLED,
                     claimed,
@@ -294,7 +294,7 @@ class Failures:
                         self.transport,
                         outbox_ids=[store.outbox_insert_delayed(conn, claimed.id, due)],
                     )
-                    store.attempt_end_insert(
+                    store.attempt_event_insert(
                         conn,
                         EventKind.RETRIED,
                         claimed,
@@ -351,7 +351,7 @@ class Failures:
         alerted = False
         if rejected:
             reason = summary
-            store.attempt_end_insert(
+            store.attempt_event_insert(
                 conn,
                 EventKind.REJECTED,
                 claimed,
@@ -370,7 +370,7 @@ class Failures:
             )
             # in this transaction: no dead letter commits without its alert
             alerted = self.alerts.record(conn, dead_letter)
-            store.attempt_end_insert(
+            store.attempt_event_insert(
                 conn,
                 EventKind.DEAD_LETTERED,
                 claimed,

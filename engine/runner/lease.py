@@ -196,7 +196,7 @@ class Heartbeat:
                     lease.stop.set(
                         f"step run {claimed.id} cancelled (job {state.job_status})", cancelled=True
                     )
-                    store.attempt_end_insert(
+                    store.attempt_event_insert(
                         self._conn,
                         EventKind.CANCELLED,
                         claimed,
@@ -217,11 +217,14 @@ class Heartbeat:
             return False
         lease.renewals += 1
         metrics.lease_renewed(claimed)
-        store.step_event_insert(
+        # whether its step has started (a batch's step run may still wait its turn), for a
+        # live report's timeline: an attempt not ended yet is drawn from its last renewal's
+        store.attempt_event_insert(
             self._conn,
             EventKind.RENEWED,
             claimed,
             worker=self._worker,
+            ran=lease.ran(),
             detail={"expires_at": expires.isoformat(), "n": lease.renewals},
         )
         if lease.receipt is not None and not lease.copy_lost:

@@ -63,7 +63,7 @@ class Park:
         else:
             announced = Announced(self.transport)
         until = parked.wait_until.isoformat() if parked.wait_until else None
-        store.attempt_end_insert(
+        store.attempt_event_insert(
             conn,
             EventKind.WAITING,
             claimed,

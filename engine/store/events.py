@@ -19,7 +19,7 @@ from engine.store.queries import load
 from engine.store.rows import Claimed, Ran
 from engine.store.status import EventKind
 
-__all__ = ["attempt_end_insert", "event_count_by_step", "event_insert", "step_event_insert"]
+__all__ = ["attempt_event_insert", "event_count_by_step", "event_insert", "step_event_insert"]
 
 _q = load("events")
 
@@ -69,7 +69,7 @@ def step_event_insert(
 
 
 @wrap_errors
-def attempt_end_insert(
+def attempt_event_insert(
     conn: psycopg.Connection[Any],
     kind: EventKind,
     claimed: Claimed,
@@ -78,14 +78,15 @@ def attempt_end_insert(
     ran: Ran,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    """The event that ends an attempt of ``claimed``, with when its step ran (``ran``).
+    """An event of an attempt of ``claimed`` (one that ends it, or a renewal), with when its
+    step ran (``ran``).
 
     Its ``started_at`` is what the run report's timeline draws the attempt
     from (:mod:`engine.reports.timeline`): the claim is not the start when
     the step run waited its turn on the worker (a claimed batch).
     """
     conn.execute(
-        _q["event_insert_attempt_end"],
+        _q["event_insert_timed"],
         {
             "kind": kind.value,
             "job_id": claimed.job_id,

@@ -206,7 +206,11 @@ class Ran:
 
     def params(self) -> dict[str, Any]:
         """The statement's parameters: ``timed`` (recorded at all), and the two figures."""
-        return {"timed": True, "started_ago_s": self.started_ago_s, "ran_s": self.ran_s}
+        return {
+            "timed": True,
+            "started_ago_s": self.started_ago_s,
+            "ran_s": None if self.ran_s is None else round(self.ran_s, 6),
+        }
 
 
 UNTIMED: dict[str, Any] = {"timed": False, "started_ago_s": None, "ran_s": None}

@@ -12,15 +12,17 @@ from __future__ import annotations
 import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
-from harness import fast_settings, flows_registry, thread_worker, wait_job_ended
+from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
 
 from engine import submit
 from engine.config import Settings
 from engine.reports.context import build_run_report
 from engine.reports.render import render_run_html
+from engine.reports.svg import gantt_svg
 from engine.reports.timeline import Attempt, attempts
 from engine.runner import claim
 from engine.store import Claimed, db
@@ -167,3 +169,45 @@ def test_attempts__an_attempt_given_back_before_its_step_started_did_not_run() -
     )
     assert released.start_recorded
     assert released.start == released.stopped == released.end == T0 + timedelta(seconds=2)
+
+
+def test_attempts__a_live_attempt_is_queued_until_a_renewal_says_its_step_started() -> None:
+    claimed = _event(1, EventKind.CLAIMED, 0)
+    waiting = _event(2, EventKind.RENEWED, 5, {"n": 1, "started_at": None, "ran_s": None})
+    (queued,) = attempts([claimed, waiting], {})
+    assert (queued.outcome, queued.start, queued.stopped) == ("queued", T0, None)
+
+    started = (T0 + timedelta(seconds=7)).isoformat()
+    running = _event(3, EventKind.RENEWED, 10, {"n": 2, "started_at": started, "ran_s": None})
+    (live,) = attempts([claimed, waiting, running], {})
+    assert (live.outcome, live.start, live.stopped) == ("running", T0 + timedelta(seconds=7), None)
+    assert live.start_recorded
+
+    svg = str(gantt_svg([queued], ["w1"], T0, T0 + timedelta(seconds=10)))
+    assert "queued on w1 since its claim, not started yet" in svg
+    assert 'stroke-dasharray="2 2"' in svg, "drawn hollow, not as a running bar"
+
+
+def test_timeline__a_running_step_s_renewals_record_its_start(
+    settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    fast = fast_settings(settings, heartbeat_s=0.1)
+    hold = tmp_path / "hold"
+    params = {"hold_file": str(hold), "hold_step": "a"}
+    job = submit("chain", params, settings=fast, registry=flows_registry()).job_id
+    engine = sqlalchemy_engine(fast)
+    with thread_worker(fast, worker_id="w1"):
+        wait_until(lambda: Path(f"{hold}.started").exists(), what="step a started")
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM engine_events WHERE job_id = %s AND kind = 'renewed' "
+                "AND detail->>'started_at' IS NOT NULL",
+                (job,),
+            ).fetchone(),
+            what="a renewal of step a, running",
+        )
+        (live,) = build_run_report(engine, job, flows_registry()).attempts
+        assert (live.label, live.outcome, live.start_recorded) == ("a", "running", True)
+        assert live.claimed_at <= live.start
+        Path(f"{hold}.release").touch()
+        assert wait_job_ended(conn, job) == "done"

@@ -3,8 +3,8 @@
 INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
 VALUES (%(kind)s, %(job_id)s, %(step_run_id)s, %(worker)s, %(attempt)s, %(detail)s);
 
--- event_insert_attempt_end --
--- An event that ends an attempt (retried, dead_lettered, rejected, fenced, released, cancelled, waiting), append-only, with when its step started running on its worker (timed: the statement's receipt, on the database clock, less the seconds the worker counted since; started_at null: it never started) and how long it ran.
+-- event_insert_timed --
+-- An event of one attempt (one that ends it: retried, dead_lettered, rejected, fenced, released, cancelled, waiting; or a renewal), append-only, with when its step started running on its worker (timed: the statement's receipt, on the database clock, less the seconds the worker counted since; started_at null: not started, or never) and how long it ran (null: not stopped).
 INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
 VALUES (%(kind)s, %(job_id)s, %(step_run_id)s, %(worker)s, %(attempt)s,
         %(detail)s::jsonb || CASE WHEN %(timed)s::boolean THEN jsonb_build_object(
