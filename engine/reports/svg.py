@@ -159,7 +159,7 @@ def _started(a: Attempt) -> str:
     if not a.start_recorded:
         return "; drawn from its claim (its start was not recorded)"
     if a.start == a.stopped == a.end and a.start > a.claimed_at:
-        return "; given back before its step started"
+        return "; its step never started"
     queued = (a.start - a.claimed_at).total_seconds()
     return f"; queued on {a.worker} for {queued:.3f} s after its claim" if queued >= 0.001 else ""
 

@@ -206,11 +206,11 @@ def _detail(detail: dict[str, Any]) -> str:
     )
 
 
-def _started(attempt: Attempt, at: datetime, detail: dict[str, Any]) -> None:
-    """When ``attempt``'s step started, as an event of it at ``at`` records it, if it does.
+def _started(attempt: Attempt, detail: dict[str, Any]) -> None:
+    """When ``attempt``'s step started, as an event of it records it, if it does.
 
     No ``started_at`` (an older engine's event): left at its claim.
-    ``started_at`` null: not started by ``at`` (``queued``).
+    ``started_at`` null: not started by that event (``queued``).
     """
     if "started_at" not in detail:
         return
@@ -218,8 +218,8 @@ def _started(attempt: Attempt, at: datetime, detail: dict[str, Any]) -> None:
     attempt.start_recorded = True
     attempt.queued = not isinstance(started, str)
     if isinstance(started, str):
-        # within the claim and the event: the worker's measure, on the database's clock
-        attempt.start = min(max(datetime.fromisoformat(started), attempt.claimed_at), at)
+        # as its slot measured it (one slot's moments keep their order), on the database's clock
+        attempt.start = datetime.fromisoformat(started)
 
 
 def _ended(attempt: Attempt, ending: Event) -> None:
@@ -230,13 +230,16 @@ def _ended(attempt: Attempt, ending: Event) -> None:
     """
     attempt.outcome = _ENDINGS[EventKind(ending.kind)]
     attempt.end = attempt.stopped = ending.at
-    _started(attempt, ending.at, ending.detail)
+    _started(attempt, ending.detail)
     if attempt.queued:  # it never ran: its turn never came
         attempt.start, attempt.queued = ending.at, False
         return
     ran = ending.detail.get("ran_s")
     if attempt.start_recorded and isinstance(ran, int | float):
-        attempt.stopped = min(max(attempt.start + timedelta(seconds=ran), attempt.start), ending.at)
+        attempt.stopped = attempt.start + timedelta(seconds=ran)
+    # as its slot measured both (never clamped to the events: that would move one bar of
+    # a slot onto another), and never before its start
+    attempt.stopped = max(attempt.stopped, attempt.start)
 
 
 def attempts(
@@ -273,7 +276,7 @@ def attempts(
         elif kind == EventKind.LEASE_LOST and current is not None:
             current.lease_lost_at.append(e.at)
         elif kind == EventKind.RENEWED and current is not None:
-            _started(current, e.at, e.detail)  # a live attempt: started yet, or queued
+            _started(current, e.detail)  # a live attempt: started yet, or queued
         elif kind in _ENDINGS and current is not None:
             _ended(current, e)
             done.append(open_.pop(e.step_run_id))

@@ -19,6 +19,7 @@ keep their leases renewed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,9 +121,11 @@ class StepRunner:
             message = StepMessage.decode(received.body)
         except MalformedMessage as exc:
             return self._malformed(received, str(exc))
+        sent = time.monotonic()
         result = claim(self.conn, message, self.worker, self.settings.lease_s, self.runnable)
         if isinstance(result, ClaimRefused):
             return self._refused(received, message, result)
+        self.executor.clock.claimed(result, self.settings.lease_s, sent)
         faults.hit("after_claim")
         return self._run_member(self._watched(result, received.receipt, {}))
 
@@ -137,6 +140,7 @@ class StepRunner:
                 outcomes.append(self._malformed(received, str(exc)))
         won: dict[Any, Claimed] = {}
         if len(messages) > 1:
+            sent = time.monotonic()
             for claimed in claim_many(
                 self.conn,
                 [message for _, message in messages],
@@ -145,15 +149,18 @@ class StepRunner:
                 self.runnable,
             ):
                 won[claimed.id] = claimed
+                self.executor.clock.claimed(claimed, self.settings.lease_s, sent)
         members: list[_Member] = []
         for received, message in messages:
             # a copy of the same message twice in one batch is claimed once
+            sent = time.monotonic()
             result = won.pop(message.step_run_id, None) or claim(
                 self.conn, message, self.worker, self.settings.lease_s, self.runnable
             )
             if isinstance(result, ClaimRefused):
                 outcomes.append(self._refused(received, message, result))
                 continue
+            self.executor.clock.claimed(result, self.settings.lease_s, sent)
             members.append(self._watched(result, received.receipt, {}))
         outcomes += self._run_rounds(members)
         return outcomes
@@ -317,7 +324,7 @@ class StepRunner:
         self, claimed: Claimed, receipt: str | None, known: Outputs, check_lease: bool = False
     ) -> _Member:
         """``claimed`` as a member whose lease the heartbeat renews from now on."""
-        lease = Lease(claimed, receipt)
+        lease = Lease(claimed, receipt, clock=self.executor.clock)
         self.executor.heartbeat.watch(lease)
         return _Member(lease, known, check_lease)
 

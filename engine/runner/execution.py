@@ -44,7 +44,7 @@ from engine.runner.checkpoint import FollowUp, checkpoint_json, follow_up, put_c
 from engine.runner.context import StepContext
 from engine.runner.failures import Failures
 from engine.runner.group import GroupCommit
-from engine.runner.lease import Heartbeat, Lease
+from engine.runner.lease import DbClock, Heartbeat, Lease
 from engine.runner.outcome import Continuation, Outcome
 from engine.runner.park import Park
 from engine.store.rows import Claimed
@@ -81,6 +81,8 @@ class Executor:
         self.alerts = alerts
         self.children = ChildSubmitter(settings, registry, transport)
         self.current: Lease | None = None
+        # when its steps ran, on the database's clock (the events ending their attempts)
+        self.clock = DbClock()
         # asked before claiming an eager successor (the worker says no once stopping)
         self.may_continue = may_continue
         # a step run that ends short of its checkpoint, and one that waits
@@ -272,9 +274,9 @@ class Executor:
         of its checkpoint: a round's or a group's neighbours never see it.
         """
         # its attempt runs from here (its inputs read, then its call), not from its claim
-        # (a batch's step runs wait their turn); a round sent back one by one runs it again
-        if lease.started is None:
-            lease.started = time.monotonic()
+        # (a batch's step runs wait their turn); a round sent back one by one runs it again,
+        # and that run is the one its outcome records
+        lease.started, lease.stopped = time.monotonic(), None
         try:
             return self._compute(flow, step, lease, known)
         finally:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -33,6 +34,49 @@ from engine.store.status import EventKind
 from engine.transports.base import Transport
 
 log = logging.getLogger(__name__)
+
+
+class DbClock:
+    """The database's clock as one slot reads it, for when its steps ran (invariant 3).
+
+    One anchor: a moment of the database's clock the slot was told (a claim's
+    ``clock_timestamp()``, from its lease's expiry) and the worker's monotonic
+    moment just before it sent the claim. A monotonic moment of the slot maps
+    onto the database's clock by that one offset, so the moments of one slot
+    keep their order exactly (a batch's step runs, one after another, never
+    overlap), and no worker's wall clock is used. The anchor errs late, by
+    the claim's way there (a few milliseconds at most, so a bar may end a
+    little after the event that ended it): of the claims seen, the one that
+    errs least is kept (a step run's moments are converted one by one, so
+    the anchor only moves between them). It is taken afresh after
+    ``refresh_s``, so that drift between the two clocks stays negligible.
+    """
+
+    def __init__(self, refresh_s: float = 300.0) -> None:
+        self._refresh_s = refresh_s
+        self._anchor: tuple[datetime, float] | None = None
+        self._taken = 0.0
+
+    def saw(self, db_time: datetime, sent: float) -> None:
+        """The database's clock read ``db_time`` after the monotonic moment ``sent``."""
+        if self._anchor is None or sent - self._taken > self._refresh_s:
+            self._anchor, self._taken = (db_time, sent), sent
+            return
+        # the smaller the database's lead over the send, the closer to its true offset
+        anchor_db, anchor_mono = self._anchor
+        if db_time - timedelta(seconds=sent) < anchor_db - timedelta(seconds=anchor_mono):
+            self._anchor = (db_time, sent)
+
+    def claimed(self, claimed: Claimed, lease_s: float, sent: float) -> None:
+        """A claim sent at ``sent``: its lease expires ``lease_s`` after its database time."""
+        self.saw(claimed.lease_expires_at - timedelta(seconds=lease_s), sent)
+
+    def at(self, mono: float) -> datetime | None:
+        """``mono`` (a monotonic moment) on the database's clock; ``None``: no anchor yet."""
+        if self._anchor is None:
+            return None
+        db_time, anchor = self._anchor
+        return db_time + timedelta(seconds=mono - anchor)
 
 
 @dataclass
@@ -55,16 +99,19 @@ class Lease:
     # draw that wait as running (the event ending the attempt records them)
     started: float | None = None
     stopped: float | None = None
+    clock: DbClock | None = None  # its slot's, which turns those onto the database's clock
 
-    def ran(self, now: float | None = None) -> Ran:
-        """When the step ran, in seconds before ``now`` (a statement about to be sent)."""
+    def ran(self) -> Ran | None:
+        """When the step ran, for an event of this attempt; ``None``: no clock to tell it."""
+        if self.clock is None:
+            return None
         if self.started is None:
             return Ran()
-        now = time.monotonic() if now is None else now
-        return Ran(
-            started_ago_s=max(now - self.started, 0.0),
-            ran_s=None if self.stopped is None else max(self.stopped - self.started, 0.0),
-        )
+        started_at = self.clock.at(self.started)
+        if started_at is None:
+            return None
+        ran_s = None if self.stopped is None else max(self.stopped - self.started, 0.0)
+        return Ran(started_at, ran_s)
 
 
 class Heartbeat:

@@ -115,9 +115,6 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
     try:
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
             raise StoreError("a statement reading a step's inputs failed")
-        # each succeeded event records when its step ran, told against one moment: the
-        # members ran one after another, and their checkpoints go in this one message
-        sent = time.monotonic()
         done = store.checkpoint_put_many_if_leased(
             conn,
             [
@@ -127,7 +124,7 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
                     token=c.member.lease.claimed.token,
                     output=c.output,
                     with_output=hands_on(c.member.flow, c.member.lease.claimed),
-                    ran=c.member.lease.ran(sent),
+                    ran=c.member.lease.ran(),
                 )
                 for c in computed
             ],

@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.rows import Claimed, Ran
+from engine.store.rows import UNTIMED, Claimed, Ran
 from engine.store.status import EventKind
 
 __all__ = ["attempt_event_insert", "event_count_by_step", "event_insert", "step_event_insert"]
@@ -75,11 +75,11 @@ def attempt_event_insert(
     claimed: Claimed,
     *,
     worker: str,
-    ran: Ran,
+    ran: Ran | None,
     detail: dict[str, Any] | None = None,
 ) -> None:
     """An event of an attempt of ``claimed`` (one that ends it, or a renewal), with when its
-    step ran (``ran``).
+    step ran (``ran``; ``None``: not known).
 
     Its ``started_at`` is what the run report's timeline draws the attempt
     from (:mod:`engine.reports.timeline`): the claim is not the start when
@@ -94,7 +94,7 @@ def attempt_event_insert(
             "worker": worker,
             "attempt": claimed.attempt,
             "detail": Jsonb(detail or {}),
-            **ran.params(),
+            **(UNTIMED if ran is None else ran.params()),
         },
     )
 

@@ -195,25 +195,22 @@ class StepState:
 class Ran:
     """When an attempt's step ran on its worker, for the event that ends the attempt.
 
-    Told in seconds before the statement that records it, measured on the
-    worker's monotonic clock; the statement turns them into the database's
-    time (its ``statement_timestamp()`` less ``started_ago_s``: invariant 3,
-    no worker's wall clock), stored as the event's ``started_at`` and ``ran_s``.
+    ``started_at`` is on the database's clock (invariant 3: never a worker's
+    wall clock), as the worker's slot converts its monotonic clock onto it
+    (:class:`engine.runner.lease.DbClock`); stored as the event's
+    ``started_at`` and ``ran_s``.
     """
 
-    started_ago_s: float | None = None  # None: the step never started (given back first)
-    ran_s: float | None = None  # how long it ran; None: never started, or not stopped
+    started_at: datetime | None = None  # None: the step never started (given back first)
+    ran_s: float | None = None  # None: never started, or not stopped yet
 
     def params(self) -> dict[str, Any]:
         """The statement's parameters: ``timed`` (recorded at all), and the two figures."""
-        return {
-            "timed": True,
-            "started_ago_s": self.started_ago_s,
-            "ran_s": None if self.ran_s is None else round(self.ran_s, 6),
-        }
+        ran = None if self.ran_s is None else round(self.ran_s, 6)
+        return {"timed": True, "started_at": self.started_at, "ran_s": ran}
 
 
-UNTIMED: dict[str, Any] = {"timed": False, "started_ago_s": None, "ran_s": None}
+UNTIMED: dict[str, Any] = {"timed": False, "started_at": None, "ran_s": None}
 """The parameters of an attempt's end that records no start (a caller that has none)."""
 
 
