@@ -9,6 +9,12 @@ database says the lease is gone the step is told to stop (``ctx.check()``
 raises) and its commit would be refused anyway (invariant 5). A visibility
 extension that fails only means "this copy of the message is lost": the
 database lease is the truth, and a redelivered copy finds it held.
+
+A :class:`Lease` is one attempt: it also keeps when its step started and
+stopped running (a step run claimed in a batch waits its turn first), which
+the events of the attempt record on the database's clock through the slot's
+:class:`DbClock` (a renewal says whether it has started yet; the event ending
+it, when it ran), for the run report's timeline.
 """
 
 from __future__ import annotations
