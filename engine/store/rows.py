@@ -193,7 +193,8 @@ class StepState:
 
 @dataclass(frozen=True)
 class Ran:
-    """When an attempt's step ran on its worker, for the event that ends the attempt.
+    """When an attempt's step ran on its worker, for an event of the attempt (its end, or a
+    renewal while it is live).
 
     ``started_at`` is on the database's clock (invariant 3: never a worker's
     wall clock), as the worker's slot converts its monotonic clock onto it
