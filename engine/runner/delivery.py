@@ -153,14 +153,17 @@ class StepRunner:
         members: list[_Member] = []
         for received, message in messages:
             # a copy of the same message twice in one batch is claimed once
-            sent = time.monotonic()
-            result = won.pop(message.step_run_id, None) or claim(
-                self.conn, message, self.worker, self.settings.lease_s, self.runnable
-            )
+            result: Claimed | ClaimRefused | None = won.pop(message.step_run_id, None)
+            if result is None:
+                sent = time.monotonic()
+                result = claim(
+                    self.conn, message, self.worker, self.settings.lease_s, self.runnable
+                )
+                if isinstance(result, Claimed):
+                    self.executor.clock.claimed(result, self.settings.lease_s, sent)
             if isinstance(result, ClaimRefused):
                 outcomes.append(self._refused(received, message, result))
                 continue
-            self.executor.clock.claimed(result, self.settings.lease_s, sent)
             members.append(self._watched(result, received.receipt, {}))
         outcomes += self._run_rounds(members)
         return outcomes
