@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
 
-from engine import submit
+from engine import Registry, signal, submit
 from engine.config import Settings
 from engine.reports.context import build_run_report
 from engine.reports.render import render_run_html
@@ -214,3 +214,44 @@ def test_timeline__a_running_step_s_renewals_record_its_start(
         assert live.claimed_at - SLACK <= live.start
         Path(f"{hold}.release").touch()
         assert wait_job_ended(conn, job) == "done"
+
+
+ENDINGS = ("succeeded", "retried", "dead_lettered", "rejected", "waiting", "cancelled", "fenced")
+
+
+def test_timeline__every_attempt_a_worker_ends_records_when_its_step_ran(
+    settings: Settings, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    modules = ["testflows", "waitflows"]
+    fast = fast_settings(settings, flow_modules=modules, max_attempts=2)
+    registry = Registry.load(modules)
+    bad = tmp_path / "bad-data"
+    bad.touch()
+    jobs = {
+        "retried": {"fail_times": 1},
+        "dead_lettered": {"fail_times": 99},
+        "rejected": {"reject_while": str(bad)},
+    }
+    ids = [submit("chain", p, settings=fast, registry=registry).job_id for p in jobs.values()]
+    approval = submit("approval", {"n": 1}, settings=fast, registry=registry).job_id
+    with thread_worker(fast, registry, worker_id="w1"):
+        for job in ids:
+            wait_job_ended(conn, job)
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM engine_step_runs WHERE job_id = %s AND status = 'waiting'",
+                (approval,),
+            ).fetchone(),
+            what="the gate waiting",
+        )
+        signal(approval, "go", {"by": "ann"}, settings=fast)
+        assert wait_job_ended(conn, approval) == "done"
+    rows = conn.execute(
+        "SELECT kind, detail FROM engine_events WHERE job_id = ANY(%s) AND kind = ANY(%s)",
+        ([*ids, approval], list(ENDINGS)),
+    ).fetchall()
+    kinds = {r["kind"] for r in rows}
+    assert kinds >= {"succeeded", "retried", "dead_lettered", "rejected", "waiting"}, kinds
+    untimed = [r for r in rows if not isinstance(r["detail"].get("started_at"), str)]
+    assert untimed == [], "every attempt a worker ended says when its step started"
+    assert all(isinstance(r["detail"].get("ran_s"), int | float) for r in rows)
