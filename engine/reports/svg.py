@@ -158,7 +158,7 @@ def _started(a: Attempt) -> str:
         return f"; queued on {a.worker} since its claim, not started yet"
     if not a.start_recorded:
         return "; drawn from its claim (its start was not recorded)"
-    if a.start == a.stopped == a.end and a.start > a.claimed_at:
+    if not a.ran:
         return "; its step never started"
     queued = (a.start - a.claimed_at).total_seconds()
     return f"; queued on {a.worker} for {queued:.3f} s after its claim" if queued >= 0.001 else ""

@@ -88,6 +88,7 @@ class Attempt(BaseModel):
     start: datetime  # its step started running; its claim when not recorded
     start_recorded: bool  # False: drawn from its claim (no start in its events)
     queued: bool  # not started at its last renewal: waiting its turn on the worker
+    ran: bool = True  # False: ended before its step started (a batch's run given back)
     stopped: datetime | None  # its step stopped running; None: running, or lost
     end: datetime | None  # its outcome was written; None: still running, or its worker vanished
     outcome: str  # an _ENDINGS value; no end event: "running", "queued" or "lost"
@@ -232,7 +233,7 @@ def _ended(attempt: Attempt, ending: Event) -> None:
     attempt.end = attempt.stopped = ending.at
     _started(attempt, ending.detail)
     if attempt.queued:  # it never ran: its turn never came
-        attempt.start, attempt.queued = ending.at, False
+        attempt.start, attempt.queued, attempt.ran = ending.at, False, False
         return
     ran = ending.detail.get("ran_s")
     if attempt.start_recorded and isinstance(ran, int | float):

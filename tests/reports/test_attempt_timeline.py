@@ -75,6 +75,9 @@ def test_timeline__a_batch_claimed_fan_out_on_one_slot_runs_one_bar_after_anothe
         assert a.claimed_at - SLACK <= a.start <= a.stopped <= a.end + SLACK, a
     assert _overlaps(bars) == [], "one slot runs one step at a time"
 
+    # the step runs' table: started when their step did, not at their claim
+    starts = {a.step_run_id: a.start for a in bars}
+    assert all(v.started_at == starts[v.id] for v in report.steps), "started when it ran"
     html = render_run_html(report)
     assert f"queued on {lane}" in html  # a bar's title tells the wait after its claim
 
@@ -170,8 +173,10 @@ def test_attempts__an_attempt_given_back_before_its_step_started_did_not_run() -
         ],
         {},
     )
-    assert released.start_recorded
+    assert released.start_recorded and not released.ran
     assert released.start == released.stopped == released.end == T0 + timedelta(seconds=2)
+    title = "; its step never started"
+    assert title in str(gantt_svg([released], ["w1"], T0, T0 + timedelta(seconds=3)))
 
 
 def test_attempts__a_live_attempt_is_queued_until_a_renewal_says_its_step_started() -> None:
