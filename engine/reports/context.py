@@ -80,7 +80,11 @@ class ErrorView(BaseModel):
 
 
 class StepRunView(BaseModel):
-    """One step run row, as a person reads it."""
+    """One step run row, as a person reads it.
+
+    ``started_at``: when its step first started running on a worker, as its
+    attempts record it; its first claim when they do not (an older engine's).
+    """
 
     id: str
     label: str
@@ -326,6 +330,11 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
     flow = _find_flow(registry, job.flow)
 
     timeline = attempts(events, by_id, flow)
+    # when each step run's step first ran (not its claim: a batch's step runs wait their turn)
+    first_ran: dict[str, datetime] = {}
+    for a in timeline:
+        if a.start_recorded and a.ran and a.outcome != "queued":
+            first_ran[a.step_run_id] = min(a.start, first_ran.get(a.step_run_id, a.start))
     log, renewals = event_log(events, by_id, flow)
     errors = [view for r in runs if (view := _error(step_label(r, flow), r.error)) is not None]
     summary_step, summary = _summary(flow, runs)
@@ -358,9 +367,9 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
                 attempts=r.attempts,
                 max_attempts=r.max_attempts,
                 lease_owner=r.lease_owner,
-                started_at=r.started_at,
+                started_at=first_ran.get(str(r.id), r.started_at),
                 finished_at=r.finished_at,
-                duration_s=_seconds(r.started_at, r.finished_at),
+                duration_s=_seconds(first_ran.get(str(r.id), r.started_at), r.finished_at),
             )
             for r in runs
         ],

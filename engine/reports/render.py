@@ -41,7 +41,14 @@ from engine.reports.context import (
 )
 from engine.reports.links import run_href
 from engine.reports.storage import HTML, report_store
-from engine.reports.svg import OUTCOME_COLOURS, STATUS_COLOURS, durations_svg, gantt_svg, graph_svg
+from engine.reports.svg import (
+    OUTCOME_COLOURS,
+    QUEUED_COLOUR,
+    STATUS_COLOURS,
+    durations_svg,
+    gantt_svg,
+    graph_svg,
+)
 from engine.reports.timeline import Attempt, WaitSpan
 from engine.store.read import sqlalchemy_engine
 
@@ -109,6 +116,7 @@ def environment() -> Environment:
     env.globals["wait_template"] = lambda flow: _wait_template(env, flow)
     env.globals["status_colours"] = STATUS_COLOURS
     env.globals["outcome_colours"] = OUTCOME_COLOURS
+    env.globals["queued_colour"] = QUEUED_COLOUR
     return env
 
 

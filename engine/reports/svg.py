@@ -18,6 +18,7 @@ from engine.reports.timeline import Attempt, WaitSpan
 
 __all__ = [
     "OUTCOME_COLOURS",
+    "QUEUED_COLOUR",
     "STATUS_COLOURS",
     "WAITS_LANE",
     "durations_svg",
@@ -49,6 +50,9 @@ OUTCOME_COLOURS: dict[str, str] = {
     "lost": "#5d4037",
     "running": "#1565c0",
 }
+
+QUEUED_COLOUR = "#607d8b"
+"""A live attempt claimed and not started yet (a batch's step run waiting its turn): hollow."""
 
 _NODE_W, _NODE_H, _COL_GAP, _ROW_GAP, _PAD = 170, 48, 70, 22, 16
 
@@ -148,6 +152,18 @@ def _stack(spans: Sequence[tuple[float, float]]) -> tuple[list[int], int]:
     return rows, len(ends)
 
 
+def _started(a: Attempt) -> str:
+    """What a bar's title says of the attempt's start: queued first, never started, unknown."""
+    if a.outcome == "queued":
+        return f"; queued on {a.worker} since its claim, not started yet"
+    if not a.start_recorded:
+        return "; drawn from its claim (its start was not recorded)"
+    if not a.ran:
+        return "; its step never started"
+    queued = (a.start - a.claimed_at).total_seconds()
+    return f"; queued on {a.worker} for {queued:.3f} s after its claim" if queued >= 0.001 else ""
+
+
 def gantt_svg(
     attempts: Sequence[Attempt],
     lanes: Sequence[str],
@@ -157,6 +173,10 @@ def gantt_svg(
 ) -> Markup:
     """The timeline: one lane per worker, one bar per attempt, coloured by outcome.
 
+    A bar runs from when the attempt's step started running to when it stopped
+    (:class:`~engine.reports.timeline.Attempt`); the time it was queued on its
+    worker after its claim is not drawn, only told in the bar's title, but a
+    live attempt still queued is drawn hollow (:data:`QUEUED_COLOUR`).
     Overlapping attempts of one worker (several slots) stack inside its lane.
     Reclaims are marked by a triangle at the bar's start, lease losses by a
     red tick, attempts with no end (running, or a worker that vanished) fade out.
@@ -175,7 +195,7 @@ def gantt_svg(
     rows: dict[str, list[float]] = {lane: [] for lane in lanes}
     placed: list[tuple[Attempt, str, int]] = []
     for a in attempts:
-        a_end = (a.end or end).timestamp()
+        a_end = (a.stopped or end).timestamp()
         ends = rows.setdefault(a.worker, [])
         row = next((i for i, e in enumerate(ends) if e <= a.start.timestamp()), len(ends))
         if row == len(ends):
@@ -217,14 +237,18 @@ def gantt_svg(
     for a, lane, row in placed:
         by = lane_y[lane] + row * sub_h
         x1 = x_of(a.start)
-        x2 = max(x_of(a.end or end), x1 + 3)
-        colour = OUTCOME_COLOURS.get(a.outcome, "#8d8d8d")
+        x2 = max(x_of(a.stopped or end), x1 + 3)
+        colour = OUTCOME_COLOURS.get(a.outcome, QUEUED_COLOUR)
         fade = ' fill-opacity="0.55"' if a.end is None else ""
+        if a.outcome == "queued":  # claimed, waiting its turn on the worker: not running
+            fade = f' fill-opacity="0.12" stroke="{colour}" stroke-dasharray="2 2"'
+            colour = QUEUED_COLOUR
         title = (
             f"{a.label} attempt {a.attempt if a.attempt is not None else '?'} on {a.worker}: "
             f"{a.outcome}"
             + (f", reclaimed from {a.reclaimed_from}" if a.reclaimed_from else "")
             + (f", lease lost {len(a.lease_lost_at)}\u00d7" if a.lease_lost_at else "")
+            + _started(a)
         )
         parts.append(
             f'<g class="bar"><title>{_t(title)}</title>'
@@ -234,8 +258,9 @@ def gantt_svg(
         chars = int((x2 - x1 - 6) / 6.2)
         if chars >= 3:
             text = f"{a.label} #{a.attempt}" if a.attempt is not None else a.label
+            ink = QUEUED_COLOUR if a.outcome == "queued" else "#fff"
             parts.append(
-                f'<text x="{x1 + 3:.1f}" y="{by + 13}" font-size="10" fill="#fff">'
+                f'<text x="{x1 + 3:.1f}" y="{by + 13}" font-size="10" fill="{ink}">'
                 f"{_t(_clip(text, chars))}</text>"
             )
         if a.reclaimed_from is not None:

@@ -2,19 +2,30 @@
 
 Built from the job's append-only events (``engine_events``) and its step
 runs. Each claim of a step run (``claimed``, or ``reclaimed`` after a lease
-expired) opens an :class:`Attempt`, one bar of the timeline, closed by the
-next event of that step run that ends an attempt; a claim never closed is
-``running``, or ``lost`` when its worker vanished. The lanes are the
-workers, in the order of their first attempt. A wait is not an attempt (no
-worker, lease or slot holds it): each ``waiting`` event opens a
-:class:`WaitSpan`, closed by the step run's wake, its next claim or its
-cancel, drawn apart from the workers' lanes. The event log lists every
-other event as one :class:`EventView` line, and sums an attempt's lease
-renewals into one :class:`RenewalSummary`. :func:`step_label` names a step
-run the way every part of a report does.
+expired) opens an :class:`Attempt`, closed by the next event of that step
+run that ends an attempt; a claim never closed is ``running`` (``queued``
+while its step has not started), or ``lost`` when its worker vanished.
+
+An attempt's bar runs from when its step started running on its worker to
+when it stopped, not from its claim: a slot that claims a batch runs its
+step runs one after another, each waiting its turn after its claim (queued
+on the worker, not running). The event that ends an attempt carries that
+start (``started_at``, on the database's clock: invariant 3) and ``ran_s``,
+and so do its lease renewals while it is live; a ``started_at`` of null: not
+started (never, for an end). An attempt without it (an older engine's
+events, a worker that vanished before a renewal, one running for less than
+a heartbeat) is drawn from its claim.
+
+The lanes are the workers' slots, in the order of their first attempt. A
+wait is not an attempt (no worker, lease or slot holds it): each
+``waiting`` event opens a :class:`WaitSpan`, closed by the step run's wake,
+its next claim or its cancel, drawn apart from the workers' lanes. The
+event log lists every other event as one :class:`EventView` line, and sums
+an attempt's lease renewals into one :class:`RenewalSummary`.
+:func:`step_label` names a step run the way every part of a report does.
 
 A view of rows, never a source of truth (invariant 1). It keeps no
-invariant of its own; it shows them at work: every claim is a bar
+invariant of its own; it shows them at work: every claim is an attempt
 (invariant 2), renewals and ``lease_lost`` marks are the heartbeat
 (invariant 4), a ``fenced`` attempt committed nothing (invariants 5 and 16),
 and a reclaimed attempt resumed what a vanished worker left (invariants 9
@@ -25,7 +36,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -61,15 +72,26 @@ _STARTS = (EventKind.CLAIMED, EventKind.RECLAIMED)
 
 
 class Attempt(BaseModel):
-    """One claim of a step run until what ended it: one bar of the timeline."""
+    """One claim of a step run until what ended it: one bar of the timeline.
+
+    The bar runs from ``start`` to ``stopped`` (or on, while ``stopped`` is
+    None); between ``claimed_at`` and ``start`` the step run was queued on the
+    worker, and between ``stopped`` and ``end`` its outcome waited to be
+    written (a round's shared checkpoint): neither is running.
+    """
 
     step_run_id: str
     label: str
     attempt: int | None
     worker: str
-    start: datetime
-    end: datetime | None  # None: still running, or its worker vanished
-    outcome: str  # an _ENDINGS value, "running" or "lost" (no end event)
+    claimed_at: datetime
+    start: datetime  # its step started running; its claim when not recorded
+    start_recorded: bool  # False: drawn from its claim (no start in its events)
+    queued: bool  # not started at its last renewal: waiting its turn on the worker
+    ran: bool = True  # False: ended before its step started (a batch's run given back)
+    stopped: datetime | None  # its step stopped running; None: running, or lost
+    end: datetime | None  # its outcome was written; None: still running, or its worker vanished
+    outcome: str  # an _ENDINGS value; no end event: "running", "queued" or "lost"
     reclaimed_from: str | None
     lease_lost_at: list[datetime]
 
@@ -185,6 +207,42 @@ def _detail(detail: dict[str, Any]) -> str:
     )
 
 
+def _started(attempt: Attempt, detail: dict[str, Any]) -> None:
+    """When ``attempt``'s step started, as an event of it records it, if it does.
+
+    No ``started_at`` (an older engine's event): left at its claim.
+    ``started_at`` null: not started by that event (``queued``).
+    """
+    if "started_at" not in detail:
+        return
+    started = detail["started_at"]
+    attempt.start_recorded = True
+    attempt.queued = not isinstance(started, str)
+    if isinstance(started, str):
+        # as its slot measured it (one slot's moments keep their order), on the database's clock
+        attempt.start = datetime.fromisoformat(started)
+
+
+def _ended(attempt: Attempt, ending: Event) -> None:
+    """Close ``attempt`` at ``ending``, from when its step ran as the event records it.
+
+    No ``started_at`` (an older engine's event): from its claim to the end.
+    ``started_at`` null: the step never started (given back first), no bar.
+    """
+    attempt.outcome = _ENDINGS[EventKind(ending.kind)]
+    attempt.end = attempt.stopped = ending.at
+    _started(attempt, ending.detail)
+    if attempt.queued:  # it never ran: its turn never came
+        attempt.start, attempt.queued, attempt.ran = ending.at, False, False
+        return
+    ran = ending.detail.get("ran_s")
+    if attempt.start_recorded and isinstance(ran, int | float):
+        attempt.stopped = attempt.start + timedelta(seconds=ran)
+    # as its slot measured both (never clamped to the events: that would move one bar of
+    # a slot onto another), and never before its start
+    attempt.stopped = max(attempt.stopped, attempt.start)
+
+
 def attempts(
     events: list[Event], runs: dict[uuid.UUID, StepRun], flow: Flow | None = None
 ) -> list[Attempt]:
@@ -199,14 +257,18 @@ def attempts(
         if kind in _STARTS:
             if current is not None:  # its worker vanished; the lease expired
                 current.outcome = "lost"
-                current.end = e.at
+                current.end = current.stopped = e.at
                 done.append(current)
             open_[e.step_run_id] = Attempt(
                 step_run_id=str(e.step_run_id),
                 label=step_label(runs.get(e.step_run_id), flow),
                 attempt=e.attempt,
                 worker=e.worker or "?",
+                claimed_at=e.at,
                 start=e.at,
+                start_recorded=False,
+                queued=False,
+                stopped=None,
                 end=None,
                 outcome="running",
                 reclaimed_from=(str(e.detail.get("from")) if kind == EventKind.RECLAIMED else None),
@@ -214,14 +276,17 @@ def attempts(
             )
         elif kind == EventKind.LEASE_LOST and current is not None:
             current.lease_lost_at.append(e.at)
+        elif kind == EventKind.RENEWED and current is not None:
+            _started(current, e.detail)  # a live attempt: started yet, or queued
         elif kind in _ENDINGS and current is not None:
-            current.outcome = _ENDINGS[kind]
-            current.end = e.at
+            _ended(current, e)
             done.append(open_.pop(e.step_run_id))
     for attempt in open_.values():
         run = runs.get(uuid.UUID(attempt.step_run_id))
         if run is not None and run.status != StepStatus.RUNNING:
             attempt.outcome = "lost"
+        elif attempt.queued:
+            attempt.outcome = "queued"
         done.append(attempt)
     return sorted(done, key=lambda a: a.start)
 

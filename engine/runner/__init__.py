@@ -6,7 +6,8 @@ invariant of DESIGN.md:
 - :mod:`.claim`: a message in, one conditional statement decides who runs it
   (invariant 2); a refusal costs no attempt (14).
 - :mod:`.lease`: the heartbeat renews the lease by the database clock (3, 4)
-  and tells the step to stop when it is lost.
+  and tells the step to stop when it is lost; an attempt's lease keeps when
+  its step ran, which the events ending it record (the report's timeline).
 - :mod:`.delivery`: the slot's ``StepRunner``: messages, refusals, batches,
   giving a lease back (12), and the eager successor run next.
 - :mod:`.execution`: the ``Executor`` calls the step with its inputs inside

@@ -88,9 +88,10 @@ def put_checkpoint(
     *,
     begin: Callable[[], None] | None,
     savepoint: bool,
+    ran: store.Ran | None = None,
 ) -> store.Checkpointed:
     """Write ``output`` (:func:`checkpoint_json`) as the step run's checkpoint, fenced by its
-    lease token.
+    lease token; its ``succeeded`` event records when the step ran (``ran``).
 
     :class:`LeaseLost` when the token no longer matches: nothing is written.
     """
@@ -104,6 +105,7 @@ def put_checkpoint(
         with_output=hands_on(flow, claimed),
         begin=begin,
         savepoint=savepoint,
+        ran=ran,
     )
     if done is None:
         raise LeaseLost(f"checkpoint of step run {claimed.id} refused: lease token changed")

@@ -19,6 +19,7 @@ keep their leases renewed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,9 +121,11 @@ class StepRunner:
             message = StepMessage.decode(received.body)
         except MalformedMessage as exc:
             return self._malformed(received, str(exc))
+        sent = time.monotonic()
         result = claim(self.conn, message, self.worker, self.settings.lease_s, self.runnable)
         if isinstance(result, ClaimRefused):
             return self._refused(received, message, result)
+        self.executor.clock.claimed(result, self.settings.lease_s, sent)
         faults.hit("after_claim")
         return self._run_member(self._watched(result, received.receipt, {}))
 
@@ -137,6 +140,7 @@ class StepRunner:
                 outcomes.append(self._malformed(received, str(exc)))
         won: dict[Any, Claimed] = {}
         if len(messages) > 1:
+            sent = time.monotonic()
             for claimed in claim_many(
                 self.conn,
                 [message for _, message in messages],
@@ -145,12 +149,18 @@ class StepRunner:
                 self.runnable,
             ):
                 won[claimed.id] = claimed
+                self.executor.clock.claimed(claimed, self.settings.lease_s, sent)
         members: list[_Member] = []
         for received, message in messages:
             # a copy of the same message twice in one batch is claimed once
-            result = won.pop(message.step_run_id, None) or claim(
-                self.conn, message, self.worker, self.settings.lease_s, self.runnable
-            )
+            result: Claimed | ClaimRefused | None = won.pop(message.step_run_id, None)
+            if result is None:
+                sent = time.monotonic()
+                result = claim(
+                    self.conn, message, self.worker, self.settings.lease_s, self.runnable
+                )
+                if isinstance(result, Claimed):
+                    self.executor.clock.claimed(result, self.settings.lease_s, sent)
             if isinstance(result, ClaimRefused):
                 outcomes.append(self._refused(received, message, result))
                 continue
@@ -263,7 +273,7 @@ class StepRunner:
 
     def _give_back_member(self, member: _Member, reason: str) -> None:
         self.executor.heartbeat.unwatch(member.lease)
-        self.give_back(member.lease.claimed, member.lease.receipt, reason=reason)
+        self.give_back(member.lease, reason=reason)
 
     def _run_member(self, member: _Member) -> Outcome:
         claimed = member.lease.claimed
@@ -284,7 +294,7 @@ class StepRunner:
             if expires is None:
                 self.executor.heartbeat.unwatch(member.lease)
                 return self.executor.failures.fenced(
-                    claimed, "eager successor's lease lapsed before it started"
+                    member.lease, "eager successor's lease lapsed before it started"
                 )
         try:
             flow = self.registry.get(claimed.flow)
@@ -294,9 +304,7 @@ class StepRunner:
             self.executor.heartbeat.unwatch(member.lease)
             self.executor.group.commit()
             log.error("cannot run %s/%s here: %s", claimed.flow, claimed.step, exc)
-            self.give_back(
-                claimed, member.lease.receipt, reason=f"flow or step not registered here: {exc}"
-            )
+            self.give_back(member.lease, reason=f"flow or step not registered here: {exc}")
             return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
         outcome = self.executor.run(flow, step, member.lease, member.known)
         self.continuation = outcome.continuation
@@ -319,24 +327,19 @@ class StepRunner:
         self, claimed: Claimed, receipt: str | None, known: Outputs, check_lease: bool = False
     ) -> _Member:
         """``claimed`` as a member whose lease the heartbeat renews from now on."""
-        lease = Lease(claimed, receipt)
+        lease = Lease(claimed, receipt, clock=self.executor.clock)
         self.executor.heartbeat.watch(lease)
         return _Member(lease, known, check_lease)
 
     def give_back(
-        self,
-        claimed: Claimed,
-        receipt: str | None,
-        conn: psycopg.Connection[Any] | None = None,
-        *,
-        reason: str,
+        self, lease: Lease, conn: psycopg.Connection[Any] | None = None, *, reason: str
     ) -> bool:
         """Release the lease at once and make the step run visible to other workers.
 
         See :meth:`engine.runner.failures.Failures.give_back`. ``False``: the
         lease was lost already.
         """
-        return self.executor.failures.give_back(claimed, receipt, conn, reason=reason)
+        return self.executor.failures.give_back(lease, conn, reason=reason)
 
     def _send_round_again(self, received: Received, message: StepMessage, delay_s: float) -> None:
         """Replace the delivery by a fresh copy due after ``delay_s`` (a refusal at no attempt).

@@ -44,7 +44,7 @@ from engine.runner.checkpoint import FollowUp, checkpoint_json, follow_up, put_c
 from engine.runner.context import StepContext
 from engine.runner.failures import Failures
 from engine.runner.group import GroupCommit
-from engine.runner.lease import Heartbeat, Lease
+from engine.runner.lease import DbClock, Heartbeat, Lease
 from engine.runner.outcome import Continuation, Outcome
 from engine.runner.park import Park
 from engine.store.rows import Claimed
@@ -81,6 +81,8 @@ class Executor:
         self.alerts = alerts
         self.children = ChildSubmitter(settings, registry, transport)
         self.current: Lease | None = None
+        # when its steps ran, on the database's clock (the events ending their attempts)
+        self.clock = DbClock()
         # asked before claiming an eager successor (the worker says no once stopping)
         self.may_continue = may_continue
         # a step run that ends short of its checkpoint, and one that waits
@@ -150,8 +152,7 @@ class Executor:
             with logs.step_run(claimed, lease_owner=self.worker):
                 try:
                     self.failures.give_back(
-                        claimed,
-                        lease.receipt,
+                        lease,
                         reason="its group's commit was rolled back by a neighbour's failure",
                         visible_in_s=1.0,
                     )
@@ -229,7 +230,7 @@ class Executor:
                 # after a pause, a restart, a network cut): nothing committed,
                 # the group's neighbours neither
                 self.group.abandon()
-                return self.failures.disconnected(claimed, exc)
+                return self.failures.disconnected(lease, exc)
             if self._savepoint and self._savepoint_set:
                 store.step_savepoint_rollback(conn)  # its own checkpoint's writes
             self._group_first()
@@ -272,6 +273,16 @@ class Executor:
         (:func:`~engine.runner.checkpoint.checkpoint_json`), before any statement
         of its checkpoint: a round's or a group's neighbours never see it.
         """
+        # its attempt runs from here (its inputs read, then its call), not from its claim
+        # (a batch's step runs wait their turn); a round sent back one by one runs it again,
+        # and that run is the one its outcome records
+        lease.started, lease.stopped = time.monotonic(), None
+        try:
+            return self._compute(flow, step, lease, known)
+        finally:
+            lease.stopped = time.monotonic()
+
+    def _compute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> dict[str, Any]:
         claimed = lease.claimed
         ctx = StepContext(
             conn=self.conn,
@@ -319,7 +330,7 @@ class Executor:
         claimed = lease.claimed
         if isinstance(exc, LeaseLost):
             reason = str(exc) or "checkpoint refused: lease token changed"
-            return self.failures.fenced(claimed, reason, lease)
+            return self.failures.fenced(lease, reason)
         if isinstance(exc, JobCancelled):
             # the heartbeat found the step run cancelled (and recorded it)
             self.failures.delete_delivery(lease)
@@ -376,7 +387,14 @@ class Executor:
         # from here on, a step in a group has its savepoint (set in this message)
         self._savepoint_set = self._savepoint
         done = put_checkpoint(
-            conn, flow, claimed, output, self.worker, begin=begin, savepoint=self._savepoint
+            conn,
+            flow,
+            claimed,
+            output,
+            self.worker,
+            begin=begin,
+            savepoint=self._savepoint,
+            ran=lease.ran(),
         )
         # Inside a transport's own transaction nothing that follows needs an
         # answer: it goes as one batch, one message (not a pipeline, whose

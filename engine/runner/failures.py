@@ -35,7 +35,6 @@ from engine.jobs.ending import Ended, job_ended
 from engine.runner.lease import Lease
 from engine.runner.outcome import Outcome
 from engine.store import db
-from engine.store.rows import Claimed
 from engine.store.status import EventKind, JobStatus
 from engine.transports.announce import Announced, announce, announce_freed
 from engine.transports.base import Outgoing, Transport
@@ -117,18 +116,20 @@ class Failures:
             # when it comes back; an eager successor still runs
             log.warning("delete after commit failed for %s", lease.claimed.id, exc_info=True)
 
-    def disconnected(self, claimed: Claimed, exc: Exception) -> Outcome:
+    def disconnected(self, lease: Lease, exc: Exception) -> Outcome:
+        claimed = lease.claimed
         self.conn.close()
         reason = f"connection lost before commit: {str(exc).strip()[:300]}"
         if self.on_outage is not None and is_outage(exc):
             self.on_outage(exc, f"slot {self.worker}")
         try:
             with db.connect(self.settings, autocommit=True) as conn:
-                store.step_event_insert(
+                store.attempt_event_insert(
                     conn,
                     EventKind.FENCED,
                     claimed,
                     worker=self.worker,
+                    ran=lease.ran(),
                     detail={"reason": reason},
                 )
         except Exception as record_exc:
@@ -144,8 +145,7 @@ class Failures:
 
     def give_back(
         self,
-        claimed: Claimed,
-        receipt: str | None,
+        lease: Lease,
         conn: psycopg.Connection[Any] | None = None,
         *,
         reason: str,
@@ -156,16 +156,23 @@ class Failures:
         The release and its ``released`` event (with ``reason``) commit
         together. A delivery is visible again after ``visible_in_s``; an eager
         successor, which has none, is announced with a new message. ``False``:
-        the lease was lost already.
+        the lease was lost already. The event says when its step ran, or that it never
+        started (a step run of a batch given back before its turn).
         """
+        claimed, receipt = lease.claimed, lease.receipt
         conn = conn if conn is not None else self.conn
         freed = Announced(self.transport)
         with conn.transaction():
             # the attempt comes back with the lease: giving back is not the step's fault
             if not store.lease_release_if_owner(conn, claimed.id, claimed.token):
                 return False
-            store.step_event_insert(
-                conn, EventKind.RELEASED, claimed, worker=self.worker, detail={"reason": reason}
+            store.attempt_event_insert(
+                conn,
+                EventKind.RELEASED,
+                claimed,
+                worker=self.worker,
+                ran=lease.ran(),
+                detail={"reason": reason},
             )
             if claimed.concurrency_key is not None:
                 freed = announce_freed(conn, self.transport, [claimed.job_id])
@@ -188,43 +195,46 @@ class Failures:
         """
         claimed = lease.claimed
         reason = f"not done, try again: {str(exc).strip().splitlines()[0][:300]}"
-        if not self.give_back(claimed, lease.receipt, reason=reason, visible_in_s=1.0):
-            return self.fenced(claimed, f"lease lost after a lock wait: {exc}", lease)
+        if not self.give_back(lease, reason=reason, visible_in_s=1.0):
+            return self.fenced(lease, f"lease lost after a lock wait: {exc}")
         log.info("step run %s released (%s)", claimed.id, reason)
         return Outcome("released", reason, claimed.id)
 
-    def fenced(self, claimed: Claimed, reason: str, lease: Lease | None = None) -> Outcome:
-        """Record that ``claimed`` lost its lease (or stopped with its cancelled job)."""
+    def fenced(self, lease: Lease, reason: str) -> Outcome:
+        """Record that ``lease`` was lost (or its step run stopped with its cancelled job)."""
+        claimed = lease.claimed
         state = store.step_select_status(self.conn, claimed.id)
         if state is not None and state.cancelled:
             # not a lost lease: the job was cancelled (or failed) under it
-            return self._stopped_cancelled(claimed, lease, "step run cancelled with its job")
+            return self._stopped_cancelled(lease, "step run cancelled with its job")
         with self.conn.transaction():
-            store.step_event_insert(
+            store.attempt_event_insert(
                 self.conn,
                 EventKind.FENCED,
                 claimed,
                 worker=self.worker,
+                ran=lease.ran(),
                 detail={"reason": reason},
             )
         log.warning("step run %s fenced: %s", claimed.id, reason)
         # the message is not ours to delete any more: the new owner's copy
         return Outcome("fenced", reason, claimed.id)
 
-    def _stopped_cancelled(self, claimed: Claimed, lease: Lease | None, reason: str) -> Outcome:
+    def _stopped_cancelled(self, lease: Lease, reason: str) -> Outcome:
         """The step stopped because its step run was cancelled: record it as such (once)."""
-        recorded = lease is not None and lease.stop.cancelled  # by the heartbeat
+        claimed = lease.claimed
+        recorded = lease.stop.cancelled  # by the heartbeat
         with self.conn.transaction():
             if not recorded:
-                store.step_event_insert(
+                store.attempt_event_insert(
                     self.conn,
                     EventKind.CANCELLED,
                     claimed,
                     worker=self.worker,
+                    ran=lease.ran(),
                     detail={"reason": reason, "by": "job"},
                 )
-        if lease is not None:
-            self.delete_delivery(lease)
+        self.delete_delivery(lease)
         log.info("step run %s stopped: %s", claimed.id, reason)
         return Outcome("cancelled", reason, claimed.id)
 
@@ -238,16 +248,16 @@ class Failures:
                 ended = job_ended(
                     self.conn, self.transport, claimed.job_id, cancel_rest=False, free_slots=True
                 )
-                store.event_insert(
+                store.attempt_event_insert(
                     self.conn,
                     EventKind.CANCELLED,
-                    job_id=claimed.job_id,
-                    step_run_id=claimed.id,
+                    claimed,
                     worker=self.worker,
+                    ran=lease.ran(),
                     detail={"reason": reason, "by": "step"},
                 )
         if ended is None:
-            return self.fenced(claimed, f"lease lost before cancelling the job: {reason}", lease)
+            return self.fenced(lease, f"lease lost before cancelling the job: {reason}")
         ended.announced.publish_after_commit(self.conn)
         self.delete_delivery(lease)
         return Outcome("cancelled", reason, claimed.id, ended_job=claimed.job_id)
@@ -284,16 +294,17 @@ class Failures:
                         self.transport,
                         outbox_ids=[store.outbox_insert_delayed(conn, claimed.id, due)],
                     )
-                    store.step_event_insert(
+                    store.attempt_event_insert(
                         conn,
                         EventKind.RETRIED,
                         claimed,
                         worker=self.worker,
+                        ran=lease.ran(),
                         detail={"delay_s": round(delay, 3), "error": error["message"][:500]},
                     )
                 kind = "retried"
             else:
-                ended = self._end_job(step, claimed, error, rejected=rejected)
+                ended = self._end_job(step, lease, error, rejected=rejected)
                 raise_fenced = ended is None
                 if ended is not None:
                     announced, alerted = ended
@@ -305,7 +316,7 @@ class Failures:
                     announced += announce_freed(conn, self.transport, [claimed.job_id])
                 self.ack_in_commit(lease, conn)
         if raise_fenced:
-            return self.fenced(claimed, f"lease lost before recording failure: {exc}", lease)
+            return self.fenced(lease, f"lease lost before recording failure: {exc}")
         announced.publish_after_commit(conn)
         self.ack_after_commit(lease)
         if alerted:
@@ -324,7 +335,7 @@ class Failures:
         return Outcome(kind, error["message"], claimed.id, ended_job=ended_job)
 
     def _end_job(
-        self, step: Step, claimed: Claimed, error: dict[str, Any], *, rejected: bool
+        self, step: Step, lease: Lease, error: dict[str, Any], *, rejected: bool
     ) -> tuple[Announced, bool] | None:
         """End the step run and fail its job, in the caller's transaction.
 
@@ -333,14 +344,20 @@ class Failures:
         ``None``: the lease was lost and nothing was written (invariant 16).
         """
         conn = self.conn
+        claimed = lease.claimed
         if not store.step_dead_if_leased(conn, claimed, error):
             return None
         summary = f"{error['type']}: {error['message'][:500]}"
         alerted = False
         if rejected:
             reason = summary
-            store.step_event_insert(
-                conn, EventKind.REJECTED, claimed, worker=self.worker, detail={"reason": reason}
+            store.attempt_event_insert(
+                conn,
+                EventKind.REJECTED,
+                claimed,
+                worker=self.worker,
+                ran=lease.ran(),
+                detail={"reason": reason},
             )
         else:
             reason = f"{summary} (attempt {claimed.attempt} of {claimed.max_attempts})"
@@ -353,11 +370,12 @@ class Failures:
             )
             # in this transaction: no dead letter commits without its alert
             alerted = self.alerts.record(conn, dead_letter)
-            store.step_event_insert(
+            store.attempt_event_insert(
                 conn,
                 EventKind.DEAD_LETTERED,
                 claimed,
                 worker=self.worker,
+                ran=lease.ran(),
                 detail={"reason": reason},
             )
         store.job_finish_if_active_logged(

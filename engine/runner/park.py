@@ -65,11 +65,12 @@ class Park:
         else:
             announced = Announced(self.transport)
         until = parked.wait_until.isoformat() if parked.wait_until else None
-        store.step_event_insert(
+        store.attempt_event_insert(
             conn,
             EventKind.WAITING,
             claimed,
             worker=self.worker,
+            ran=lease.ran(),
             detail={**detail, "until": until, "resumed": resumed},
         )
         self.failures.ack_in_commit(lease, conn)
@@ -98,9 +99,7 @@ class Park:
                     detail["summary"] = wait.summary
                 announced = self._parked(lease, parked, detail)
         if parked is None:
-            return self.failures.fenced(
-                claimed, f"lease lost before the step could wait: {wait}", lease
-            )
+            return self.failures.fenced(lease, f"lease lost before the step could wait: {wait}")
         announced.publish_after_commit(conn)
         self.failures.ack_after_commit(lease)
         log.info("step run %s (%s) %s", claimed.id, claimed.step, wait)

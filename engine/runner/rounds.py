@@ -124,6 +124,7 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
                     token=c.member.lease.claimed.token,
                     output=c.output,
                     with_output=hands_on(c.member.flow, c.member.lease.claimed),
+                    ran=c.member.lease.ran(),
                 )
                 for c in computed
             ],
@@ -165,9 +166,7 @@ def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
         claimed = member.lease.claimed
         with logs.step_run(claimed, lease_owner=executor.worker):
             outcome = executor.failures.fenced(
-                claimed,
-                f"checkpoint of step run {claimed.id} refused: lease token changed",
-                member.lease,
+                member.lease, f"checkpoint of step run {claimed.id} refused: lease token changed"
             )
         _ended(executor, member, outcome, started)
         results[id(member)] = outcome
@@ -221,7 +220,7 @@ def _round_failed(
         for member, started in lost:
             claimed = member.lease.claimed
             with logs.step_run(claimed, lease_owner=executor.worker):
-                outcome = executor.failures.disconnected(claimed, exc)
+                outcome = executor.failures.disconnected(member.lease, exc)
             _ended(executor, member, outcome, started)
             results[id(member)] = outcome
         return [results[id(member)] for member in members]

@@ -16,10 +16,10 @@ from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.rows import Claimed
+from engine.store.rows import UNTIMED, Claimed, Ran
 from engine.store.status import EventKind
 
-__all__ = ["event_count_by_step", "event_insert", "step_event_insert"]
+__all__ = ["attempt_event_insert", "event_count_by_step", "event_insert", "step_event_insert"]
 
 _q = load("events")
 
@@ -65,6 +65,37 @@ def step_event_insert(
         worker=worker,
         attempt=claimed.attempt,
         detail=detail,
+    )
+
+
+@wrap_errors
+def attempt_event_insert(
+    conn: psycopg.Connection[Any],
+    kind: EventKind,
+    claimed: Claimed,
+    *,
+    worker: str,
+    ran: Ran | None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """An event of an attempt of ``claimed`` (one that ends it, or a renewal), with when its
+    step ran (``ran``; ``None``: not known).
+
+    Its ``started_at`` is what the run report's timeline draws the attempt
+    from (:mod:`engine.reports.timeline`): the claim is not the start when
+    the step run waited its turn on the worker (a claimed batch).
+    """
+    conn.execute(
+        _q["event_insert_timed"],
+        {
+            "kind": kind.value,
+            "job_id": claimed.job_id,
+            "step_run_id": claimed.id,
+            "worker": worker,
+            "attempt": claimed.attempt,
+            "detail": Jsonb(detail or {}),
+            **(UNTIMED if ran is None else ran.params()),
+        },
     )
 
 

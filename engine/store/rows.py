@@ -34,6 +34,7 @@ __all__ = [
     "Parked",
     "PendingOutbox",
     "QueuedClaim",
+    "Ran",
     "Reopen",
     "SignalRow",
     "StepCounts",
@@ -192,6 +193,30 @@ class StepState:
 
 
 @dataclass(frozen=True)
+class Ran:
+    """When an attempt's step ran on its worker, for an event of the attempt (its end, or a
+    renewal while it is live).
+
+    ``started_at`` is on the database's clock (invariant 3: never a worker's
+    wall clock), as the worker's slot converts its monotonic clock onto it
+    (:class:`engine.runner.lease.DbClock`); stored as the event's
+    ``started_at`` and ``ran_s``.
+    """
+
+    started_at: datetime | None = None  # None: the step never started (given back first)
+    ran_s: float | None = None  # None: never started, or not stopped yet
+
+    def params(self) -> dict[str, Any]:
+        """The statement's parameters: ``timed`` (recorded at all), and the two figures."""
+        ran = None if self.ran_s is None else round(self.ran_s, 6)
+        return {"timed": True, "started_at": self.started_at, "ran_s": ran}
+
+
+UNTIMED: dict[str, Any] = {"timed": False, "started_at": None, "ran_s": None}
+"""The parameters of an attempt's end that records no start (a caller that has none)."""
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """One step run's output to store under its lease token (a batch of checkpoints)."""
 
@@ -200,6 +225,7 @@ class Checkpoint:
     token: uuid.UUID
     output: Any
     with_output: bool = False
+    ran: Ran | None = None  # when its step ran, for its succeeded event
 
 
 @dataclass(frozen=True)

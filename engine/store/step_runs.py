@@ -25,6 +25,7 @@ from engine.store.batch import Batch, Executes, Reply
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import (
+    UNTIMED,
     CancelledRun,
     Checkpoint,
     Checkpointed,
@@ -32,6 +33,7 @@ from engine.store.rows import (
     ExpiredExhausted,
     NewStepRun,
     Parked,
+    Ran,
     StepCounts,
     StepState,
     WaitingForSignal,
@@ -139,6 +141,7 @@ def checkpoint_put_if_leased(
     with_output: bool = False,
     begin: Callable[[], None] | None = None,
     savepoint: bool = False,
+    ran: Ran | None = None,
 ) -> Checkpointed | None:
     """Lock the job, store the output and mark done; ``None``: the lease was lost (roll back).
 
@@ -148,6 +151,7 @@ def checkpoint_put_if_leased(
     when given, opens the caller's transaction first. With ``savepoint`` the
     step's savepoint is set in the same message, first (a step in a group
     commit, :mod:`engine.runner.group`; :func:`step_savepoint_rollback`).
+    ``ran``: when the step ran, recorded by its ``succeeded`` event.
 
     Not a pipeline: psycopg flushes each pipelined statement and ends the
     pipeline with a Flush after its Sync, and PostgreSQL arms
@@ -159,7 +163,7 @@ def checkpoint_put_if_leased(
     """
     if begin is not None:
         begin()
-    checkpoint = Checkpoint(step_run_id, job_id, token, output, with_output)
+    checkpoint = Checkpoint(step_run_id, job_id, token, output, with_output, ran)
     first = _q["step_savepoint"].rstrip().rstrip(";") if savepoint else None
     return _checkpoints(conn, [checkpoint], worker, first)[0]
 
@@ -195,6 +199,7 @@ def _checkpoints(
                 "output": Jsonb(checkpoint.output),
                 "worker": worker,
                 "with_output": checkpoint.with_output,
+                **(UNTIMED if checkpoint.ran is None else checkpoint.ran.params()),
             }
             message.append(prepared.execute_text(conn, cur, _q["checkpoint_put_if_leased"], params))
             message.append(prepared.execute_text(conn, cur, _q["step_counts_by_job"], params))

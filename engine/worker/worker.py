@@ -367,9 +367,7 @@ class Worker:
                 for lease in runner.held():
                     claimed = lease.claimed
                     lease.stop.set("worker shutting down")
-                    if runner.give_back(
-                        claimed, lease.receipt, conn, reason="shutdown grace period over"
-                    ):
+                    if runner.give_back(lease, conn, reason="shutdown grace period over"):
                         log.warning("released step run %s at shutdown", claimed.id)
 
 

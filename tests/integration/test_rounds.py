@@ -9,8 +9,11 @@ committed, and runs nothing twice in the books.
 
 from __future__ import annotations
 
+import itertools
+import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -23,9 +26,11 @@ from engine.config import Settings
 from engine.flow import Flow, Step
 from engine.infra import faults
 from engine.jobs.plan import Outputs
+from engine.reports.timeline import attempts
 from engine.runner import rounds
 from engine.runner.execution import Executor
 from engine.runner.lease import Lease
+from engine.store.models import Event
 
 __all__ = ["fast"]  # the fixture, shared with the group commit tests
 
@@ -296,3 +301,50 @@ def test_round__a_members_failed_input_read_charges_no_neighbour(
     ).fetchall()
     assert {f["job_id"] for f in failures} <= {victim}
     assert len(jobs) == 3
+
+
+def test_round__each_member_s_events_record_when_its_own_step_ran(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (1, 2, 3)]
+    with one_runner(fast) as (runner, transport):
+        batch = receive_all(transport, 3)
+        failing = group_order(batch)[1]
+
+        step_call = Executor._compute
+
+        def slow_or_fail(
+            self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs
+        ) -> Any:
+            if step.name == "plan":  # the step's own run: long enough to tell them apart
+                time.sleep(0.05)
+                if lease.claimed.job_id == failing:
+                    fail_plan(lease)
+            return step_call(self, flow, step, lease, known)
+
+        monkeypatch.setattr(Executor, "_compute", slow_or_fail)
+        outcomes = runner.handle_batch(batch)
+    assert [o.kind for o in outcomes].count("retried") == 1  # then the parts ran
+    ids = [j.job_id for j in jobs]
+    events = [
+        Event(**row)
+        for row in conn.execute(
+            "SELECT e.* FROM engine_events AS e JOIN engine_step_runs AS s ON s.id = e.step_run_id"
+            " WHERE s.step = 'plan' AND e.job_id = ANY(%s) ORDER BY e.id",
+            (ids,),
+        ).fetchall()
+    ]
+    bars = attempts(events, {})
+    assert sorted(a.outcome for a in bars) == ["retried", "succeeded", "succeeded"]
+    for a in bars:
+        assert a.start_recorded and a.stopped is not None and a.end is not None, a
+        slack = timedelta(milliseconds=50)  # how far the slot's clock may err
+        assert a.claimed_at - slack <= a.start < a.stopped <= a.end + slack, a
+        assert (a.stopped - a.start).total_seconds() >= 0.04, "its own step's run, slept in"
+    # one after another on the slot, though their outcomes were written together later
+    ordered = sorted(bars, key=lambda a: a.start)
+    for before, after in itertools.pairwise(ordered):
+        assert before.stopped is not None and before.stopped <= after.start, (before, after)
+    done = [a for a in bars if a.outcome == "succeeded"]
+    assert done[0].end is not None and done[1].end is not None
+    assert abs((done[0].end - done[1].end).total_seconds()) < 0.04, "one message for both"

@@ -3,6 +3,13 @@
 INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
 VALUES (%(kind)s, %(job_id)s, %(step_run_id)s, %(worker)s, %(attempt)s, %(detail)s);
 
+-- event_insert_timed --
+-- An event of one attempt (one that ends it: retried, dead_lettered, rejected, fenced, released, cancelled, waiting; or a renewal), append-only, with when its step started running on its worker (timed: on the database clock, as the worker's slot converts its own; started_at null: not started, or never) and how long it ran (null: not stopped).
+INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
+VALUES (%(kind)s, %(job_id)s, %(step_run_id)s, %(worker)s, %(attempt)s,
+        %(detail)s::jsonb || CASE WHEN %(timed)s::boolean THEN jsonb_build_object(
+            'started_at', %(started_at)s::timestamptz, 'ran_s', %(ran_s)s::float8) ELSE '{}'::jsonb END);
+
 -- event_count_by_step --
 -- Read-only, for `engine status --json`: what attempts came to, per flow and step, from the append-only history (failed: the step raised, then retried, dead-lettered by its worker or rejected its input; the sweeper's dead letters are not failures of a step).
 SELECT j.flow, s.step,

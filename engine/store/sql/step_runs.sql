@@ -196,7 +196,7 @@ JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE s.id = %(id)s;
 
 -- checkpoint_put_if_leased --
--- Invariant 5: the output commits only while our token is current, and for a step run holding a concurrency slot only while its lease is live (an expired slot may have gone to the next holder), looked at under the key's lock so that it serialises with the key's claims (engine_concurrency_hold, migration 0018: a claim counting the holders waits for this commit); zero rows rolls back the whole step transaction; the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint.
+-- Invariant 5: the output commits only while our token is current, and for a step run holding a concurrency slot only while its lease is live (an expired slot may have gone to the next holder), looked at under the key's lock so that it serialises with the key's claims (engine_concurrency_hold, migration 0018: a claim counting the holders waits for this commit); zero rows rolls back the whole step transaction; the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint, with when the step started running (timed: on the database clock, as the worker's slot converts its own) and how long it ran.
 WITH job AS (
     SELECT id, status FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
 ), done AS (
@@ -210,8 +210,11 @@ WITH job AS (
        OR engine_concurrency_hold(s.concurrency_key, s.job_id, s.id, %(token)s::uuid))
     RETURNING s.id, s.job_id, s.attempts, s.output
 ), logged AS (
-    INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt)
-    SELECT 'succeeded', d.job_id, d.id, %(worker)s, d.attempts FROM done AS d
+    INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
+    SELECT 'succeeded', d.job_id, d.id, %(worker)s, d.attempts,
+           CASE WHEN %(timed)s::boolean THEN jsonb_build_object(
+               'started_at', %(started_at)s::timestamptz, 'ran_s', %(ran_s)s::float8) ELSE '{}'::jsonb END
+    FROM done AS d
 )
 SELECT job.status AS job_status, done.id IS NOT NULL AS checkpointed,
        CASE WHEN %(with_output)s THEN done.output END AS output

@@ -1,0 +1,54 @@
+"""A slot's clock: its monotonic moments on the database's clock, by one anchor."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from engine.runner.lease import DbClock, Lease
+from engine.store import Claimed, Ran
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def test_db_clock__maps_moments_by_one_anchor_and_keeps_the_one_that_errs_least() -> None:
+    clock = DbClock(refresh_s=300)
+    assert clock.at(10.0) is None, "no claim seen yet"
+    clock.saw(T0, sent=100.0)  # the database read T0 some time after 100.0
+    assert clock.at(101.5) == T0 + timedelta(seconds=1.5)
+    clock.saw(T0 + timedelta(seconds=10.010), sent=110.0)  # a later claim that erred more
+    assert clock.at(101.5) == T0 + timedelta(seconds=1.5), "the first erred less: kept"
+    clock.saw(T0 + timedelta(seconds=19.995), sent=120.0)  # one that erred 5 ms less
+    assert clock.at(120.0) == T0 + timedelta(seconds=19.995)
+    clock.saw(T0 + timedelta(seconds=500), sent=600.0)  # stale: taken afresh
+    assert clock.at(600.0) == T0 + timedelta(seconds=500)
+
+
+def _claimed() -> Claimed:
+    return Claimed(
+        id=uuid.uuid4(),
+        job_id=uuid.uuid4(),
+        step="a",
+        fanout_key="",
+        fingerprint="f",
+        attempt=1,
+        max_attempts=3,
+        token=uuid.uuid4(),
+        lease_expires_at=T0 + timedelta(seconds=30),
+        item=None,
+        reclaimed_from=None,
+        flow="chain",
+        params={},
+    )
+
+
+def test_lease__tells_when_its_step_ran_or_that_it_never_started() -> None:
+    clock = DbClock()
+    clock.claimed(_claimed(), lease_s=30, sent=50.0)  # the claim's database time: T0
+    lease = Lease(_claimed(), None, clock=clock)
+    assert lease.ran() == Ran(None, None), "claimed, not started"
+    lease.started = 52.0
+    assert lease.ran() == Ran(T0 + timedelta(seconds=2), None), "running"
+    lease.stopped = 52.25
+    assert lease.ran() == Ran(T0 + timedelta(seconds=2), 0.25)
+    assert Lease(_claimed(), None).ran() is None, "no clock: nothing recorded"
