@@ -153,7 +153,7 @@ class Console:
         self.env: Environment = environment()
         self.env.filters["columns"] = _columns
         self.read: Engine = sqlalchemy_engine(settings)
-        self.versions = VersionCache(settings, ttl_s=min(1.0, console.refresh_s))
+        self.versions = VersionCache(settings, ttl_s=console.refresh_s)
         self.pages: dict[str, ConsolePage] = {
             p.name: p
             for p in (registry.console_pages if registry else [])

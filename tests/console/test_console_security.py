@@ -15,7 +15,7 @@ from typing import Any
 import jwt
 import psycopg
 import pytest
-from consolesupport import PASSWORDS, SECRET, csrf_of
+from consolesupport import PASSWORDS, SECRET, csrf_of, sign_in
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.routing import Route
@@ -273,11 +273,15 @@ def test_console__the_albs_signed_header_signs_in_and_a_forged_or_expired_one_is
 
 
 def test_console__a_live_job_page_costs_one_query_per_interval_however_many_watch(
-    client_for: Any, settings: Settings
+    app_for: Any, people: Any, settings: Settings
 ) -> None:
     job = _job(settings)
-    clients = [client_for("vera") for _ in range(3)]
-    shared = clients[0].app.state.shared
+    app = app_for(Registry.load(["testflows"]), refresh_s=60)  # one interval spans the test
+    clients = [
+        sign_in(TestClient(app, base_url="http://127.0.0.1"), "vera", people["vera"][1])
+        for _ in range(3)
+    ]
+    shared = app.state.shared
     before = shared.versions.queries
     answers = {c.get(f"/runs/{job}/version").json()["version"] for c in clients for _ in range(5)}
     assert len(answers) == 1
