@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from harness import fast_settings, thread_worker, wait_job_ended
+from harness import engine_cli, fast_settings, thread_worker, wait_job_ended
 from pydantic import BaseModel
 
 from engine import BadInput, Flow, Registry, RetryPolicy, StepContext, submit
@@ -415,3 +416,47 @@ def test_search_runs__by_document_finds_the_posting_job_that_posted_or_rejected_
         assert _ids(search_runs(conn, RunQuery(text=number))) == [job]
     # another period's document (not posted by it) finds nothing
     assert _ids(search_runs(conn, RunQuery(document="SI-10"))) == []
+
+
+# -- engine runs: the same search on the command line -------------------------------------
+
+
+def test_engine_runs__filters_by_period_store_document_and_text(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    nov = _job(conn, flow="posting", params={"period": "2026-11"}, at=_minutes(1))
+    _tag(conn, nov, "document", "SI-7")
+    store = _job(
+        conn, flow="costing", params={"period": "2026-10", "store": "ST001"}, at=_minutes(2)
+    )
+    failed = _job(
+        conn, flow="costing", params={"period": "2026-10"}, status="failed", at=_minutes(3)
+    )
+    waiting = _job(
+        conn, flow="posting", params={"period": "2026-12"}, status="running", at=_minutes(4)
+    )
+    _run(conn, waiting, "reconcile", "waiting", signal="approve")
+
+    def listed(*args: str) -> list[str]:
+        done = engine_cli(settings, "runs", *args, "--json")
+        assert done.returncode == 0, done.stderr
+        return [j["id"] for j in json.loads(done.stdout)["jobs"]]
+
+    assert listed("--period", "2026-11") == [str(nov)]
+    assert listed("--store", "ST001") == [str(store)]
+    assert listed("--document", "SI-7") == [str(nov)]
+    assert listed("--search", "SI-7") == [str(nov)]
+    assert listed("--search", str(store)[:8]) == [str(store)]
+    assert listed("--flow", "costing", "--period", "2026-10") == [str(failed), str(store)]
+    assert listed("--status", "waiting", "--status", "failed") == [str(waiting), str(failed)]
+    assert listed("--limit", "2") == [str(waiting), str(failed)]
+    shown = json.loads(engine_cli(settings, "runs", "--status", "waiting", "--json").stdout)
+    [row] = shown["jobs"]
+    assert (row["status"], row["state"], row["waiting_for"]) == (
+        "running",
+        "waiting",
+        ["signal approve"],
+    )
+    bad = engine_cli(settings, "runs", "--period", "2026-13")
+    assert bad.returncode == 2, bad.stderr
+    assert "bad period '2026-13'" in bad.stderr
