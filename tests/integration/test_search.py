@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -367,6 +368,47 @@ def test_tag__commits_with_the_step_only_and_once(
     assert _ids(search_runs(conn, RunQuery(document="DOC-2"))) == [flaky]
     assert _ids(search_runs(conn, RunQuery(document="DOC-1"))) == []
     assert _ids(search_runs(conn, RunQuery(document="DOC-ALL"))) == [flaky]
+
+
+class Store(BaseModel):
+    code: str
+
+
+class Stores(BaseModel):
+    stores: list[Store]
+
+
+fanned = Flow("fanned", params=TagParams, description="a fan-out whose every run tags its job")
+
+
+@fanned.step()
+def plan_stores(params: TagParams) -> Stores:
+    return Stores(stores=[Store(code=f"ST{n:03d}") for n in range(1, 10)])
+
+
+@fanned.step(map_over="plan_stores.stores")
+def tag_store(store: Store, ctx: StepContext) -> Tagged:
+    ctx.tag("store", store.code)
+    time.sleep(0.1)  # the runs beside it tag meanwhile, then all checkpoint
+    return Tagged(attempt=ctx.attempt)
+
+
+def test_tag__runs_of_one_job_tagging_side_by_side_do_not_hold_each_other_up(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # a tag locks nothing of its job: with a foreign key to engine_jobs, its
+    # check share-locked the job row mid-step and the checkpoints deadlocked
+    fast = fast_settings(settings, concurrency=3)
+    registry = Registry([fanned])
+    job = submit("fanned", {}, settings=fast, registry=registry).job_id
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job, timeout=30) == "done"
+    assert [v for _, v in _tags(conn, job)] == [f"ST{n:03d}" for n in range(1, 10)]
+    refused = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'released'", (job,)
+    ).fetchone()
+    assert refused == {"n": 0}, "no run was sent round again"
+    assert _ids(search_runs(conn, RunQuery(store="ST005"))) == [job]
 
 
 def test_tag__a_bad_name_or_value_is_named() -> None:
