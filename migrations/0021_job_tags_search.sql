@@ -11,7 +11,7 @@
 -- job row in the middle of the step, before the checkpoint takes that row
 -- (the one lock order: the job row first), and two steps of one job tagging
 -- at once would deadlock each other's checkpoints. The id is the step's own
--- job's, which exists; a tag outlives nothing it names.
+-- job's, which exists (jobs are never deleted).
 CREATE TABLE engine_job_tags (
     job_id  uuid NOT NULL,
     name    text NOT NULL CHECK (name ~ '^[a-z][a-z0-9_.-]{0,62}$'),
