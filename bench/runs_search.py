@@ -90,7 +90,9 @@ def queries_by_kind(conn: psycopg.Connection[Any], n: int) -> dict[str, list[Run
 
 def seq_scans(conn: psycopg.Connection[Any], query: RunQuery) -> list[str]:
     """The engine tables the plan of ``query`` scans sequentially (none, hopefully)."""
-    statement, params = store.job_search_statement(search_filters(query), limit=query.limit + 1)
+    statement, params = store.job_search_statement(
+        search_filters(query, conn), limit=query.limit + 1
+    )
     explain = sql.SQL("EXPLAIN (FORMAT JSON) {}").format(statement)
     row = conn.execute(explain, params, prepare=False).fetchone()
     assert row is not None

@@ -131,6 +131,10 @@ flow = Flow(
 )
 
 
+STORE_TAG = "store"
+"""The tag under which a costing job carries the code of each store it costed."""
+
+
 def plan_costing(conn: psycopg.Connection[Any], period: str, store: str | None) -> CostingPlan:
     """The stores to cost for ``period``, or :class:`engine.Refused` naming what is missing.
 
@@ -220,7 +224,11 @@ def solve(params: CostingParams, ctx: StepContext) -> Solved:
 
 @flow.step(map_over="check_period.stores", after=["solve"], label="{code}")
 def cost_store(store: StoreRef, params: CostingParams, ctx: StepContext) -> StoreCost:
-    """Cost one store in one statement with the solved averages; post its journals (once)."""
+    """Cost one store in one statement with the solved averages; post its journals (once).
+
+    Tags the job with the store's code (``store``), with the checkpoint: the
+    runs search finds a costing of every store by any one of them."""
+    ctx.tag(STORE_TAG, store.code)
     return cost_one_store(ctx.conn, params.period, store)
 
 

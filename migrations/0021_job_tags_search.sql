@@ -6,8 +6,14 @@
 -- the step's checkpoint or not at all, once (a rerun's duplicate is
 -- ignored). The engine knows no tag's meaning: a flow names them (posting
 -- tags the documents it posted or rejected, costing the stores it costed).
+--
+-- No foreign key to engine_jobs, on purpose: its check would share-lock the
+-- job row in the middle of the step, before the checkpoint takes that row
+-- (the one lock order: the job row first), and two steps of one job tagging
+-- at once would deadlock each other's checkpoints. The id is the step's own
+-- job's, which exists (jobs are never deleted).
 CREATE TABLE engine_job_tags (
-    job_id  uuid NOT NULL REFERENCES engine_jobs (id),
+    job_id  uuid NOT NULL,
     name    text NOT NULL CHECK (name ~ '^[a-z][a-z0-9_.-]{0,62}$'),
     value   text NOT NULL CHECK (value <> '' AND length(value) <= 200),
     PRIMARY KEY (job_id, name, value)

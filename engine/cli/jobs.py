@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -19,17 +20,12 @@ from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
 from engine.jobs import admin
 from engine.jobs.audit import operator
+from engine.jobs.search import MAX_LIMIT, STATES, RunQuery, RunRow, search_runs
 from engine.jobs.submit import Submitted, submit
 from engine.reports.counts import read_counts
+from engine.store import db
 from engine.store.models import Job, StepRun
-from engine.store.read import (
-    JobState,
-    JobView,
-    job_view,
-    recent_jobs,
-    sqlalchemy_engine,
-    waits_for,
-)
+from engine.store.read import JobView, job_view, sqlalchemy_engine, waits_for
 from engine.store.status import JobStatus, StepStatus
 
 __all__ = ["cancel", "retry", "runs", "status", "submit_group"]
@@ -164,12 +160,11 @@ def status(job_id: str | None, as_json: bool) -> None:
     JOB_ID may be a unique prefix of the id (4 hex digits at least), as `engine runs` shows it.
     """
     state = current()
-    engine = sqlalchemy_engine(state.settings)
     if job_id is None:
         # for scripts: the metrics' counts, from the database, beside the recent jobs
-        _runs(engine, None, [], as_json, extra=lambda: {"counts": _counts(state)})
+        _runs(state, RunQuery(), (), as_json, extra=lambda: {"counts": _counts(state)})
         return
-    view = job_view(engine, parse_job_id(state.settings, job_id))
+    view = job_view(sqlalchemy_engine(state.settings), parse_job_id(state.settings, job_id))
     if view is None:
         raise NoSuchJob(job_id)
     flow = _flow_or_none(state, view.job.flow)
@@ -280,47 +275,99 @@ def _print_view(view: JobView, flow: Flow | None) -> None:
     "--status",
     "statuses",
     multiple=True,
-    type=click.Choice([s.value for s in JobState]),
+    type=click.Choice(list(STATES)),
     help="only these statuses (repeatable); waiting: running, every unfinished step waiting",
+)
+@click.option("--period", default=None, help="only jobs submitted for this period (YYYY-MM)")
+@click.option(
+    "--store", default=None, help="only jobs for this store: a parameter, a fan-out key or a tag"
+)
+@click.option(
+    "--document", default=None, help="only the jobs that posted or rejected this document number"
+)
+@click.option(
+    "--search",
+    "text",
+    default=None,
+    help="a job id or unique prefix, else a document number, store code or flow name",
 )
 @click.option("--limit", default=50, type=click.IntRange(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def runs(flow: str | None, statuses: tuple[str, ...], limit: int, as_json: bool) -> None:
-    """List recent jobs."""
+def runs(
+    flow: str | None,
+    statuses: tuple[str, ...],
+    period: str | None,
+    store: str | None,
+    document: str | None,
+    text: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List recent jobs, newest first (the console's runs search)."""
     state = current()
     if flow is not None:
         state.registry.get(flow)  # an unknown flow is bad input, not an empty list
-    _runs(sqlalchemy_engine(state.settings), flow, [JobState(s) for s in statuses], as_json, limit)
+    query = RunQuery(
+        text=text or "", flow=flow, period=period, store=store, document=document, limit=1
+    )
+    _runs(state, query, statuses, as_json, limit)
 
 
 def _counts(state: State) -> dict[str, Any]:
     return read_counts(state.settings).model_dump(mode="json")
 
 
+def _search(state: State, query: RunQuery, statuses: tuple[str, ...], limit: int) -> list[RunRow]:
+    """The ``limit`` newest jobs ``query`` finds in any of ``statuses`` (all when none), page
+    by page (a search per status, merged)."""
+    found: list[RunRow] = []
+    with db.connect(state.settings, autocommit=True) as conn:
+        for status in statuses or (None,):
+            page: RunQuery | None = replace(query, status=status, limit=min(limit, MAX_LIMIT))
+            got: list[RunRow] = []
+            while page is not None and len(got) < limit:
+                result = search_runs(conn, page)
+                got.extend(result.rows)
+                page = result.next_query
+            found.extend(got[:limit])
+    found.sort(key=lambda r: (r.created_at, r.job_id.int), reverse=True)
+    return found[:limit]
+
+
+def _run_json(row: RunRow) -> dict[str, Any]:
+    """A listed job: ``id``, the stored ``status`` and the ``state`` people read."""
+    shown = row.as_json()
+    return {
+        "id": shown.pop("job_id"),
+        **shown,
+        "status": row.stored_status,
+        "state": row.status,
+    }
+
+
 def _runs(
-    engine: Any,
-    flow: str | None,
-    statuses: list[JobState],
+    state: State,
+    query: RunQuery,
+    statuses: tuple[str, ...],
     as_json: bool,
     limit: int = 50,
     extra: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
-    jobs = recent_jobs(engine, flow=flow, statuses=statuses, limit=limit)
+    rows = _search(state, query, statuses, limit)
     if as_json:
-        print_json({"jobs": [j.as_json() for j in jobs], **(extra() if extra else {})})
+        print_json({"jobs": [_run_json(r) for r in rows], **(extra() if extra else {})})
         return
     table = Table("job", "flow", "status", "params", "created")
-    for listed in jobs:
-        j = listed.job
-        shown = str(listed.state)
-        if listed.waiting_for:
-            shown += f" ({', '.join(listed.waiting_for)})"
+    for row in rows:
+        shown = row.status
+        if row.waiting_for:
+            shown += f" ({', '.join(row.waiting_for)})"
         table.add_row(
-            str(j.id),
-            j.flow,
+            str(row.job_id),
+            row.flow,
             shown,
-            json.dumps(j.params, sort_keys=True),
-            f"{j.created_at:%Y-%m-%d %H:%M:%S}",
+            json.dumps(row.params, sort_keys=True),
+            f"{row.created_at:%Y-%m-%d %H:%M:%S}",
         )
     print_table(table)
 

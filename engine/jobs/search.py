@@ -163,16 +163,7 @@ def search_runs(conn: psycopg.Connection[Any], query: RunQuery) -> RunPage:
     Reads only, in ``conn``'s transaction (the caller's, or autocommit). A bad
     value of ``query`` is :class:`~engine.errors.BadInput` naming it.
     """
-    filters = search_filters(query)
-    text = filters["text"]
-    if (
-        text is not None
-        and _FLOW.fullmatch(text)
-        and filters["flow"] in (None, text)
-        and store.job_flow_exists(conn, text)
-    ):
-        # text naming a flow is a search by flow (its jobs are many: no set of them is built)
-        filters.update(flow=text, text=None)
+    filters = search_filters(query, conn)
     rows = store.job_search(conn, filters, limit=query.limit + 1)
     more = len(rows) > query.limit
     shown = [_row(r) for r in rows[: query.limit]]
@@ -180,9 +171,13 @@ def search_runs(conn: psycopg.Connection[Any], query: RunQuery) -> RunPage:
     return RunPage(shown, after, query)
 
 
-def search_filters(query: RunQuery) -> dict[str, Any]:
+def search_filters(query: RunQuery, conn: psycopg.Connection[Any] | None = None) -> dict[str, Any]:
     """``job_search``'s parameters for ``query`` (``None``: no filter, the limit aside);
-    bad values refused (an EXPLAIN of a search, in the bench, binds the same)."""
+    bad values refused (an EXPLAIN of a search, in the bench, binds the same).
+
+    With ``conn``, text that names a flow some job has is a search by that flow
+    (its jobs are many: no set of them is built, the flow's index is walked).
+    """
     if not isinstance(query.limit, int) or not 1 <= query.limit <= MAX_LIMIT:
         raise BadInput(f"bad limit {query.limit!r}: a whole number of rows, 1 to {MAX_LIMIT}")
     filters: dict[str, Any] = {
@@ -232,6 +227,15 @@ def search_filters(query: RunQuery) -> dict[str, Any]:
         filters["store"] = _key("store", query.store)
     if query.document:
         filters["document"] = _key("document", query.document)
+    text = filters["text"]
+    if (
+        conn is not None
+        and text is not None
+        and _FLOW.fullmatch(text)
+        and filters["flow"] in (None, text)
+        and store.job_flow_exists(conn, text)
+    ):
+        filters.update(flow=text, text=None)
     return filters
 
 

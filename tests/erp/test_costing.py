@@ -17,6 +17,7 @@ from harness import ROOT, SUPPORT, fast_settings, thread_worker, wait_job_ended
 
 from engine import Refused, Registry, submit
 from engine.config import Settings
+from engine.jobs.search import RunQuery, search_runs
 from engine.reports.context import build_run_report
 from engine.store.read import sqlalchemy_engine
 from flows.erp import inventory
@@ -329,3 +330,20 @@ def test_costing__status_and_report_label_each_store_run_by_its_code(
     assert sorted(s["label"] for s in steps if s["step"] == "cost_store") == codes
     text = subprocess.run(run, env=env, capture_output=True, text=True, check=True).stdout
     assert all(code in text for code in codes), text
+
+
+@pytest.mark.usefixtures("small_erp")
+def test_costing__each_store_costed_tags_its_job_for_the_runs_search(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    job = submit("costing", {"period": PERIOD}, settings=fast, registry=registry).job_id
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job) == "done"
+    tags = conn.execute(
+        "SELECT value FROM engine_job_tags WHERE job_id = %s AND name = 'store' ORDER BY value",
+        (job,),
+    ).fetchall()
+    assert [t["value"] for t in tags] == ["ST001", "ST002", "ST003", "ST004"]
+    for code in ("ST001", "ST004"):  # a costing of every store, found by any one
+        assert [r.job_id for r in search_runs(conn, RunQuery(store=code)).rows] == [job]
+    assert search_runs(conn, RunQuery(store="ST005")).rows == []

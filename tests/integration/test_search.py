@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from harness import fast_settings, thread_worker, wait_job_ended
+from harness import engine_cli, fast_settings, thread_worker, wait_job_ended
 from pydantic import BaseModel
 
 from engine import BadInput, Flow, Registry, RetryPolicy, StepContext, submit
@@ -368,6 +370,47 @@ def test_tag__commits_with_the_step_only_and_once(
     assert _ids(search_runs(conn, RunQuery(document="DOC-ALL"))) == [flaky]
 
 
+class Store(BaseModel):
+    code: str
+
+
+class Stores(BaseModel):
+    stores: list[Store]
+
+
+fanned = Flow("fanned", params=TagParams, description="a fan-out whose every run tags its job")
+
+
+@fanned.step()
+def plan_stores(params: TagParams) -> Stores:
+    return Stores(stores=[Store(code=f"ST{n:03d}") for n in range(1, 10)])
+
+
+@fanned.step(map_over="plan_stores.stores")
+def tag_store(store: Store, ctx: StepContext) -> Tagged:
+    ctx.tag("store", store.code)
+    time.sleep(0.1)  # the runs beside it tag meanwhile, then all checkpoint
+    return Tagged(attempt=ctx.attempt)
+
+
+def test_tag__runs_of_one_job_tagging_side_by_side_do_not_hold_each_other_up(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # a tag locks nothing of its job: with a foreign key to engine_jobs, its
+    # check share-locked the job row mid-step and the checkpoints deadlocked
+    fast = fast_settings(settings, concurrency=3)
+    registry = Registry([fanned])
+    job = submit("fanned", {}, settings=fast, registry=registry).job_id
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job, timeout=30) == "done"
+    assert [v for _, v in _tags(conn, job)] == [f"ST{n:03d}" for n in range(1, 10)]
+    refused = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'released'", (job,)
+    ).fetchone()
+    assert refused == {"n": 0}, "no run was sent round again"
+    assert _ids(search_runs(conn, RunQuery(store="ST005"))) == [job]
+
+
 def test_tag__a_bad_name_or_value_is_named() -> None:
     ctx = StepContext(
         conn=None,  # type: ignore[arg-type]  # refused before any statement
@@ -415,3 +458,47 @@ def test_search_runs__by_document_finds_the_posting_job_that_posted_or_rejected_
         assert _ids(search_runs(conn, RunQuery(text=number))) == [job]
     # another period's document (not posted by it) finds nothing
     assert _ids(search_runs(conn, RunQuery(document="SI-10"))) == []
+
+
+# -- engine runs: the same search on the command line -------------------------------------
+
+
+def test_engine_runs__filters_by_period_store_document_and_text(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    nov = _job(conn, flow="posting", params={"period": "2026-11"}, at=_minutes(1))
+    _tag(conn, nov, "document", "SI-7")
+    store = _job(
+        conn, flow="costing", params={"period": "2026-10", "store": "ST001"}, at=_minutes(2)
+    )
+    failed = _job(
+        conn, flow="costing", params={"period": "2026-10"}, status="failed", at=_minutes(3)
+    )
+    waiting = _job(
+        conn, flow="posting", params={"period": "2026-12"}, status="running", at=_minutes(4)
+    )
+    _run(conn, waiting, "reconcile", "waiting", signal="approve")
+
+    def listed(*args: str) -> list[str]:
+        done = engine_cli(settings, "runs", *args, "--json")
+        assert done.returncode == 0, done.stderr
+        return [j["id"] for j in json.loads(done.stdout)["jobs"]]
+
+    assert listed("--period", "2026-11") == [str(nov)]
+    assert listed("--store", "ST001") == [str(store)]
+    assert listed("--document", "SI-7") == [str(nov)]
+    assert listed("--search", "SI-7") == [str(nov)]
+    assert listed("--search", str(store)[:8]) == [str(store)]
+    assert listed("--flow", "costing", "--period", "2026-10") == [str(failed), str(store)]
+    assert listed("--status", "waiting", "--status", "failed") == [str(waiting), str(failed)]
+    assert listed("--limit", "2") == [str(waiting), str(failed)]
+    shown = json.loads(engine_cli(settings, "runs", "--status", "waiting", "--json").stdout)
+    [row] = shown["jobs"]
+    assert (row["status"], row["state"], row["waiting_for"]) == (
+        "running",
+        "waiting",
+        ["signal approve"],
+    )
+    bad = engine_cli(settings, "runs", "--period", "2026-13")
+    assert bad.returncode == 2, bad.stderr
+    assert "bad period '2026-13'" in bad.stderr
