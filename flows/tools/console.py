@@ -26,6 +26,7 @@ from engine.console.extension import (
     Section,
 )
 from engine.console.roles import Permission
+from engine.errors import BadInput
 from flows.erp import periods
 from flows.erp.types import parse_period
 from flows.tools.books import audited
@@ -102,6 +103,8 @@ def _close(req: ActionRequest) -> str:
 def _reopen(req: ActionRequest) -> str:
     period = _period(req.form.get("period"))
     reason = (req.form.get("reason") or "").strip()
+    if not reason:
+        raise BadInput("a reason is required: say why the period is reopened (it is recorded)")
     with books_transaction(settings=req.settings) as conn:
         event = audited(
             conn, periods.reopen(conn, period, actor=req.user, reason=reason), source="console"
