@@ -15,11 +15,13 @@ name (:mod:`engine.cli.extensions`), and :data:`console_pages`, which
 ``engine console`` shows (:mod:`.console`). The lists are the whole registration:
 no command adds itself to a group or a registry when its module is imported.
 
-Like the flows, the tools import only ``engine``'s public API, with two
-documented exceptions, both in :mod:`.demo`: :mod:`engine.worker.processes`,
-to start its worker processes as production does, and :mod:`engine.reports`,
+Like the flows, the tools import only ``engine``'s public API, with three
+documented exceptions: in :mod:`.demo`, :mod:`engine.worker.processes`, to
+start its worker processes as production does, and :mod:`engine.reports`,
 for the report renderers (``render_index``, ``render_job_report``), which are
-not part of the root API and load jinja2 only when called.
+not part of the root API and load jinja2 only when called; in :mod:`.console`,
+:mod:`engine.console.extension` and :mod:`engine.console.roles`, the plain
+data types of a console page (they load no web framework).
 """
 
 from __future__ import annotations

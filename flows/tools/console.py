@@ -16,6 +16,7 @@ action returned or why it was refused.
 
 from __future__ import annotations
 
+from engine import BadInput
 from engine.console.extension import (
     ActionRequest,
     ConsoleAction,
@@ -26,7 +27,6 @@ from engine.console.extension import (
     Section,
 )
 from engine.console.roles import Permission
-from engine.errors import BadInput
 from flows.erp import periods
 from flows.erp.types import parse_period
 from flows.tools.books import audited
