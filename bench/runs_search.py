@@ -21,6 +21,7 @@ Each kind's plan is checked for a sequential scan of ``engine_jobs`` or
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -178,6 +179,65 @@ def run() -> None:
                     f"{kind}: p50 {p50:.1f} ms, p95 {p95:.1f} ms, "
                     f"{found / len(searches):.1f} rows a page"
                 )
+            console_pages(info, by_kind, max(10, n // 4))
     finally:
         if not env_int("BENCH_RUNS_KEEP", 0):
             drop_database(dbname)
+
+
+def console_pages(info: str, by_kind: dict[str, list[RunQuery]], n: int) -> None:
+    """The runs page as a signed-in person gets it: the search, the template, the session.
+
+    In process through Starlette's TestClient (no network in the figure), one
+    request at a time: ``n`` pages per kind of search, and a job's live version
+    as browsers poll it (cached per console process for one refresh interval).
+    """
+    from pydantic import SecretStr
+    from starlette.testclient import TestClient
+
+    from engine.config import Settings
+    from engine.console.app import create_app
+    from engine.console.settings import ConsoleSettings
+    from engine.console.users import add_user
+
+    settings = Settings(database_url=SecretStr(info), flow_modules=[])
+    add_user(settings, "bench", "viewer", "bench-password-1", actor="bench")
+    app = create_app(settings, ConsoleSettings(secret="b" * 40), None)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        page = client.get("/signin").text
+        token = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        client.post(
+            "/signin", data={"name": "bench", "password": "bench-password-1", "csrf": token}
+        )
+        for kind, searches in by_kind.items():
+            times: list[float] = []
+            for query in searches[:n]:
+                values = {
+                    k: str(v) for k, v in dataclasses.asdict(query).items() if v and k != "limit"
+                }
+                t0 = time.perf_counter()
+                r = client.get("/", params=values)
+                times.append((time.perf_counter() - t0) * 1000)
+                assert r.status_code == 200, r.text[:500]
+            times.sort()
+            p50 = statistics.median(times)
+            p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
+            emit(f"console_runs_page/{kind}", "p50_ms", p50, "ms")
+            emit(f"console_runs_page/{kind}", "p95_ms", p95, "ms")
+            log(f"console runs page, {kind}: p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+        job = _some_job(client)
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            client.get(f"/runs/{job}/version")
+            times.append((time.perf_counter() - t0) * 1000)
+        times.sort()
+        queries = app.state.shared.versions.queries
+        emit("console_live_version", "p95_ms", times[int(len(times) * 0.95)], "ms")
+        emit("console_live_version", "database_queries", queries, "queries")
+        log(f"live version: {n} polls, {queries} database queries")
+
+
+def _some_job(client: Any) -> str:
+    page = client.get("/").text
+    return page.split('<a href="/runs/', 1)[1].split(".html", 1)[0]

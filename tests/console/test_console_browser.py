@@ -96,7 +96,7 @@ def test_browser__an_accountant_reads_the_rejected_documents_then_approves_the_p
         expect(operator.locator(f"#w-{job}")).to_contain_text("SI-3")
         expect(operator.locator("button", has_text="Approve")).to_have_count(0)
         anna.goto(f"{web.url}/runs/{job}.html")
-        expect(anna.locator(".approval")).to_contain_text("unknown account 9999 on line 2")
+        expect(anna.locator("#live")).to_contain_text("unknown account 9999 on line 2")
         anna.screenshot(path=str(shots / "waiting-posting.png"), full_page=True)
         anna.fill("form.decide input[name=reason]", "three bad documents, fixed next period")
         anna.click("form.decide button[value=approve]")
