@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import secrets
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -193,11 +194,19 @@ def _actor(request: Request) -> str:
     return str(request.state.user.name)
 
 
+_LOCAL_PATH = re.compile(r"/(?![/\\])[^\s]*")
+
+
+def local_path(target: str | None, default: str) -> str:
+    """``target`` when it is a path of this console, else ``default``: never an open redirect.
+
+    ``//host`` and ``/\\host`` are other hosts to a browser; so is anything not starting with ``/``.
+    """
+    return target if target and _LOCAL_PATH.fullmatch(target) else default
+
+
 def _back(request: Request, default: str, form: dict[str, str] | None = None) -> RedirectResponse:
-    target = (form or {}).get("back") or default
-    if not target.startswith("/") or target.startswith("//"):
-        target = default  # only a path of this console: never an open redirect
-    return RedirectResponse(target, status_code=303)
+    return RedirectResponse(local_path((form or {}).get("back"), default), status_code=303)
 
 
 async def _act(
@@ -257,10 +266,7 @@ def create_app(
         request.session.clear()  # a fresh session (and CSRF token) at each sign-in
         request.session.update(user=user.name, started=time.time(), via=user.via)
         log.info("console: %s signed in (%s)", user.name, user.role)
-        next_ = fields.get("next") or "/"
-        return RedirectResponse(
-            next_ if next_.startswith("/") and not next_.startswith("//") else "/", 303
-        )
+        return RedirectResponse(local_path(fields.get("next"), "/"), 303)
 
     @guarded(Permission.READ)
     async def signout(request: Request) -> Response:
@@ -484,61 +490,48 @@ def create_app(
     def _reason(form: dict[str, str]) -> str | None:
         return (form.get("reason") or "").strip() or None
 
-    @guarded(Permission.OPERATE)
-    async def cancel_job(request: Request) -> Response:
-        form = await _form(request)
-        job_id = _uuid(request.path_params["job"])
-        back = f"/runs/{job_id}.html"
-        if job_id is None:
-            return PlainTextResponse("not a job id", status_code=404)
+    def job_action(
+        permission: Permission, work: Callable[[Request, uuid.UUID, dict[str, str]], str]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A POST on one job: its id from the path, ``work``'s outcome shown on its page."""
 
-        def work() -> str:
-            admin.cancel(settings, job_id, _reason(form), actor=_actor(request), source=CONSOLE)
-            return f"job {job_id} cancelled"
-
-        return await _act(request, work, back, form)
-
-    @guarded(Permission.OPERATE)
-    async def retry_job(request: Request) -> Response:
-        form = await _form(request)
-        job_id = _uuid(request.path_params["job"])
-        if job_id is None:
-            return PlainTextResponse("not a job id", status_code=404)
-
-        def work() -> str:
-            done = admin.retry_job(
-                settings, job_id, actor=_actor(request), source=CONSOLE, reason=_reason(form)
+        @guarded(permission)
+        async def endpoint(request: Request) -> Response:
+            form = await _form(request)
+            job_id = _uuid(request.path_params["job"])
+            if job_id is None:
+                return PlainTextResponse("not a job id", status_code=404)
+            return await _act(
+                request, lambda: work(request, job_id, form), f"/runs/{job_id}.html", form
             )
-            return f"job {job_id} retried: {done.step_runs} step run(s) run again"
 
-        return await _act(request, work, f"/runs/{job_id}.html", form)
+        return endpoint
 
-    @guarded(Permission.APPROVE)
-    async def decide(request: Request) -> Response:
-        form = await _form(request)
-        job_id = _uuid(request.path_params["job"])
-        if job_id is None:
-            return PlainTextResponse("not a job id", status_code=404)
-        decision = form.get("decision", "")
-        name = form.get("signal", "")
+    def cancel(request: Request, job_id: uuid.UUID, form: dict[str, str]) -> str:
+        admin.cancel(settings, job_id, _reason(form), actor=_actor(request), source=CONSOLE)
+        return f"job {job_id} cancelled"
 
-        def work() -> str:
-            if decision not in ("approve", "reject"):
-                raise BadInput(f"invalid decision {decision!r}; valid: approve, reject")
-            reason = _reason(form)
-            if decision == "reject" and reason is None:
-                raise BadInput("a rejection needs a reason")
-            data: dict[str, Any] = {"decision": decision, "by": _actor(request)}
-            if reason:
-                data["reason"] = reason
-            sent = operator_signal(
-                job_id, name, data, settings=settings, actor=_actor(request), source=CONSOLE
-            )
-            verb = "approved" if decision == "approve" else "rejected"
-            already = "" if sent.created else " (already sent: nothing changed)"
-            return f"job {job_id} {verb}{already}"
+    def retry(request: Request, job_id: uuid.UUID, form: dict[str, str]) -> str:
+        done = admin.retry_job(
+            settings, job_id, actor=_actor(request), source=CONSOLE, reason=_reason(form)
+        )
+        return f"job {job_id} retried: {done.step_runs} step run(s) run again"
 
-        return await _act(request, work, f"/runs/{job_id}.html", form)
+    def decide(request: Request, job_id: uuid.UUID, form: dict[str, str]) -> str:
+        """Approve or reject: the awaited signal with the decision, sent by the signed-in user."""
+        decision, name, reason = form.get("decision", ""), form.get("signal", ""), _reason(form)
+        if decision not in ("approve", "reject"):
+            raise BadInput(f"invalid decision {decision!r}; valid: approve, reject")
+        if decision == "reject" and reason is None:
+            raise BadInput("a rejection needs a reason")
+        data: dict[str, Any] = {"decision": decision, "by": _actor(request)}
+        if reason:
+            data["reason"] = reason
+        sent = operator_signal(
+            job_id, name, data, settings=settings, actor=_actor(request), source=CONSOLE
+        )
+        verb = "approved" if decision == "approve" else "rejected"
+        return f"job {job_id} {verb}" + ("" if sent.created else " (already sent: nothing changed)")
 
     @guarded(Permission.OPERATE)
     async def replay_dead_letter(request: Request) -> Response:
@@ -618,9 +611,9 @@ def create_app(
         Route("/runs/{job}.html", job_page, methods=["GET"]),
         Route("/runs/{job}/version", job_version, methods=["GET"]),
         Route("/runs/{job}/live", job_live, methods=["GET"]),
-        Route("/runs/{job}/cancel", cancel_job, methods=["POST"]),
-        Route("/runs/{job}/retry", retry_job, methods=["POST"]),
-        Route("/runs/{job}/decide", decide, methods=["POST"]),
+        Route("/runs/{job}/cancel", job_action(Permission.OPERATE, cancel), methods=["POST"]),
+        Route("/runs/{job}/retry", job_action(Permission.OPERATE, retry), methods=["POST"]),
+        Route("/runs/{job}/decide", job_action(Permission.APPROVE, decide), methods=["POST"]),
         Route("/approvals", approvals_page, methods=["GET"]),
         Route("/dead-letters", dead_letters_page, methods=["GET"]),
         Route("/dead-letters/{id:int}/replay", replay_dead_letter, methods=["POST"]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.console.roles import Role
@@ -19,7 +19,6 @@ class ConsoleSettings(BaseSettings):
 
     secret: SecretStr | None = Field(
         default=None,
-        min_length=32,
         description=(
             "key that signs session cookies (32+ characters); unset: a random key per "
             "process, so sessions end when it restarts. Required off 127.0.0.1"
@@ -65,6 +64,14 @@ class ConsoleSettings(BaseSettings):
     refresh_s: float = Field(
         default=2.0, ge=0.5, le=60, description="how often a live job page asks for changes"
     )
+
+    @field_validator("secret")
+    @classmethod
+    def _long_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 32:
+            n = len(value.get_secret_value())
+            raise ValueError(f"a session key needs at least 32 characters, got {n}")
+        return value
 
     @property
     def alb(self) -> bool:

@@ -286,3 +286,16 @@ def test_console__a_live_job_page_costs_one_query_per_interval_however_many_watc
     answers = {c.get(f"/runs/{job}/version").json()["version"] for c in clients for _ in range(5)}
     assert len(answers) == 1
     assert shared.versions.queries - before == 1
+
+
+def test_console__sign_in_never_redirects_to_another_host(client_for: Any, people: Any) -> None:
+    for target in ("//evil.example/x", "/\\evil.example", "https://evil.example/", "/approvals"):
+        client = client_for(None)
+        token = csrf_of(client.get("/signin").text)
+        r = client.post(
+            "/signin",
+            data={"name": "vera", "password": people["vera"][1], "csrf": token, "next": target},
+            follow_redirects=False,
+        )
+        expected = "/approvals" if target == "/approvals" else "/"
+        assert r.headers["location"] == expected, target
