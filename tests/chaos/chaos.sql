@@ -425,3 +425,11 @@ SELECT step_run_id, at
 FROM engine_events
 WHERE kind = 'waiting' AND step_run_id = ANY (%(ids)s::uuid[])
 ORDER BY at;
+
+-- key_refusals_select --
+-- When a worker tried to take over some step runs and was refused because their concurrency key's slot was held by another job: the lapsed lease was noticed and acted on (the slot passed to the next holder, as a lapsed holder counts for nothing); the wait for the slot after that is the key's, not the fault's.
+SELECT step_run_id, at
+FROM engine_events
+WHERE kind = 'claim_refused' AND detail ->> 'reason' = 'over_limit'
+  AND step_run_id = ANY (%(ids)s::uuid[])
+ORDER BY at;

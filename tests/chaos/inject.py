@@ -164,7 +164,12 @@ class Injector:
             if time.monotonic() - started < self.run.cfg.lease_s * 1.25:
                 return False  # past the lease in any case
             rows = self.run.q("step_runs_select", ids=list(held))
-            return all(r["status"] != "running" or r["attempts"] > held[r["id"]] for r in rows)
+            refused = {r["step_run_id"] for r in self.run.q("key_refusals_select", ids=list(held))}
+            # taken over, or a takeover refused because the key's slot passed to another job
+            return all(
+                r["status"] != "running" or r["attempts"] > held[r["id"]] or r["id"] in refused
+                for r in rows
+            )
 
         if not self.run.wait_for(taken_over, self.run.bound_s):
             sessions = self.run.admin_q(

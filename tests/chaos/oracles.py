@@ -40,6 +40,10 @@ def recovery(run: Run, kinds: set[str] | None = None) -> tuple[list[tuple[float,
     parks: dict[uuid.UUID, list[Any]] = {}
     for r in run.q("parks_select", ids=ids):
         parks.setdefault(r["step_run_id"], []).append(r["at"])
+    # a takeover refused over its key's limit: another job holds the slot the lapsed lease
+    # gave up; the step run waits for the key from then on, like any other claim of it
+    for r in run.q("key_refusals_select", ids=ids):
+        parks.setdefault(r["step_run_id"], []).append(r["at"])
     hits: dict[uuid.UUID, list[Any]] = {}
     for f in faults:
         for s, _ in f.affected:
@@ -51,9 +55,11 @@ def recovery(run: Run, kinds: set[str] | None = None) -> tuple[list[tuple[float,
         for s, _ in f.affected:
             row = state.get(s)
             finished = row["finished_at"] if row else None
-            parked = [t for t in parks.get(s, []) if t > f.origin]
+            parked = sorted(t for t in parks.get(s, []) if t > f.origin)
             if parked and (finished is None or parked[0] < finished):
-                finished = parked[0]  # ran again up to its wait: what it waits for is not ours
+                # ran again up to its wait, or was refused its key's slot (held by the next
+                # holder): what it waits for from then on is not the fault's
+                finished = parked[0]
             later = [t for t in hits[s] if t is not None and t > f.start]
             cut = min(later) if later else None
             if finished is None and cut is None:
