@@ -16,7 +16,7 @@ import click
 from rich.table import Table
 
 from engine.cli.audit import by_option
-from engine.cli.output import out, print_json
+from engine.cli.output import out, print_json, print_table
 from engine.cli.state import current
 from engine.errors import BadInput, EngineError
 
@@ -153,7 +153,7 @@ def users_list(as_json: bool) -> None:
             f"{r.last_signin_at:%Y-%m-%d %H:%M}" if r.last_signin_at else "never",
             "locked" if r.locked else "",
         )
-    out.print(table, markup=False, highlight=False)
+    print_table(table, markup=False, highlight=False)
 
 
 @users.command("remove")

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from engine.cli.output import out, print_json
+from engine.cli.output import out, print_json, print_table
 from engine.cli.state import current
 from engine.errors import UnknownFlow
 from engine.store.workers import VersionInFlight
@@ -40,7 +40,7 @@ def flows_list(as_json: bool) -> None:
     table = Table("flow", "version", "steps", "description")
     for f in registry.flows():
         table.add_row(f.name, str(f.version), str(len(f.steps)), f.description)
-    out.print(table)
+    print_table(table)
 
 
 @flows.command("show")
@@ -83,7 +83,7 @@ def flows_show(name: str, as_json: bool) -> None:
     table = Table("version", "active jobs", "oldest active", "live workers with it loaded")
     for v in report.versions:
         table.add_row(str(v.version), str(v.active_jobs), _age(v.oldest_age_s), _who(v))
-    out.print(table)
+    print_table(table)
 
 
 def _who(v: VersionInFlight) -> str:
@@ -130,7 +130,7 @@ def workers(as_json: bool) -> None:
             f"{w.started_at:%Y-%m-%d %H:%M:%S}",
             f"{_age(w.seen_s_ago)} ago",
         )
-    out.print(table)
+    print_table(table)
 
 
 def _worker_json(row: dict[str, Any]) -> dict[str, Any]:

@@ -251,7 +251,7 @@ def _print_view(view: JobView, flow: Flow | None) -> None:
             waits_for(s) if s.status == StepStatus.WAITING else "",
             str(error),
         )
-    out.print(table)
+    print_table(table)
     for sig in view.signals:
         out.print(
             f"signal {sig.name} from {sig.sent_by or '-'} at {sig.created_at:%Y-%m-%d %H:%M:%S}: "
@@ -264,7 +264,7 @@ def _print_view(view: JobView, flow: Flow | None) -> None:
         for c in view.children:
             finished = f"{c.finished_at:%Y-%m-%d %H:%M:%S}" if c.finished_at else ""
             kids.add_row(c.child_key or "", c.flow, str(c.id), str(c.status), finished)
-        out.print(kids)
+        print_table(kids)
     if view.unpublished:
         out.print(f"{view.unpublished} message(s) not published yet")
 

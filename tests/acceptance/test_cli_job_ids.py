@@ -105,3 +105,15 @@ def test_cli__runs_off_a_terminal_prints_whole_ids_that_status_takes(settings: S
         status = engine(settings, "status", job, "--json")
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["job"]["id"] == job
+        # a job's own tables too: its step names and concurrency keys whole
+        table = subprocess.run(
+            [sys.executable, "-m", "engine", "status", job],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert table.returncode == 0, table.stderr
+        assert "…" not in table.stdout, table.stdout
+        assert "concurrency" in table.stdout and "attempts" in table.stdout
