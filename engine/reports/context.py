@@ -367,9 +367,9 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
                 attempts=r.attempts,
                 max_attempts=r.max_attempts,
                 lease_owner=r.lease_owner,
-                started_at=first_ran.get(str(r.id), r.started_at),
+                started_at=_first_ran(first_ran.get(str(r.id)), r),
                 finished_at=r.finished_at,
-                duration_s=_seconds(first_ran.get(str(r.id), r.started_at), r.finished_at),
+                duration_s=_seconds(_first_ran(first_ran.get(str(r.id)), r), r.finished_at),
             )
             for r in runs
         ],
@@ -466,6 +466,19 @@ def _decided(
         at=None if came is None else came.created_at,
         data=None if came is None else json.dumps(came.data, sort_keys=True, default=str),
     )
+
+
+def _first_ran(recorded: datetime | None, run: StepRun) -> datetime | None:
+    """When a step run's step first ran, for its table row: never after the run finished.
+
+    The recorded start is its slot's clock mapped onto the database's with one
+    offset (a few milliseconds late at most), while ``finished_at`` is the
+    database's own: a step that ran for less than that error would read as
+    starting after it ended.
+    """
+    if recorded is None:
+        return run.started_at
+    return recorded if run.finished_at is None else min(recorded, run.finished_at)
 
 
 def _job_link(job: Job, key: str | None = None) -> JobLink:

@@ -553,6 +553,24 @@ def test_retry_job__a_failed_job_resumes_from_its_checkpoints(
     ).fetchall() == [{"r": True}]
 
 
+def test_retry_job__a_job_cancelled_before_it_started_records_its_start_when_retried(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    from engine.jobs import admin
+
+    job = submit("chain", {}, settings=fast, registry=flows_registry()).job_id
+    admin.cancel(fast, job, "wrong period")  # still pending: it never started
+    admin.retry_job(fast, job)
+    with thread_worker(fast):
+        assert wait_job_ended(conn, job) == "done"
+    row = conn.execute(
+        "SELECT started_at IS NOT NULL AND started_at <= finished_at AS ok "
+        "FROM engine_jobs WHERE id = %s",
+        (job,),
+    ).fetchone()
+    assert row == {"ok": True}
+
+
 def test_reject__the_job_fails_once_with_the_reason_no_dead_letter_no_alert(
     fast: Settings, conn: psycopg.Connection[Any], tmp_path: Any
 ) -> None:

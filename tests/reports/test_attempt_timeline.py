@@ -77,7 +77,10 @@ def test_timeline__a_batch_claimed_fan_out_on_one_slot_runs_one_bar_after_anothe
 
     # the step runs' table: started when their step did, not at their claim
     starts = {a.step_run_id: a.start for a in bars}
-    assert all(v.started_at == starts[v.id] for v in report.steps), "started when it ran"
+    # (never after it finished: the slot's clock may be a few milliseconds late)
+    assert all(
+        v.started_at == min(starts[v.id], v.finished_at or starts[v.id]) for v in report.steps
+    ), "started when it ran"
     html = render_run_html(report)
     assert f"queued on {lane}" in html  # a bar's title tells the wait after its claim
 

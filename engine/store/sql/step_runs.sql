@@ -54,7 +54,7 @@ WITH job AS (
 ), started AS (
     UPDATE engine_jobs
     SET status = 'running', started_at = clock_timestamp()
-    WHERE id = (SELECT c.job_id FROM claimed AS c) AND status = 'pending'
+    WHERE id = (SELECT c.job_id FROM claimed AS c) AND (status = 'pending' OR started_at IS NULL)
 ), logged AS (
     INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
     SELECT CASE WHEN c.previous_status = 'running' THEN 'reclaimed' ELSE 'claimed' END,
@@ -101,7 +101,7 @@ WITH wanted AS (
 ), started AS (
     UPDATE engine_jobs
     SET status = 'running', started_at = clock_timestamp()
-    WHERE id IN (SELECT c.job_id FROM claimed AS c) AND status = 'pending'
+    WHERE id IN (SELECT c.job_id FROM claimed AS c) AND (status = 'pending' OR started_at IS NULL)
 ), logged AS (
     INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
     SELECT CASE WHEN c.previous_status = 'running' THEN 'reclaimed' ELSE 'claimed' END,
