@@ -264,7 +264,9 @@ def create_app(
             _flash(request, str(exc), ok=False)
             return RedirectResponse("/signin", status_code=303)
         request.session.clear()  # a fresh session (and CSRF token) at each sign-in
-        request.session.update(user=user.name, started=time.time(), via=user.via)
+        request.session.update(
+            user=user.name, started=time.time(), via=user.via, pw=user.password_changed
+        )
         log.info("console: %s signed in (%s)", user.name, user.role)
         return RedirectResponse(local_path(fields.get("next"), "/"), 303)
 

@@ -10,7 +10,8 @@ cookies (HttpOnly, SameSite=Strict, ``Secure`` with
 ``ENGINE_CONSOLE_SECURE_COOKIE``) holding the user's name, role and CSRF
 token; a session older than ``ENGINE_CONSOLE_SESSION_HOURS`` is refused.
 A user removed or demoted takes effect at their next request: the role is
-read from the database on each one (one primary-key read).
+read from the database on each one (one primary-key read); a changed
+password ends the sessions signed in with the old one.
 """
 
 from __future__ import annotations
@@ -56,13 +57,16 @@ def _session_user(request: Request) -> User | None:
     if time.time() - started > console.session_hours * 3600:
         s.clear()
         return None
-    role = users.lookup(request.app.state.settings, name)
-    if role is None and s.get("via") == "oidc" and console.oidc_role is not None:
-        role = console.oidc_role
+    found = users.account(request.app.state.settings, name)
+    via = str(s.get("via", "password"))
+    if via == "password" and (found is None or s.get("pw") != found.password_changed):
+        s.clear()  # removed, or their password changed, since signing in: sign in again
+        return None
+    role = found.role if found is not None else console.oidc_role if via == "oidc" else None
     if role is None:
         s.clear()  # removed since signing in
         return None
-    return User(name=name, role=role, via=str(s.get("via", "password")))
+    return User(name=name, role=role, via=via)
 
 
 def _alb_user(request: Request) -> User | None:
@@ -72,7 +76,8 @@ def _alb_user(request: Request) -> User | None:
         return None
     claims = oidc.verify_alb_token(console, token)  # OidcRefused: the caller answers 401
     name = str(claims.get("email") or claims.get("sub"))
-    role = users.lookup(request.app.state.settings, name) or console.oidc_role
+    found = users.account(request.app.state.settings, name)
+    role = found.role if found is not None else console.oidc_role
     if role is None:
         raise oidc.OidcRefused(f"{name} is not a console user (engine users add)")
     return User(name=name, role=Role(role), via="oidc")

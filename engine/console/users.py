@@ -29,9 +29,11 @@ from engine.store import db
 from engine.store.status import AuditSource
 
 __all__ = [
+    "Account",
     "SignInRefused",
     "User",
     "UserRow",
+    "account",
     "add_user",
     "check_password",
     "list_users",
@@ -60,6 +62,7 @@ class User:
     name: str
     role: Role
     via: str  # "password" or "oidc"
+    password_changed: str = ""  # signed in with the password of this age (a change ends it)
 
 
 @dataclass(frozen=True)
@@ -172,13 +175,26 @@ def list_users(settings: Settings) -> list[UserRow]:
         return [UserRow(**r) for r in store.console_user_select_all(conn)]
 
 
-def lookup(settings: Settings, name: str) -> Role | None:
-    """The role of user ``name`` (``None``: no such user)."""
+@dataclass(frozen=True)
+class Account:
+    """What a request checks of a signed-in user: their role now, and their password's age."""
+
+    role: Role
+    password_changed: str  # when the password last changed ('' without one)
+
+
+def _changed(row: dict[str, Any]) -> str:
+    at = row.get("password_changed_at")
+    return "" if at is None else at.isoformat()
+
+
+def account(settings: Settings, name: str) -> Account | None:
+    """User ``name``'s role and password age (``None``: no such user)."""
     if not _NAME.fullmatch(name):
         return None
     with db.connect(settings, autocommit=True) as conn:
         row = store.console_user_select(conn, name)
-    return None if row is None else Role(row["role"])
+    return None if row is None else Account(Role(row["role"]), _changed(row))
 
 
 _WRONG = "wrong user name or password"
@@ -213,7 +229,7 @@ def sign_in(settings: Settings, console: ConsoleSettings, name: str, password: s
                 store.console_user_update_password(conn, name, _hasher.hash(password))
     if refusal is not None or row is None:
         raise SignInRefused(refusal or _WRONG)
-    return User(name=name, role=Role(row["role"]), via="password")
+    return User(name=name, role=Role(row["role"]), via="password", password_changed=_changed(row))
 
 
 def _locked(until: datetime) -> str:

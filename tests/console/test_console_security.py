@@ -201,6 +201,19 @@ def test_console__the_session_cookie_is_httponly_and_samesite_strict(
     assert "httponly" in cookie and "samesite=strict" in cookie
 
 
+def test_console__a_changed_password_ends_the_sessions_signed_in_with_the_old_one(
+    client_for: Any, settings: Settings
+) -> None:
+    from engine.console.users import set_password
+
+    otto, other = client_for("otto"), client_for("adam")
+    assert otto.get("/", follow_redirects=False).status_code == 200
+    set_password(settings, "otto", "a brand new password 7", actor="otto")
+    assert otto.get("/", follow_redirects=False).status_code == 303
+    assert other.get("/", follow_redirects=False).status_code == 200  # only otto's ended
+    assert sign_in(client_for(None), "otto", "a brand new password 7")
+
+
 def test_console__a_removed_user_is_refused_at_the_next_request(
     client_for: Any, settings: Settings
 ) -> None:

@@ -8,7 +8,7 @@ RETURNING name, role, password_hash IS NOT NULL AS has_password, created_at;
 
 -- console_user_select --
 -- Read-only; the hash is read only to verify a password, never shown.
-SELECT name, role, password_hash, failed_signins, locked_until,
+SELECT name, role, password_hash, password_changed_at, failed_signins, locked_until,
        locked_until IS NOT NULL AND locked_until > clock_timestamp() AS locked,
        clock_timestamp() AS now
 FROM engine_console_users
