@@ -331,7 +331,7 @@ def create_app(
         # page that claims to be current while drawing an older state
         with db.connect(settings, autocommit=True) as conn:
             version = store.job_select_version(conn, job_id)
-            awaiting = _concerning(awaiting_approval(conn, limit=100), job_id)
+            awaiting = awaiting_approval(conn, limit=50, job_id=job_id)
         report = build_run_report(c.read, job_id, registry)
         return {
             "job_id": str(job_id),
@@ -660,11 +660,6 @@ def _lifespan(c: Console) -> Callable[[Starlette], AbstractAsyncContextManager[N
         c.read.dispose()
 
     return lifespan
-
-
-def _concerning(awaiting: list[Awaiting], job_id: uuid.UUID) -> list[Awaiting]:
-    """The waits of this job and of its child jobs (a close shows its posting's)."""
-    return [w for w in awaiting if job_id in (w.job_id, w.parent_job_id)]
 
 
 def _uuid(text: str) -> uuid.UUID | None:

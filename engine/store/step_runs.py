@@ -448,9 +448,12 @@ def step_select_children_timed_out(
 
 @wrap_errors
 def step_select_awaiting_signal(
-    conn: psycopg.Connection[Any], limit: int = 100
+    conn: psycopg.Connection[Any], limit: int = 100, job_id: uuid.UUID | None = None
 ) -> list[WaitingForSignal]:
-    """Step runs of active jobs waiting for a signal now, oldest park first (at most ``limit``)."""
+    """Step runs of active jobs waiting for a signal now, oldest park first (at most ``limit``).
+
+    ``job_id``: only that job's and its child jobs'.
+    """
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["step_select_awaiting_signal"], {"limit": limit})
+        cur.execute(_q["step_select_awaiting_signal"], {"limit": limit, "job_id": job_id})
         return [WaitingForSignal(**row) for row in cur.fetchall()]

@@ -47,10 +47,13 @@ class Awaiting(BaseModel):
         return f"{self.step}[{self.fanout_key}]" if self.fanout_key else self.step
 
 
-def awaiting_approval(conn: psycopg.Connection[Any], limit: int = 100) -> list[Awaiting]:
+def awaiting_approval(
+    conn: psycopg.Connection[Any], limit: int = 100, *, job_id: uuid.UUID | None = None
+) -> list[Awaiting]:
     """Every step run of an active job waiting for a signal now, oldest park first.
 
-    At most ``limit`` (at least 1). Read-only: run it on any connection.
+    At most ``limit`` (at least 1); ``job_id``: only that job's and its child
+    jobs' (what a job's page decides on). Read-only: run it on any connection.
     """
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
@@ -70,5 +73,5 @@ def awaiting_approval(conn: psycopg.Connection[Any], limit: int = 100) -> list[A
             deadline=w.deadline,
             summary=w.summary,
         )
-        for w in store.step_select_awaiting_signal(conn, limit)
+        for w in store.step_select_awaiting_signal(conn, limit, job_id)
     ]

@@ -64,6 +64,10 @@ def test_close__shows_its_waiting_postings_summary_and_fails_when_the_posting_is
         assert waiting.summary is not None and waiting.summary["rejected"] > 0
         first = waiting.summary["rejections"][0]
         assert close not in {a.job_id for a in awaiting_approval(conn)}, "the close waits for a job"
+        # a job's page asks for its own and its children's waits only
+        assert [a.job_id for a in awaiting_approval(conn, job_id=close)] == [kid]
+        assert [a.job_id for a in awaiting_approval(conn, job_id=kid)] == [kid]
+        assert awaiting_approval(conn, job_id=uuid.uuid4()) == []  # no such job
         # the close's report: its child's wait and summary, linked to the child
         page = Path(render_job_report(fast, close, out_dir=tmp_path / "w", registry=registry))
         text = page.read_text()

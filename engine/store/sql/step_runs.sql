@@ -480,7 +480,7 @@ SELECT EXISTS (
       AND lease_expires_at > clock_timestamp()) AS live;
 
 -- step_select_awaiting_signal --
--- Read-only, for the approvals inbox: every step run of an active job waiting for a signal now (the partial index of waiting step runs), oldest park first, with its job, the job's parent (a child job's) and the summary its wait published; "since" is its last waiting event.
+-- Read-only, for the approvals inbox: every step run of an active job waiting for a signal now (the partial index of waiting step runs), oldest park first, with its job, the job's parent (a child job's) and the summary its wait published; "since" is its last waiting event. With job_id: only that job's and its child jobs' (a job's page).
 SELECT s.id AS step_run_id, s.job_id, j.flow, j.params, j.submitted_by,
        j.parent_job_id, p.flow AS parent_flow, s.step, s.fanout_key,
        s.wait_signal AS signal, s.wait_until AS deadline, s.wait_summary AS summary,
@@ -493,5 +493,6 @@ LEFT JOIN LATERAL (
     WHERE e.step_run_id = s.id AND e.kind = 'waiting'
     ORDER BY e.id DESC LIMIT 1) AS w ON true
 WHERE s.status = 'waiting' AND s.wait_signal IS NOT NULL
+  AND (%(job_id)s::uuid IS NULL OR j.id = %(job_id)s::uuid OR j.parent_job_id = %(job_id)s::uuid)
 ORDER BY since, s.id
 LIMIT %(limit)s;
