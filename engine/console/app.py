@@ -284,7 +284,7 @@ def create_app(
 
     def _inbox_count() -> int:
         with db.connect(settings, autocommit=True) as conn:
-            return len(awaiting_approval(conn, limit=100))
+            return store.step_count_awaiting_signal(conn)
 
     @guarded(Permission.READ)
     async def runs_page(request: Request) -> Response:

@@ -46,6 +46,7 @@ __all__ = [
     "checkpoint_put_many_if_leased",
     "step_cancel_by_job",
     "step_cancel_if_job_ended_many",
+    "step_count_awaiting_signal",
     "step_count_by_status",
     "step_counts_by_job",
     "step_dead_if_expired_exhausted_many",
@@ -444,6 +445,15 @@ def step_select_children_timed_out(
     if row is None:
         return WaitState(None, False, None)
     return WaitState(None, bool(row["timed_out"]), row["wait_until"], tuple(row["wait_past"]))
+
+
+@wrap_errors
+def step_count_awaiting_signal(conn: psycopg.Connection[Any]) -> int:
+    """How many step runs of active jobs wait for a signal now."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_count_awaiting_signal"])
+        row = cur.fetchone()
+    return int(row["n"]) if row else 0
 
 
 @wrap_errors

@@ -91,6 +91,9 @@ def test_browser__an_accountant_reads_the_rejected_documents_then_approves_the_p
         for number in ("SI-3", "SI-4", "ST-7"):
             expect(card).to_contain_text(number)
         anna.screenshot(path=str(shots / "approvals-inbox.png"), full_page=True)
+        anna.goto(f"{web.url}/")  # the runs page's navigation counts what waits
+        expect(anna.locator("nav.top .count")).to_have_text("1")
+        anna.goto(f"{web.url}/approvals")
         # an operator sees the same card without the buttons
         operator.goto(f"{web.url}/approvals")
         expect(operator.locator(f"#w-{job}")).to_contain_text("SI-3")

@@ -496,3 +496,10 @@ WHERE s.status = 'waiting' AND s.wait_signal IS NOT NULL
   AND (%(job_id)s::uuid IS NULL OR j.id = %(job_id)s::uuid OR j.parent_job_id = %(job_id)s::uuid)
 ORDER BY since, s.id
 LIMIT %(limit)s;
+
+-- step_count_awaiting_signal --
+-- Read-only, for the console's approvals badge: how many step runs of active jobs wait for a signal now (the partial index of waiting step runs; no summaries read).
+SELECT count(*)::int AS n
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
+WHERE s.status = 'waiting' AND s.wait_signal IS NOT NULL;
