@@ -4,15 +4,28 @@ outage of the database said as one (503, with the console's security headers).
 
 from __future__ import annotations
 
+import logging
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
+import pytest
+from consolesupport import Served, csrf_of, free_port
 from harness import fast_settings, flows_registry, thread_worker, wait_until
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from pydantic import SecretStr
+from starlette.routing import Route
+from starlette.testclient import TestClient
 
 from engine import submit
 from engine.config import Settings
+from engine.console.app import create_app
+from engine.console.settings import ConsoleSettings
+from engine.flow.registry import Registry
 
 
 def _workers(html: str) -> dict[str, int]:
@@ -54,3 +67,123 @@ def test_workers__a_worker_holding_two_step_runs_shows_two_running(
         finally:
             for hold in holds:
                 Path(f"{hold}.release").touch()
+
+
+# what every page and action answers while the database cannot be reached
+UNREACHABLE = "the engine's database is unreachable; try again in a moment"
+NEEDS_NO_DATABASE = {("GET", "/signin"), ("GET", "/console.js")}
+PASSWORD_IN_URL = "hunter2-not-for-pages"
+
+
+def _concrete(path: str, job: uuid.UUID) -> str:
+    return (
+        path.replace("{job}", str(job))
+        .replace("{id:int}", "1")
+        .replace("{name}", "nightly")
+        .replace("{action}", "pause")
+        .replace("{page}", "periods")
+    )
+
+
+def _assert_unavailable(r: Any, what: object) -> None:
+    assert r.status_code == 503, (what, r.status_code, r.text[:300])
+    assert UNREACHABLE in r.text, what
+    assert PASSWORD_IN_URL not in r.text and "Traceback" not in r.text, what
+    assert r.headers["x-frame-options"] == "DENY", what
+    assert r.headers["x-content-type-options"] == "nosniff", what
+    assert "frame-ancestors 'none'" in r.headers["content-security-policy"], what
+    assert r.headers["cache-control"] == "no-store", what
+
+
+def _down_settings(settings: Settings) -> Settings:
+    """The test's settings pointed at a closed port on 127.0.0.1 (with a password to keep)."""
+    url = f"postgresql://postgres:{PASSWORD_IN_URL}@127.0.0.1:{free_port()}/postgres"
+    return settings.model_copy(update={"database_url": SecretStr(url), "connect_timeout_s": 2})
+
+
+def test_console__every_page_and_action_answers_503_with_its_headers_while_the_database_is_down(
+    client_for: Any,
+    settings: Settings,
+    console_conf: ConsoleSettings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    adam = client_for("adam")  # signed in while the database answered
+    token = csrf_of(adam.get("/").text)
+    job = uuid.uuid4()
+    registry = Registry.load(["testflows", "flows.tools"])
+    down = TestClient(create_app(_down_settings(settings), console_conf, registry))
+    down.base_url = adam.base_url
+    down.cookies = adam.cookies
+    caplog.set_level(logging.INFO)
+    answered = 0
+    routes = [r for r in down.app.routes if isinstance(r, Route)]
+    assert len(routes) >= 20
+    for route in routes:
+        for method in sorted(route.methods or ()):
+            if method == "HEAD":
+                continue
+            path = _concrete(route.path, job)
+            data = {"csrf": token, "name": "adam", "password": "x"} if method == "POST" else None
+            # the guard reads the user from the database first: it is where most fail
+            r = down.request(method, path, data=data, follow_redirects=False)
+            if (method, route.path) in NEEDS_NO_DATABASE and r.status_code == 200:
+                assert r.headers["x-frame-options"] == "DENY"
+                continue
+            _assert_unavailable(r, (method, path))
+            answered += 1
+    # signed out: a sign-in needs the database too
+    anonymous = TestClient(create_app(_down_settings(settings), console_conf, registry))
+    anonymous.base_url = adam.base_url
+    signin = anonymous.get("/signin")
+    r = anonymous.post(
+        "/signin", data={"name": "adam", "password": "x", "csrf": csrf_of(signin.text)}
+    )
+    _assert_unavailable(r, "POST /signin signed out")
+    answered += 1
+    # one line per answer, no traceback, no password
+    said = [rec for rec in caplog.records if "unreachable" in rec.getMessage()]
+    assert len(said) == answered, [rec.getMessage() for rec in said]
+    assert all(rec.exc_info is None for rec in caplog.records)
+    assert PASSWORD_IN_URL not in caplog.text
+
+
+def test_console__a_database_that_stops_accepting_connections_is_said_over_http_then_recovers(
+    app_for: Any,
+    people: Any,
+    settings: Settings,
+    pg_admin: str,
+    dbinfo: str,
+) -> None:
+    dbname = conninfo_to_dict(dbinfo)["dbname"]
+    app = app_for(Registry.load(["testflows", "flows.tools"]))
+    with Served(app) as served, httpx.Client(base_url=served.url, follow_redirects=True) as http:
+        signin = http.get("/signin")
+        r = http.post(
+            "/signin",
+            data={"name": "otto", "password": people["otto"][1], "csrf": csrf_of(signin.text)},
+        )
+        assert r.status_code == 200 and "Runs" in r.text, r.text[:300]
+        token = csrf_of(r.text)
+        with psycopg.connect(pg_admin, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(
+                    sql.Identifier(dbname)
+                )
+            )
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (dbname,),
+            )
+            try:
+                _assert_unavailable(http.get("/workers"), "GET /workers")
+                _assert_unavailable(http.get(f"/runs/{uuid.uuid4()}/version"), "version")
+                cancel = http.post(f"/runs/{uuid.uuid4()}/cancel", data={"csrf": token})
+                _assert_unavailable(cancel, "POST cancel")
+            finally:
+                admin.execute(
+                    sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true").format(
+                        sql.Identifier(dbname)
+                    )
+                )
+        back = http.get("/workers")
+        assert back.status_code == 200 and "Workers" in back.text
