@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from consolesupport import Served, csrf_of, free_port
+from consolesupport import Served, csrf_of, free_port, sign_in
 from harness import fast_settings, flows_registry, thread_worker, wait_until
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
@@ -23,9 +23,15 @@ from starlette.testclient import TestClient
 
 from engine import submit
 from engine.config import Settings
+from engine.console import users
 from engine.console.app import create_app
+from engine.console.extension import ConsolePage, PageRequest
 from engine.console.settings import ConsoleSettings
 from engine.flow.registry import Registry
+from engine.infra.outage import is_outage
+from engine.reports.context import build_run_report
+from engine.store import db
+from engine.store.read import sqlalchemy_engine
 
 
 def _workers(html: str) -> dict[str, int]:
@@ -187,3 +193,39 @@ def test_console__a_database_that_stops_accepting_connections_is_said_over_http_
                 )
         back = http.get("/workers")
         assert back.status_code == 200 and "Workers" in back.text
+
+
+def test_console__each_way_a_page_reads_the_database_fails_as_an_outage_when_it_is_down(
+    settings: Settings,
+) -> None:
+    """Past the guard too: the psycopg connections and the reports' SQLAlchemy engine."""
+    down = _down_settings(settings)
+    failures: list[BaseException] = []
+    for read in (
+        lambda: db.connect(down, autocommit=True),
+        lambda: build_run_report(sqlalchemy_engine(down), uuid.uuid4(), None),
+        lambda: users.account(down, "adam"),
+    ):
+        with pytest.raises(Exception) as raised:  # noqa: PT011 (any: what matters is below)
+            read()
+        failures.append(raised.value)
+    assert all(is_outage(exc) for exc in failures), [repr(e) for e in failures]
+    assert all(PASSWORD_IN_URL not in str(exc) for exc in failures)
+
+
+def test_console__an_unexpected_error_answers_500_with_the_security_headers(
+    app_for: Any, people: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(request: PageRequest) -> list[Any]:
+        raise RuntimeError("a bug in a page")
+
+    registry = Registry.load(["testflows"])
+    registry.console_pages.append(ConsolePage(name="broken", title="Broken", view=broken))
+    client = TestClient(app_for(registry), raise_server_exceptions=False)
+    client.base_url = "http://127.0.0.1"
+    sign_in(client, "vera", people["vera"][1])
+    r = client.get("/x/broken")
+    assert r.status_code == 500 and "Traceback" not in r.text and "a bug" not in r.text
+    assert r.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    assert not [rec for rec in caplog.records if "unreachable" in rec.getMessage()]
