@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # xdist workers: the machine has 2 cores; tests are mostly waiting on PostgreSQL
 TEST_WORKERS ?= 4
 
-.PHONY: demo test lint bench bench-peers venv clean chromium pgbouncer
+.PHONY: demo test lint bench bench-peers venv clean chromium pgbouncer needs-chromium needs-pgbouncer
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,10 +27,15 @@ demo: $(STAMP)
 		$(VENV)/bin/engine db status; \
 	fi
 
-test: $(STAMP)
-	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
-	@PATH="$$PATH:/usr/sbin" command -v pgbouncer >/dev/null 2>&1 || $(MAKE) --no-print-directory pgbouncer
+test: $(STAMP) needs-chromium needs-pgbouncer
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# what `make test` and `make chaos` need from Debian, installed when missing (below)
+needs-chromium:
+	@command -v chromium >/dev/null 2>&1 || $(MAKE) --no-print-directory chromium
+
+needs-pgbouncer:
+	@PATH="$$PATH:/usr/sbin" command -v pgbouncer >/dev/null 2>&1 || $(MAKE) --no-print-directory pgbouncer
 
 # The report browser tests need headless Chromium, a Debian package: installed
 # here when we are root (`make test` does it when it is missing; the one place),
@@ -45,9 +50,10 @@ chromium:
 		exit 1; \
 	fi
 
-# The pooler tests run the engine behind a real PgBouncer (transaction pooling),
-# a Debian package: installed here when we are root, like Chromium, otherwise
-# the exact command to run is printed (tests/support/pooler.py says the same).
+# The pooler tests and the chaos run's pooler scenario run the engine behind a
+# real PgBouncer (transaction pooling), a Debian package: installed here when we
+# are root, like Chromium (`make test` and `make chaos` do it when it is missing),
+# otherwise the exact command to run is printed (tests/support/pooler.py says the same).
 pgbouncer:
 	@if [ "$$(id -u)" -eq 0 ]; then \
 		echo "installing PgBouncer for the pooler tests (apt-get install pgbouncer)"; \
@@ -82,7 +88,7 @@ bench-peers: $(STAMP)
 
 # real workers on both transports under seeded faults; one JSON line per scenario
 # (size with CHAOS_ROUNDS, CHAOS_SEED, CHAOS_SCENARIOS, CHAOS_TRANSPORTS, CHAOS_FAULTS)
-chaos: $(STAMP)
+chaos: $(STAMP) needs-pgbouncer
 	PYTHONPATH=$(CURDIR):$(CURDIR)/tests/support $(PY) -m tests.chaos
 
 clean:

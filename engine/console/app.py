@@ -52,8 +52,10 @@ from engine.console.auth import csrf_token, form_values, guarded
 from engine.console.extension import ActionRequest, ConsolePage, PageRequest
 from engine.console.roles import Permission, allowed
 from engine.console.settings import ConsoleSettings
+from engine.console.unavailable import DatabaseOutage
 from engine.errors import BadInput, EngineError, NoSuchJob
 from engine.flow.registry import Registry
+from engine.infra.outage import is_outage
 from engine.jobs import admin
 from engine.jobs.audit import audit_trail
 from engine.jobs.lookup import resolve_job_id
@@ -218,6 +220,8 @@ async def _act(
     except (BadInput, NoSuchJob) as exc:
         _flash(request, f"refused: {exc}", ok=False)
     except EngineError as exc:
+        if is_outage(exc):
+            raise  # DatabaseOutage answers 503: there is no page to come back to
         _flash(request, f"not done: {exc}", ok=False)
     else:
         _flash(request, message)
@@ -631,6 +635,8 @@ def create_app(
         routes=routes,
         middleware=[
             Middleware(SecurityHeaders),
+            # inside the headers, outside everything that reads the database (the guard too)
+            Middleware(DatabaseOutage),
             Middleware(
                 SessionMiddleware,
                 secret_key=secret,

@@ -40,6 +40,7 @@ from engine.simulate.plan import Plan, SimOptions
 from engine.simulate.record import Fault, Oracle, SimRecord
 from engine.simulate.replay import render_replay
 from engine.store import db, migrations
+from engine.store.leases import worker_of
 from engine.store.named import NamedQueries
 from engine.store.queries import load
 from engine.store.read import sqlalchemy_engine
@@ -166,7 +167,7 @@ class _Run:
     def _kill_planned(self, job_no: dict[uuid.UUID, int]) -> None:
         for row in _sql.rows(self.conn, "sim_running_select"):
             key = (job_no.get(row["job_id"], -1), row["step"])
-            proc = str(row["lease_owner"]).split("/")[0]
+            proc = worker_of(str(row["lease_owner"]))
             if key not in self.plan.kill_at or row["id"] in self.killed or row["attempts"] != 1:
                 continue
             if not self.workers.alive(proc) or row["running_s"] < self._kill_after(key):

@@ -14,6 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel
 
 from engine.simulate.record import Fault, SimRecord
+from engine.store.leases import lease_owner, worker_of
 from engine.store.models import Event, EventKind, Job, StepRun
 
 __all__ = ["Bar", "LogLine", "Mark", "Timeline"]
@@ -89,11 +90,11 @@ class Timeline:
     def _lanes(self, events: list[Event]) -> list[str]:
         procs = [f.worker for f in self.record.faults if f.kind == "spawn" and f.worker]
         slots = {e.worker for e in events if e.worker} | {
-            f"{p}/{i}" for p in procs for i in range(self.record.concurrency)
+            lease_owner(p, i) for p in procs for i in range(self.record.concurrency)
         }
 
         def key(lane: str) -> tuple[int, str]:
-            proc = lane.split("/")[0]
+            proc = worker_of(lane)
             return (procs.index(proc) if proc in procs else len(procs), lane)
 
         return sorted(slots, key=key)
@@ -154,7 +155,7 @@ class Timeline:
                 self.job_ends[e.job_id] = (t, "done" if kind == EventKind.JOB_DONE else "failed")
                 self._line(t, "job", f"job #{self.job_no.get(e.job_id, '?')} {kind.value[4:]}")
         for (step_run_id, lane), bar in open_bars.items():
-            proc = lane.split("/")[0]
+            proc = worker_of(lane)
             if proc in kills:
                 self._orphaned(step_run_id, bar, kills[proc], None)
         for f in self.record.faults:
@@ -191,7 +192,7 @@ class Timeline:
         """Close the attempt whose lease a reclaim at ``t`` took over."""
         if bar is None:
             return
-        proc = bar.lane.split("/")[0]
+        proc = worker_of(bar.lane)
         if proc in kills and kills[proc] <= t:
             self._orphaned(step_run_id, bar, kills[proc], t)
         else:
@@ -202,13 +203,13 @@ class Timeline:
     def _fault(self, f: Fault) -> None:
         t = self._s(f.at)
         if f.kind == "kill" and f.worker:
-            slots = [lane for lane in self.lanes if lane.split("/")[0] == f.worker]
+            slots = [lane for lane in self.lanes if worker_of(lane) == f.worker]
             for i, lane in enumerate(slots):
                 self.marks.append(Mark(lane=lane, t=t, kind="kill", title=f.detail, counted=i == 0))
             self._line(t, "kill", f.detail)
         elif f.kind == "spawn" and f.worker:
             for lane in self.lanes:
-                if lane.split("/")[0] == f.worker:
+                if worker_of(lane) == f.worker:
                     self.marks.append(Mark(lane=lane, t=t, kind="spawn", title=f.detail))
             self._line(t, "spawn", f.detail)
         elif f.kind in ("duplicate", "resubmit"):

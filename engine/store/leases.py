@@ -13,11 +13,17 @@ working on the step run; it is not an error. The other ways a lease ends
 (checkpoint, retry, dead, park) are fenced writes in
 :mod:`engine.store.step_runs`.
 
+A lease's owner is the claiming worker's slot, ``<worker id>/<slot>``
+(:func:`lease_owner`); whatever relates a lease to its worker maps the owner
+with :func:`worker_of`, or in SQL with its mirror ``engine_worker_of(owner)``
+(migration 0029), never by comparing the owner with a worker id.
+
 The statements are blocks of ``sql/step_runs.sql``.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -28,9 +34,31 @@ from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import column
 
-__all__ = ["lease_extend_if_owner", "lease_live", "lease_release_if_owner"]
+__all__ = [
+    "lease_extend_if_owner",
+    "lease_live",
+    "lease_owner",
+    "lease_release_if_owner",
+    "worker_of",
+]
 
 _q = load("step_runs")
+# the slot a lease owner ends with; engine_worker_of (migration 0029) strips the same
+_SLOT = re.compile(r"/[0-9]+\Z")
+
+
+def lease_owner(worker_id: str, slot: int) -> str:
+    """The owner a worker's slot claims under: ``host:pid/0`` for slot 0 of ``host:pid``."""
+    return f"{worker_id}/{slot}"
+
+
+def worker_of(owner: str) -> str:
+    """The worker a lease owner belongs to: the owner without its last ``/<slot>``.
+
+    The one mapping in Python (its SQL twin is ``engine_worker_of``): a worker
+    id may contain ``/`` itself; an owner without a slot is its own worker.
+    """
+    return _SLOT.sub("", owner)
 
 
 @wrap_errors

@@ -223,7 +223,9 @@ class PooledConnection(psycopg.Connection[Any]):
     the transaction begins (``conn.transaction()`` or a first statement outside
     autocommit; in autocommit, :class:`PooledCursor` gives each statement its
     own). psycopg has no public hook for it: this follows its internal
-    ``_exec_command``, through which it sends ``BEGIN``.
+    ``_exec_command``, through which it sends ``BEGIN``; psycopg is pinned to
+    the versions it was tested on (pyproject.toml) and
+    ``tests/integration/test_psycopg_seams.py`` fails if that changes.
     """
 
     _set_local: bytes = b""

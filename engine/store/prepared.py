@@ -100,8 +100,12 @@ class _Session:
         step's transaction or savepoint rolled back), a ``DROP`` or an
         ``ALTER``, deallocates every statement of the session, ours too. Its
         manager says when (``clear()`` returns true just before it sends it).
-        Were that internal ever gone, psycopg is told not to prepare on this
-        connection, and then never deallocates.
+        psycopg documents no hook for this (``prepare_threshold=None`` would
+        avoid it only by giving up psycopg's own prepared statements), so the
+        internal is followed, psycopg is pinned to the versions it was tested
+        on (pyproject.toml) and ``tests/integration/test_psycopg_seams.py``
+        fails if it changes. Were it ever gone, psycopg is told not to prepare
+        on this connection, and then never deallocates.
         """
         manager = getattr(conn, "_prepared", None)
         clear = getattr(manager, "clear", None)

@@ -33,6 +33,7 @@ from engine.infra import logs
 from engine.infra.outage import is_outage
 from engine.runner import StepRunner
 from engine.runner.lease import Heartbeat
+from engine.store.leases import lease_owner
 from engine.transports.base import Received
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class Slot:
     ) -> None:
         self.worker = worker
         self._connect = connect
-        self.name = f"{worker.worker_id}/{index}"
+        self.name = lease_owner(worker.worker_id, index)
         self.heartbeat = Heartbeat(
             worker.settings, worker.transport, self.name, on_outage=worker.outage.failed
         )

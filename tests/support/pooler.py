@@ -54,7 +54,7 @@ def ensure_pgbouncer() -> str:
     if found is None:
         raise RuntimeError(
             f"pgbouncer is not installed; install it (as root) with: {INSTALL_COMMAND} "
-            "(or run `make test`, which does it when it runs as root)"
+            "(or run `make test` or `make chaos`, which do it when they run as root)"
         )
     return found
 

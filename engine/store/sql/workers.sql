@@ -63,12 +63,12 @@ CROSS JOIN LATERAL (
 ORDER BY v.flow, v.version;
 
 -- worker_select_recent --
--- Read-only, for the console: workers running or seen within since_s, each live (running, seen within live_s), dead (running but not seen: crashed or cut off; its leases lapse and are reclaimed) or stopped, with the step runs it holds now (one pass over the running step runs, through the partial index of running leases).
+-- Read-only, for the console: workers running or seen within since_s, each live (running, seen within live_s), dead (running but not seen: crashed or cut off; its leases lapse and are reclaimed) or stopped, with the step runs its slots hold now (a lease's owner is the slot, mapped to its worker by engine_worker_of; one pass over the running step runs, through the partial index of running leases).
 WITH held AS (
-    SELECT lease_owner, count(*)::int AS running
+    SELECT engine_worker_of(lease_owner) AS worker, count(*)::int AS running
     FROM engine_step_runs
     WHERE status = 'running' AND lease_expires_at IS NOT NULL
-    GROUP BY lease_owner
+    GROUP BY 1
 )
 SELECT w.id, w.host, w.pid, w.transport, w.concurrency, w.runnable, w.started_at, w.last_seen_at,
        extract(epoch FROM clock_timestamp() - w.last_seen_at)::float8 AS seen_s_ago,
@@ -77,7 +77,7 @@ SELECT w.id, w.host, w.pid, w.transport, w.concurrency, w.runnable, w.started_at
             ELSE 'dead' END AS state,
        coalesce(h.running, 0) AS running
 FROM engine_workers AS w
-LEFT JOIN held AS h ON h.lease_owner = w.id
+LEFT JOIN held AS h ON h.worker = w.id
 WHERE w.status = 'running' OR w.last_seen_at >= clock_timestamp() - make_interval(secs => %(since_s)s)
 ORDER BY (w.status = 'running') DESC, w.last_seen_at DESC, w.id
 LIMIT 200;
