@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from pydantic import BaseModel, RootModel
 
 from engine.errors import OutputRefused
 from engine.runner.checkpoint import checkpoint_json
+from engine.waits.signals import summary_json
 
 
 class Line(BaseModel):
@@ -81,3 +83,41 @@ def test_checkpoint_json__a_whole_output_that_is_nan_is_named_as_the_output() ->
 def test_checkpoint_json__text_that_only_looks_escaped_is_carried() -> None:
     doc = Doc(lines=[Line(note="C:\\u0000\\ud800")])
     assert checkpoint_json(doc)["lines"][0]["note"] == "C:\\u0000\\ud800"
+
+
+class Loose(BaseModel):
+    totals: dict  # type: ignore[type-arg]  # the README's example: an untyped dict
+    extra: Any = None
+
+
+@pytest.mark.parametrize(
+    ("doc", "start"),
+    [
+        (Loose(totals={"ratio": float("nan")}), "output field 'totals.ratio' is NaN: "),
+        (Loose(totals={"ratio": float("inf")}), "output field 'totals.ratio' is Infinity: "),
+        (
+            Loose(totals={}, extra={"lines": [{"cost": Decimal("NaN")}]}),
+            "output field 'extra.lines[0].cost' is Decimal('NaN'): ",
+        ),
+    ],
+)
+def test_checkpoint_json__a_dict_or_any_field_is_refused_never_nulled(
+    doc: BaseModel, start: str
+) -> None:
+    assert refused(doc).startswith(start), refused(doc)
+
+
+@pytest.mark.parametrize(
+    ("summary", "start"),
+    [
+        (Loose(totals={"ratio": float("nan")}), "wait summary field 'totals.ratio' is NaN: "),
+        ({"totals": {"ratio": Decimal("Infinity")}}, "wait summary field 'totals.ratio' is "),
+        ({"t": Loose(totals={"r": float("-inf")})}, "wait summary field 't.totals.r' is -Infinity"),
+    ],
+)
+def test_summary_json__a_dict_or_any_field_is_refused_never_nulled(
+    summary: Any, start: str
+) -> None:
+    with pytest.raises(OutputRefused) as caught:
+        summary_json(summary)
+    assert str(caught.value).startswith(start), str(caught.value)
