@@ -26,7 +26,7 @@ from jsonflows import LOOSE_FIELDS, SUMMARY_FIELDS
 
 from engine import BadInput, InvalidParameters, add_schedule, signal, submit
 from engine.config import Settings
-from engine.errors import OutputRefused, StoreError
+from engine.errors import StoreError
 from engine.flow.registry import Registry
 from engine.jobs.audit import record_action
 from engine.jobs.lookup import active_jobs
@@ -55,7 +55,7 @@ def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def count(conn: psycopg.Connection[Any], table: str) -> int:
-    row = conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone()  # noqa: S608 (a test's own names)
+    row = conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone()
     assert row is not None
     return int(row["n"])
 
