@@ -149,7 +149,7 @@ def test_tag__a_value_json_cannot_carry_is_bad_input_naming_it(
     with thread_worker(fast, REGISTRY):
         assert wait_job_ended(conn, job_id) == "failed"
     run = run_of(conn, job_id, "tag")
-    assert run["error"]["type"] == "BadInput", run["error"]
+    assert run["error"]["type"] == "JsonRefused", run["error"]
     assert run["error"]["message"].startswith(
         "tag 'document' value 2 contains a NUL character ('\\x00' at index 3)"
     ), run["error"]["message"]

@@ -44,26 +44,28 @@ def test_checkpoint_json__a_good_output_is_its_json() -> None:
     [
         (
             Doc(lines=[Line(), Line(amount=float("nan"))]),
-            "output field 'lines[1].amount' is NaN: JSON cannot carry it",
+            "output field 'lines[1].amount' is NaN: JSON cannot carry it"
+            " (JSON has no NaN or Infinity: use null, a finite number or a string)",
         ),
         (
             Doc(by_store={"S01": 1.0, "S02": float("-inf")}),
-            "output field 'by_store.S02' is -Infinity: JSON cannot carry it",
+            "output field 'by_store.S02' is -Infinity: JSON cannot carry it"
+            " (JSON has no NaN or Infinity: use null, a finite number or a string)",
         ),
         (
             Doc(lines=[Line(note="INV-42\x00")]),
             "output field 'lines[0].note' contains a NUL character ('\\x00' at index 6): "
-            "JSON cannot carry it",
+            "JSON cannot carry it (PostgreSQL stores no NUL character: remove it)",
         ),
         (
             Doc(lines=[Line(note="x\ud800")]),
             "output field 'lines[0].note' contains a surrogate code point ('\\ud800' at index 1):"
-            " JSON cannot carry it",
+            " JSON cannot carry it (a surrogate is half a character: use whole characters)",
         ),
         (
             Doc(by_store={"S\x0001": 1.0}),
             "output field 'by_store' has a key that contains a NUL character ('\\x00' at index 1):"
-            " JSON cannot carry it",
+            " JSON cannot carry it (PostgreSQL stores no NUL character: remove it)",
         ),
     ],
 )
@@ -77,7 +79,9 @@ def test_checkpoint_json__a_surrogate_pair_is_refused_too() -> None:
 
 
 def test_checkpoint_json__a_whole_output_that_is_nan_is_named_as_the_output() -> None:
-    assert refused(RootModel[float](float("nan"))) == "output is NaN: JSON cannot carry it"
+    assert refused(RootModel[float](float("nan"))) == (
+        "output is NaN: JSON cannot carry it (JSON has no NaN or Infinity: use null, a finite number or a string)"
+    )
 
 
 def test_checkpoint_json__text_that_only_looks_escaped_is_carried() -> None:
