@@ -148,6 +148,7 @@ def submit_in(
     admission check runs first, in the same transaction.
     """
     # the caller's bad input, named: not a driver error that aborts its transaction
+    jsonb.checked(submitted_by, "submitter")
     params_json = jsonb.model_json(
         params, "params", error=lambda m: InvalidParameters(flow.name, [m])
     )

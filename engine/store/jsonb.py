@@ -33,6 +33,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 from engine.errors import JsonRefused
 
@@ -43,6 +44,9 @@ T = TypeVar("T")
 # in JSON text as json.dumps writes it (ASCII): a NUL or a surrogate, escaped (or a
 # string holding a backslash and such letters, which the walk then clears)
 _SUSPECT = re.compile(r"\\u(?:0000|d[89a-f])")
+# in JSON text as pydantic writes it with inf_nan_mode="constants": a float's NaN or
+# infinity (a Decimal's in quotes, a dict key's as "nan", "inf"), a NUL, or text holding such
+_MARKS = (b"NaN", b"Infinity", b'"inf"', b'"-inf"', b'"nan"', b"\\u0000")
 # in a string: what jsonb refuses
 _REFUSED = re.compile("[\x00\ud800-\udfff]")
 
@@ -89,8 +93,11 @@ def model_json(
     Its values are checked as they are (pydantic's JSON dump would have made a
     NaN ``null`` or ``"NaN"`` already), then the dump (a serializer may make one).
     """
-    checked(model.model_dump(), noun, error=error)
-    return checked(model.model_dump(mode="json"), noun, error=error)
+    for data in (model.model_dump(), model.model_dump(mode="json")):
+        found = _walk(data, "", set()) if _suspect(data) else None
+        if found is not None:
+            raise error(found.describe(noun))
+    return data
 
 
 def uncarried(data: Any) -> Uncarried | None:
@@ -107,6 +114,25 @@ def uncarried(data: Any) -> Uncarried | None:
     else:
         suspect = _SUSPECT.search(text) is not None
     return _walk(data, "", set()) if suspect else None
+
+
+def _suspect(dumped: Any) -> bool:
+    """May ``dumped`` (a model's dump: no model left in it) hold what JSON cannot carry?
+
+    One dump in Rust that writes NaN and the infinities as such (a
+    ``Decimal``'s as its text, a dict key's as ``"nan"``, ``"inf"``), a NUL
+    escaped, and fails on a surrogate; a few searches of its text. Text that
+    only looks like it makes the walk look closer, and clear it.
+    """
+    try:
+        text = to_json(dumped, inf_nan_mode="constants", fallback=_nothing)
+    except Exception:  # e.g. a lone surrogate, which has no UTF-8: the walk names it
+        return True
+    return any(mark in text for mark in _MARKS)
+
+
+def _nothing(value: Any) -> None:
+    return None  # a value with no JSON form: the JSON dump will say so
 
 
 class _Suspect(Exception):

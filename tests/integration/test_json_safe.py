@@ -28,6 +28,7 @@ from engine import BadInput, InvalidParameters, add_schedule, signal, submit
 from engine.config import Settings
 from engine.errors import StoreError
 from engine.flow.registry import Registry
+from engine.jobs.admin import cancel
 from engine.jobs.audit import record_action
 from engine.jobs.lookup import active_jobs
 
@@ -258,3 +259,21 @@ def test_active_jobs__params_json_cannot_carry_are_bad_input_naming_the_field(
         active_jobs(conn, flows=["measure"], params={"ratio": math.nan})
     # the connection's transaction was not aborted by a refused statement
     assert active_jobs(conn, flows=["measure"], params={"ratio": 0.5}) == []
+
+
+def test_submit__a_submitter_with_a_nul_is_bad_input_naming_it(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    with pytest.raises(BadInput, match="submitter contains a NUL character"):
+        submit("measure", {}, settings=fast, registry=REGISTRY, submitted_by="acct\x00")
+    assert count(conn, "engine_jobs") == 0
+
+
+def test_cancel__a_reason_with_a_nul_is_bad_input_and_changes_nothing(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    job_id = job(fast, "measure")
+    with pytest.raises(BadInput, match="cancel reason contains a NUL character"):
+        cancel(fast, job_id, "late\x00", actor="acct")
+    assert conn.execute("SELECT status FROM engine_jobs").fetchone() == {"status": "pending"}
+    assert count(conn, "engine_audit") == 0

@@ -80,7 +80,8 @@ def test_checkpoint_json__a_surrogate_pair_is_refused_too() -> None:
 
 def test_checkpoint_json__a_whole_output_that_is_nan_is_named_as_the_output() -> None:
     assert refused(RootModel[float](float("nan"))) == (
-        "output is NaN: JSON cannot carry it (JSON has no NaN or Infinity: use null, a finite number or a string)"
+        "output is NaN: JSON cannot carry it "
+        "(JSON has no NaN or Infinity: use null, a finite number or a string)"
     )
 
 
