@@ -13,15 +13,17 @@
     │   │                            (names a few of them)
     │   ├── Refused                  the request is valid but the data's state
     │   │                            forbids it now (a flow's admission check)
-    │   └── MalformedMessage         a queue message is not a step message envelope
-    │                                (the worker dead-letters it and stays up)
+    │   ├── MalformedMessage         a queue message is not a step message envelope
+    │   │                            (the worker dead-letters it and stays up)
+    │   └── JsonRefused              a value the database's JSON cannot carry (NaN,
+    │       │                        an infinity, a NUL, a surrogate); names the field
+    │       └── OutputRefused        a step returned an output (or a wait summary)
+    │                                its JSON cannot carry; the step run fails as if
+    │                                its code raised
     ├── JobFailed                    a job a command waited for did not end done;
     │                                the CLI exits 1
     ├── ChecksFailed                 a check found broken identities (names each);
     │                                the CLI exits 1
-    ├── OutputRefused                a step returned an output its checkpoint's JSON
-    │                                cannot carry (names the field); the step run
-    │                                fails as if its code raised
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
     ├── StoreError                   a database driver error, wrapped once in
@@ -149,11 +151,21 @@ class JobFailed(EngineError):
     """
 
 
-class OutputRefused(EngineError):
-    """A step's output holds a value its checkpoint's JSON cannot carry; names the field.
+class JsonRefused(BadInput):
+    """A value the database's JSON (or text) cannot carry, refused before it is written.
 
-    NaN and the infinities (JSON has no such numbers), and in strings a NUL
-    character or a surrogate code point (PostgreSQL's ``jsonb`` refuses both).
+    NaN and the infinities, as a float, a float subclass or a ``Decimal``
+    (JSON has no such numbers; pydantic's JSON dump would write ``null``, a
+    silent change of value), and in a string or a key a NUL character or a
+    surrogate code point (PostgreSQL refuses both). The message names the
+    field by its path (``params field 'totals.ratio' is NaN``) and what would
+    do instead; :mod:`engine.store.jsonb` is the one check.
+    """
+
+
+class OutputRefused(JsonRefused):
+    """A step's output (or its wait's summary) holds a value JSON cannot carry; names the field.
+
     Raised before anything is written, by the step run's own attempt: it fails
     as if its code had raised, retried under its policy (a step that is not
     deterministic may return a finite value next time), never stored as

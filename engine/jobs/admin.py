@@ -28,7 +28,7 @@ from engine.config import Settings
 from engine.errors import BadInput, Busy, Contention, NoSuchJob
 from engine.jobs.audit import operator, record_action
 from engine.jobs.ending import job_ended
-from engine.store import db
+from engine.store import db, jsonb
 from engine.store.status import AuditSource, EventKind
 from engine.transports import transport_for
 from engine.transports.announce import announce
@@ -108,6 +108,8 @@ def cancel(
     """
     transport = transport or transport_for(settings)
     who = actor or operator()
+    for noun, value in (("actor", who), ("reason", reason)):
+        jsonb.checked(value, f"cancel {noun}")  # a NUL: BadInput naming it, before any write
     message = f"cancelled by {who}" + (f": {reason}" if reason else "")
     with operator_action(settings, f"cancel of job {job_id}"), _connect(settings) as conn:
         with conn.transaction():

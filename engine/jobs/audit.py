@@ -34,7 +34,7 @@ import psycopg
 from engine import store
 from engine.config import Settings
 from engine.errors import BadInput
-from engine.store import db
+from engine.store import db, jsonb
 from engine.store.status import AuditSource
 
 __all__ = ["Audited", "audit_trail", "operator", "record_action"]
@@ -124,6 +124,10 @@ def record_action(
         valid = ", ".join(s.value for s in AuditSource)
         raise BadInput(f"invalid audit source {source!r}; valid: {valid}") from None
     who = (actor or "").strip() or operator()
+    # what the database cannot store (NaN, a NUL, ...) is BadInput naming it, not a StoreError
+    for noun, value in (("actor", who), ("target", target_id), ("reason", reason)):
+        jsonb.checked(value, f"audit {noun}")
+    jsonb.checked(detail, "audit detail")
     row = store.audit_insert(
         conn,
         actor=who,

@@ -27,6 +27,7 @@ from engine import store
 from engine.config import Settings
 from engine.errors import AmbiguousJobId, BadInput, NoSuchJob
 from engine.jobs.watch import watch_job
+from engine.store import jsonb
 from engine.store.status import JobStatus
 
 __all__ = [
@@ -76,9 +77,8 @@ def active_jobs(
     period, whatever its other parameters; ``exclude`` leaves one job out
     (the caller's own).
     """
-    rows = store.job_select_active_matching(
-        conn, flows=list(flows), params=dict(params or {}), exclude=exclude
-    )
+    wanted = jsonb.checked(dict(params or {}), "params")
+    rows = store.job_select_active_matching(conn, flows=list(flows), params=wanted, exclude=exclude)
     return [JobInfo._of(r) for r in rows]
 
 

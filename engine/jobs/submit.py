@@ -147,11 +147,11 @@ def submit_in(
     the moment the caller commits (nothing is sent on rollback). The flow's
     admission check runs first, in the same transaction.
     """
-    params_json = params.model_dump(mode="json")
-    found = jsonb.uncarried(params_json)
-    if found is not None:
-        # the caller's bad input, named: not a driver error that aborts its transaction
-        raise InvalidParameters(flow.name, [found.describe("params")])
+    # the caller's bad input, named: not a driver error that aborts its transaction
+    jsonb.checked(submitted_by, "submitter")
+    params_json = jsonb.model_json(
+        params, "params", error=lambda m: InvalidParameters(flow.name, [m])
+    )
     admit(flow, params, conn)
     child_of = None if parent is None else (parent.step_run_id, parent.key)
     fingerprint = job_fingerprint(flow.name, flow.version, params, scheduled_for, child_of)

@@ -72,10 +72,7 @@ def checkpoint_json(output: BaseModel) -> dict[str, Any]:
     NaN, an infinity, a NUL character, a surrogate), named by its field's
     path, e.g. "output field 'totals.ratio' is NaN: JSON cannot carry it".
     """
-    data: dict[str, Any] = output.model_dump(mode="json")
-    found = jsonb.uncarried(data)
-    if found is not None:
-        raise OutputRefused(found.describe("output"))
+    data: dict[str, Any] = jsonb.model_json(output, "output", error=OutputRefused)
     return data
 
 

@@ -29,6 +29,7 @@ from engine import store
 from engine.errors import BadInput, DefinitionError, EngineError, JobCancelled, LeaseLost
 from engine.flow import register_injectable
 from engine.flow.flow import declared_signals
+from engine.store import jsonb
 from engine.waits.children import Child, ChildrenTimeout, ChildSubmitter, wait_for_children
 from engine.waits.signals import Signal, SignalTimeout, summary_json, wait_for_signal
 from engine.waits.wait import sleep_until
@@ -105,7 +106,8 @@ class StepContext:
         (``document`` is the runs page's document number). Returns the tags
         added. A name that is not a lower-case word, or a value that is empty
         or longer than :data:`MAX_TAG_VALUE`, is :class:`~engine.errors.BadInput`
-        naming it.
+        naming it; one holding what PostgreSQL cannot store (a NUL character, a
+        surrogate) is :class:`~engine.errors.JsonRefused` naming it by number.
         """
         if not isinstance(name, str) or not _TAG_NAME.fullmatch(name):
             raise BadInput(
@@ -115,12 +117,13 @@ class StepContext:
         flat: list[str] = []
         for value in values:
             flat.extend([value] if isinstance(value, str) else value)
-        for value in flat:
+        for number, value in enumerate(flat, 1):
             if not isinstance(value, str) or not value or len(value) > MAX_TAG_VALUE:
                 raise BadInput(
                     f"invalid value {value!r} of tag {name!r}: a non-empty string of at most "
                     f"{MAX_TAG_VALUE} characters"
                 )
+            jsonb.checked(value, f"tag {name!r} value {number}")
         if not flat:
             return 0
         return store.tag_insert_many(self.conn, self.job_id, name, flat)

@@ -42,13 +42,13 @@ import psycopg
 
 from engine import store
 from engine.config import Settings
-from engine.errors import BadInput
+from engine.errors import BadInput, InvalidParameters
 from engine.flow.registry import Registry
 from engine.jobs.admin import operator_action
 from engine.jobs.audit import operator, record_action
 from engine.jobs.submit import Submitted, submit
 from engine.schedules.calendar import Calendar, check_templates, resolve_params
-from engine.store import db
+from engine.store import db, jsonb
 from engine.store.status import AuditSource, CatchUp
 from engine.transports import transport_for
 
@@ -184,10 +184,17 @@ def add_schedule(
         valid = ", ".join(c.value for c in CatchUp)
         raise BadInput(f"invalid catch-up {catch_up!r}; valid: {valid}") from None
     values = dict(params or {})
+
+    def refused(message: str) -> InvalidParameters:
+        return InvalidParameters(target.name, [message])
+
+    # NaN, an infinity, a NUL: refused naming the field, as given and as the flow reads it
+    jsonb.checked(values, "params", error=refused)
     check_templates(values)
     with db.connect(settings) as conn, conn.transaction():
         first = calendar.after(store.schedule_select_db_now(conn))
-        target.parse_params(resolve_params(values, first, calendar.tz))
+        parsed = target.parse_params(resolve_params(values, first, calendar.tz))
+        jsonb.model_json(parsed, "params", error=refused)
         if not store.schedule_insert_if_absent(
             conn,
             name=name,

@@ -112,17 +112,18 @@ def summary_json(summary: BaseModel | Mapping[str, Any] | None) -> dict[str, Any
     """
     if summary is None:
         return None
+    noun = "wait summary"
     if isinstance(summary, BaseModel):
-        data: Any = summary.model_dump(mode="json")
+        data: Any = jsonb.model_json(summary, noun, error=OutputRefused)
     elif isinstance(summary, Mapping):
+        # looked at before the JSON form, which makes a Decimal's NaN "NaN"
+        jsonb.checked(summary, noun, error=OutputRefused)
         data = {str(k): _jsonable(v, str(k)) for k, v in summary.items()}
+        jsonb.checked(data, noun, error=OutputRefused)
     else:
         raise OutputRefused(
             f"a wait summary is a pydantic model or a dict, got {type(summary).__name__}"
         )
-    found = jsonb.uncarried(data)
-    if found is not None:
-        raise OutputRefused(found.describe("wait summary"))
     return dict(data)
 
 
@@ -219,6 +220,7 @@ def signal(
     job = _job_id(job_id)
     check_signal_name(name)
     data = _json_data(name, data)
+    jsonb.checked(sent_by, f"sender of signal {name!r}")
     publisher = publisher or transport_for(settings)
 
     def work(raw: psycopg.Connection[Any], notify: bool) -> Signalled:
@@ -293,9 +295,14 @@ def _job_id(job_id: uuid.UUID | str) -> uuid.UUID:
 
 
 def _json_data(name: str, data: Any) -> Any:
-    """``data`` as it will read back from the database (so a resend compares equal)."""
+    """``data`` as it will read back from the database (so a resend compares equal).
+
+    What JSON cannot carry (NaN, an infinity, a NUL, a surrogate) is
+    :class:`~engine.errors.JsonRefused` naming its field, before anything is written.
+    """
     if data is None:
         return {}
+    jsonb.checked(data, f"signal {name!r} data")
     try:
         return json.loads(json.dumps(data, allow_nan=False))
     except (TypeError, ValueError) as exc:
