@@ -582,7 +582,7 @@ def test_migration__an_oversized_value_is_its_rows_error_with_its_size(
         assert str(flows.migration.FIELD_LIMIT) in reason, "and what would be valid"
         assert "quote" not in reason, reason
         assert len(reason) < 400, "the reason does not quote the whole value"
-        assert raw == lines[row + 1], "the original line, whole"
+        assert raw == lines[row], "the original line, whole"
     skus = [r["sku"] for r in conn.execute("SELECT sku FROM erp_items ORDER BY sku")]
     assert skus == ["BR1-0001", "BR1-0004"]
 
@@ -759,9 +759,7 @@ def test_migration__opening_balances_that_cannot_be_stock_are_rejected_naming_th
     fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
 ) -> None:
     for n in range(1, 10):
-        conn.execute(
-            "INSERT INTO erp_items VALUES (%s, 1, %s, 'Item', 1, 2)", (n, f"BR1-{n:04d}")
-        )
+        conn.execute("INSERT INTO erp_items VALUES (%s, 1, %s, 'Item', 1, 2)", (n, f"BR1-{n:04d}"))
     source = tmp_path / "opening.csv"
     source.write_text(
         "store_code,sku,period,qty,value\n"
