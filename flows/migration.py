@@ -332,11 +332,11 @@ class Source:
     def _header_problem(self, header: Record) -> str:
         if header.unclosed is not None:
             return self._unclosed(header, f"column {header.unclosed[1] + 1}")
-        if header.count > MAX_COLUMNS:
-            return f"the header has {header.count} columns, more than the {MAX_COLUMNS} read"
+        if header.columns > MAX_COLUMNS:
+            return f"the header has {header.columns} columns, more than the {MAX_COLUMNS} read"
         if header.flaw is not None:
             return f"the header is not well-formed CSV: {_quote_advice(header.flaw)}"
-        for column, size in header.oversized.items():
+        for column, size in header.oversized:
             return f"header column {column + 1} is {size} characters long, not a column name"
         for column, name in enumerate(header.cells):
             if "\x00" in name:
@@ -387,10 +387,10 @@ class Source:
                 f"malformed CSV at line {flaw.line}, {self._name(flaw.column)}: "
                 f"{_quote_advice(flaw)}{spans}"
             )
-        if record.count != self.width:
-            count = record.count
+        if record.columns != self.width:
+            count = record.columns
             return f"row has {count} column{'' if count == 1 else 's'}, the header has {self.width}"
-        for column, size in record.oversized.items():
+        for column, size in record.oversized:
             return (
                 f"{self._name(column)}: a value of {size} characters; one value may hold at "
                 f"most {FIELD_LIMIT}"

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 FIELD_LIMIT = 131_072  # characters in one value: far over any column's own limit
 RAW_LIMIT = 1 << 20  # characters of a record's original text kept for its reject
 PIECE = 1 << 16  # characters read at a time: a line longer than this is read in pieces
 
 _UNQUOTED = re.compile(r'[^,"]*')
+# a line of well-formed values, each quoted or not, and the values in it
+_WELL_FORMED = re.compile(r'(?:"(?:[^"]|"")*"|[^,"]*)(?:,(?:"(?:[^"]|"")*"|[^,"]*))*')
+_VALUE = re.compile(r'(?:^|,)(?:(")((?:[^"]|"")*)"|([^,"]*))')
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,7 @@ class Flaw:
     text: str  # the value as written (its start and end when long)
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """One CSV record of the file (the header, or a row) as read."""
 
     number: int  # the data row's number, 1-based (the header is 0); blank lines are no row
@@ -52,8 +54,8 @@ class Record:
     length: int  # the length of its whole text (more than len(raw) when cut)
     cells: list[str]  # its values (at most max_cells); "" for a value over FIELD_LIMIT
     quoted: list[bool]  # whether each value was written in quotes
-    count: int  # how many values the record has
-    oversized: dict[int, int] = field(default_factory=dict)  # column -> characters
+    columns: int  # how many values the record has
+    oversized: tuple[tuple[int, int], ...] = ()  # (column, characters) of values over the limit
     flaw: Flaw | None = None
     unclosed: tuple[int, int] | None = None  # (line, column) of a quote never closed
 
@@ -61,6 +63,12 @@ class Record:
 def _unquoted_end(body: str, at: int) -> int:
     match = _UNQUOTED.match(body, at)
     return at if match is None else match.end()
+
+
+def _values(found: list[tuple[str, str, str]]) -> tuple[list[str], list[bool]]:
+    """The values of a well-formed line, from _VALUE's matches, and whether each was quoted."""
+    cells = [inside.replace('""', '"') if quote else bare for quote, inside, bare in found]
+    return cells, [bool(quote) for quote, _, _ in found]
 
 
 def _shown(text: str) -> str:
@@ -86,7 +94,7 @@ class _Reader:
         self.cells: list[str] = []
         self.quoted: list[bool] = []
         self.count = 0
-        self.oversized: dict[int, int] = {}
+        self.oversized: list[tuple[int, int]] = []
         self.flaw: Flaw | None = None
         self._new_value(0)
 
@@ -126,7 +134,7 @@ class _Reader:
             self.cells.append("" if over else "".join(self.parts))
             self.quoted.append(self.value_quoted)
             if over:
-                self.oversized[index] = self.size
+                self.oversized.append((index, self.size))
         self._new_value(at + 1)
 
     def _end_record(self) -> Record:
@@ -139,8 +147,8 @@ class _Reader:
             length=self.length,
             cells=self.cells,
             quoted=self.quoted,
-            count=self.count,
-            oversized=self.oversized,
+            columns=self.count,
+            oversized=tuple(self.oversized),
             flaw=self.flaw,
         )
         self.number += 1
@@ -165,8 +173,11 @@ class _Reader:
                 if brk:
                     self.line += 1  # a blank line is no record
                 return None
-            if brk and '"' not in body and len(body) <= FIELD_LIMIT:
-                return self._plain(body)
+            if brk and len(body) <= FIELD_LIMIT:
+                if '"' not in body:
+                    return self._plain(body, body.split(","), None)
+                if _WELL_FORMED.fullmatch(body):
+                    return self._plain(body, *_values(_VALUE.findall(body)))
             self.active = True
             self.start = self.line
         offset = self.length
@@ -184,9 +195,8 @@ class _Reader:
         self._new_record()
         return record
 
-    def _plain(self, body: str) -> Record:
-        """A whole line without a quote: its values are the text between commas."""
-        cells = body.split(",")
+    def _plain(self, body: str, cells: list[str], quoted: list[bool] | None) -> Record:
+        """A whole line of well-formed values, none over the limit."""
         count = len(cells)
         record = Record(
             number=self.number,
@@ -195,8 +205,10 @@ class _Reader:
             raw=body[:RAW_LIMIT],
             length=len(body),
             cells=cells[: self.max_cells],
-            quoted=[False] * min(count, self.max_cells),
-            count=count,
+            quoted=[False] * min(count, self.max_cells)
+            if quoted is None
+            else quoted[: self.max_cells],
+            columns=count,
         )
         self.number += 1
         self.line += 1
@@ -254,7 +266,7 @@ class _Reader:
             return None
         if self.state == "quoted":
             unclosed = (self.value_line, self.count)
-            return replace(self._end_record(), unclosed=unclosed)
+            return self._end_record()._replace(unclosed=unclosed)
         return self._end_record()
 
 
