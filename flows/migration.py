@@ -8,25 +8,40 @@ at submit (its admission check: nothing is written and ``engine submit``
 exits 2 when it is refused) and again when the job plans, in case it changed
 in between: it must exist, decode in its stated encoding (the first bad byte
 is named by offset and line; with ``utf-8``, a byte order mark is accepted),
-be well-formed CSV as a whole (a quote never closed swallows the rest of the
-file), have the kind's columns in its header, each named once, and at least
-one row. A file refused once the job runs fails the job once with the reason
+have the kind's columns in its header, each named once, at least one row,
+and no quote that is never closed (it would make the rest of the file one
+value: the refusal names the line and column where it opens). A file
+refused once the job runs fails the job once with the reason
 (:class:`engine.Reject`): no retry, no dead letter, no alert.
 
-The file is split into chunks of rows (one step run each). Every row is
-checked on its own: its column count against the header's, its cells
-(pydantic, and no NUL character, which text cannot hold), and its natural key
-(items: ``sku``; opening balances: store, item, period) against the rows
-before it: a key the file states again rejects the later row as a
-"duplicate of row N", across chunks too (found when the job plans). Valid
+Anything else wrong is the row's, not the file's (:mod:`flows.erp.csvfile`
+reads each record to its end whatever it holds). Every row is checked on its
+own, and rejected with a reason naming the value and what would be valid: a
+stray quote (``ba"d``, ``"a"b``: a quote inside a value is written in quotes,
+doubled), its column count against the header's, a value over
+:data:`~flows.erp.csvfile.FIELD_LIMIT` characters (with its size), a NUL
+character in any column, an empty value, its cells (pydantic: each field's
+description says what is valid) and, for opening balances, the numbers
+stating stock: ``qty`` 0 or more, ``value`` 0 or more, and 0 when ``qty`` is
+0 (a value without a quantity). A value written without quotes is read
+without the spaces and tabs around it; a quoted value exactly as written.
+
+A natural key (items: ``sku``; opening balances: store, item, period) is
+taken by its first *valid* row, one that passes every check above and names
+a brand (or store, item and period) that exists: a later valid row stating
+it again is rejected as a "duplicate of row N", across chunks too (found
+when the job plans), while a row that corrects an earlier rejected one
+loads. The file is split into chunks of rows (one step run each). Valid
 rows are upserted by their natural key, and an upsert that would change
 nothing writes nothing, so a rerun of the same file changes nothing. An
 existing item whose standard cost the file changes is updated (the file is
 the new truth) and listed old -> new in the summary. Rejected rows are kept
-with their reason and their original line, exactly as in the file, and
-written beside the reports as ``migration-<checksum>-rejects.csv`` (in
-``ENGINE_REPORTS_DIR``, or under ``ENGINE_REPORTS_URL`` on S3), with cells
-that a spreadsheet would run as formulas neutralised.
+with their reason and their original text, exactly as in the file (the
+first :data:`~flows.erp.csvfile.RAW_LIMIT` characters of a longer one, the
+reason saying so), and written beside the reports as
+``migration-<checksum>-rejects.csv`` (in ``ENGINE_REPORTS_DIR``, or under
+``ENGINE_REPORTS_URL`` on S3), with cells that a spreadsheet would run as
+formulas neutralised.
 
 Opening balances respect the books (:mod:`flows.erp.periods`): they are
 loaded only into a store's first period, while that period is open and the
@@ -56,7 +71,8 @@ import psycopg
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from engine import Flow, Refused, Reject, StepContext, write_report_file
-from flows.erp.csvfile import FIELD_LIMIT, RAW_LIMIT, Flaw, Record, records
+from flows.erp import csvfile
+from flows.erp.csvfile import Flaw, Record, records
 from flows.erp.queries import NamedQueries
 from flows.erp.types import Period
 
@@ -304,7 +320,12 @@ class Source:
             raise Refused(f"{source} is empty: no header line; expected header: {expected}")
         problem = self._header_problem(header)
         if problem:
-            raise Refused(f"{source}: line {header.line}: {problem}; expected header: {expected}")
+            line = header.line  # or where its flaw is
+            if header.unclosed is not None:
+                line = header.unclosed[0]
+            elif header.flaw is not None:
+                line = header.flaw.line
+            raise Refused(f"{source}: line {line}: {problem}; expected header: {expected}")
         # a byte order mark that the encoding keeps (utf-16-le, ...) is no part of a name
         names = [c.strip() for c in header.cells]
         names[0] = names[0].lstrip("\ufeff").strip()
@@ -393,7 +414,7 @@ class Source:
         for column, size in record.oversized:
             return (
                 f"{self._name(column)}: a value of {size} characters; one value may hold at "
-                f"most {FIELD_LIMIT}"
+                f"most {csvfile.FIELD_LIMIT}"
             )
         for column, cell in enumerate(record.cells):
             if "\x00" in cell:
@@ -433,7 +454,8 @@ def _cut(record: Record) -> str:
     """What a reason adds when the record's text is kept cut (memory is bounded)."""
     if record.length <= len(record.raw):
         return ""
-    return f" (its text is {record.length} characters; the rejects keep the first {RAW_LIMIT})"
+    kept = csvfile.RAW_LIMIT
+    return f" (its text is {record.length} characters; the rejects keep the first {kept})"
 
 
 def _rejects_key(plan: MigrationPlan, job_id: object) -> str:

@@ -9,6 +9,7 @@ submit fails its job once, with no retry, no dead letter and no alert.
 from __future__ import annotations
 
 import csv
+import io
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import psycopg
 import pytest
 from harness import engine_cli, fast_settings, thread_worker, wait_job_ended
 
+import flows.erp.csvfile
 import flows.migration
 from engine import InvalidParameters, Refused, Registry, Reject, StepContext, submit
 from engine.config import Settings
@@ -308,8 +310,38 @@ def test_migration__the_stated_encoding_is_read_and_a_utf8_bom_is_accepted(
             "C,BR1,y,1,2\n",
             "line 3: a quoted field starts here and is never closed",
         ),
+        (
+            'sku,brand_code,name,standard_cost,price\nA,BR1,x,1,2\nB,BR1,y,1,"2\n',
+            "line 3: a quoted field starts here and is never closed: its quote opens column 5",
+        ),
+        (
+            '\n"sku,brand_code,name,standard_cost,price\nA,BR1,x,1,2\n',
+            "line 2: a quoted field starts here and is never closed: its quote opens column 1",
+        ),
+        (
+            'sku,brand_code,na"me,standard_cost,price\nA,BR1,x,1,2\n',
+            "line 1: the header is not well-formed CSV: a quote inside an unquoted value",
+        ),
+        ("sku,brand_code,na\x00me,standard_cost,price\nA,BR1,x,1,2\n", "NUL character"),
+        (
+            "sku,brand_code,name,standard_cost,price," + "h" * 200_000 + "\nA,BR1,x,1,2\n",
+            "header column 6 is 200000 characters long",
+        ),
     ],
-    ids=["missing", "empty", "columns", "header-only", "blank-lines", "twice", "open-quote"],
+    ids=[
+        "missing",
+        "empty",
+        "columns",
+        "header-only",
+        "blank-lines",
+        "twice",
+        "open-quote",
+        "open-quote-last",
+        "open-quote-header",
+        "header-stray-quote",
+        "header-nul",
+        "header-oversized",
+    ],
 )
 def test_migration__a_file_that_cannot_be_loaded_is_refused_at_submit(
     fast: Settings,
@@ -579,7 +611,7 @@ def test_migration__an_oversized_value_is_its_rows_error_with_its_size(
     for row in (2, 3):
         reason, raw = got[row]
         assert "name" in reason and "1000000 characters" in reason, reason
-        assert str(flows.migration.FIELD_LIMIT) in reason, "and what would be valid"
+        assert str(flows.erp.csvfile.FIELD_LIMIT) in reason, "and what would be valid"
         assert "quote" not in reason, reason
         assert len(reason) < 400, "the reason does not quote the whole value"
         assert raw == lines[row], "the original line, whole"
@@ -831,3 +863,45 @@ def test_migration__hostile_values_are_stored_byte_exact(
     assert (result["inserted"], result["rejected"]) == (len(HOSTILE), 0)
     names = conn.execute("SELECT sku, name FROM erp_items ORDER BY sku").fetchall()
     assert [r["name"] for r in names] == HOSTILE
+
+    # rejected (a negative price), each keeps its original text, byte for byte
+    lines = []
+    for n, name in enumerate(HOSTILE, start=1):
+        text = io.StringIO(newline="")
+        csv.writer(text, quoting=csv.QUOTE_ALL, lineterminator="").writerow(
+            [f"BR1-{n:04d}", "BR1", name, "1", "-2"]
+        )
+        lines.append(text.getvalue())
+    source.write_bytes(
+        "\r\n".join(["sku,brand_code,name,standard_cost,price", *lines]).encode("utf-8")
+    )
+    result = run(fast, conn, registry, source, "items")
+    assert (result["inserted"], result["rejected"]) == (0, len(HOSTILE))
+    assert [raw for _, raw in rejects(conn).values()] == lines
+    with Path(result["rejects_file"]).open(encoding="utf-8", newline="") as f:
+        written = [r[2] for r in list(csv.reader(f))[1:]]
+    assert written == lines, "the rejects file holds them too (quoted: no formula starts them)"
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__a_rejected_row_longer_than_the_kept_text_says_so(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    registry: Registry,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(flows.erp.csvfile, "FIELD_LIMIT", 50)
+    monkeypatch.setattr(flows.erp.csvfile, "RAW_LIMIT", 100)
+    line = "BR1-0001,BR1," + "y" * 500 + ",1,2"
+    source = tmp_path / "items.csv"
+    source.write_text(
+        f"sku,brand_code,name,standard_cost,price\n{line}\nBR1-0002,BR1,Fine,1,2\n",
+        encoding="utf-8",
+    )
+    result = run(fast, conn, registry, source, "items")
+    assert (result["inserted"], result["rejected"]) == (1, 1)
+    reason, raw = rejects(conn)[1]
+    assert "column 3 (name): a value of 500 characters" in reason and "at most 50" in reason
+    assert f"its text is {len(line)} characters; the rejects keep the first 100" in reason
+    assert raw == line[:100]
