@@ -278,17 +278,27 @@ def _decoded_sha256(path: Path, source: str, encoding: str) -> str:
             offset += len(block)
 
 
-def _quote_advice(flaw: Flaw) -> str:
+def _quote_advice(flaw: Flaw, lines: tuple[int, int] | None = None) -> str:
+    """What is wrong with a value's quotes and how it is written right.
+
+    ``lines``: the lines a record spans when a quoted value took in its line breaks.
+    """
     what = {
         "stray-quote": "a quote inside an unquoted value",
-        "after-close": "text after a quoted value's closing quote",
+        "after-close": "text after the closing quote",
     }[flaw.kind]
-    literal = '"' + flaw.text.replace('"', '""') + '"'
-    return (
-        f"{what} ({flaw.text}); a value holding a quote is written in quotes with each quote "
-        f"inside it doubled (as written, this one would be {literal}), and a quote inside a "
-        'quoted value is written as ""'
-    )
+    shown = flaw.text.replace("\r", "\\r").replace("\n", "\\n")
+    if lines is not None:
+        first, last = lines
+        return (
+            f"{what} ({shown}); lines {first}-{last} were read as one record, a quoted value "
+            f"holding their line breaks: is a quote never closed on line {first}? Close it, "
+            'and write a quote inside a quoted value as ""'
+        )
+    rule = f"{what} ({shown}); write a value holding a quote in quotes, each quote in it doubled"
+    if flaw.length > len(flaw.text):
+        return rule  # shown cut: no whole value to write right
+    return rule + ": " + '"' + shown.replace('"', '""') + '"'
 
 
 Row = ItemRow | OpeningRow
@@ -398,15 +408,10 @@ class Source:
         """
         if record.flaw is not None:
             flaw = record.flaw
-            spans = ""
-            if record.last_line > record.line:
-                spans = (
-                    f"; the record spans lines {record.line}-{record.last_line}, a quoted "
-                    "value holding the line breaks: is a quote never closed?"
-                )
+            lines = (record.line, record.last_line) if record.last_line > record.line else None
             return (
                 f"malformed CSV at line {flaw.line}, {self._name(flaw.column)}: "
-                f"{_quote_advice(flaw)}{spans}"
+                f"{_quote_advice(flaw, lines)}"
             )
         if record.columns != self.width:
             count = record.columns

@@ -42,6 +42,7 @@ class Flaw:
     line: int  # the file's line where the value ends
     kind: Literal["stray-quote", "after-close"]
     text: str  # the value as written (its start and end when long)
+    length: int  # the length of the value as written
 
 
 class Record(NamedTuple):
@@ -128,7 +129,9 @@ class _Reader:
         self.count += 1
         if self.value_flaw is not None and self.flaw is None:
             written = "".join(self.raw)[self.value_start : at]
-            self.flaw = Flaw(index, self.line, self.value_flaw, _shown(written))
+            self.flaw = Flaw(
+                index, self.line, self.value_flaw, _shown(written), at - self.value_start
+            )
         if index < self.max_cells:
             over = self.size > FIELD_LIMIT
             self.cells.append("" if over else "".join(self.parts))
