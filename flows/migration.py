@@ -364,7 +364,8 @@ class Source:
         if header.unclosed is not None:
             return self._unclosed(header, f"column {header.unclosed[1] + 1}")
         if header.columns > MAX_COLUMNS:
-            return f"the header has {header.columns} columns, more than the {MAX_COLUMNS} read"
+            most = MAX_COLUMNS
+            return f"the header has {header.columns} columns; a file to migrate has at most {most}"
         if header.flaw is not None:
             return f"the header is not well-formed CSV: {_quote_advice(header.flaw)}"
         for column, size in header.oversized:
