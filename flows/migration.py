@@ -8,25 +8,40 @@ at submit (its admission check: nothing is written and ``engine submit``
 exits 2 when it is refused) and again when the job plans, in case it changed
 in between: it must exist, decode in its stated encoding (the first bad byte
 is named by offset and line; with ``utf-8``, a byte order mark is accepted),
-be well-formed CSV as a whole (a quote never closed swallows the rest of the
-file), have the kind's columns in its header, each named once, and at least
-one row. A file refused once the job runs fails the job once with the reason
+have the kind's columns in its header, each named once, at least one row,
+and no quote that is never closed (it would make the rest of the file one
+value: the refusal names the line and column where it opens). A file
+refused once the job runs fails the job once with the reason
 (:class:`engine.Reject`): no retry, no dead letter, no alert.
 
-The file is split into chunks of rows (one step run each). Every row is
-checked on its own: its column count against the header's, its cells
-(pydantic, and no NUL character, which text cannot hold), and its natural key
-(items: ``sku``; opening balances: store, item, period) against the rows
-before it: a key the file states again rejects the later row as a
-"duplicate of row N", across chunks too (found when the job plans). Valid
+Anything else wrong is the row's, not the file's (:mod:`flows.erp.csvfile`
+reads each record to its end whatever it holds). Every row is checked on its
+own, and rejected with a reason naming the value and what would be valid: a
+stray quote (``ba"d``, ``"a"b``: a quote inside a value is written in quotes,
+doubled), its column count against the header's, a value over
+:data:`~flows.erp.csvfile.FIELD_LIMIT` characters (with its size), a NUL
+character in any column, an empty value, its cells (pydantic: each field's
+description says what is valid) and, for opening balances, the numbers
+stating stock: ``qty`` 0 or more, ``value`` 0 or more, and 0 when ``qty`` is
+0 (a value without a quantity). A value written without quotes is read
+without the spaces and tabs around it; a quoted value exactly as written.
+
+A natural key (items: ``sku``; opening balances: store, item, period) is
+taken by its first *valid* row, one that passes every check above and names
+a brand (or store, item and period) that exists: a later valid row stating
+it again is rejected as a "duplicate of row N", across chunks too (found
+when the job plans), while a row that corrects an earlier rejected one
+loads. The file is split into chunks of rows (one step run each). Valid
 rows are upserted by their natural key, and an upsert that would change
 nothing writes nothing, so a rerun of the same file changes nothing. An
 existing item whose standard cost the file changes is updated (the file is
 the new truth) and listed old -> new in the summary. Rejected rows are kept
-with their reason and their original line, exactly as in the file, and
-written beside the reports as ``migration-<checksum>-rejects.csv`` (in
-``ENGINE_REPORTS_DIR``, or under ``ENGINE_REPORTS_URL`` on S3), with cells
-that a spreadsheet would run as formulas neutralised.
+with their reason and their original text, exactly as in the file (the
+first :data:`~flows.erp.csvfile.RAW_LIMIT` characters of a longer one, the
+reason saying so), and written beside the reports as
+``migration-<checksum>-rejects.csv`` (in ``ENGINE_REPORTS_DIR``, or under
+``ENGINE_REPORTS_URL`` on S3), with cells that a spreadsheet would run as
+formulas neutralised.
 
 Opening balances respect the books (:mod:`flows.erp.periods`): they are
 loaded only into a store's first period, while that period is open and the
@@ -48,7 +63,6 @@ import hashlib
 import io
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +71,8 @@ import psycopg
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from engine import Flow, Refused, Reject, StepContext, write_report_file
+from flows.erp import csvfile
+from flows.erp.csvfile import Flaw, Record, records
 from flows.erp.queries import NamedQueries
 from flows.erp.types import Period
 
@@ -91,19 +107,68 @@ class MigrationParams(BaseModel):
 
 
 class ItemRow(BaseModel):
-    sku: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    brand_code: str = Field(min_length=1, max_length=32)
-    name: str = Field(min_length=1, max_length=200)
-    standard_cost: Decimal = Field(ge=0, max_digits=14, decimal_places=4)
-    price: Decimal = Field(ge=0, max_digits=14, decimal_places=2)
+    """A row of an items file; each field's description says what is valid."""
+
+    sku: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="the item's code: 1-64 letters, digits, '_', '.' or '-'",
+    )
+    brand_code: str = Field(
+        min_length=1, max_length=32, description="the code of an existing brand"
+    )
+    name: str = Field(min_length=1, max_length=200, description="the item's name, 1-200 characters")
+    standard_cost: Decimal = Field(
+        ge=0, max_digits=14, decimal_places=4, description="a cost of 0 or more, 4 decimals at most"
+    )
+    price: Decimal = Field(
+        ge=0,
+        max_digits=14,
+        decimal_places=2,
+        description="a price of 0 or more, 2 decimals at most",
+    )
+
+    def problem(self, values: dict[str, str]) -> str | None:
+        """Why the row, valid field by field, is no item (never: its fields say it all)."""
+        return None
 
 
 class OpeningRow(BaseModel):
-    store_code: str = Field(min_length=1, max_length=32)
-    sku: str = Field(min_length=1, max_length=64)
+    """A row of an opening-balances file: the stock a store counts at its books' start."""
+
+    store_code: str = Field(
+        min_length=1, max_length=32, description="the code of an existing store"
+    )
+    sku: str = Field(min_length=1, max_length=64, description="the sku of an existing item")
     period: Period
-    qty: Decimal = Field(max_digits=14, decimal_places=3)
-    value: Decimal = Field(max_digits=16, decimal_places=2)
+    qty: Decimal = Field(
+        max_digits=14,
+        decimal_places=3,
+        description="the units on hand, 0 or more (3 decimals at most)",
+    )
+    value: Decimal = Field(
+        max_digits=16,
+        decimal_places=2,
+        description="what those units are worth, 0 or more (2 decimals at most); 0 for 0 units",
+    )
+
+    def problem(self, values: dict[str, str]) -> str | None:
+        """Why the row, valid field by field, states no stock: the numbers must agree."""
+        qty, value = values["qty"], values["value"]
+        if self.qty < 0:
+            return (
+                f"qty: {qty} units on hand; an opening balance is stock counted on hand, "
+                "0 or more units (a shortage is a movement of the period, not an opening)"
+            )
+        if self.value < 0:
+            return f"value: {value} for qty {qty}; stock is worth 0 or more"
+        if self.qty == 0 and self.value != 0:
+            return (
+                f"qty 0 with value {value}: a value without a quantity; no units are worth "
+                "0, so give the units that value is for, or value 0"
+            )
+        return None
 
 
 MODELS: dict[str, type[ItemRow] | type[OpeningRow]] = {
@@ -177,55 +242,12 @@ flow = Flow(
 
 # -- the file -----------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class Record:
-    """One CSV record of the file (the header, or a row) as read."""
-
-    number: int  # the data row's number, 1-based (the header is 0); blank lines are no row
-    line: int  # the file's line where it starts, 1-based
-    raw: str  # its text exactly as in the file (quoted line breaks included), without its own
-    cells: list[str] | None  # None: not well-formed CSV (``error`` says why)
-    error: str = ""
+MAX_COLUMNS = 1024  # columns of a header: more is no export of ours
 
 
 def _codec(encoding: str) -> str:
     # a spreadsheet's UTF-8 export may start with a byte order mark
     return "utf-8-sig" if encoding == "utf-8" else encoding
-
-
-def _records(path: Path, encoding: str) -> Iterator[Record]:
-    """The file's records, the header first, each with its original text."""
-    with path.open(encoding=_codec(encoding), newline="") as f:
-        taken: list[str] = []
-
-        def lines() -> Iterator[str]:
-            for line in f:
-                taken.append(line)
-                yield line
-
-        # strict: a stray quote is an error, never a silently different value
-        reader = csv.reader(lines(), strict=True)
-        number = 0
-        while True:
-            start = reader.line_num + 1
-            taken.clear()
-            try:
-                cells: list[str] | None = next(reader)
-                error = ""
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                cells, error = None, str(exc)
-            if cells == []:
-                continue  # a blank line
-            text = "".join(taken)
-            for end in ("\r\n", "\n", "\r"):
-                if text.endswith(end):
-                    text = text[: -len(end)]
-                    break
-            yield Record(number, start, text, cells, error)
-            number += 1
 
 
 def _decoded_sha256(path: Path, source: str, encoding: str) -> str:
@@ -256,6 +278,32 @@ def _decoded_sha256(path: Path, source: str, encoding: str) -> str:
             offset += len(block)
 
 
+def _quote_advice(flaw: Flaw, lines: tuple[int, int] | None = None) -> str:
+    """What is wrong with a value's quotes and how it is written right.
+
+    ``lines``: the lines a record spans when a quoted value took in its line breaks.
+    """
+    what = {
+        "stray-quote": "a quote inside an unquoted value",
+        "after-close": "text after the closing quote",
+    }[flaw.kind]
+    shown = flaw.text.replace("\r", "\\r").replace("\n", "\\n")
+    if lines is not None:
+        first, last = lines
+        return (
+            f"{what} ({shown}); lines {first}-{last} were read as one record, a quoted value "
+            f"holding their line breaks: is a quote never closed on line {first}? Close it, "
+            'and write a quote inside a quoted value as ""'
+        )
+    rule = f"{what} ({shown}); write a value holding a quote in quotes, each quote in it doubled"
+    if flaw.length > len(flaw.text):
+        return rule  # shown cut: no whole value to write right
+    return rule + ": " + '"' + shown.replace('"', '""') + '"'
+
+
+Row = ItemRow | OpeningRow
+
+
 class Source:
     """A CSV export checked as a whole: its checksum, its header and its rows.
 
@@ -266,7 +314,8 @@ class Source:
     def __init__(self, source: str, kind: Kind, encoding: str) -> None:
         self.source, self.kind, self.encoding = source, kind, encoding
         self.path = Path(source)
-        expected = ",".join(MODELS[kind].model_fields)
+        self.model = MODELS[kind]
+        expected = ",".join(self.model.model_fields)
         if not self.path.is_file():
             raise Refused(
                 f"source file {source!r} does not exist (or is not a file); it must be on "
@@ -274,13 +323,19 @@ class Source:
             )
         try:
             self.sha256 = _decoded_sha256(self.path, source, encoding)
-            header = next(_records(self.path, encoding), None)
+            header = next(records(self.path, _codec(encoding), MAX_COLUMNS), None)
         except OSError as exc:
             raise Refused(f"source file {source!r} cannot be read: {exc.strerror}") from exc
         if header is None:
             raise Refused(f"{source} is empty: no header line; expected header: {expected}")
-        if header.cells is None:
-            raise Refused(f"{source}: line 1: the header is not valid CSV ({header.error})")
+        problem = self._header_problem(header)
+        if problem:
+            line = header.line  # or where its flaw is
+            if header.unclosed is not None:
+                line = header.unclosed[0]
+            elif header.flaw is not None:
+                line = header.flaw.line
+            raise Refused(f"{source}: line {line}: {problem}; expected header: {expected}")
         # a byte order mark that the encoding keeps (utf-16-le, ...) is no part of a name
         names = [c.strip() for c in header.cells]
         names[0] = names[0].lstrip("\ufeff").strip()
@@ -290,7 +345,7 @@ class Source:
                     f"{source}: column {name} is named twice in the header; "
                     f"expected header: {expected}"
                 )
-        missing = [c for c in MODELS[kind].model_fields if c not in names]
+        missing = [c for c in self.model.model_fields if c not in names]
         if missing:
             hint = ""
             if names[0].startswith("\u00ef\u00bb\u00bf"):  # a UTF-8 byte order mark, misread
@@ -302,55 +357,111 @@ class Source:
                 f"expected header: {expected}{hint}"
             )
         self.width = len(names)
-        self.columns = {c: names.index(c) for c in MODELS[kind].model_fields}
+        self.names = [name or f"column {i + 1}" for i, name in enumerate(names)]
+        self.columns = {c: names.index(c) for c in self.model.model_fields}
+
+    def _header_problem(self, header: Record) -> str:
+        if header.unclosed is not None:
+            return self._unclosed(header, f"column {header.unclosed[1] + 1}")
+        if header.columns > MAX_COLUMNS:
+            most = MAX_COLUMNS
+            return f"the header has {header.columns} columns; a file to migrate has at most {most}"
+        if header.flaw is not None:
+            return f"the header is not well-formed CSV: {_quote_advice(header.flaw)}"
+        for column, size in header.oversized:
+            return f"header column {column + 1} is {size} characters long, not a column name"
+        for column, name in enumerate(header.cells):
+            if "\x00" in name:
+                return f"header column {column + 1} contains a NUL character (0x00)"
+        return ""
+
+    def _unclosed(self, record: Record, column: str) -> str:
+        return (
+            f"a quoted field starts here and is never closed: its quote opens {column} and "
+            f"runs to the end of the file (line {record.last_line}), which would make the "
+            'rest of the file one value; close it, and write a quote inside a quoted value as ""'
+        )
 
     def rows(self) -> Iterator[Record]:
         """The data rows, in order; refused on a flaw that breaks the rest of the file."""
-        records = _records(self.path, self.encoding)
-        next(records)  # the header
+        rows = records(self.path, _codec(self.encoding), self.width)
+        next(rows)  # the header
         empty = True
-        for record in records:
-            if record.error == "unexpected end of data":
+        for record in rows:
+            if record.unclosed is not None:
+                line, column = record.unclosed
                 raise Refused(
-                    f"{self.source}: line {record.line}: a quoted field starts here and is "
-                    "never closed (the rest of the file would be one value); close it, and "
-                    'write a quote inside a quoted value as ""'
-                )
-            if record.error.startswith("field larger than field limit"):
-                raise Refused(
-                    f"{self.source}: line {record.line}: a value longer than "
-                    f"{csv.field_size_limit()} characters starts here; is a quote never closed?"
+                    f"{self.source}: line {line}: {self._unclosed(record, self._name(column))}"
                 )
             empty = False
             yield record
         if empty:
             raise Refused(f"{self.source} has a header and no data rows: nothing to load")
 
-    def values(self, record: Record) -> dict[str, str] | str:
-        """The row's values by column (stripped), or why the row is rejected."""
-        if record.cells is None:
-            return f"malformed CSV at line {record.line}: {record.error}"
-        if len(record.cells) != self.width:
-            count = len(record.cells)
-            return f"row has {count} column{'' if count == 1 else 's'}, the header has {self.width}"
-        values = {c: record.cells[i].strip() for c, i in self.columns.items()}
-        for column, value in values.items():
-            if "\x00" in value:
-                return f"{column}: contains a NUL character (0x00), which text cannot hold"
-        return values
+    def _name(self, column: int) -> str:
+        return f"column {column + 1} ({self.names[column]})"
 
-    def key(self, record: Record) -> list[str] | None:
-        """The row's natural key, when the row has one to compare."""
+    def values(self, record: Record) -> dict[str, str] | str:
+        """The row's values by column, or why the row is rejected.
+
+        A value written without quotes is read without the spaces and tabs around it
+        (padding); a quoted value is read exactly as written.
+        """
+        if record.flaw is not None:
+            flaw = record.flaw
+            lines = (record.line, record.last_line) if record.last_line > record.line else None
+            return (
+                f"malformed CSV at line {flaw.line}, {self._name(flaw.column)}: "
+                f"{_quote_advice(flaw, lines)}"
+            )
+        if record.columns != self.width:
+            count = record.columns
+            return f"row has {count} column{'' if count == 1 else 's'}, the header has {self.width}"
+        for column, size in record.oversized:
+            return (
+                f"{self._name(column)}: a value of {size} characters; one value may hold at "
+                f"most {csvfile.FIELD_LIMIT}"
+            )
+        for column, cell in enumerate(record.cells):
+            if "\x00" in cell:
+                name = self.names[column]
+                return f"{name}: contains a NUL character (0x00), which text cannot hold"
+        return {
+            c: record.cells[i] if record.quoted[i] else record.cells[i].strip(" \t")
+            for c, i in self.columns.items()
+        }
+
+    def check(self, record: Record) -> Row | str:
+        """The row, valid, or why it is rejected (naming the value and what would be valid)."""
         values = self.values(record)
         if isinstance(values, str):
-            return None
-        key = [values[c] for c in KEYS[self.kind]]
-        return key if all(key) else None
+            return values
+        missing = [c for c, v in values.items() if not v]
+        if missing:
+            fields = self.model.model_fields
+            return "; ".join(f"{c}: no value; give {fields[c].description}" for c in missing)
+        try:
+            row = self.model.model_validate(values)
+        except ValidationError as exc:
+            return _problems(exc)
+        return row.problem(values) or row
+
+    def key(self, row: Row) -> list[str]:
+        """The row's natural key."""
+        return [str(getattr(row, c)) for c in KEYS[self.kind]]
 
 
 def _storable(raw: str) -> str:
     # text cannot hold NUL: shown as the symbol for null (the reason names it)
     return raw.replace("\x00", "\u2400")
+
+
+def _cut(record: Record) -> str:
+    """What a reason adds when the record's text is kept cut (memory is bounded)."""
+    if record.length <= len(record.raw):
+        return ""
+    kept = csvfile.RAW_LIMIT
+    return f" (its text is {record.length} characters; the rejects keep the first {kept})"
 
 
 def _rejects_key(plan: MigrationPlan, job_id: object) -> str:
@@ -369,9 +480,17 @@ def admit(params: MigrationParams, conn: psycopg.Connection[Any]) -> None:
         pass
 
 
+# the plan's check that a valid row's references exist, by kind: a row that names an unknown
+# brand (or store, item, period) is no valid row, and takes no key
+_UNRESOLVED = {
+    "items": "staged_keys_delete_unknown_brand",
+    "opening-balances": "staged_keys_delete_unresolved_openings",
+}
+
+
 @flow.step()
 def plan(params: MigrationParams, ctx: StepContext) -> MigrationPlan:
-    """Check the file again; reject the rows that repeat a key; split it into chunks."""
+    """Check the file again; reject the later rows of a key taken; split it into chunks."""
     conn = ctx.conn
     _q.execute(conn, "staged_keys_create")
     try:
@@ -381,9 +500,13 @@ def plan(params: MigrationParams, ctx: StepContext) -> MigrationPlan:
         with _q.copy(conn, "staged_keys_copy") as copy:
             for record in source.rows():
                 total += 1
-                key = source.key(record)
-                if key is not None:
-                    copy.write_row((record.number, key, _storable(record.raw)))
+                row = source.check(record)
+                if isinstance(row, str):
+                    continue  # rejected by its chunk, with its reason; it takes no key
+                brand = row.brand_code if isinstance(row, ItemRow) else None
+                copy.write_row(
+                    (record.number, source.key(row), brand, _storable(record.raw), _cut(record))
+                )
     except Refused as exc:
         raise Reject(str(exc)) from exc
     chunks = [
@@ -398,6 +521,7 @@ def plan(params: MigrationParams, ctx: StepContext) -> MigrationPlan:
         rows=total,
         chunks=chunks,
     )
+    _q.execute(conn, _UNRESOLVED[params.kind])
     _q.execute(
         conn,
         "rejects_insert_duplicates",
@@ -437,22 +561,16 @@ def load_chunk(chunk: Chunk, plan: MigrationPlan, ctx: StepContext) -> ChunkLoad
     last = chunk.first_row + chunk.rows - 1
     window = {"key": key, "first": chunk.first_row, "last": last}
     duplicates = {r["row_number"] for r in _q.rows(conn, "rejects_select_rows_between", window)}
-    model = MODELS[plan.kind]
-    raws: dict[int, str] = {}
+    read: dict[int, Record] = {}
     valid: list[tuple[Any, ...]] = []
     rejects: list[tuple[int, str]] = []
     for record in itertools.islice(source.rows(), chunk.first_row - 1, last):
-        raws[record.number] = record.raw
         if record.number in duplicates:
             continue  # rejected when the job planned
-        values = source.values(record)
-        if isinstance(values, str):
-            rejects.append((record.number, values))
-            continue
-        try:
-            row = model.model_validate(values)
-        except ValidationError as exc:
-            rejects.append((record.number, _problems(exc)))
+        read[record.number] = record
+        row = source.check(record)
+        if isinstance(row, str):
+            rejects.append((record.number, row))
             continue
         valid.append((record.number, *row.model_dump().values()))
     changes: list[dict[str, Any]] = []
@@ -490,8 +608,8 @@ def load_chunk(chunk: Chunk, plan: MigrationPlan, ctx: StepContext) -> ChunkLoad
             {
                 "key": key,
                 "rows": [n for n, _ in rejects],
-                "reasons": [reason for _, reason in rejects],
-                "raws": [_storable(raws[n]) for n, _ in rejects],
+                "reasons": [reason + _cut(read[n]) for n, reason in rejects],
+                "raws": [_storable(read[n].raw) for n, _ in rejects],
             },
         )
     rejected = len({n for n, _ in rejects} | duplicates)

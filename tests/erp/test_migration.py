@@ -9,6 +9,7 @@ submit fails its job once, with no retry, no dead letter and no alert.
 from __future__ import annotations
 
 import csv
+import io
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import psycopg
 import pytest
 from harness import engine_cli, fast_settings, thread_worker, wait_job_ended
 
+import flows.erp.csvfile
 import flows.migration
 from engine import InvalidParameters, Refused, Registry, Reject, StepContext, submit
 from engine.config import Settings
@@ -308,8 +310,38 @@ def test_migration__the_stated_encoding_is_read_and_a_utf8_bom_is_accepted(
             "C,BR1,y,1,2\n",
             "line 3: a quoted field starts here and is never closed",
         ),
+        (
+            'sku,brand_code,name,standard_cost,price\nA,BR1,x,1,2\nB,BR1,y,1,"2\n',
+            "line 3: a quoted field starts here and is never closed: its quote opens column 5",
+        ),
+        (
+            '\n"sku,brand_code,name,standard_cost,price\nA,BR1,x,1,2\n',
+            "line 2: a quoted field starts here and is never closed: its quote opens column 1",
+        ),
+        (
+            'sku,brand_code,na"me,standard_cost,price\nA,BR1,x,1,2\n',
+            "line 1: the header is not well-formed CSV: a quote inside an unquoted value",
+        ),
+        ("sku,brand_code,na\x00me,standard_cost,price\nA,BR1,x,1,2\n", "NUL character"),
+        (
+            "sku,brand_code,name,standard_cost,price," + "h" * 200_000 + "\nA,BR1,x,1,2\n",
+            "header column 6 is 200000 characters long",
+        ),
     ],
-    ids=["missing", "empty", "columns", "header-only", "blank-lines", "twice", "open-quote"],
+    ids=[
+        "missing",
+        "empty",
+        "columns",
+        "header-only",
+        "blank-lines",
+        "twice",
+        "open-quote",
+        "open-quote-last",
+        "open-quote-header",
+        "header-stray-quote",
+        "header-nul",
+        "header-oversized",
+    ],
 )
 def test_migration__a_file_that_cannot_be_loaded_is_refused_at_submit(
     fast: Settings,
@@ -554,3 +586,322 @@ def test_migration__quick_chunks_grouped_in_one_transaction_each_stage_their_row
         encoding="utf-8",
     )
     assert run(fast, conn, registry, openings, "opening-balances")["inserted"] == 40
+
+
+# -- bad files judged rightly: a bad row is the row's error, not the file's (issue 34, 8) --
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__an_oversized_value_is_its_rows_error_with_its_size(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    big = "x" * 1_000_000  # well-formed: one long value, its quotes closed
+    lines = [
+        "sku,brand_code,name,standard_cost,price",
+        "BR1-0001,BR1,Shirt,1,2",
+        f"BR1-0002,BR1,{big},1,2",
+        f'BR1-0003,BR1,"{big}",1,2',
+        "BR1-0004,BR1,Socks,1,2",
+    ]
+    source = tmp_path / "items.csv"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run(fast, conn, registry, source, "items")
+    assert (result["rows"], result["inserted"], result["rejected"]) == (4, 2, 2)
+    got = rejects(conn)
+    for row in (2, 3):
+        reason, raw = got[row]
+        assert "name" in reason and "1000000 characters" in reason, reason
+        assert str(flows.erp.csvfile.FIELD_LIMIT) in reason, "and what would be valid"
+        assert "quote" not in reason, reason
+        assert len(reason) < 400, "the reason does not quote the whole value"
+        assert raw == lines[row], "the original line, whole"
+    skus = [r["sku"] for r in conn.execute("SELECT sku FROM erp_items ORDER BY sku")]
+    assert skus == ["BR1-0001", "BR1-0004"]
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__a_stray_quote_is_its_rows_error_naming_it(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    lines = [
+        "sku,brand_code,name,standard_cost,price",
+        'BR1-0001,BR1,ba"d,1,2',  # a bare quote inside an unquoted value
+        'BR1-0002,BR1,"Quote"d,1,2',  # text after a closing quote
+        'BR1-0003,BR1, "Padded",1,2',  # a quote after a space: not a quoted value
+        'BR1-0004,BR1,12",1,2',
+        'BR1-0005,BR1,"A ""fine"" name",1,2',  # quotes written right
+        "BR1-0006,BR1,Fine,1,2",
+    ]
+    source = tmp_path / "items.csv"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run(fast, conn, registry, source, "items")
+    assert (result["inserted"], result["rejected"]) == (2, 4)
+    got = rejects(conn)
+    assert set(got) == {1, 2, 3, 4}
+    for row, shown in ((1, 'ba"d'), (2, '"Quote"d'), (3, ' "Padded"'), (4, '12"')):
+        reason, raw = got[row]
+        assert raw == lines[row], "the original line"
+        assert "quote" in reason and f"line {row + 1}" in reason and shown in reason, reason
+        assert "column 3 (name)" in reason, reason
+        assert '""' in reason, "says what is valid: a quote inside a value is written twice"
+    names = conn.execute("SELECT sku, name FROM erp_items ORDER BY sku").fetchall()
+    assert [(r["sku"], r["name"]) for r in names] == [
+        ("BR1-0005", 'A "fine" name'),
+        ("BR1-0006", "Fine"),
+    ]
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__a_quote_never_closed_is_refused_naming_where_it_starts(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    source = tmp_path / "items.csv"
+    source.write_text(
+        "sku,brand_code,name,standard_cost,price\n"
+        "BR1-0001,BR1,Shirt,1,2\n"
+        'BR1-0002,BR1,"Never closed,1,2\n'
+        + "".join(f"BR1-{i:04d},BR1,Item,1,2\n" for i in range(3, 3000)),
+        encoding="utf-8",
+    )
+    message = refused(fast, registry, source, "items")
+    assert "line 3" in message and "column 3" in message and "never closed" in message, message
+    assert "larger than" not in message and "longer than" not in message, message
+    assert conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone() == {"n": 0}
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__a_quote_closed_lines_later_rejects_one_row_naming_its_lines(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    lines = [
+        "sku,brand_code,name,standard_cost,price",
+        'BR1-0001,BR1,"Never closed,1,2',
+        "BR1-0002,BR1,Swallowed,1,2",
+        'BR1-0003,BR1,"Closes" late,1,2',
+        "BR1-0004,BR1,Fine,1,2",
+    ]
+    source = tmp_path / "items.csv"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run(fast, conn, registry, source, "items")
+    assert (result["rows"], result["inserted"], result["rejected"]) == (2, 1, 1)
+    reason, raw = rejects(conn)[1]
+    assert "lines 2-4" in reason, reason
+    assert raw == "\n".join(lines[1:4])
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__a_nul_anywhere_in_a_row_is_its_error(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    source = tmp_path / "items.csv"
+    source.write_bytes(
+        b"sku,brand_code,name,standard_cost,price,note\n"
+        b"BR1-0001,BR1,Shirt,1,2,in an extra\x00column\n"
+        b'BR1-0002,BR1,"quoted\x00",1,2,\n'
+        b"BR1-0003,BR1,Fine,1,2,\n"
+    )
+    result = run(fast, conn, registry, source, "items")
+    assert (result["inserted"], result["rejected"]) == (1, 2)
+    got = rejects(conn)
+    assert "note: contains a NUL character" in got[1][0], got[1][0]
+    assert got[1][1] == "BR1-0001,BR1,Shirt,1,2,in an extra\u2400column"
+    assert "name: contains a NUL character" in got[2][0], got[2][0]
+
+
+# -- a key is taken by its first valid row --------------------------------------------------
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__a_corrected_row_after_a_rejected_one_with_its_key_loads(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    registry: Registry,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # chunks of 2 rows: a correction may be in the next chunk
+    monkeypatch.setattr(flows.migration, "CHUNK_ROWS", 2)
+    source = tmp_path / "items.csv"
+    source.write_text(
+        "sku,brand_code,name,standard_cost,price\n"
+        "BR1-0001,BR1,Shirt,-1,2\n"  # 1: a bad cost
+        "BR1-0001,BR1,Shirt,1,2\n"  # 2: corrected: loads
+        "BR1-0002,BR9,Socks,1,2\n"  # 3: unknown brand
+        "BR1-0002,BR1,Socks,2,3\n"  # 4: corrected, in the next chunk: loads
+        'BR1-0003,BR1,"Hat"s,1,2\n'  # 5: a stray quote
+        "BR1-0003,BR1,Hat,3,4\n"  # 6: corrected: loads
+        "BR1-0001,BR1,Shirt again,5,6\n"  # 7: a duplicate of the valid row 2
+        "BR1-0004,BR1,Scarf,1\n"  # 8: too few columns
+        "BR1-0004,BR1,Scarf,4,5\n",  # 9: corrected: loads
+        encoding="utf-8",
+    )
+    result = run(fast, conn, registry, source, "items")
+    assert (result["rows"], result["inserted"], result["rejected"]) == (9, 4, 5)
+    got = rejects(conn)
+    assert set(got) == {1, 3, 5, 7, 8}
+    assert "standard_cost" in got[1][0]
+    assert got[3][0] == "unknown brand BR9"
+    assert "quote" in got[5][0]
+    assert got[7][0] == "duplicate of row 2 (sku BR1-0001)"
+    assert got[8][0] == "row has 4 columns, the header has 5"
+    items = conn.execute("SELECT sku, name, standard_cost FROM erp_items ORDER BY sku").fetchall()
+    assert [(r["sku"], r["name"], str(r["standard_cost"])) for r in items] == [
+        ("BR1-0001", "Shirt", "1.0000"),
+        ("BR1-0002", "Socks", "2.0000"),
+        ("BR1-0003", "Hat", "3.0000"),
+        ("BR1-0004", "Scarf", "4.0000"),
+    ]
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__a_corrected_opening_balance_after_a_rejected_one_loads(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    registry: Registry,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(flows.migration, "CHUNK_ROWS", 2)
+    conn.execute("INSERT INTO erp_items VALUES (1, 1, 'BR1-0001', 'Shirt', 12.5, 29.9)")
+    source = tmp_path / "opening.csv"
+    source.write_text(
+        "store_code,sku,period,qty,value\n"
+        "ST001,BR1-0001,2026-11,0,50.00\n"  # 1: value without quantity
+        "ST001,BR1-0001,2026-11,4,50.00\n"  # 2: corrected: loads
+        "ST001,BR1-0001,2026-11,5,60.00\n",  # 3: a duplicate of row 2
+        encoding="utf-8",
+    )
+    result = run(fast, conn, registry, source, "opening-balances")
+    assert (result["inserted"], result["rejected"]) == (1, 2)
+    got = rejects(conn)
+    assert "qty" in got[1][0] and "50.00" in got[1][0]
+    assert got[3][0] == "duplicate of row 2 (store_code ST001, sku BR1-0001, period 2026-11)"
+    balance = conn.execute("SELECT qty, value FROM erp_opening_balances").fetchone()
+    assert balance is not None and (str(balance["qty"]), str(balance["value"])) == (
+        "4.000",
+        "50.00",
+    )
+
+
+# -- opening balances: a quantity and the value of that quantity ---------------------------
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__opening_balances_that_cannot_be_stock_are_rejected_naming_the_values(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    for n in range(1, 10):
+        conn.execute("INSERT INTO erp_items VALUES (%s, 1, %s, 'Item', 1, 2)", (n, f"BR1-{n:04d}"))
+    source = tmp_path / "opening.csv"
+    source.write_text(
+        "store_code,sku,period,qty,value\n"
+        "ST001,BR1-0001,2026-11,0,50.00\n"  # 1: 0 units worth 50.00
+        "ST001,BR1-0002,2026-11,,50.00\n"  # 2: a value without a quantity
+        "ST001,BR1-0003,2026-11,-2,-25.00\n"  # 3: negative stock
+        "ST001,BR1-0004,2026-11,-2,0\n"  # 4: negative stock, no value
+        "ST001,BR1-0005,2026-11,3,-1.00\n"  # 5: a quantity worth less than nothing
+        "ST001,BR1-0006,2026-11,3,\n"  # 6: a quantity without a value
+        "ST001,BR1-0007,2026-11,3,36.00\n"  # 7: fine
+        "ST001,BR1-0008,2026-11,0,0\n"  # 8: no stock, worth nothing: fine
+        "ST001,BR1-0009,2026-11,0,-0.00\n",  # 9: no stock, worth nothing: fine
+        encoding="utf-8",
+    )
+    result = run(fast, conn, registry, source, "opening-balances")
+    assert (result["inserted"], result["rejected"]) == (3, 6)
+    got = rejects(conn)
+    assert set(got) == {1, 2, 3, 4, 5, 6}
+    assert "qty 0" in got[1][0] and "value 50.00" in got[1][0], got[1][0]
+    assert "qty" in got[2][0] and "no value" in got[2][0], got[2][0]
+    assert "qty" in got[3][0] and "-2" in got[3][0] and "0 or more" in got[3][0], got[3][0]
+    assert "qty" in got[4][0] and "-2" in got[4][0], got[4][0]
+    assert "value" in got[5][0] and "-1.00" in got[5][0] and "0 or more" in got[5][0], got[5][0]
+    assert "value" in got[6][0] and "no value" in got[6][0], got[6][0]
+    loaded = conn.execute(
+        "SELECT i.sku, b.qty, b.value FROM erp_opening_balances AS b"
+        " JOIN erp_items AS i ON i.id = b.item_id ORDER BY i.sku"
+    ).fetchall()
+    assert [(r["sku"], str(r["qty"]), str(r["value"])) for r in loaded] == [
+        ("BR1-0007", "3.000", "36.00"),
+        ("BR1-0008", "0.000", "0.00"),
+        ("BR1-0009", "0.000", "0.00"),
+    ]
+
+
+# -- hostile strings stay byte-exact ---------------------------------------------------------
+
+HOSTILE = [
+    "Robert'); DROP TABLE erp_items;--",
+    "back\\slash \\N \\. %s %(key)s {0}",
+    "tab\tinside",
+    'say "hi"',
+    "two\r\nlines",
+    "bare\rreturn",
+    "\u202eevil\u202c rtl",
+    "zero\u200bwidth \ufeff bom",
+    "emoji \U0001f600 and e\u0301",
+    "trailing nbsp\u00a0",
+    "\u3000ideographic spaces\u3000",
+    "line\u2028separator",
+    "unit\x1fseparator\x1f",
+    "  padded, quoted  ",
+    "<img src=x onerror=alert(1)>",
+    "=1+1",
+]
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__hostile_values_are_stored_byte_exact(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, tmp_path: Path
+) -> None:
+    source = tmp_path / "items.csv"
+    with source.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, quoting=csv.QUOTE_ALL, lineterminator="\r\n")
+        writer.writerow(["sku", "brand_code", "name", "standard_cost", "price"])
+        for n, name in enumerate(HOSTILE, start=1):
+            writer.writerow([f"BR1-{n:04d}", "BR1", name, "1", "2"])
+    result = run(fast, conn, registry, source, "items")
+    assert (result["inserted"], result["rejected"]) == (len(HOSTILE), 0)
+    names = conn.execute("SELECT sku, name FROM erp_items ORDER BY sku").fetchall()
+    assert [r["name"] for r in names] == HOSTILE
+
+    # rejected (a negative price), each keeps its original text, byte for byte
+    lines = []
+    for n, name in enumerate(HOSTILE, start=1):
+        text = io.StringIO(newline="")
+        csv.writer(text, quoting=csv.QUOTE_ALL, lineterminator="").writerow(
+            [f"BR1-{n:04d}", "BR1", name, "1", "-2"]
+        )
+        lines.append(text.getvalue())
+    source.write_bytes(
+        "\r\n".join(["sku,brand_code,name,standard_cost,price", *lines]).encode("utf-8")
+    )
+    result = run(fast, conn, registry, source, "items")
+    assert (result["inserted"], result["rejected"]) == (0, len(HOSTILE))
+    assert [raw for _, raw in rejects(conn).values()] == lines
+    with Path(result["rejects_file"]).open(encoding="utf-8", newline="") as f:
+        written = [r[2] for r in list(csv.reader(f))[1:]]
+    assert written == lines, "the rejects file holds them too (quoted: no formula starts them)"
+
+
+@pytest.mark.usefixtures("brand")
+def test_migration__a_rejected_row_longer_than_the_kept_text_says_so(
+    fast: Settings,
+    conn: psycopg.Connection[Any],
+    registry: Registry,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(flows.erp.csvfile, "FIELD_LIMIT", 50)
+    monkeypatch.setattr(flows.erp.csvfile, "RAW_LIMIT", 100)
+    line = "BR1-0001,BR1," + "y" * 500 + ",1,2"
+    source = tmp_path / "items.csv"
+    source.write_text(
+        f"sku,brand_code,name,standard_cost,price\n{line}\nBR1-0002,BR1,Fine,1,2\n",
+        encoding="utf-8",
+    )
+    result = run(fast, conn, registry, source, "items")
+    assert (result["inserted"], result["rejected"]) == (1, 1)
+    reason, raw = rejects(conn)[1]
+    assert "column 3 (name): a value of 500 characters" in reason and "at most 50" in reason
+    assert f"its text is {len(line)} characters; the rejects keep the first 100" in reason
+    assert raw == line[:100]

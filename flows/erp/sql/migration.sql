@@ -3,22 +3,37 @@
 LOCK TABLE erp_items IN SHARE ROW EXCLUSIVE MODE;
 
 -- staged_keys_create --
--- The natural key and original line of every row of the file, for the plan's duplicate check; dropped by the step (steps grouped in one transaction each create it), at commit at the latest.
-CREATE TEMP TABLE staged_keys (row_number integer, key text[], raw text) ON COMMIT DROP;
+-- The natural key and original line of every valid row of the file, for the plan's duplicate check; dropped by the step (steps grouped in one transaction each create it), at commit at the latest.
+CREATE TEMP TABLE staged_keys (
+    row_number integer, key text[], brand_code text, raw text, note text
+) ON COMMIT DROP;
 
 -- staged_keys_copy --
--- Streams the rows' keys in (row number, key values in KEYS order, original line).
-COPY staged_keys (row_number, key, raw) FROM STDIN;
+-- Streams the valid rows' keys in (row number, key values in KEYS order, an item's brand, original line, what a reason adds when that line is kept cut).
+COPY staged_keys (row_number, key, brand_code, raw, note) FROM STDIN;
+
+-- staged_keys_delete_unknown_brand --
+-- An item row naming a brand that does not exist is rejected by its chunk: it is no valid row, and takes no sku from a later row that corrects it.
+DELETE FROM staged_keys AS k
+WHERE NOT EXISTS (SELECT FROM erp_brands AS b WHERE b.code = k.brand_code);
+
+-- staged_keys_delete_unresolved_openings --
+-- An opening-balance row naming a store, item or period that does not exist is rejected by its chunk with that name: it takes no key.
+DELETE FROM staged_keys AS k
+WHERE NOT EXISTS (SELECT FROM erp_stores AS s WHERE s.code = k.key[1])
+   OR NOT EXISTS (SELECT FROM erp_items AS i WHERE i.sku = k.key[2])
+   OR NOT EXISTS (SELECT FROM erp_periods AS p WHERE p.period = k.key[3]);
 
 -- rejects_insert_duplicates --
--- A file states each natural key once: a row repeating an earlier row's key is rejected naming the first (which alone may load), across the whole file, before any chunk loads.
+-- A key is taken by the first valid row that states it (staged_keys holds the valid rows only): a later valid row repeating it is rejected naming that row (which alone may load), across the whole file, before any chunk loads.
 INSERT INTO erp_migration_rejects (job_fingerprint, row_number, reason, raw)
 SELECT %(key)s, k.row_number,
        format('duplicate of row %%s (%%s)', k.first_row,
               (SELECT string_agg(u.name || ' ' || u.value, ', ' ORDER BY u.position)
-               FROM unnest(%(names)s::text[], k.key) WITH ORDINALITY AS u (name, value, position))),
+               FROM unnest(%(names)s::text[], k.key) WITH ORDINALITY AS u (name, value, position)))
+           || k.note,
        k.raw
-FROM (SELECT row_number, key, raw, min(row_number) OVER (PARTITION BY key) AS first_row
+FROM (SELECT row_number, key, raw, note, min(row_number) OVER (PARTITION BY key) AS first_row
       FROM staged_keys) AS k
 WHERE k.row_number > k.first_row
 ORDER BY k.row_number
