@@ -22,6 +22,9 @@
     ├── OutputRefused                a step returned an output its checkpoint's JSON
     │                                cannot carry (names the field); the step run
     │                                fails as if its code raised
+    ├── ReleasesSpent                a step run released at no charge more times
+    │                                than ENGINE_FREE_RELEASES_MAX: the next release
+    │                                charges its attempt (says why; alerted)
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
     ├── StoreError                   a database driver error, wrapped once in
@@ -158,6 +161,15 @@ class OutputRefused(EngineError):
     as if its code had raised, retried under its policy (a step that is not
     deterministic may return a finite value next time), never stored as
     ``null`` and never failing a neighbour's checkpoint in a round or a group.
+    """
+
+
+class ReleasesSpent(EngineError):
+    """A step run was given back at no charge its bound's number of times: this one is charged.
+
+    Its message says how many and why the last one came (a lock wait on the
+    checkpoint's job row, a deadlock...): the error its attempt records, and
+    its alert's line (invariant 20).
     """
 
 

@@ -78,18 +78,129 @@ def test_fanout__a_sibling_of_a_child_submitting_part_runs_its_body_once(
         sibling = wait_until(
             lambda: (
                 released(conn, job)
-                or [r for r in runs_of(conn, job, "pups" if flow == "litter" else "keyed_pups")
-                    if r["fanout_key"] == "1" and r["status"] == "done"]
+                or [
+                    r
+                    for r in runs_of(conn, job, "pups" if flow == "litter" else "keyed_pups")
+                    if r["fanout_key"] == "1" and r["status"] == "done"
+                ]
             ),
             what="the sibling to checkpoint or be released",
         )
         childflows.EVENTS["go_on"].set()
         assert wait_job_ended(conn, job) == "done"
+        # the children committed with part 0's checkpoint, and run
+        kids = wait_until(
+            lambda: (
+                (
+                    rows := conn.execute(
+                        "SELECT status FROM engine_jobs WHERE parent_job_id = %s", (job,)
+                    ).fetchall()
+                )
+                and all(r["status"] == "done" for r in rows)
+                and rows
+            ),
+            what="the children to end",
+        )
     assert released(conn, job) == [], "the sibling's checkpoint waited on part 0's child"
     assert sibling[0]["attempts"] == 1
     assert childflows.BODY_RUNS[(str(job), "1")] == 1, "the sibling's body ran again"
     assert childflows.BODY_RUNS[(str(job), "0")] == 1
-    kids = conn.execute(
-        "SELECT status FROM engine_jobs WHERE parent_job_id = %s", (job,)
+    assert len(kids) == children
+
+
+def hold_successor(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> None:
+    """Insert, uncommitted, the step run ``second`` of ``job_id``: whoever schedules it
+    (``first``'s checkpoint) waits for this transaction, past its lock_timeout."""
+    conn.execute(
+        "INSERT INTO engine_step_runs (id, job_id, step, fingerprint, max_attempts) "
+        "VALUES (%s, %s, 'second', %s, 1)",
+        (uuid.uuid4(), job_id, "0" * 64),
+    )
+
+
+def waits_on(conn: psycopg.Connection[Any], holder: psycopg.Connection[Any]) -> Iterator[int]:
+    """How many times a session began to wait for ``holder`` so far (one per look)."""
+    seen, blocked = 0, False
+    while True:
+        now = bool(
+            conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE %s = ANY (pg_blocking_pids(pid))",
+                (holder.info.backend_pid,),
+            ).fetchone()
+        )
+        seen += now and not blocked
+        blocked = now
+        yield seen
+
+
+def test_free_releases__a_checkpoint_that_always_waits_is_charged_then_dead_lettered_with_why(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry, settings: Settings
+) -> None:
+    bounded = fast.model_copy(
+        update={
+            "lock_timeout_s": 0.2,
+            "checkpoint_retries": 1,
+            "free_releases_max": 2,
+            "max_attempts": 2,
+            "concurrency": 1,
+        }
+    )
+    job = submit("counted", {}, settings=bounded, registry=registry).job_id
+    with psycopg.connect(conn.info.dsn, autocommit=False) as holder:
+        hold_successor(holder, job)
+        with thread_worker(bounded, registry):
+            assert wait_job_ended(conn, job) == "failed"
+        holder.rollback()
+    # two free releases, then each release charged: 2 + max_attempts body runs, no more
+    assert childflows.BODY_RUNS[(str(job), "first")] == 4
+    run = conn.execute(
+        "SELECT * FROM engine_step_runs WHERE job_id = %s AND step = 'first'", (job,)
+    ).fetchone()
+    assert run is not None
+    assert (run["status"], run["attempts"], run["free_releases"]) == ("dead", 2, 2)
+    assert "released 2 times without charge" in run["error"]["message"]
+    assert "lock timeout" in run["error"]["message"]
+    frees = released(conn, job)
+    assert [r["detail"]["free_release"] for r in frees] == [1, 2]
+    assert all("lock timeout" in r["detail"]["reason"] for r in frees)
+    charged = conn.execute(
+        "SELECT attempt, detail FROM engine_events WHERE job_id = %s AND kind = 'retried'",
+        (job,),
     ).fetchall()
-    assert [k["status"] for k in kids] == ["done"] * children
+    assert [c["attempt"] for c in charged] == [1]
+    assert charged[0]["detail"]["charged"] == "free releases spent"
+    alerts = conn.execute(
+        "SELECT source, attempts, reason, error_line FROM engine_alerts WHERE job_id = %s "
+        "ORDER BY id",
+        (job,),
+    ).fetchall()
+    assert [(a["source"], a["attempts"]) for a in alerts] == [("release", 1), ("step", 2)]
+    for alert in alerts:
+        assert "released 2 times without charge" in alert["reason"]
+        assert "lock timeout" in alert["error_line"]
+
+
+def test_free_releases__a_checkpoint_that_waits_a_while_is_tried_again_not_the_body(
+    fast: Settings, conn: psycopg.Connection[Any], registry: Registry
+) -> None:
+    # the lock is let go during the checkpoint's tries: the body ran once, nothing released
+    bounded = fast.model_copy(
+        update={"lock_timeout_s": 0.2, "checkpoint_retries": 20, "concurrency": 1}
+    )
+    job = submit("counted", {}, settings=bounded, registry=registry).job_id
+    with psycopg.connect(conn.info.dsn, autocommit=False) as holder:
+        hold_successor(holder, job)
+        with thread_worker(bounded, registry):
+            wait_until(lambda: childflows.BODY_RUNS[(str(job), "first")] == 1, what="first to run")
+            # its checkpoint waits for the holder, gives up, and waits again
+            waits = waits_on(conn, holder)
+            wait_until(lambda: next(waits) >= 2, what="the second wait on the held step key")
+            holder.rollback()
+            assert wait_job_ended(conn, job) == "done"
+    assert childflows.BODY_RUNS[(str(job), "first")] == 1
+    assert released(conn, job) == []
+    first = conn.execute(
+        "SELECT attempts, free_releases FROM engine_step_runs WHERE job_id = %s AND step = 'first'",
+        (job,),
+    ).fetchone()
+    assert first == {"attempts": 1, "free_releases": 0}

@@ -22,7 +22,9 @@ a child still active and before its step run is parked.
   uncommitted in it); every other part waits for ``EVENTS["submitted"]``,
   then returns: its body runs are counted in ``BODY_RUNS`` by
   (job, fanout key). With ``keyed`` every part holds the concurrency key
-  ``litter`` (limit 4).
+  ``litter`` (limit 4);
+- ``counted``: ``first`` (its body runs counted in ``BODY_RUNS`` under
+  (job, "first")), then ``second``.
 """
 
 from __future__ import annotations
@@ -248,4 +250,26 @@ def keyed_pups(item: Pup, params: LitterParams, ctx: StepContext) -> Pup:
     return _part(item.index, params, ctx)
 
 
-flows = [kid, brood, strict, litter, keyed_litter]
+# -- counted: first -> second, each body run of first counted -----------------------------
+
+
+class Counted(BaseModel):
+    n: int = 0
+
+
+counted = Flow("counted", params=Counted, description="a step whose body runs are counted")
+
+
+@counted.step()
+def first(params: Counted, ctx: StepContext) -> Pup:
+    with _counting:
+        BODY_RUNS[(str(ctx.job_id), "first")] += 1
+    return Pup(index=params.n)
+
+
+@counted.step(after=["first"])
+def second(prev: Pup) -> Pup:
+    return prev
+
+
+flows = [kid, brood, strict, litter, keyed_litter, counted]
