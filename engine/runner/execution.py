@@ -12,6 +12,14 @@ claimed for this slot, the job's end) are :mod:`engine.runner.checkpoint`;
 the eager successor comes back on the :class:`Outcome`, for the slot's
 runner to run next.
 
+Alone (not in a group), the checkpoint's message sets a savepoint first: a
+lock wait past ``lock_timeout``, a deadlock or a pooler's lost prepared
+statement in the checkpoint or what follows it rolls back to it, and the
+checkpoint alone is tried again (``ENGINE_CHECKPOINT_RETRIES``, backing off)
+with the output the step returned and what it wrote through ``ctx.conn``,
+while the lease holds; only then is the step run released, counted
+(:meth:`engine.runner.failures.Failures.release_free`, invariant 20).
+
 With several step runs in hand, quick ones share one transaction and one
 COMMIT, each in its own savepoint (:mod:`engine.runner.group`): the
 checkpoint then ends by releasing its savepoint, and what follows a commit
