@@ -223,6 +223,7 @@ class Executor:
         reads = grouped and kept is None and bool(sources(step) - known.keys())
         own_transaction = sees_conn or reads
         self._savepoint = grouped and not own_transaction
+        computed: dict[str, Any] | None = None  # what the step returned, once it did
         try:
             # closed by the checkpoint, whose COMMIT travels with its last statements
             # (in a group: a RELEASE SAVEPOINT, the group commits later)
@@ -239,6 +240,7 @@ class Executor:
                     begin()
                 try:
                     output = self.compute(flow, step, lease, known) if kept is None else kept
+                    computed = output
                 except Wait as exc:
                     if not exc.children or conn.broken or conn.closed:
                         raise
@@ -262,6 +264,10 @@ class Executor:
             if self._savepoint and self._savepoint_set:
                 store.step_savepoint_rollback(conn)  # its own checkpoint's writes
             self._group_first()
+            if isinstance(exc, Contention) and grouped and computed is not None and not sees_conn:
+                # its checkpoint lost a lock wait in the group, and the step wrote nothing
+                # else: alone now, its checkpoint again (with its tries), the body not again
+                return self._execute(flow, step, lease, known, computed)
             return self.not_checkpointed(step, lease, exc)
         assert followed is not None, "a step that returned has its checkpoint"
         follow, continuation = followed

@@ -308,7 +308,7 @@ class Failures:
         if alerted:
             self.alerts.wake()
         log.warning("step run %s attempt %d charged: %s", claimed.id, claimed.attempt, spent)
-        return Outcome("charged", str(spent), claimed.id)
+        return Outcome("retried", str(spent), claimed.id)
 
     def fenced(self, lease: Lease, reason: str) -> Outcome:
         """Record that ``lease`` was lost (or its step run stopped with its cancelled job)."""
