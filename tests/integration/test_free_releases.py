@@ -20,11 +20,18 @@ from typing import Any
 import childflows
 import psycopg
 import pytest
-from harness import fast_settings, thread_worker, wait_job_ended, wait_until
+from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
+from test_group_commit import group_order, one_runner, receive_all
 
 from engine import submit
 from engine.config import Settings
+from engine.flow import Flow, Step
 from engine.flow.registry import Registry
+from engine.jobs.plan import Outputs
+from engine.runner import StepRunner
+from engine.runner.execution import Executor
+from engine.runner.group import GroupCommit
+from engine.runner.lease import Lease
 
 MODULES = ["testflows", "childflows"]
 
@@ -204,3 +211,56 @@ def test_free_releases__a_checkpoint_that_waits_a_while_is_tried_again_not_the_b
         (job,),
     ).fetchone()
     assert first == {"attempts": 1, "free_releases": 0}
+
+
+def test_group__a_members_checkpoint_that_waits_is_written_again_alone_not_its_body(
+    settings: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fan's plans (no StepContext) share a group; the middle job's row is held by
+    # another session when its plan checkpoints: its savepoint goes, its
+    # neighbours commit, and then its checkpoint alone is written again with the
+    # output in hand (the lock let go by then): each plan's body ran once
+    fast = fast_settings(settings, group_commit_ms=5000, lock_timeout_s=0.3)
+    monkeypatch.setattr(StepRunner, "_together", lambda self, quick: ([], quick))
+    jobs = [
+        submit("fan", {"n": n}, settings=fast, registry=flows_registry()).job_id for n in (1, 2, 3)
+    ]
+    holders: list[psycopg.Connection[Any]] = []
+    computed: list[uuid.UUID] = []
+    compute, commit = Executor.compute, GroupCommit.commit
+
+    def hooked(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
+        if step.name == "plan":
+            computed.append(lease.claimed.job_id)
+            if lease.claimed.job_id == victim and not holders:
+                holder = psycopg.connect(conn.info.dsn)
+                holder.execute("SELECT 1 FROM engine_jobs WHERE id = %s FOR UPDATE", (victim,))
+                holders.append(holder)
+        return compute(self, flow, step, lease, known)
+
+    def committed(self: GroupCommit) -> None:
+        commit(self)
+        for holder in holders:
+            holder.rollback()  # the neighbours committed: the lock goes
+
+    with one_runner(fast) as (runner, transport):
+        batch = receive_all(transport, 3)
+        victim = group_order(batch)[1]
+        monkeypatch.setattr(Executor, "compute", hooked)
+        monkeypatch.setattr(GroupCommit, "commit", committed)
+        try:
+            outcomes = runner.handle_batch(batch)
+        finally:
+            for h in holders:
+                h.close()
+    assert holders, "the victim's job row was held"
+    assert sorted(computed) == sorted(jobs), "a plan's body ran again"
+    assert "released" not in [o.kind for o in outcomes]
+    for job in jobs:
+        plan = conn.execute(
+            "SELECT status, attempts, free_releases FROM engine_step_runs "
+            "WHERE job_id = %s AND step = 'plan'",
+            (job,),
+        ).fetchone()
+        assert plan == {"status": "done", "attempts": 1, "free_releases": 0}
+    assert all(released(conn, job) == [] for job in jobs)
