@@ -4,8 +4,8 @@
 -- 1. The engine does not make its own step runs wait on each other. Every
 --    statement locks a job row FOR NO KEY UPDATE (engine/store/sql), never
 --    FOR UPDATE, which would also wait on each uncommitted row referencing
---    the job: a child job that a running step submitted (parent_job_id), a
---    tag it wrote. engine_concurrency_hold, which a keyed checkpoint or park
+--    the job: a child job that a running step submitted (parent_job_id) and
+--    keeps working. engine_concurrency_hold, which a keyed checkpoint or park
 --    calls, locks the job row the same way.
 --
 -- 2. A step run given back at no charge after its body ran (its checkpoint

@@ -27,8 +27,8 @@ invariant of DESIGN.md:
 
 The engine does not make its step runs wait on each other: job rows are
 locked ``FOR NO KEY UPDATE`` (:mod:`engine.store`, the one lock order), so a
-step that submitted a child job or wrote a tag, and keeps working, holds
-nothing its siblings' checkpoints need.
+step that submitted a child job (whose foreign key share-locks the job row)
+and keeps working holds nothing its siblings' checkpoints need.
 - :mod:`.park`: a step that waits holds nothing (``engine.waits``).
 - :mod:`.group` and :mod:`.rounds`: quick step runs share one commit, each in
   its own savepoint or its own guarded checkpoint.

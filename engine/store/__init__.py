@@ -49,9 +49,9 @@ lock taken out of it could deadlock against one taken in it):
 1. job rows before step rows (a claim, a checkpoint, a retry, a dead letter,
    a park, a cancel: the job row first, ``FOR NO KEY UPDATE``, never
    ``FOR UPDATE``: that would also wait on every uncommitted row that
-   references the job, a child job a running step submitted, a tag it
-   wrote, so a sibling's checkpoint would wait for that step to commit
-   and be released to run its body again: issue 34);
+   references the job, such as a child job a running step submitted, so
+   a sibling's checkpoint would wait for that step to commit and be
+   released to run its body again: issue 34);
 2. a parent job before its child jobs, level by level (a park for children
    takes the parent job, then ``job_lock_children``; a cancel takes the job,
    then ``job_cancel_descendants``), then step runs;
