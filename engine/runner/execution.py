@@ -424,7 +424,9 @@ class Executor:
         # a deadlock or a pooler's lost prepared statement it meets is rolled back
         # to it and the checkpoint alone tried again, the body's output (and what
         # it wrote through ctx) kept, while the lease holds (invariant 20). In a
-        # group its neighbours commit first and it goes round again, counted.
+        # group its neighbours commit first; then its checkpoint alone is written
+        # again (_execute) if the step wrote nothing through ctx, else it is
+        # released, counted.
         retries = 0 if self.group.open else self.settings.checkpoint_retries
         tried = 0
         while True:
