@@ -315,6 +315,26 @@ class Settings(BaseSettings):
             "that waits longer is not done and goes again, at no attempt"
         ),
     )
+    checkpoint_retries: int = Field(
+        default=3,
+        ge=0,
+        le=20,
+        description=(
+            "a finished step whose checkpoint loses a lock wait (lock_timeout, a deadlock, a "
+            "pooler's lost prepared statement) keeps its output and tries the checkpoint again "
+            "this many times, backing off from 0.1 s, while its lease holds; then it is released"
+        ),
+    )
+    free_releases_max: int = Field(
+        default=5,
+        ge=0,
+        le=100,
+        description=(
+            "a step run released at no charge after its body ran (its checkpoint lost a lock "
+            "wait, its group was rolled back) runs again for free at most this many times "
+            "since it last parked; the next release charges an attempt, with an alert saying why"
+        ),
+    )
     admin_lock_timeout_s: float = Field(
         default=5.0,
         gt=0,

@@ -24,6 +24,9 @@
     │                                the CLI exits 1
     ├── ChecksFailed                 a check found broken identities (names each);
     │                                the CLI exits 1
+    ├── ReleasesSpent                a step run released at no charge more times
+    │                                than ENGINE_FREE_RELEASES_MAX: the next release
+    │                                charges its attempt (says why; alerted)
     ├── MigrationError               migrations could not be applied
     │   └── MigrationChecksumMismatch  an applied migration file was edited
     ├── StoreError                   a database driver error, wrapped once in
@@ -170,6 +173,15 @@ class OutputRefused(JsonRefused):
     as if its code had raised, retried under its policy (a step that is not
     deterministic may return a finite value next time), never stored as
     ``null`` and never failing a neighbour's checkpoint in a round or a group.
+    """
+
+
+class ReleasesSpent(EngineError):
+    """A step run was given back at no charge its bound's number of times: this one is charged.
+
+    Its message says how many and why the last one came (a lock wait on the
+    checkpoint's job row, a deadlock...): the error its attempt records, and
+    its alert's line (invariant 20).
     """
 
 

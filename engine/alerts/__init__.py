@@ -1,5 +1,10 @@
 """Alerts: exactly one per dead letter, recorded with it, delivered to every sink.
 
+And ``source: release``: a step run given back at no charge past
+``ENGINE_FREE_RELEASES_MAX`` (its checkpoint kept losing lock waits) has
+that attempt charged, alerted once with the reason
+(:meth:`engine.runner.failures.Failures.release_free`).
+
 One more kind (``source: version``): a flow version that active jobs need
 and no live worker has loaded for ``ENGINE_VERSION_ORPHAN_ALERT_S`` gets one
 alert per orphan episode, recorded by the sweeper (:mod:`engine.worker.roster`)
@@ -93,6 +98,9 @@ class Alert:
             return f"flow {self.flow} version {self.flow_version}: loaded by no live worker"
         if self.source == "schedule":
             return f"schedule {self.schedule}: {self.error}"
+        if self.source == "release":
+            where = f"{self.flow or '?'}/{self.step or '?'}"
+            return f"attempt charged: {where} of job {self.job_id} kept being released for free"
         where = f"{self.flow or '?'}/{self.step or '?'}"
         return f"dead letter: {where} of job {self.job_id}"
 
@@ -174,6 +182,20 @@ class AlertRecorder:
         if dead_letter_id is None:
             return False
         return store.alert_insert_for_dead_letter(conn, dead_letter_id, self.sinks) is not None
+
+    def record_release(
+        self, conn: psycopg.Connection[Any], step_run_id: uuid.UUID, *, error_line: str, reason: str
+    ) -> bool:
+        """Alert the attempt of ``step_run_id`` this transaction charged past its free releases.
+
+        ``False`` when that attempt was alerted already.
+        """
+        return (
+            store.alert_insert_for_release(
+                conn, step_run_id, error_line=error_line, reason=reason, sinks=self.sinks
+            )
+            is not None
+        )
 
     def record_orphaned_versions(
         self, conn: psycopg.Connection[Any], *, live_s: float, alert_after_s: float

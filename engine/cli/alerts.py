@@ -40,10 +40,12 @@ def _block(r: dict[str, Any]) -> str:
     head = f"alert {r['id']}  {r['created_at']:%Y-%m-%d %H:%M:%S}"
     if r["dead_letter_id"] is not None:
         head += f"  dead letter {r['dead_letter_id']}"
-    if r["source"] == "step":
+    if r["source"] in ("step", "release"):
         what = f"  job {r['job_id']}  {r['flow'] or '?'}/{r['step'] or '?'}"
         if r["attempts"] is not None:
             what += f"  attempts {r['attempts']}"
+        if r["source"] == "release":
+            what += "  an attempt charged: released without charge too often"
     elif r["source"] == "version":
         what = f"  flow {r['flow']} version {r['flow_version']} loaded by no live worker"
         what += f"  oldest job {r['job_id']}"

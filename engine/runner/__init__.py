@@ -14,9 +14,21 @@ invariant of DESIGN.md:
   one transaction on the slot's connection.
 - :mod:`.checkpoint`: the output written only if the lease token still
   matches (fencing, 5), and what it leads to as a ``FollowUp`` value: the
-  step runs made ready, the eager successor, the job's end.
+  step runs made ready, the eager successor, the job's end. A checkpoint
+  that loses a lock wait is tried again with the output in hand, while the
+  lease holds (:meth:`.execution.Executor._checkpoint`): the body is not
+  run again for it.
 - :mod:`.failures`: retried with backoff, dead-lettered with an alert, or
-  recorded as fenced; every decision fenced like a checkpoint (11, 16).
+  recorded as fenced; every decision fenced like a checkpoint (11, 16). A
+  step run whose body ran but could not commit through no fault of its own
+  is released at no charge (18), counted, and charged an attempt with an
+  alert past ``ENGINE_FREE_RELEASES_MAX`` (20): a body runs again only for
+  a reason that is counted.
+
+The engine does not make its step runs wait on each other: job rows are
+locked ``FOR NO KEY UPDATE`` (:mod:`engine.store`, the one lock order), so a
+step that submitted a child job (whose foreign key share-locks the job row)
+and keeps working holds nothing its siblings' checkpoints need.
 - :mod:`.park`: a step that waits holds nothing (``engine.waits``).
 - :mod:`.group` and :mod:`.rounds`: quick step runs share one commit, each in
   its own savepoint or its own guarded checkpoint.

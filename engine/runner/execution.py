@@ -12,6 +12,14 @@ claimed for this slot, the job's end) are :mod:`engine.runner.checkpoint`;
 the eager successor comes back on the :class:`Outcome`, for the slot's
 runner to run next.
 
+Alone (not in a group), the checkpoint's message sets a savepoint first: a
+lock wait past ``lock_timeout``, a deadlock or a pooler's lost prepared
+statement in the checkpoint or what follows it rolls back to it, and the
+checkpoint alone is tried again (``ENGINE_CHECKPOINT_RETRIES``, backing off)
+with the output the step returned and what it wrote through ``ctx.conn``,
+while the lease holds; only then is the step run released, counted
+(:meth:`engine.runner.failures.Failures.release_free`, invariant 20).
+
 With several step runs in hand, quick ones share one transaction and one
 COMMIT, each in its own savepoint (:mod:`engine.runner.group`): the
 checkpoint then ends by releasing its savepoint, and what follows a commit
@@ -104,8 +112,19 @@ class Executor:
         self._savepoint = False
         self._savepoint_set = False
 
-    def run(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Outcome:
-        """Run the step run of ``lease`` (which the heartbeat watches) to an outcome."""
+    def run(
+        self,
+        flow: Flow,
+        step: Step,
+        lease: Lease,
+        known: Outputs,
+        output: dict[str, Any] | None = None,
+    ) -> Outcome:
+        """Run the step run of ``lease`` (which the heartbeat watches) to an outcome.
+
+        ``output``: its step returned that already (a pure step whose round was
+        rolled back): only its checkpoint is written, the body is not run again.
+        """
         claimed = lease.claimed
         with logs.step_run(claimed, lease_owner=self.worker):
             self._savepoint_set = False
@@ -113,7 +132,7 @@ class Executor:
             metrics.step_started(claimed)
             started = time.monotonic()
             try:
-                outcome = self._execute(flow, step, lease, known)
+                outcome = self._execute(flow, step, lease, known, output)
             finally:
                 self.heartbeat.unwatch(lease)
                 self.current = None
@@ -151,10 +170,12 @@ class Executor:
             claimed = lease.claimed
             with logs.step_run(claimed, lease_owner=self.worker):
                 try:
-                    self.failures.give_back(
+                    # its body ran: a free release, counted (invariant 20)
+                    self.failures.release_free(
+                        self.registry.get(claimed.flow).steps[claimed.step],
                         lease,
-                        reason="its group's commit was rolled back by a neighbour's failure",
-                        visible_in_s=1.0,
+                        "its group's commit was rolled back by a neighbour's failure",
+                        lost="lease lost after its group was rolled back",
                     )
                 except Exception:
                     # left to its lease: the sweeper or a redelivery runs it again
@@ -171,7 +192,14 @@ class Executor:
 
     # -- the step ----------------------------------------------------------------------
 
-    def _execute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Outcome:
+    def _execute(
+        self,
+        flow: Flow,
+        step: Step,
+        lease: Lease,
+        known: Outputs,
+        kept: dict[str, Any] | None = None,
+    ) -> Outcome:
         claimed = lease.claimed
         conn = self.conn
         followed: tuple[FollowUp, Continuation | None] | None = None
@@ -183,7 +211,7 @@ class Executor:
             # rolled back (its members go again at no charge), and this step
             # runs on its own rather than be charged for a statement not its own
             self.group.commit()
-        sees_conn = any(s.kind == "context" for s in step.inputs.values())
+        sees_conn = kept is None and any(s.kind == "context" for s in step.inputs.values())
         # In a group every step has a savepoint, so a failure rolls back its own
         # writes only: the step's own transaction (a savepoint) for a step that
         # writes through ctx, else one set in its checkpoint's message.
@@ -192,9 +220,10 @@ class Executor:
         # them in its savepoint: a read that fails (a statement timeout, a cancel)
         # is its own failure and must not abort the group's transaction under its
         # neighbours' checkpoints.
-        reads = grouped and bool(sources(step) - known.keys())
+        reads = grouped and kept is None and bool(sources(step) - known.keys())
         own_transaction = sees_conn or reads
         self._savepoint = grouped and not own_transaction
+        computed: dict[str, Any] | None = None  # what the step returned, once it did
         try:
             # closed by the checkpoint, whose COMMIT travels with its last statements
             # (in a group: a RELEASE SAVEPOINT, the group commits later)
@@ -210,7 +239,8 @@ class Executor:
                 if own_transaction:
                     begin()
                 try:
-                    output = self.compute(flow, step, lease, known)
+                    output = self.compute(flow, step, lease, known) if kept is None else kept
+                    computed = output
                 except Wait as exc:
                     if not exc.children or conn.broken or conn.closed:
                         raise
@@ -234,6 +264,10 @@ class Executor:
             if self._savepoint and self._savepoint_set:
                 store.step_savepoint_rollback(conn)  # its own checkpoint's writes
             self._group_first()
+            if isinstance(exc, Contention) and grouped and computed is not None and not sees_conn:
+                # its checkpoint lost a lock wait in the group, and the step wrote nothing
+                # else: alone now, its checkpoint again (with its tries), the body not again
+                return self._execute(flow, step, lease, known, computed)
             return self.not_checkpointed(step, lease, exc)
         assert followed is not None, "a step that returned has its checkpoint"
         follow, continuation = followed
@@ -320,11 +354,11 @@ class Executor:
         """
         if isinstance(exc, Contention):
             # the engine's statement (a checkpoint, a child submitted) lost a lock wait
-            return self.failures.contended(lease, exc)
+            return self.failures.contended(step, lease, exc)
         try:
             return self._short_of_checkpoint(step, lease, exc)
         except Contention as busy:
-            return self.failures.contended(lease, busy)
+            return self.failures.contended(step, lease, busy)
 
     def _short_of_checkpoint(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
         claimed = lease.claimed
@@ -386,6 +420,56 @@ class Executor:
         conn = self.conn
         # from here on, a step in a group has its savepoint (set in this message)
         self._savepoint_set = self._savepoint
+        # Alone, the checkpoint sets a savepoint in its message too: a lock wait,
+        # a deadlock or a pooler's lost prepared statement it meets is rolled back
+        # to it and the checkpoint alone tried again, the body's output (and what
+        # it wrote through ctx) kept, while the lease holds (invariant 20). In a
+        # group its neighbours commit first; then its checkpoint alone is written
+        # again (_execute) if the step wrote nothing through ctx, else it is
+        # released, counted.
+        retries = 0 if self.group.open else self.settings.checkpoint_retries
+        tried = 0
+        while True:
+            try:
+                follow = self._write_checkpoint(
+                    flow, claimed, output, lease, begin, savepoint=self._savepoint or retries > 0
+                )
+                break
+            except Contention as exc:
+                begin = None  # begun already: what it holds is rolled back to the savepoint
+                if tried >= retries or conn.broken or conn.closed or lease.stop.is_set():
+                    raise
+                tried += 1
+                store.step_savepoint_rollback(conn)
+                log.info(
+                    "checkpoint of step run %s not done (%s); trying it again (%d of %d), "
+                    "its output in hand",
+                    claimed.id,
+                    str(exc).strip().splitlines()[0][:200],
+                    tried,
+                    retries,
+                )
+                # backing off; a lease lost meanwhile stops the wait, and the fenced
+                # write then refuses the checkpoint
+                lease.stop.event.wait(min(0.1 * 2 ** (tried - 1), 2.0))
+        commit()
+        faults.hit("after_commit")
+        # an external queue's publish and delete come between this commit and the
+        # successor's start, and may outlast its lease: it is checked first
+        return follow, follow.continuation(check_lease=not self.transport.transactional)
+
+    def _write_checkpoint(
+        self,
+        flow: Flow,
+        claimed: Claimed,
+        output: dict[str, Any],
+        lease: Lease,
+        begin: Callable[[], None] | None,
+        *,
+        savepoint: bool,
+    ) -> FollowUp:
+        """The fenced checkpoint and what it leads to, written (not committed)."""
+        conn = self.conn
         done = put_checkpoint(
             conn,
             flow,
@@ -393,7 +477,7 @@ class Executor:
             output,
             self.worker,
             begin=begin,
-            savepoint=self._savepoint,
+            savepoint=savepoint,
             ran=lease.ran(),
         )
         # Inside a transport's own transaction nothing that follows needs an
@@ -402,17 +486,12 @@ class Executor:
         # the COMMIT; messages out and the delivery gone in the same commit as
         # the checkpoint. An external queue gets outbox rows (their ids are read
         # back) and the publish and delete come after the commit.
-        inside = self.transport.transactional
-        batch = store.Batch(conn) if inside else None
+        batch = store.Batch(conn) if self.transport.transactional else None
         follow = self.follow_up(flow, claimed, lease, done, batch)
         faults.hit("in_commit")
         if batch is not None:
             batch.send()
-        commit()
-        faults.hit("after_commit")
-        # an external queue's publish and delete come between this commit and the
-        # successor's start, and may outlast its lease: it is checked first
-        return follow, follow.continuation(check_lease=not inside)
+        return follow
 
     def follow_up(
         self,

@@ -12,7 +12,14 @@ same way, once, without a dead letter or an alert: the data is at fault.
 A lock wait past ``lock_timeout`` or a deadlock in the engine's own statements
 (a checkpoint, a park, a group's or a round's commit) is none of the step's
 doing: the step run is not done and goes again, its lease given back with the
-attempt it took (invariant 18, :meth:`Failures.contended`).
+attempt it took (invariant 18, :meth:`Failures.contended`). Its body then runs
+again, so such a free release is counted and bounded (invariant 20,
+:meth:`Failures.release_free`): each one's ``released`` event says why and
+which one it is; past ``ENGINE_FREE_RELEASES_MAX`` since the step run last
+parked, the next one charges the attempt (a ``retried`` event, an alert of
+source ``release`` saying why; at the attempt cap a dead letter). A finished
+body's checkpoint is first tried again with its output in hand
+(:mod:`engine.runner.execution`), so most lock waits never get here.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import psycopg
 from engine import store
 from engine.alerts import AlertRecorder
 from engine.config import Settings
-from engine.errors import Contention, DefinitionError
+from engine.errors import Contention, DefinitionError, ReleasesSpent
 from engine.flow import Step
 from engine.flow.retry import Fail, Reject, Retry, RetryPolicy
 from engine.infra.outage import is_outage
@@ -186,19 +193,122 @@ class Failures:
             self.transport.release([receipt])
         return True
 
-    def contended(self, lease: Lease, exc: Contention) -> Outcome:
+    def contended(self, step: Step, lease: Lease, exc: Contention) -> Outcome:
         """A lock wait timed out or a deadlock hit the engine's statement: not done, again.
 
         Nothing of the attempt committed (its transaction or savepoint was rolled
         back); the lease goes back with its attempt and the delivery comes back
-        in a second, so the step run runs again at no charge (invariant 18).
+        in a second, so the step run runs again at no charge (invariant 18), a
+        bounded number of times (:meth:`release_free`, invariant 20).
+        """
+        reason = f"not done, try again: {str(exc).strip().splitlines()[0][:300]}"
+        return self.release_free(step, lease, reason, lost=f"lease lost after a lock wait: {exc}")
+
+    def release_free(
+        self, step: Step, lease: Lease, reason: str, *, lost: str, visible_in_s: float = 1.0
+    ) -> Outcome:
+        """Give back a step run whose body ran but did not commit, through no fault of its own.
+
+        At no charge, counted, and its ``released`` event says why and how many
+        times (``free_release`` of ``free_releases_max``), so the step's body
+        runs again only a bounded number of times for free (invariant 20): once
+        ``ENGINE_FREE_RELEASES_MAX`` are spent since it last parked, this
+        release charges the attempt instead (:meth:`_charge`). ``lost``: what the
+        fenced event says if the lease was lost meanwhile.
+        """
+        claimed, receipt = lease.claimed, lease.receipt
+        conn = self.conn
+        most = self.settings.free_releases_max
+        freed = Announced(self.transport)
+        with conn.transaction():
+            count = store.lease_release_free_if_owner(conn, claimed.id, claimed.token, most)
+            if count is not None:
+                store.attempt_event_insert(
+                    conn,
+                    EventKind.RELEASED,
+                    claimed,
+                    worker=self.worker,
+                    ran=lease.ran(),
+                    detail={"reason": reason, "free_release": count, "free_releases_max": most},
+                )
+                if claimed.concurrency_key is not None:
+                    freed = announce_freed(conn, self.transport, [claimed.job_id])
+        if count is None:
+            # the lease was lost, or its free releases are spent: charged (fenced there too)
+            return self._charge(step, lease, reason, lost=lost)
+        freed.publish_after_commit(conn)
+        if receipt is None:
+            message = StepMessage(job_id=claimed.job_id, step_run_id=claimed.id)
+            self.transport.publish(None, [Outgoing(message, delay_s=visible_in_s)])
+        else:
+            self.transport.extend([receipt], visible_in_s)
+        log.info("step run %s released (%d of %d free): %s", claimed.id, count, most, reason)
+        return Outcome("released", reason, claimed.id)
+
+    def _charge(self, step: Step, lease: Lease, reason: str, *, lost: str) -> Outcome:
+        """Its free releases are spent: this release costs the attempt, with an alert saying why.
+
+        Under the cap the step run goes back charged, due after its policy's
+        backoff, in a transaction that touches its own row and no job row (what
+        held its checkpoint up may hold the job row still); at the cap it is
+        dead-lettered (the job fails, alerted as any dead letter). A dead letter
+        that cannot take the job row either leaves the lease to lapse: a lapsed
+        last attempt is dead-lettered by the sweeper, its body never run again.
         """
         claimed = lease.claimed
-        reason = f"not done, try again: {str(exc).strip().splitlines()[0][:300]}"
-        if not self.give_back(lease, reason=reason, visible_in_s=1.0):
-            return self.fenced(lease, f"lease lost after a lock wait: {exc}")
-        log.info("step run %s released (%s)", claimed.id, reason)
-        return Outcome("released", reason, claimed.id)
+        conn = self.conn
+        most = self.settings.free_releases_max
+        spent = ReleasesSpent(f"released {most} times without charge; then again: {reason}")
+        if claimed.attempt >= claimed.max_attempts:
+            try:
+                return self.failed(step, lease, spent)
+            except Contention as busy:
+                log.warning(
+                    "step run %s: its last attempt, charged, could not be dead-lettered (%s); "
+                    "left to its lease, which the sweeper dead-letters once it lapses",
+                    claimed.id,
+                    busy,
+                )
+                return Outcome("charged", str(spent), claimed.id)
+        policy = step.retry or self.default_policy
+        delay = policy.delay_s(claimed.attempt)
+        error = error_record(spent, claimed.attempt)
+        announced = Announced(self.transport)
+        alerted = False
+        with conn.transaction():
+            due = store.step_release_charged_if_leased(conn, claimed, delay, error)
+            if due is not None:
+                announced = announce(
+                    conn,
+                    self.transport,
+                    outbox_ids=[store.outbox_insert_delayed(conn, claimed.id, due)],
+                )
+                store.attempt_event_insert(
+                    conn,
+                    EventKind.RETRIED,
+                    claimed,
+                    worker=self.worker,
+                    ran=lease.ran(),
+                    detail={
+                        "delay_s": round(delay, 3),
+                        "error": error["message"][:500],
+                        "charged": "free releases spent",
+                    },
+                )
+                alerted = self.alerts.record_release(
+                    conn, claimed.id, error_line=f"ReleasesSpent: {spent}", reason=str(spent)
+                )
+                if claimed.concurrency_key is not None:
+                    announced += announce_freed(conn, self.transport, [claimed.job_id])
+                self.ack_in_commit(lease, conn)
+        if due is None:
+            return self.fenced(lease, lost)
+        announced.publish_after_commit(conn)
+        self.ack_after_commit(lease)
+        if alerted:
+            self.alerts.wake()
+        log.warning("step run %s attempt %d charged: %s", claimed.id, claimed.attempt, spent)
+        return Outcome("retried", str(spent), claimed.id)
 
     def fenced(self, lease: Lease, reason: str) -> Outcome:
         """Record that ``lease`` was lost (or its step run stopped with its cancelled job)."""

@@ -19,7 +19,9 @@ class Outcome:
     """What handling one delivery came to (for logs, tests and metrics)."""
 
     # done, retried, dead, rejected, fenced, cancelled, waiting, refused, released
-    # (not done: a lock wait or deadlock, at no attempt), dropped, malformed
+    # (not done: a lock wait or deadlock, at no attempt, counted), charged (its free
+    # releases spent at its last attempt, its lease left to lapse: the sweeper
+    # dead-letters it), dropped, malformed
     kind: str
     detail: str = ""
     step_run_id: uuid.UUID | None = None

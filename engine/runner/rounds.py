@@ -17,8 +17,10 @@ input read failed (a statement timeout, a cancel request) aborted the
 round's transaction: it is rolled back and begun again for the others, who
 only read before it, so no neighbour pays for it. Should a
 statement fail (a deadlock, a lock timeout), the round is rolled back and
-each step run goes again, one by one, on the path that gives each its own
-savepoint; a connection lost loses the round, as it would lose one step.
+each step run's checkpoint is written again, one by one, with the output its
+step returned (the body is not called again), on the path that gives each
+its own savepoint and its own tries; a connection lost loses the round, as
+it would lose one step.
 
 Only the PostgreSQL transport (whose messages and deletes commit in the same
 transaction) takes this path, and only one step run per job per round (a
@@ -232,8 +234,11 @@ def _round_failed(
             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
         )
         for c in computed:
-            # called again: a step without a context wrote nothing in the database
-            outcome = executor.run(c.member.flow, c.member.step, c.member.lease, c.member.known)
+            # its output kept: only its checkpoint is written again, alone, the body is
+            # not called again (invariant 20; a step without a context wrote nothing else)
+            outcome = executor.run(
+                c.member.flow, c.member.step, c.member.lease, c.member.known, c.output
+            )
             results[id(c.member)] = outcome
         executor.group.commit()
     for member, step_exc, started in failed:

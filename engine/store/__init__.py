@@ -47,11 +47,15 @@ The one lock order, which every statement and transaction here follows (a
 lock taken out of it could deadlock against one taken in it):
 
 1. job rows before step rows (a claim, a checkpoint, a retry, a dead letter,
-   a park, a cancel: the job row first, ``FOR [NO KEY] UPDATE``);
+   a park, a cancel: the job row first, ``FOR NO KEY UPDATE``, never
+   ``FOR UPDATE``: that would also wait on every uncommitted row that
+   references the job, such as a child job a running step submitted, so
+   a sibling's checkpoint would wait for that step to commit and be
+   released to run its body again: issue 34);
 2. a parent job before its child jobs, level by level (a park for children
    takes the parent job, then ``job_lock_children``; a cancel takes the job,
    then ``job_cancel_descendants``), then step runs;
-3. ascending ids within a level (``ORDER BY id ... FOR UPDATE`` over many
+3. ascending ids within a level (``ORDER BY id ... FOR NO KEY UPDATE`` over many
    jobs; a group's or a round's checkpoints in job order).
 
 Statements that touch one step row and no job row (a lease renewal, a lease

@@ -12,6 +12,7 @@ claim is taken over, and an outcome is recorded only by the claim's holder.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "alert_exists",
     "alert_insert_for_dead_letter",
     "alert_insert_for_orphaned_versions",
+    "alert_insert_for_release",
     "alert_insert_for_schedule_fire",
     "alert_insert_for_unloaded_schedules",
     "alert_select_recent",
@@ -49,6 +51,28 @@ def alert_insert_for_dead_letter(
     row = conn.execute(
         _q["alert_insert_for_dead_letter"],
         {"dead_letter_id": dead_letter_id, "sinks": list(sinks)},
+    ).fetchone()
+    return None if row is None else int(column(row, "id"))
+
+
+@wrap_errors
+def alert_insert_for_release(
+    conn: psycopg.Connection[Any],
+    step_run_id: uuid.UUID,
+    *,
+    error_line: str,
+    reason: str,
+    sinks: Sequence[str],
+) -> int | None:
+    """Alert a step run's attempt charged past its free releases; ``None``: alerted already."""
+    row = conn.execute(
+        _q["alert_insert_for_release"],
+        {
+            "step_run_id": step_run_id,
+            "error_line": error_line,
+            "reason": reason,
+            "sinks": list(sinks),
+        },
     ).fetchone()
     return None if row is None else int(column(row, "id"))
 

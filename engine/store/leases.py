@@ -38,6 +38,7 @@ __all__ = [
     "lease_extend_if_owner",
     "lease_live",
     "lease_owner",
+    "lease_release_free_if_owner",
     "lease_release_if_owner",
     "worker_of",
 ]
@@ -79,6 +80,21 @@ def lease_release_if_owner(
     """Give the step run back with the attempt it took; ``False``: the lease was lost already."""
     cur = conn.execute(_q["lease_release_if_owner"], {"id": step_run_id, "token": token})
     return cur.rowcount == 1
+
+
+@wrap_errors
+def lease_release_free_if_owner(
+    conn: psycopg.Connection[Any], step_run_id: uuid.UUID, token: uuid.UUID, max_free: int
+) -> int | None:
+    """Give back a step run whose body ran, with its attempt, counting it (at most ``max_free``).
+
+    Its free releases since it last parked, this one included; ``None``: the
+    lease was lost already, or ``max_free`` are spent (charge it instead).
+    """
+    row = conn.execute(
+        _q["lease_release_free_if_owner"], {"id": step_run_id, "token": token, "max": max_free}
+    ).fetchone()
+    return None if row is None else int(column(row, "free_releases"))
 
 
 @wrap_errors

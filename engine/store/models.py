@@ -151,6 +151,8 @@ class StepRun(SQLModel, table=True):
         default_factory=list, sa_column=Column(ARRAY(DateTime(timezone=True)), nullable=False)
     )
     wait_summary: dict[str, Any] | None = _json(True)  # what the last wait published
+    # released at no charge after its body ran, since its last park (migration 0027)
+    free_releases: int = Field(default=0, sa_column=Column(Integer, nullable=False))
 
 
 class JobSignal(SQLModel, table=True):

@@ -93,6 +93,7 @@ class AlertSource(enum.StrEnum):
     MESSAGE = "message"
     VERSION = "version"
     SCHEDULE = "schedule"
+    RELEASE = "release"  # a step run released at no charge past its bound, then charged
 
 
 class FireOutcome(enum.StrEnum):

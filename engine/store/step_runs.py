@@ -52,6 +52,7 @@ __all__ = [
     "step_dead_if_expired_exhausted_many",
     "step_dead_if_leased",
     "step_outputs_select",
+    "step_release_charged_if_leased",
     "step_reopen_by_job",
     "step_retry_if_leased",
     "step_run_insert_many_announced",
@@ -237,6 +238,22 @@ def step_retry_if_leased(
             "delay_s": delay_s,
             "error": Jsonb(error),
         },
+    ).fetchone()
+    return None if row is None else column(row, "available_at")
+
+
+@wrap_errors
+def step_release_charged_if_leased(
+    conn: psycopg.Connection[Any],
+    claimed: Claimed,
+    delay_s: float,
+    error: dict[str, Any],
+) -> datetime | None:
+    """Back to pending after ``delay_s``, its attempt charged, no job row locked (its free
+    releases are spent); when it becomes due, or ``None`` (lease lost, or at its cap)."""
+    row = conn.execute(
+        _q["step_release_charged_if_leased"],
+        {"id": claimed.id, "token": claimed.token, "delay_s": delay_s, "error": Jsonb(error)},
     ).fetchone()
     return None if row is None else column(row, "available_at")
 

@@ -254,6 +254,7 @@ def test_round__a_lock_wait_in_the_rounds_checkpoints_charges_nobody(
         submit("fan", {"n": n}, settings=settings, registry=flows_registry()) for n in (1, 2, 3)
     ]
     holders: list[psycopg.Connection[Any]] = []
+    computed: list[uuid.UUID] = []  # the plans' bodies called, by job
     compute = Executor.compute
 
     with one_runner(settings) as (runner, transport):
@@ -261,6 +262,8 @@ def test_round__a_lock_wait_in_the_rounds_checkpoints_charges_nobody(
         victim = group_order(batch)[1]
 
         def hooked(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
+            if step.name == "plan":
+                computed.append(lease.claimed.job_id)
             if step.name == "plan" and lease.claimed.job_id == victim and not holders:
                 holder = db.connect(settings)
                 holder.execute("SELECT 1 FROM engine_jobs WHERE id = %s FOR UPDATE", (victim,))
@@ -276,6 +279,9 @@ def test_round__a_lock_wait_in_the_rounds_checkpoints_charges_nobody(
         assert runner.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
     victim_plan = run_of(conn, victim, "plan")["id"]
+    # the round's checkpoints were written again alone with the outputs in hand: no body
+    # was called twice (invariant 20)
+    assert sorted(computed) == sorted(job.job_id for job in jobs)
     assert [o.step_run_id for o in outcomes if o.kind == "released"] == [victim_plan]
     assert {o.kind for o in outcomes} == {"done", "released"}
     for job in jobs:

@@ -7,6 +7,7 @@ changes between its transactions, as in production.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -202,8 +203,13 @@ def _approval_registry() -> Registry:
 
 
 def test_worker__a_prepared_statement_lost_by_the_pooler_costs_no_attempt(
-    bouncer1: PgBouncer, dbinfo: str, settings: Settings, conn: psycopg.Connection[Any]
+    bouncer1: PgBouncer,
+    dbinfo: str,
+    settings: Settings,
+    conn: psycopg.Connection[Any],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="engine.runner.execution")
     s = settings_with_url(
         bouncer1.url_for(_dbname(dbinfo)),
         prepared_statements="on",
@@ -218,9 +224,11 @@ def test_worker__a_prepared_statement_lost_by_the_pooler_costs_no_attempt(
         _end_idle_server_sessions(conn)
         signal(job_id, "go", {"by": "test"}, settings=s)
         assert wait_job_ended(conn, job_id) == "done"
-    released = _events(conn, job_id, ("released",))
-    assert released, "the gate's checkpoint met a missing prepared statement"
-    assert all("prepared statement" in r["detail"]["reason"] for r in released)
+    tried = [r.getMessage() for r in caplog.records if "trying it again" in r.getMessage()]
+    assert tried, "the gate's checkpoint met a missing prepared statement"
+    assert all("prepared statement" in t for t in tried)
+    # its checkpoint alone was tried again, with its output: no release, no body run again
+    assert _events(conn, job_id, ("released",)) == []
     assert set(_attempts(conn, job_id).values()) == {1}
     assert _events(conn, job_id, ("retried", "dead_lettered", "fenced")) == []
 

@@ -15,10 +15,22 @@
 
 ``HOOKS["before_wait"]`` (a callable), when set, runs after ``spawn`` found
 a child still active and before its step run is parked.
+
+- ``litter``: ``plan`` fans out into ``parts`` parts; part 0 submits a ``kid``
+  (and, with ``children`` > 1, more), sets ``EVENTS["submitted"]`` and keeps
+  working until ``EVENTS["go_on"]`` is set (its transaction open, the child
+  uncommitted in it); every other part waits for ``EVENTS["submitted"]``,
+  then returns: its body runs are counted in ``BODY_RUNS`` by
+  (job, fanout key). With ``keyed`` every part holds the concurrency key
+  ``litter`` (limit 4);
+- ``counted``: ``first`` (its body runs counted in ``BODY_RUNS`` under
+  (job, "first")), then ``second``.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -26,7 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from engine import ChildrenTimeout, Fail, Flow, Retry, StepContext
+from engine import ChildrenTimeout, Concurrency, Fail, Flow, Retry, StepContext
 from engine.waits.wait import Wait
 
 HOOKS: dict[str, Callable[[StepContext], Any]] = {}
@@ -174,4 +186,90 @@ def spawn_strict(params: StrictParams, ctx: StepContext) -> Spawned:
     return Spawned(outcomes=outcomes, attempt=ctx.attempt)
 
 
-flows = [kid, brood, strict]
+# -- litter: a fan-out whose part 0 submits a child and keeps working --------------------
+
+EVENTS: dict[str, threading.Event] = {}
+BODY_RUNS: Counter[tuple[str, str]] = Counter()
+_counting = threading.Lock()
+
+
+class Pup(BaseModel):
+    index: int
+
+
+class LitterParams(BaseModel):
+    parts: int = 2
+    children: int = 1
+    keyed: bool = False
+
+
+class Litter(BaseModel):
+    parts: list[Pup]
+
+
+litter = Flow("litter", params=LitterParams, description="parts of which one submits a child")
+
+
+@litter.step(name="plan")
+def litter_plan(params: LitterParams) -> Litter:
+    return Litter(parts=[Pup(index=i) for i in range(params.parts)])
+
+
+def _part(index: int, params: LitterParams, ctx: StepContext) -> Pup:
+    with _counting:
+        BODY_RUNS[(str(ctx.job_id), ctx.fanout_key)] += 1
+    if index == 0:
+        for n in range(params.children):
+            ctx.submit_child("kid", {"n": n})
+        EVENTS["submitted"].set()
+        # keeps working, its transaction (and the children in it) not committed yet
+        while not EVENTS["go_on"].wait(0.05):
+            ctx.check()
+    else:
+        EVENTS["submitted"].wait(timeout=30)
+    return Pup(index=index)
+
+
+@litter.step(map_over="plan.parts")
+def pups(item: Pup, params: LitterParams, ctx: StepContext) -> Pup:
+    return _part(item.index, params, ctx)
+
+
+keyed_litter = Flow(
+    "keyed_litter", params=LitterParams, description="litter whose parts hold a key"
+)
+
+
+@keyed_litter.step(name="plan")
+def keyed_plan(params: LitterParams) -> Litter:
+    return Litter(parts=[Pup(index=i) for i in range(params.parts)])
+
+
+@keyed_litter.step(map_over="plan.parts", concurrency=Concurrency("litter", limit=4))
+def keyed_pups(item: Pup, params: LitterParams, ctx: StepContext) -> Pup:
+    return _part(item.index, params, ctx)
+
+
+# -- counted: first -> second, each body run of first counted -----------------------------
+
+
+class Counted(BaseModel):
+    n: int = 0
+
+
+counted = Flow("counted", params=Counted, description="a step whose body runs are counted")
+
+
+@counted.step()
+def first(params: Counted, ctx: StepContext) -> Pup:
+    with _counting:
+        BODY_RUNS[(str(ctx.job_id), "first")] += 1
+    return Pup(index=params.n)
+
+
+@counted.step(after=["first"])
+def second(prev: Pup) -> Pup:
+    return prev
+
+
+flows = [kid, brood, strict, litter, keyed_litter, counted]

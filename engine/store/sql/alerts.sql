@@ -23,6 +23,25 @@ WITH d AS (
 )
 SELECT id FROM a;
 
+-- alert_insert_for_release --
+-- Invariant 20: one alert per charged attempt of a step run released at no charge past its bound (unique by step run and attempts), written in the charge's own transaction with one pending delivery per sink; the job row is read, never locked; zero rows: that attempt was alerted already.
+WITH s AS (
+    SELECT s.id, s.job_id, j.flow, s.step, s.attempts
+    FROM engine_step_runs AS s
+    JOIN engine_jobs AS j ON j.id = s.job_id
+    WHERE s.id = %(step_run_id)s
+), a AS (
+    INSERT INTO engine_alerts (source, job_id, step_run_id, flow, step, attempts, error_line, reason)
+    SELECT 'release', job_id, id, flow, step, attempts, left(%(error_line)s, 500), %(reason)s
+    FROM s
+    ON CONFLICT (step_run_id, attempts) WHERE source = 'release' DO NOTHING
+    RETURNING id
+), deliveries AS (
+    INSERT INTO engine_alert_deliveries (alert_id, sink)
+    SELECT a.id, sink FROM a, unnest(%(sinks)s::text[]) AS sink
+)
+SELECT id FROM a;
+
 -- alert_delivery_claim_due_many --
 -- Claim is one conditional UPDATE: due pending deliveries, or sending ones whose claim lapsed (a dispatcher died mid-send), become sending with a fresh token; SKIP LOCKED and the restated guard give each to one dispatcher.
 WITH due AS (

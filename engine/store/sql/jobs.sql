@@ -76,13 +76,13 @@ RETURNING id;
 WITH job AS (
     SELECT id FROM engine_jobs
     WHERE id = %(job_id)s AND status IN ('pending', 'running')
-    FOR UPDATE
+    FOR NO KEY UPDATE
 ), mine AS (
     SELECT s.id
     FROM engine_step_runs AS s
     JOIN job ON s.job_id = job.id
     WHERE s.id = %(id)s AND s.lease_token = %(token)s AND s.status = 'running'
-    FOR UPDATE OF s
+    FOR NO KEY UPDATE OF s
 )
 UPDATE engine_jobs AS j
 SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s
@@ -160,7 +160,7 @@ LIMIT %(limit)s;
 -- The one lock order (the job row first) in a statement of its own: the statements after it in the transaction see everything committed by whoever held the lock before (a signal and a step starting to wait serialise here); zero rows when the job is not active.
 SELECT id, status FROM engine_jobs
 WHERE id = %(job_id)s AND status IN ('pending', 'running')
-FOR UPDATE;
+FOR NO KEY UPDATE;
 
 -- job_select_child --
 -- At most one row (unique per parent step run and key, whatever its status): the child a rerun of its parent step finds instead of submitting another.
@@ -198,7 +198,7 @@ WITH RECURSIVE tree AS (
     JOIN tree ON j.id = tree.id
     WHERE j.status IN ('pending', 'running')
     ORDER BY tree.depth, j.id
-    FOR UPDATE OF j
+    FOR NO KEY UPDATE OF j
 )
 UPDATE engine_jobs AS j
 SET status = 'cancelled', finished_at = clock_timestamp(), error = %(reason)s

@@ -188,6 +188,26 @@ SET status = 'pending', available_at = clock_timestamp(), attempts = attempts - 
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
 RETURNING id;
 
+-- lease_release_free_if_owner --
+-- Invariants 14, 18 and 20: the holder gives back a step run whose body ran but did not commit through no fault of its own (its checkpoint lost a lock wait or a deadlock, its group was rolled back) with the attempt it had taken, counting the free release, only while it has released fewer than `max` since it last parked; zero rows: the lease was lost, or its free releases are spent (it is charged instead: step_release_charged_if_leased).
+UPDATE engine_step_runs
+SET status = 'pending', available_at = clock_timestamp(), attempts = attempts - 1,
+    free_releases = free_releases + 1,
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+  AND free_releases < %(max)s
+RETURNING free_releases;
+
+-- step_release_charged_if_leased --
+-- Invariant 20: past its free releases the holder gives the step run back charged: the attempt it took stays used, it is due after its backoff with the reason as its error, only under the attempt cap (at the cap it is dead-lettered instead); it touches this one step row and no job row, like a release, so it never waits for whatever held its checkpoint up.
+UPDATE engine_step_runs
+SET status = 'pending', available_at = clock_timestamp() + make_interval(secs => %(delay_s)s),
+    error = %(error)s,
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+  AND attempts < max_attempts
+RETURNING available_at, free_releases;
+
 -- step_select_status --
 -- Read after a fenced write matched zero rows, only to say why (cancelled, or owned by another attempt); never used to write.
 SELECT s.status, j.status AS job_status
@@ -198,7 +218,7 @@ WHERE s.id = %(id)s;
 -- checkpoint_put_if_leased --
 -- Invariant 5: the output commits only while our token is current, and for a step run holding a concurrency slot only while its lease is live (an expired slot may have gone to the next holder), looked at under the key's lock so that it serialises with the key's claims (engine_concurrency_hold, migration 0018: a claim counting the holders waits for this commit); zero rows rolls back the whole step transaction; the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint, with when the step started running (timed: on the database clock, as the worker's slot converts its own) and how long it ran.
 WITH job AS (
-    SELECT id, status FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
+    SELECT id, status FROM engine_jobs WHERE id = %(job_id)s FOR NO KEY UPDATE
 ), done AS (
     UPDATE engine_step_runs AS s
     SET status = 'done', output = %(output)s, finished_at = clock_timestamp(),
@@ -223,7 +243,7 @@ FROM job LEFT JOIN done ON true;
 -- step_retry_if_leased --
 -- Invariant 16: only the lease holder schedules a retry, and only under the attempt cap; the job row is locked first (one lock order).
 WITH job AS (
-    SELECT id FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
+    SELECT id FROM engine_jobs WHERE id = %(job_id)s FOR NO KEY UPDATE
 )
 UPDATE engine_step_runs AS s
 SET status = 'pending',
@@ -238,7 +258,7 @@ RETURNING s.available_at;
 -- step_dead_if_leased --
 -- Invariant 16: only the lease holder dead-letters its step run (attempts exhausted or a permanent failure); the job row is locked first (one lock order).
 WITH job AS (
-    SELECT id FROM engine_jobs WHERE id = %(job_id)s FOR UPDATE
+    SELECT id FROM engine_jobs WHERE id = %(job_id)s FOR NO KEY UPDATE
 )
 UPDATE engine_step_runs AS s
 SET status = 'dead', error = %(error)s, finished_at = clock_timestamp(),
@@ -257,7 +277,7 @@ WITH jobs AS (
         WHERE s.status = 'running' AND s.lease_expires_at <= clock_timestamp()
           AND s.attempts >= s.max_attempts)
     ORDER BY j.id
-    FOR UPDATE
+    FOR NO KEY UPDATE
 )
 UPDATE engine_step_runs AS s
 SET status = 'dead', finished_at = clock_timestamp(),
@@ -286,7 +306,7 @@ WITH ended AS (
       AND j.status IN ('done', 'failed', 'cancelled')
     ORDER BY j.id
     LIMIT %(limit)s
-    FOR UPDATE
+    FOR NO KEY UPDATE
 )
 UPDATE engine_step_runs AS s
 SET status = 'cancelled', finished_at = clock_timestamp(),
@@ -320,7 +340,8 @@ RETURNING id;
 -- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, with a fresh attempt budget and a fresh wait (a timed-out wait waits again); done ones are never rerun.
 UPDATE engine_step_runs
 SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
-    max_attempts = attempts + %(extra_attempts)s, wait_signal = NULL, wait_until = NULL,
+    max_attempts = attempts + %(extra_attempts)s, free_releases = 0,
+    wait_signal = NULL, wait_until = NULL,
     wait_children = false, wait_past = '{}', wait_summary = NULL, concurrency_kept = false
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
 RETURNING id;
@@ -364,7 +385,7 @@ WITH signalled AS (
 )
 UPDATE engine_step_runs AS s
 SET status = CASE WHEN signalled.found THEN 'pending' ELSE 'waiting' END,
-    attempts = s.attempts - 1,
+    attempts = s.attempts - 1, free_releases = 0,
     available_at = clock_timestamp(),
     wait_signal = %(signal)s, wait_children = false, wait_past = %(past)s::timestamptz[],
     wait_summary = %(summary)s::jsonb,
@@ -405,7 +426,7 @@ WITH jobs AS (
       AND j.status IN ('pending', 'running')
     ORDER BY j.id
     LIMIT %(limit)s
-    FOR UPDATE
+    FOR NO KEY UPDATE
 ), woken AS (
     UPDATE engine_step_runs AS s
     SET status = 'pending', available_at = clock_timestamp()
@@ -429,7 +450,7 @@ WITH active AS (
 )
 UPDATE engine_step_runs AS s
 SET status = CASE WHEN active.any THEN 'waiting' ELSE 'pending' END,
-    attempts = s.attempts - 1,
+    attempts = s.attempts - 1, free_releases = 0,
     available_at = clock_timestamp(),
     wait_until = CASE
         WHEN s.wait_children AND s.wait_signal IS NULL AND s.wait_until IS NOT NULL
