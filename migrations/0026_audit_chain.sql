@@ -212,7 +212,7 @@ CREATE FUNCTION engine_jobs_worker_submitter_check() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF engine_acts_as('engine_worker')
-       AND NEW.submitted_by IS DISTINCT FROM 'job ' || NEW.parent_job_id
+       AND NOT coalesce(NEW.submitted_by = 'job ' || NEW.parent_job_id, false)
        AND NOT EXISTS (SELECT 1 FROM engine_schedules
                        WHERE NEW.submitted_by = 'schedule ' || name) THEN
         RAISE EXCEPTION 'role % may not submit a job as %: only as its parent job or a schedule',

@@ -271,14 +271,30 @@ def verify_chain(settings: Settings | None = None, *, expect_head: str | None = 
                             f"entry {gone} deleted: the chain goes from {after} "
                             f"to #{seq} (id {entry_id})",
                         )
-                    elif r["prev_hash"] != prev:
+                    contiguous = seq == last_seq + 1
+                    hashed = entry_hash(r["prev_hash"] or "", r["canonical"]) == r["hash"]
+                    if contiguous and r["prev_hash"] != prev and last_id is None:
+                        bad(
+                            seq,
+                            f"entry #{seq} (id {entry_id}) does not start the chain: it was "
+                            f"written after an entry with hash {r['prev_hash']} (entries "
+                            "before it deleted and the rest renumbered)",
+                        )
+                    elif contiguous and r["prev_hash"] != prev and hashed:
+                        # #seq is whole, but the entry it was written after is not there
                         bad(
                             last_seq,
                             f"entry #{last_seq} (id {last_id}) changed or replaced: "
-                            f"entry #{seq} (id {entry_id}) links to hash {r['prev_hash']}, "
-                            f"not to #{last_seq}'s {prev}",
+                            f"entry #{seq} (id {entry_id}) was written after an entry "
+                            f"with hash {r['prev_hash']}, not #{last_seq}'s {prev}",
                         )
-                    if entry_hash(r["prev_hash"] or "", r["canonical"]) != r["hash"]:
+                    elif contiguous and r["prev_hash"] != prev:
+                        bad(
+                            seq,
+                            f"entry #{seq} (id {entry_id}) changed, moved or replaced: it "
+                            f"does not follow #{last_seq} and no longer matches its hash",
+                        )
+                    elif not hashed:
                         bad(
                             seq,
                             f"entry #{seq} (id {entry_id}) changed or moved: its content "
