@@ -231,7 +231,9 @@ def _expected_head(value: str | None) -> str | None:
     return head
 
 
-def verify_chain(settings: Settings | None = None, *, expect_head: str | None = None) -> ChainReport:
+def verify_chain(
+    settings: Settings | None = None, *, expect_head: str | None = None
+) -> ChainReport:
     """Walk the audit trail's hash chain and name the first entry deleted, changed or reordered.
 
     One read-only REPEATABLE READ transaction (the head and the entries are of
@@ -262,7 +264,9 @@ def verify_chain(settings: Settings | None = None, *, expect_head: str | None = 
                 for r in rows:
                     seq, entry_id = r["seq"], r["id"]
                     if seq != last_seq + 1:
-                        after = f"#{last_seq} (id {last_id})" if last_id is not None else "the start"
+                        after = (
+                            f"#{last_seq} (id {last_id})" if last_id is not None else "the start"
+                        )
                         gone = f"#{last_seq + 1}" + (
                             f" to #{seq - 1}" if seq - 1 > last_seq + 1 else ""
                         )
@@ -308,7 +312,9 @@ def verify_chain(settings: Settings | None = None, *, expect_head: str | None = 
             if head is None:
                 bad(None, "the chain's head record (engine_audit_head) is gone")
             elif head["seq"] > last_seq:
-                gone = f"#{last_seq + 1}" + (f" to #{head['seq']}" if head["seq"] > last_seq + 1 else "")
+                gone = f"#{last_seq + 1}" + (
+                    f" to #{head['seq']}" if head["seq"] > last_seq + 1 else ""
+                )
                 bad(
                     last_seq + 1,
                     f"entry {gone} deleted: the head records #{head['seq']} "

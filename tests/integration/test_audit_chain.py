@@ -9,6 +9,7 @@ separate login that is only a member of ``engine_console``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
@@ -91,8 +92,9 @@ def test_audit_chain__a_deleted_last_entry_is_named_by_the_head(
     _tamper(conn, "DELETE FROM engine_audit WHERE id = %s", (ids[-1],))
     report = verify_chain(settings)
     assert report.first_bad == 3
-    assert report.problems == ("entry #3 deleted: the head records #3 "
-                               f"(id {ids[-1]}), the chain ends at #2",)
+    assert report.problems == (
+        f"entry #3 deleted: the head records #3 (id {ids[-1]}), the chain ends at #2",
+    )
 
 
 def test_audit_chain__a_changed_entry_is_named(
@@ -102,8 +104,9 @@ def test_audit_chain__a_changed_entry_is_named(
     _tamper(conn, "UPDATE engine_audit SET actor = 'mallory' WHERE id = %s", (ids[1],))
     report = verify_chain(settings)
     assert report.first_bad == 2
-    assert report.problems == (f"entry #2 (id {ids[1]}) changed or moved: its content "
-                               "no longer matches its hash",)
+    assert report.problems == (
+        f"entry #2 (id {ids[1]}) changed or moved: its content no longer matches its hash",
+    )
 
 
 def test_audit_chain__a_changed_and_rehashed_entry_is_named_by_the_next_link(
@@ -219,7 +222,7 @@ def test_audit_chain__concurrent_writers_stay_one_linear_chain(settings: Setting
                 record_action(c, "cancel", "job", str(i), actor=f"w{i}")
                 barrier.wait(timeout=30)  # every writer has its entry, none committed
                 c.execute("SELECT pg_advisory_xact_lock(%s)", (2000 + i,))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             failures.append(exc)
 
     threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
@@ -288,10 +291,8 @@ def test_audit_roles__a_login_of_the_console_role_writes_console_entries_only(
 ) -> None:
     login = "engine_test_console_login"
     with psycopg.connect(pg_admin, autocommit=True) as admin:
-        try:
+        with contextlib.suppress(errors.DuplicateObject, errors.UniqueViolation):
             admin.execute(f"CREATE ROLE {login} LOGIN")
-        except (errors.DuplicateObject, errors.UniqueViolation):
-            pass
         admin.execute(f"GRANT engine_console TO {login}")
     as_login = Settings(database_url=SecretStr(make_conninfo(dbinfo, user=login)))
     with db.connect(as_login) as c:
@@ -299,15 +300,19 @@ def test_audit_roles__a_login_of_the_console_role_writes_console_entries_only(
         with c.transaction():
             _entry(c, source="console")  # inherited from engine_console
         for source in ("cli", "api"):
-            with pytest.raises(errors.InsufficientPrivilege, match="source console only"):
-                with c.transaction():
-                    _entry(c, source=source)
+            with (
+                pytest.raises(errors.InsufficientPrivilege, match="source console only"),
+                c.transaction(),
+            ):
+                _entry(c, source=source)
         with pytest.raises(errors.InsufficientPrivilege), c.transaction():
             c.execute("DELETE FROM engine_audit")
     assert verify_chain(settings).count == 1
 
 
-def _job(conn: psycopg.Connection[Any], submitted_by: str | None, status: str = "running") -> uuid.UUID:
+def _job(
+    conn: psycopg.Connection[Any], submitted_by: str | None, status: str = "running"
+) -> uuid.UUID:
     job = uuid.uuid4()
     conn.execute(
         "INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, submitted_by,"
@@ -341,7 +346,7 @@ def test_audit_roles__the_worker_writes_only_for_its_job_as_its_submitter(
         "for_no_such_job": {"source": "api", "actor": "ann@erp", "job_id": uuid.uuid4()},
     }
     for case, values in refused.items():
-        with pytest.raises(errors.InsufficientPrivilege), worker_conn.transaction():
+        with pytest.raises(errors.InsufficientPrivilege), worker_conn.transaction():  # noqa: PT012
             _entry(worker_conn, **values)
             pytest.fail(f"{case} was written")
     assert verify_chain(settings).count == 3
@@ -371,6 +376,11 @@ def test_audit_roles__the_worker_cannot_make_up_a_submitter_to_write_in_their_na
     with worker_conn.transaction(force_rollback=True):
         worker_conn.execute(insert, {"fp": "a" * 64, "by": "schedule nightly", **none})
         worker_conn.execute(insert, {"fp": "b" * 64, "by": f"job {parent}", **child})
-    for by, where in (("ann@erp", none), ("schedule other", none), ("ann@erp", child), (None, none)):
+    for by, where in (
+        ("ann@erp", none),
+        ("schedule other", none),
+        ("ann@erp", child),
+        (None, none),
+    ):
         with pytest.raises(errors.InsufficientPrivilege), worker_conn.transaction():
             worker_conn.execute(insert, {"fp": "c" * 64, "by": by, **where})
