@@ -254,6 +254,8 @@ GRANT UPDATE (status, available_at, finished_at, lease_owner, lease_token, lease
 -- history, announcements (the outbox or the PostgreSQL queue), signals: appended
 GRANT INSERT ON engine_events, engine_outbox, engine_queue, engine_signals TO engine_console;
 GRANT SELECT (id) ON engine_queue TO engine_console;  -- a send's RETURNING id; no body read
+-- an action's announcements leave after its commit: the outbox rows are marked published
+GRANT UPDATE (published_at) ON engine_outbox TO engine_console;
 GRANT INSERT ON engine_audit TO engine_console;
 -- replay closes a dead letter; purge deletes the closed ones
 GRANT UPDATE (replayed_at), DELETE ON engine_dead_letters TO engine_console;
