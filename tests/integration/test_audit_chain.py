@@ -384,3 +384,46 @@ def test_audit_roles__the_worker_cannot_make_up_a_submitter_to_write_in_their_na
     ):
         with pytest.raises(errors.InsufficientPrivilege), worker_conn.transaction():
             worker_conn.execute(insert, {"fp": "c" * 64, "by": by, **where})
+
+
+def test_audit_chain__an_entry_written_before_the_actions_last_lock_does_not_deadlock(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # T1 records its entry, then waits for a row T2 holds; T2 records its own entry and
+    # commits. Had the chain's lock been taken at the insert (a BEFORE trigger), T1
+    # would hold it while waiting for T2, and T2 wait for it: a deadlock.
+    job = _job(conn, "ann@erp")
+    t2_holds, t1_failed = threading.Event(), []
+
+    def t1() -> None:
+        try:
+            with db.connect(settings) as c, c.transaction():
+                t2_holds.wait(timeout=30)
+                record_action(c, "cancel", "job", "1", actor="one")
+                c.execute("SELECT 1 FROM engine_jobs WHERE id = %s FOR UPDATE", (job,))
+        except BaseException as exc:
+            t1_failed.append(exc)
+
+    first = threading.Thread(target=t1)
+    first.start()
+    with db.connect(settings) as c2, c2.transaction():
+        c2.execute("SELECT 1 FROM engine_jobs WHERE id = %s FOR UPDATE", (job,))
+        t2_holds.set()
+        # until T1 waits for the row (its entry written), seen in pg_locks
+        for _ in range(3000):
+            waiting = conn.execute(
+                "SELECT count(*) AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+                " WHERE NOT l.granted AND a.datname = current_database()"
+            ).fetchone()
+            if waiting and waiting["n"]:
+                break
+            threading.Event().wait(0.01)
+        else:
+            pytest.fail("T1 never waited for the row")
+        record_action(c2, "retry", "job", "2", actor="two")
+    first.join(timeout=60)
+    assert not t1_failed
+    report = verify_chain(settings)
+    assert report.ok and report.count == 2
+    actors = conn.execute("SELECT actor FROM engine_audit ORDER BY seq").fetchall()
+    assert [a["actor"] for a in actors] == ["two", "one"]
