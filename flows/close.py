@@ -238,7 +238,9 @@ def close(params: CloseParams, ctx: StepContext) -> Closed:
         "close",
         "period",
         params.period,
-        actor=(me.submitted_by if me is not None and me.submitted_by else event.actor),
+        # in the submitter's name, else the job's own: the only names the worker's role
+        # may write an entry in (migration 0026)
+        actor=(me.submitted_by if me is not None and me.submitted_by else f"job {ctx.job_id}"),
         source="api",
         job_id=ctx.job_id,
         detail={"period_event": event.id, "by_job": str(ctx.job_id)},

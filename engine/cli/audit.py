@@ -5,6 +5,10 @@ Every command that changes something for an operator (``cancel``, ``retry``,
 the books' close and reopen) takes ``--by NAME`` and records the action with it, else with
 the OS user at this host, in the action's own transaction
 (:mod:`engine.jobs.audit`): a refused action records nothing.
+
+``engine audit verify`` walks the trail's hash chain (migration 0026): exit 0
+with the count and the head hash to keep; exit 1 (:class:`ChecksFailed`)
+naming the first entry deleted, changed or reordered.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from rich.table import Table
 from engine.cli.args import parse_job_id
 from engine.cli.output import out, print_json, print_table
 from engine.cli.state import current
-from engine.jobs.audit import audit_trail
+from engine.errors import ChecksFailed
+from engine.jobs.audit import audit_trail, verify_chain
 
 __all__ = ["audit", "by_option", "reason_option"]
 
@@ -42,12 +47,18 @@ def reason_option(f: F) -> F:
     return click.option("--reason", default=None, help="why (recorded in the audit trail)")(f)
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--job", "job_id", default=None, help="only the entries of this job (id or prefix)")
 @click.option("--limit", default=50, type=click.IntRange(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def audit(job_id: str | None, limit: int, as_json: bool) -> None:
-    """List the audit trail, newest first: who did what, on what, when and why."""
+@click.pass_context
+def audit(ctx: click.Context, job_id: str | None, limit: int, as_json: bool) -> None:
+    """List the audit trail, newest first: who did what, on what, when and why.
+
+    `engine audit verify` checks that no entry was deleted, changed or reordered.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     settings = current().settings
     job = None if job_id is None else parse_job_id(settings, job_id)
     entries = audit_trail(settings, job_id=job, limit=limit)
@@ -66,3 +77,33 @@ def audit(job_id: str | None, limit: int, as_json: bool) -> None:
             why = (why + " " if why else "") + json.dumps(e.detail, sort_keys=True)
         table.add_row(f"{e.at:%Y-%m-%d %H:%M:%S}", e.actor, e.source, e.action, target, why)
     print_table(table, markup=False, highlight=False)
+
+
+@audit.command("verify")
+@click.option(
+    "--expect-head",
+    "expect_head",
+    default=None,
+    metavar="HASH",
+    help="a head hash kept from an earlier verify: the chain must still contain it",
+)
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def verify(expect_head: str | None, as_json: bool) -> None:
+    """Check the trail's hash chain; exit 1 naming the first entry deleted, changed or reordered.
+
+    Prints the head hash: keep it outside the database and pass it to a later
+    verify with --expect-head, which also catches a chain rewritten whole by
+    the table's owner.
+    """
+    report = verify_chain(current().settings, expect_head=expect_head)
+    if as_json:
+        print_json(report.as_json())
+    elif report.ok:
+        out.print(
+            f"audit trail intact: {report.count} entries, head #{report.head_seq} "
+            f"{report.head_hash}",
+            highlight=False,
+            markup=False,
+        )
+    if not report.ok:
+        raise ChecksFailed("audit trail", report.problems)

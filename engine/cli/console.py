@@ -46,8 +46,11 @@ def console(host: str, port: int) -> None:
     from engine.console.users import list_users
 
     state = current()
-    settings = state.settings
     conf = ConsoleSettings()
+    # every connection of the console takes its role (ENGINE_CONSOLE_ROLE), as create_app's do
+    settings = state.settings
+    if conf.role:
+        settings = settings.model_copy(update={"session_role": conf.role})
     people = [u for u in list_users(settings) if u.has_password]
     if not _loopback(host):
         missing = []
@@ -77,7 +80,8 @@ def console(host: str, port: int) -> None:
     except EngineError:
         registry = None  # pages still render, without graphs or the flows' pages
     app = create_app(settings, conf, registry)
-    click.echo(f"console on http://{host}:{port}/ (Ctrl-C stops it)", err=True)
+    role = f"role {conf.role}" if conf.role else "the login's role"
+    click.echo(f"console on http://{host}:{port}/ ({role}; Ctrl-C stops it)", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)
 
 

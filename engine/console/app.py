@@ -238,9 +238,15 @@ def create_app(
     console: ConsoleSettings | None = None,
     registry: Registry | None = None,
 ) -> Starlette:
-    """The console as an ASGI app (``engine console`` serves it with uvicorn)."""
+    """The console as an ASGI app (``engine console`` serves it with uvicorn).
+
+    Every connection it opens takes ``console.role`` (ENGINE_CONSOLE_ROLE,
+    default engine_console: migration 0026), as the worker takes its own.
+    """
     settings = settings or Settings()
     console = console or ConsoleSettings()
+    if console.role:
+        settings = settings.model_copy(update={"session_role": console.role})
     c = Console(settings, console, registry)
     secret = (
         console.secret.get_secret_value() if console.secret is not None else secrets.token_hex(32)

@@ -61,6 +61,15 @@ class ConsoleSettings(BaseSettings):
             "unset: such a person is refused"
         ),
     )
+    role: str = Field(
+        default="engine_console",
+        pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,62})?$",
+        description=(
+            "role the console takes on every connection (libpq -c role=), as the worker takes "
+            "ENGINE_WORKER_ROLE; migration 0026 creates engine_console with only what the "
+            "console does; empty: the login's own role"
+        ),
+    )
     refresh_s: float = Field(
         default=2.0, ge=0.5, le=60, description="how often a live job page asks for changes"
     )

@@ -16,11 +16,31 @@ web ``console``, or Python code (``api``).
 A flow records its own actions with :func:`record_action` on the
 connection of its transaction, with no SQL of its own; ``engine audit``
 (and :func:`audit_trail`) lists the entries newest first.
+
+**Tamper evidence** (migration 0026). At commit the database gives each entry
+the next position ``seq`` (gapless), the previous entry's hash and its own:
+``sha256(prev_hash || canonical)``, where ``canonical`` is a JSON array of the
+entry's columns rendered by PostgreSQL the same way in every session (UTC
+microseconds, jsonb's sorted text). A one-row head records the last position
+and hash. :func:`verify_chain` (``engine audit verify``) reads the chain in
+order with each entry's canonical text, recomputes every hash here
+(:func:`entry_hash`) and names the first entry deleted (a missing position, or
+a head beyond the last entry), changed (its hash no longer matches), or
+replaced or reordered (the next entry links to another hash), and any entry
+written with the chain's trigger disabled. This catches whoever did it, the
+table's owner included, unless the owner rewrote the whole chain and its head
+consistently: that only a head hash kept outside the database shows, so
+verify prints the head hash to keep and checks a kept one (``expect_head``).
+
+Who may write what is the database's rule too: the console's role writes
+source ``console`` only; the worker's role writes source ``api`` only, for a
+job that has not ended, as that job's submitter or as ``job <id>``.
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
 import re
 import socket
@@ -37,7 +57,23 @@ from engine.errors import BadInput
 from engine.store import db, jsonb
 from engine.store.status import AuditSource
 
-__all__ = ["Audited", "audit_trail", "operator", "record_action"]
+__all__ = [
+    "GENESIS",
+    "Audited",
+    "ChainReport",
+    "audit_trail",
+    "entry_hash",
+    "operator",
+    "record_action",
+    "verify_chain",
+]
+
+GENESIS = "0" * 64
+"""The ``prev_hash`` of the first entry (and the head of an empty trail)."""
+
+_HASH = re.compile(r"[0-9a-f]{64}")
+_BATCH = 1000
+_MAX_PROBLEMS = 20
 
 _WORD = re.compile(r"[a-z][a-z0-9_.-]{0,62}")
 
@@ -149,3 +185,167 @@ def audit_trail(
     with db.connect(settings or Settings(), autocommit=True) as conn:
         rows = store.audit_select_recent(conn, job_id=job_id, limit=limit)
     return [Audited.from_row(r) for r in rows]
+
+
+def entry_hash(prev_hash: str, canonical: str) -> str:
+    """An entry's hash as the chain's trigger computes it (migration 0026), hex:
+    ``sha256(prev_hash || canonical)`` over UTF-8."""
+    return hashlib.sha256((prev_hash + canonical).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """What :func:`verify_chain` found: ``problems`` is empty when the chain is intact.
+
+    ``first_bad`` is the position (``seq``) of the first entry deleted, changed
+    or replaced, when there is one; ``head_hash`` is the hash to keep outside
+    the database (``--expect-head`` of a later verify).
+    """
+
+    count: int
+    head_seq: int
+    head_hash: str
+    problems: tuple[str, ...]
+    first_bad: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "count": self.count,
+            "head_seq": self.head_seq,
+            "head_hash": self.head_hash,
+            "first_bad": self.first_bad,
+            "problems": list(self.problems),
+        }
+
+
+def _expected_head(value: str | None) -> str | None:
+    if value is None:
+        return None
+    head = value.strip().lower()
+    if not _HASH.fullmatch(head):
+        raise BadInput(
+            f"invalid head hash {value!r}: expected the 64 hexadecimal digits "
+            "`engine audit verify` printed"
+        )
+    return head
+
+
+def verify_chain(
+    settings: Settings | None = None, *, expect_head: str | None = None
+) -> ChainReport:
+    """Walk the audit trail's hash chain and name the first entry deleted, changed or reordered.
+
+    One read-only REPEATABLE READ transaction (the head and the entries are of
+    one moment), the entries a batch at a time in chain order. ``expect_head``:
+    a head hash kept from an earlier verify; the chain must still contain it
+    (it may have grown since). A bad ``expect_head`` raises :class:`BadInput`.
+    """
+    kept = _expected_head(expect_head)
+    problems: list[str] = []
+    first_bad: int | None = None
+
+    def bad(seq: int | None, message: str) -> None:
+        nonlocal first_bad
+        if first_bad is None and seq is not None and not problems:
+            first_bad = seq
+        if len(problems) < _MAX_PROBLEMS:
+            problems.append(message)
+
+    prev, last_seq, last_id = GENESIS, 0, None
+    kept_found = kept is None or kept == GENESIS
+    with db.connect(settings or Settings()) as conn:
+        conn.read_only = True
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with conn.transaction():
+            head = store.audit_select_head(conn)
+            while True:
+                rows = store.audit_select_chain_after(conn, after=last_seq, limit=_BATCH)
+                for r in rows:
+                    seq, entry_id = r["seq"], r["id"]
+                    if seq != last_seq + 1:
+                        after = (
+                            f"#{last_seq} (id {last_id})" if last_id is not None else "the start"
+                        )
+                        gone = f"#{last_seq + 1}" + (
+                            f" to #{seq - 1}" if seq - 1 > last_seq + 1 else ""
+                        )
+                        bad(
+                            last_seq + 1,
+                            f"entry {gone} deleted: the chain goes from {after} "
+                            f"to #{seq} (id {entry_id})",
+                        )
+                    contiguous = seq == last_seq + 1
+                    hashed = entry_hash(r["prev_hash"] or "", r["canonical"]) == r["hash"]
+                    if contiguous and r["prev_hash"] != prev and last_id is None:
+                        bad(
+                            seq,
+                            f"entry #{seq} (id {entry_id}) does not start the chain: it was "
+                            f"written after an entry with hash {r['prev_hash']} (entries "
+                            "before it deleted and the rest renumbered)",
+                        )
+                    elif contiguous and r["prev_hash"] != prev and hashed:
+                        # #seq is whole, but the entry it was written after is not there
+                        bad(
+                            last_seq,
+                            f"entry #{last_seq} (id {last_id}) changed or replaced: "
+                            f"entry #{seq} (id {entry_id}) was written after an entry "
+                            f"with hash {r['prev_hash']}, not #{last_seq}'s {prev}",
+                        )
+                    elif contiguous and r["prev_hash"] != prev:
+                        bad(
+                            seq,
+                            f"entry #{seq} (id {entry_id}) changed, moved or replaced: it "
+                            f"does not follow #{last_seq} and no longer matches its hash",
+                        )
+                    elif not hashed:
+                        bad(
+                            seq,
+                            f"entry #{seq} (id {entry_id}) changed or moved: its content "
+                            "no longer matches its hash",
+                        )
+                    prev, last_seq, last_id = r["hash"], seq, entry_id
+                    kept_found = kept_found or r["hash"] == kept
+                if len(rows) < _BATCH:
+                    break
+            count = last_seq
+            if head is None:
+                bad(None, "the chain's head record (engine_audit_head) is gone")
+            elif head["seq"] > last_seq:
+                gone = f"#{last_seq + 1}" + (
+                    f" to #{head['seq']}" if head["seq"] > last_seq + 1 else ""
+                )
+                bad(
+                    last_seq + 1,
+                    f"entry {gone} deleted: the head records #{head['seq']} "
+                    f"(id {head['last_id']}), the chain ends at #{last_seq}",
+                )
+            elif head["seq"] < last_seq or head["hash"] != prev:
+                bad(
+                    head["seq"],
+                    f"the head (#{head['seq']}, {head['hash']}) is not the chain's last "
+                    f"entry #{last_seq} ({prev}): the head was rewritten",
+                )
+            for entry_id in store.audit_select_unchained(conn, limit=_MAX_PROBLEMS):
+                bad(
+                    None,
+                    f"entry id {entry_id} is not in the chain "
+                    "(written with the chain's trigger disabled)",
+                )
+    if not kept_found:
+        bad(
+            None,
+            f"the head hash you kept ({kept}) is not in the chain: the trail was "
+            "rewritten or cut short since",
+        )
+    return ChainReport(
+        count=count,
+        head_seq=last_seq,
+        head_hash=prev,
+        problems=tuple(problems),
+        first_bad=first_bad,
+    )

@@ -2,7 +2,10 @@
 
 Who, when (database clock), from where, what, on what, why. The table's
 trigger refuses UPDATE, DELETE and TRUNCATE (migration 0019); nothing here
-changes a row once written.
+changes a row once written. At commit the database chains each entry to the
+one before (migration 0026: its position ``seq``, ``prev_hash`` and ``hash``);
+the ``audit_select_chain_*`` reads give :func:`engine.jobs.audit.verify_chain`
+what it recomputes.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from psycopg.types.json import Jsonb
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 
-__all__ = ["audit_insert", "audit_select_recent"]
+__all__ = [
+    "audit_insert",
+    "audit_select_chain_after",
+    "audit_select_head",
+    "audit_select_recent",
+    "audit_select_unchained",
+]
 
 _q = load("audit")
 
@@ -63,3 +72,30 @@ def audit_select_recent(
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["audit_select_recent"], {"job_id": job_id, "limit": limit})
         return cur.fetchall()
+
+
+@wrap_errors
+def audit_select_chain_after(
+    conn: psycopg.Connection[Any], *, after: int, limit: int
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` chained entries past position ``after``, in chain order:
+    ``seq``, ``id``, ``prev_hash``, ``hash`` and the ``canonical`` text their hash covers."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["audit_select_chain_after"], {"after": after, "limit": limit})
+        return cur.fetchall()
+
+
+@wrap_errors
+def audit_select_unchained(conn: psycopg.Connection[Any], *, limit: int) -> list[int]:
+    """Ids of committed entries without a position (written with the chain's trigger off)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["audit_select_unchained"], {"limit": limit})
+        return [r["id"] for r in cur.fetchall()]
+
+
+@wrap_errors
+def audit_select_head(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+    """The chain's head (``seq``, ``hash``, ``last_id``), ``None`` if its row is gone."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["audit_select_head"])
+        return cur.fetchone()

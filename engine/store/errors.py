@@ -74,9 +74,9 @@ def connect_errors(settings: Settings) -> Iterator[None]:
             # not an outage: waiting will not create the role or grant it
             raise ConfigError(
                 f"PostgreSQL at {settings.masked_database_url()} refused role {role!r} "
-                f"({reason}): run `engine migrate` (migration 0006 creates "
-                "engine_worker), make the login a member of the role, or set "
-                "ENGINE_WORKER_ROLE= (empty) to keep the login's own role"
+                f"({reason}): run `engine migrate` (migrations 0006 and 0026 create "
+                "engine_worker and engine_console), make the login a member of the role, or set "
+                "ENGINE_WORKER_ROLE= or ENGINE_CONSOLE_ROLE= (empty) to keep the login's own role"
             ) from None
         # the CLI exits 3 for it; a worker waits it out
         raise DatabaseUnavailable(

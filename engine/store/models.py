@@ -34,6 +34,7 @@ from engine.store.status import (
 __all__ = [
     "ENUM_COLUMNS",
     "AuditEntry",
+    "AuditHead",
     "DeadLetter",
     "DeadLetterSource",
     "EnumText",
@@ -226,6 +227,22 @@ class AuditEntry(SQLModel, table=True):
     )
     reason: str | None = _text(True)
     detail: dict[str, Any] = _json(False)
+    # the hash chain (migration 0026), set once at commit by the database
+    seq: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    prev_hash: str | None = _text(True)
+    hash: str | None = _text(True)
+
+
+class AuditHead(SQLModel, table=True):
+    """The audit chain's last position and hash (one row): a deleted last entry shows."""
+
+    __tablename__ = "engine_audit_head"
+
+    one: bool = Field(default=True, sa_column=Column(Boolean, primary_key=True))
+    seq: int = Field(sa_column=Column(BigInteger, nullable=False))
+    hash: str = _text(False)
+    last_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    at: datetime = _ts(False)
 
 
 class DeadLetter(SQLModel, table=True):

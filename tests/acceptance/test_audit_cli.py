@@ -125,3 +125,31 @@ def test_cli__audit_of_an_empty_trail_and_a_bad_job(settings: Settings) -> None:
     assert empty.returncode == 0 and "no audit entries" in empty.stdout
     bad = engine(settings, "audit", "--job", "not-a-job")
     assert bad.returncode == 2 and "not-a-job" in bad.stderr
+
+
+def test_cli__audit_verify_passes_then_names_the_entry_the_owner_deleted(
+    settings: Settings,
+) -> None:
+    for name in ("a", "b", "c"):
+        job = _submit(settings)
+        assert engine(settings, "cancel", job, "--by", name).returncode == 0
+    intact = engine(settings, "audit", "verify")
+    assert intact.returncode == 0, intact.stderr
+    assert intact.stdout.startswith("audit trail intact: 3 entries, head #3 ")
+    kept = intact.stdout.split()[-1]
+    assert json.loads(engine(settings, "audit", "verify", "--json").stdout)["head_hash"] == kept
+    # the table's owner: trigger off, delete the second entry, trigger on, in one transaction
+    assert settings.database_url is not None
+    with psycopg.connect(settings.database_url.get_secret_value()) as conn:
+        conn.execute("ALTER TABLE engine_audit DISABLE TRIGGER engine_audit_no_update_delete")
+        conn.execute("DELETE FROM engine_audit WHERE seq = 2")
+        conn.execute("ALTER TABLE engine_audit ENABLE TRIGGER engine_audit_no_update_delete")
+    caught = engine(settings, "audit", "verify", "--expect-head", kept)
+    assert caught.returncode == 1
+    assert "entry #2 deleted: the chain goes from #1" in caught.stderr
+    report = json.loads(engine(settings, "audit", "verify", "--json").stdout)
+    assert (report["ok"], report["first_bad"]) == (False, 2)
+    # the listing still works beside the subcommand
+    assert [e["actor"] for e in _audit(settings)] == ["c", "a"]
+    bad = engine(settings, "audit", "verify", "--expect-head", "not-a-hash")
+    assert bad.returncode == 2 and "64 hexadecimal digits" in bad.stderr

@@ -12,3 +12,19 @@ FROM engine_audit
 WHERE %(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- audit_select_chain_after --
+-- Read-only, in chain order from position `after` (keyset, a batch at a time); the canonical text is the one the chain's trigger hashed (migration 0026).
+SELECT seq, id, prev_hash, hash, engine_audit_canonical(a) AS canonical
+FROM engine_audit AS a
+WHERE seq > %(after)s
+ORDER BY seq
+LIMIT %(limit)s;
+
+-- audit_select_unchained --
+-- Read-only: committed entries the chain never saw (only possible with its trigger disabled), oldest first.
+SELECT id FROM engine_audit WHERE seq IS NULL ORDER BY id LIMIT %(limit)s;
+
+-- audit_select_head --
+-- Read-only: the chain's last position and hash as the trigger recorded them (one row, or none if someone deleted it).
+SELECT seq, hash, last_id FROM engine_audit_head;
