@@ -243,12 +243,28 @@ def alb_keys(tmp_path: Path) -> tuple[Path, Any, Any]:
 ARN = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:loadbalancer/app/erp/abc"
 
 
-def alb_token(key: Any, *, email: str, exp: float, signer: str = ARN, kid: str = "kid-1") -> str:
+ISSUER = "https://idp.example"
+CLIENT = "console-client"
+ALB = {"alb_arn": ARN, "alb_issuer": ISSUER, "alb_client_id": CLIENT}
+
+
+def alb_token(
+    key: Any,
+    *,
+    email: str,
+    exp: float,
+    signer: str | None = ARN,
+    kid: str = "kid-1",
+    iss: str = ISSUER,
+    client: str = CLIENT,
+) -> str:
+    """A token as the ALB makes it: signer, issuer, client and expiry in its header too."""
+    header = {"kid": kid, "signer": signer, "iss": iss, "client": client, "exp": int(exp)}
     token = jwt.encode(
-        {"email": email, "sub": "1234", "exp": int(exp), "iss": "https://idp.example"},
+        {"email": email, "sub": "1234", "exp": int(exp), "iss": iss},
         key,
         algorithm="ES256",
-        headers={"kid": kid, "signer": signer, "client": "c"},
+        headers={k: v for k, v in header.items() if v is not None},
     )
     # the ALB pads its base64url segments
     return ".".join(p + "=" * (-len(p) % 4) for p in token.split("."))
@@ -259,7 +275,7 @@ def test_console__the_albs_signed_header_signs_in_and_a_forged_or_expired_one_is
 ) -> None:
     folder, key, other = alb_keys
     add_user(settings, "anna@example.com", "accountant", None, actor="test")
-    app = app_for(alb_keys_dir=folder, alb_arn=ARN)
+    app = app_for(alb_keys_dir=folder, **ALB)
     client = TestClient(app, base_url="http://127.0.0.1")
     h = "x-amzn-oidc-data"
     good = alb_token(key, email="anna@example.com", exp=time.time() + 60)
