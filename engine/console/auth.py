@@ -85,7 +85,8 @@ def current_user(request: Request) -> User | None:
     user = _alb_user(request)
     if user is not None:
         return user
-    session = sessions.resume(request.app.state.settings, request.app.state.console, request.session)
+    app = request.app.state
+    session = sessions.resume(app.settings, app.console, request.session)
     return None if session is None else session.user
 
 

@@ -122,7 +122,7 @@ def extend_token(
 
 
 def end(settings: Settings, cookie: dict[str, Any]) -> None:
-    """Sign-out: the session's row is deleted (a copy of the cookie is refused) and the cookie cleared."""
+    """Sign-out: the session's row deleted (a copy of the cookie is refused), the cookie cleared."""
     sid = cookie.get(SESSION_KEY)
     cookie.clear()
     if isinstance(sid, str) and sid:

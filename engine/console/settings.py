@@ -130,7 +130,7 @@ class ConsoleSettings(BaseSettings):
     @property
     def alb_arns(self) -> frozenset[str]:
         """The load balancers whose tokens are accepted (none: no token is)."""
-        return frozenset(self.alb_arn.split(",")) if self.alb_arn else frozenset()
+        return frozenset(a.strip() for a in (self.alb_arn or "").split(",") if a.strip())
 
     def alb_missing(self) -> list[str]:
         """The settings the ALB sign-in needs and lacks (empty: none, or it is off)."""

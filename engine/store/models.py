@@ -386,7 +386,6 @@ class ConsoleUser(SQLModel, table=True):
     last_signin_at: datetime | None = _ts(True)
 
 
-
 class ConsoleSession(SQLModel, table=True):
     """A console session: the SHA-256 of its id (never the id), whose, until when."""
 
@@ -401,6 +400,7 @@ class ConsoleSession(SQLModel, table=True):
     last_seen_at: datetime = _ts(False)
     expires_at: datetime = _ts(False)
     token_expires_at: datetime | None = _ts(True)
+
 
 # table name -> column name -> enum; what the schema test checks against CHECKs
 ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {

@@ -12,10 +12,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import jwt
 import psycopg
 import pytest
-from consolesupport import PASSWORDS, SECRET, csrf_of, sign_in
+from consolesupport import ALB, ARN, PASSWORDS, SECRET, alb_token, csrf_of, sign_in
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.routing import Route
@@ -238,36 +237,6 @@ def alb_keys(tmp_path: Path) -> tuple[Path, Any, Any]:
     )
     (tmp_path / "kid-1.pem").write_bytes(pem)
     return tmp_path, key, other
-
-
-ARN = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:loadbalancer/app/erp/abc"
-
-
-ISSUER = "https://idp.example"
-CLIENT = "console-client"
-ALB = {"alb_arn": ARN, "alb_issuer": ISSUER, "alb_client_id": CLIENT}
-
-
-def alb_token(
-    key: Any,
-    *,
-    email: str,
-    exp: float,
-    signer: str | None = ARN,
-    kid: str = "kid-1",
-    iss: str = ISSUER,
-    client: str = CLIENT,
-) -> str:
-    """A token as the ALB makes it: signer, issuer, client and expiry in its header too."""
-    header = {"kid": kid, "signer": signer, "iss": iss, "client": client, "exp": int(exp)}
-    token = jwt.encode(
-        {"email": email, "sub": "1234", "exp": int(exp), "iss": iss},
-        key,
-        algorithm="ES256",
-        headers={k: v for k, v in header.items() if v is not None},
-    )
-    # the ALB pads its base64url segments
-    return ".".join(p + "=" * (-len(p) % 4) for p in token.split("."))
 
 
 def test_console__the_albs_signed_header_signs_in_and_a_forged_or_expired_one_is_refused(
