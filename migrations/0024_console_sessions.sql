@@ -7,7 +7,8 @@
 --   - sign-out deletes the row: a cookie copied before it is refused after;
 --   - a password change, a role change or the user's removal deletes the
 --     user's rows (engine.console.users), and each request also checks that
---     the user still has the role and password age the session was made with;
+--     the user still has the role the session was made with and (signed in
+--     with a password) has not changed it since the session began;
 --   - idle past ENGINE_CONSOLE_SESSION_IDLE_MINUTES (last_seen_at), past its
 --     absolute expiry (expires_at, ENGINE_CONSOLE_SESSION_HOURS from sign-in)
 --     or, made from the load balancer's token, past that token's expiry
@@ -22,8 +23,6 @@ CREATE TABLE engine_console_sessions (
     role                text        NOT NULL
                         CHECK (role IN ('viewer', 'operator', 'accountant', 'admin')),
     via                 text        NOT NULL CHECK (via IN ('password', 'oidc')),
-    -- the password's age at sign-in (NULL: signed in by the load balancer)
-    password_changed_at timestamptz,
     created_at          timestamptz NOT NULL DEFAULT clock_timestamp(),
     last_seen_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     expires_at          timestamptz NOT NULL,

@@ -10,7 +10,8 @@ ended, and the request is then treated as signed out:
 - sign-out deletes the row, so a cookie copied before it is refused after;
 - a password change, a role change or the user's removal deletes the user's
   rows (:mod:`engine.console.users`); besides, a row whose user no longer has
-  the role (or the password) it was made with is refused;
+  the role it was made with, or changed their password after it began, is
+  refused;
 - ``ENGINE_CONSOLE_SESSION_IDLE_MINUTES`` without a request, or
   ``ENGINE_CONSOLE_SESSION_HOURS`` after sign-in, end it;
 - a session made from the load balancer's token ends when the token expires
@@ -56,10 +57,6 @@ def _limits(console: ConsoleSettings) -> dict[str, float]:
     return {"idle_s": console.session_idle_minutes * 60, "lifetime_s": console.session_hours * 3600}
 
 
-def _changed_at(user: User) -> datetime | None:
-    return datetime.fromisoformat(user.password_changed) if user.password_changed else None
-
-
 def start(
     settings: Settings,
     console: ConsoleSettings,
@@ -78,7 +75,6 @@ def start(
             user_name=user.name,
             role=Role(user.role).value,
             via=user.via,
-            password_changed_at=_changed_at(user) if user.via == "password" else None,
             lifetime_s=console.session_hours * 3600,
             token_expires_at=token_expires_at,
         )

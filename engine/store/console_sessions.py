@@ -37,7 +37,6 @@ def console_session_insert(
     user_name: str,
     role: str,
     via: str,
-    password_changed_at: datetime | None,
     lifetime_s: float,
     token_expires_at: datetime | None,
 ) -> None:
@@ -50,7 +49,6 @@ def console_session_insert(
                 "user_name": user_name,
                 "role": role,
                 "via": via,
-                "password_changed_at": password_changed_at,
                 "lifetime_s": lifetime_s,
                 "token_expires_at": token_expires_at,
             },

@@ -395,7 +395,6 @@ class ConsoleSession(SQLModel, table=True):
     user_name: str = _text(False)
     role: str = _text(False)
     via: str = _text(False)
-    password_changed_at: datetime | None = _ts(True)
     created_at: datetime = _ts(False)
     last_seen_at: datetime = _ts(False)
     expires_at: datetime = _ts(False)

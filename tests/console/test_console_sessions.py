@@ -60,7 +60,11 @@ def _status(client: TestClient, **headers: str) -> int:
 
 
 def _age(conn: psycopg.Connection[Any], user: str, **columns: str) -> None:
-    """Move a session's clocks back: ``column=interval`` (e.g. last_seen_at='31 minutes')."""
+    """Move a session's clocks back: ``column=interval`` (e.g. last_seen_at='31 minutes').
+
+    A session begun earlier had a password set earlier still: moving ``created_at`` back
+    moves the user's ``password_changed_at`` back as much (else it would read as a change).
+    """
     for column, interval in columns.items():
         assert column in ("created_at", "last_seen_at", "expires_at", "token_expires_at")
         conn.execute(
@@ -68,6 +72,12 @@ def _age(conn: psycopg.Connection[Any], user: str, **columns: str) -> None:
             " WHERE user_name = %s",
             (interval, user),
         )
+        if column == "created_at":
+            conn.execute(
+                "UPDATE engine_console_users SET password_changed_at = password_changed_at"
+                " - %s::interval WHERE name = %s",
+                (interval, user),
+            )
 
 
 def _sessions(conn: psycopg.Connection[Any], user: str) -> list[dict[str, Any]]:
@@ -132,6 +142,20 @@ def test_sessions__a_change_of_the_user_ends_their_sessions_at_the_next_request(
         viewer = sign_in(client_for(None), "otto", PASSWORDS["otto"][1])
         r = viewer.post("/dead-letters/purge", data={"csrf": csrf_of(viewer.get("/").text)})
         assert r.status_code == 403 and "needs operate" in r.text
+
+
+def test_sessions__a_hash_renewed_at_sign_in_is_not_a_password_change(
+    client_for: Any, people: Any, conn: psycopg.Connection[Any]
+) -> None:
+    from argon2 import PasswordHasher
+
+    # a hash of weaker parameters than today's: the sign-in rehashes it (a new hash, same password)
+    weak = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1).hash(PASSWORDS["otto"][1])
+    conn.execute("UPDATE engine_console_users SET password_hash = %s WHERE name = 'otto'", (weak,))
+    otto = client_for("otto")
+    row = conn.execute("SELECT password_hash FROM engine_console_users WHERE name = 'otto'")
+    assert row.fetchone()["password_hash"] != weak  # rehashed at this sign-in
+    assert _status(otto) == 200  # and still signed in
 
 
 # -- idle timeout and absolute lifetime ----------------------------------------------------

@@ -1,12 +1,12 @@
 -- console_session_insert --
 -- One row per session, keyed by the SHA-256 of its id (the id itself is only in the person's cookie); its absolute expiry is fixed at sign-in by the database clock.
 INSERT INTO engine_console_sessions
-    (id_hash, user_name, role, via, password_changed_at, expires_at, token_expires_at)
-VALUES (%(id_hash)s, %(user_name)s, %(role)s, %(via)s, %(password_changed_at)s,
+    (id_hash, user_name, role, via, expires_at, token_expires_at)
+VALUES (%(id_hash)s, %(user_name)s, %(role)s, %(via)s,
         clock_timestamp() + make_interval(secs => %(lifetime_s)s), %(token_expires_at)s);
 
 -- console_session_touch_if_live --
--- Only a live session matches (seen within idle_s, before its absolute expiry and lifetime_s, before its token's expiry, its user still of the role and password age it was made with): an ended one answers no row, so it is refused at this request.
+-- Only a live session matches (seen within idle_s, before its absolute expiry and lifetime_s, before its token's expiry, its user still of the role it was made with and, signed in with a password, not changed since the session began: a rehash at sign-in comes before it): an ended one answers no row, so it is refused at this request.
 UPDATE engine_console_sessions AS s
 SET last_seen_at = clock_timestamp()
 WHERE s.id_hash = %(id_hash)s
@@ -19,7 +19,7 @@ WHERE s.id_hash = %(id_hash)s
             SELECT 1 FROM engine_console_users AS u
             WHERE u.name = s.user_name AND u.role = s.role
               AND u.password_hash IS NOT NULL
-              AND u.password_changed_at IS NOT DISTINCT FROM s.password_changed_at)
+              AND u.password_changed_at <= s.created_at)
         ELSE COALESCE(
             (SELECT u.role FROM engine_console_users AS u WHERE u.name = s.user_name),
             %(oidc_role)s::text) IS NOT DISTINCT FROM s.role
