@@ -44,6 +44,8 @@ __all__ = ["CSRF_FIELD", "csrf_token", "current_user", "guarded"]
 log = logging.getLogger(__name__)
 
 CSRF_FIELD = "csrf"
+# what a live job page asks by itself (console.js): not a sign of the person, for the idle clock
+POLLING = ("/version", "/live")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -86,7 +88,8 @@ def current_user(request: Request) -> User | None:
     if user is not None:
         return user
     app = request.app.state
-    session = sessions.resume(app.settings, app.console, request.session)
+    polling = request.url.path.endswith(POLLING)
+    session = sessions.resume(app.settings, app.console, request.session, seen=not polling)
     return None if session is None else session.user
 
 

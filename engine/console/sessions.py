@@ -12,7 +12,8 @@ ended, and the request is then treated as signed out:
   rows (:mod:`engine.console.users`); besides, a row whose user no longer has
   the role it was made with, or changed their password after it began, is
   refused;
-- ``ENGINE_CONSOLE_SESSION_IDLE_MINUTES`` without a request, or
+- ``ENGINE_CONSOLE_SESSION_IDLE_MINUTES`` without a request of the person
+  (a live job page's polling does not count), or
   ``ENGINE_CONSOLE_SESSION_HOURS`` after sign-in, end it;
 - a session made from the load balancer's token ends when the token expires
   (a later token of the same person moves that forward).
@@ -82,8 +83,14 @@ def start(
     cookie[SESSION_KEY] = sid
 
 
-def resume(settings: Settings, console: ConsoleSettings, cookie: dict[str, Any]) -> Session | None:
-    """The cookie's live session, now seen; ``None`` (and the cookie cleared): none, or ended."""
+def resume(
+    settings: Settings, console: ConsoleSettings, cookie: dict[str, Any], *, seen: bool = True
+) -> Session | None:
+    """The cookie's live session; ``None`` (and the cookie cleared): none, or ended.
+
+    ``seen``: the request is the person's, so the idle clock starts again; a page's own
+    polling (a live job page asking for changes) is not, so an open tab still idles out.
+    """
     sid = cookie.get(SESSION_KEY)
     if not isinstance(sid, str) or not sid:
         if cookie.get("user") is not None:
@@ -93,7 +100,7 @@ def resume(settings: Settings, console: ConsoleSettings, cookie: dict[str, Any])
     oidc_role = console.oidc_role.value if console.oidc_role is not None else None
     with db.connect(settings, autocommit=True) as conn:
         row = store.console_session_touch_if_live(
-            conn, id_hash, oidc_role=oidc_role, **_limits(console)
+            conn, id_hash, oidc_role=oidc_role, seen=seen, **_limits(console)
         )
         if row is None:
             store.console_session_delete(conn, id_hash)

@@ -63,10 +63,12 @@ def console_session_touch_if_live(
     idle_s: float,
     lifetime_s: float,
     oidc_role: str | None,
+    seen: bool = True,
 ) -> dict[str, Any] | None:
-    """The live session's user, role, way in and token expiry, now seen; ``None``: ended."""
+    """The live session's user, role, way in and token expiry (``seen``: now); ``None``: ended."""
     params = {
         "id_hash": id_hash,
+        "seen": seen,
         "idle_s": idle_s,
         "lifetime_s": lifetime_s,
         "oidc_role": oidc_role,

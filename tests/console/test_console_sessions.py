@@ -179,6 +179,23 @@ def test_sessions__an_idle_session_ends_after_the_idle_minutes(
     assert _sessions(conn, "otto") == []  # the ended row goes at once
 
 
+def test_sessions__a_live_pages_polling_does_not_keep_an_idle_session(
+    client_for: Any, settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    from engine import submit
+    from engine.flow.registry import Registry
+
+    job = submit("chain", {}, settings=settings, registry=Registry.load(["testflows"])).job_id
+    otto = client_for("otto")
+    _age(conn, "otto", last_seen_at="29 minutes")
+    before = _sessions(conn, "otto")[0]["last_seen_at"]
+    assert otto.get(f"/runs/{job}/version").status_code == 200  # the tab asks by itself
+    assert otto.get(f"/runs/{job}/live").status_code == 200
+    assert _sessions(conn, "otto")[0]["last_seen_at"] == before
+    _age(conn, "otto", last_seen_at="2 minutes")
+    assert otto.get(f"/runs/{job}/version", follow_redirects=False).status_code == 303
+
+
 def test_sessions__the_idle_minutes_are_a_setting(
     app_for: Any, people: Any, conn: psycopg.Connection[Any]
 ) -> None:
