@@ -202,7 +202,8 @@ def console_pages(info: str, by_kind: dict[str, list[RunQuery]], n: int) -> None
 
     settings = Settings(database_url=SecretStr(info), flow_modules=[])
     add_user(settings, "bench", "viewer", "bench-password-1", actor="bench")
-    app = create_app(settings, ConsoleSettings(secret="b" * 40), None)
+    # plain http on 127.0.0.1, as `engine console` serves it there (no Secure cookie)
+    app = create_app(settings, ConsoleSettings(secret="b" * 40, secure_cookie=False), None)
     with TestClient(app, base_url="http://127.0.0.1") as client:
         page = client.get("/signin").text
         token = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]

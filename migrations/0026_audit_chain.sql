@@ -266,3 +266,7 @@ GRANT UPDATE (job_id, error, outcome) ON engine_schedule_fires TO engine_console
 -- sign-in counters; users are added and removed by `engine users` (the owner)
 GRANT UPDATE (failed_signins, locked_until, last_signin_at) ON engine_console_users
     TO engine_console;
+-- its sessions (0024): made at sign-in, touched on each request, ended at sign-out
+REVOKE ALL ON engine_console_sessions FROM engine_console;
+GRANT SELECT, INSERT, DELETE ON engine_console_sessions TO engine_console;
+GRANT UPDATE (last_seen_at, token_expires_at) ON engine_console_sessions TO engine_console;

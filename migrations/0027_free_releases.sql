@@ -36,6 +36,8 @@ $$;
 ALTER TABLE engine_step_runs
     ADD COLUMN free_releases integer NOT NULL DEFAULT 0 CHECK (free_releases >= 0);
 GRANT UPDATE (free_releases) ON engine_step_runs TO engine_worker;
+-- an operator's retry (the console's too, as engine_console: 0026) starts the count again
+GRANT UPDATE (free_releases) ON engine_step_runs TO engine_console;
 
 ALTER TABLE engine_alerts DROP CONSTRAINT engine_alerts_source_check;
 ALTER TABLE engine_alerts

@@ -3,7 +3,11 @@
 The console binds 127.0.0.1 by default. Another address is refused unless
 sign-in works for more than this machine: a session key shared by every
 console process (``ENGINE_CONSOLE_SECRET``) and someone to sign in (a local
-user with a password, or the load balancer's OIDC header).
+user with a password, or the load balancer's OIDC header). The load
+balancer's sign-in is refused without the signer ARN(s), issuer and client
+id it must check. The session cookie is ``Secure`` unless the console binds
+a loopback address (plain http there, said at start); ``false`` is refused
+off loopback.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from rich.table import Table
 from engine.cli.audit import by_option
 from engine.cli.output import out, print_json, print_table
 from engine.cli.state import current
-from engine.errors import BadInput, EngineError
+from engine.errors import BadInput, ConfigError, EngineError
 
 __all__ = ["console", "users"]
 
@@ -51,8 +55,17 @@ def console(host: str, port: int) -> None:
     settings = state.settings
     if conf.role:
         settings = settings.model_copy(update={"session_role": conf.role})
+    conf.check_alb()  # ConfigError naming ENGINE_CONSOLE_ALB_ARN & co. when they are missing
+    loopback = _loopback(host)
+    if conf.secure_cookie is False and not loopback:
+        raise ConfigError(
+            f"refusing ENGINE_CONSOLE_SECURE_COOKIE=false on {host}: a session cookie goes "
+            "over plain http only to a loopback address (bind 127.0.0.1, or unset it)"
+        )
+    if conf.secure_cookie is None:
+        conf = conf.model_copy(update={"secure_cookie": not loopback})
     people = [u for u in list_users(settings) if u.has_password]
-    if not _loopback(host):
+    if not loopback:
         missing = []
         if conf.secret is None:
             missing.append(
@@ -60,8 +73,9 @@ def console(host: str, port: int) -> None:
             )
         if not people and not conf.alb:
             missing.append(
-                "someone to sign in: `engine users add NAME --role ROLE`, or "
-                "ENGINE_CONSOLE_ALB_REGION for the load balancer's OIDC sign-in"
+                "someone to sign in: `engine users add NAME --role ROLE`, or the load "
+                "balancer's OIDC sign-in (ENGINE_CONSOLE_ALB_REGION with ENGINE_CONSOLE_ALB_ARN, "
+                "ENGINE_CONSOLE_ALB_ISSUER and ENGINE_CONSOLE_ALB_CLIENT_ID)"
             )
         if missing:
             raise BadInput(
@@ -80,6 +94,13 @@ def console(host: str, port: int) -> None:
     except EngineError:
         registry = None  # pages still render, without graphs or the flows' pages
     app = create_app(settings, conf, registry)
+    if not conf.secure_cookie:
+        said = (
+            f"console: plain http allowed on the loopback address {host}: the session cookie "
+            "is not Secure (ENGINE_CONSOLE_SECURE_COOKIE=true to require https)"
+        )
+        log.warning("%s", said)
+        click.echo(said, err=True)
     role = f"role {conf.role}" if conf.role else "the login's role"
     click.echo(f"console on http://{host}:{port}/ ({role}; Ctrl-C stops it)", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)

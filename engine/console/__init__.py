@@ -1,7 +1,8 @@
 """``engine console``: the reports, live, behind sign-in, with the actions people take.
 
 - :mod:`.app`: the Starlette app (pages and actions), served by uvicorn;
-- :mod:`.auth`: sessions, the load balancer's header, CSRF, permissions;
+- :mod:`.auth`: who is asking (a session, the load balancer's header), CSRF, permissions;
+- :mod:`.sessions`: sessions kept on the server, and when they end;
 - :mod:`.users`: local users (argon2 hashes) and sign-in with a lockout;
 - :mod:`.oidc`: the AWS ALB's signed OIDC header;
 - :mod:`.roles`: viewer, operator, accountant, admin and what each may do;

@@ -47,7 +47,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import store
 from engine.config import Settings
-from engine.console import users
+from engine.console import sessions, users
 from engine.console.auth import csrf_token, form_values, guarded
 from engine.console.extension import ActionRequest, ConsolePage, PageRequest
 from engine.console.roles import Permission, allowed
@@ -247,6 +247,7 @@ def create_app(
     console = console or ConsoleSettings()
     if console.role:
         settings = settings.model_copy(update={"session_role": console.role})
+    console.check_alb()  # the load balancer's sign-in only with its signer, issuer, client
     c = Console(settings, console, registry)
     secret = (
         console.secret.get_secret_value() if console.secret is not None else secrets.token_hex(32)
@@ -273,16 +274,14 @@ def create_app(
             log.warning("console: sign-in refused for %r: %s", name[:130], exc)
             _flash(request, str(exc), ok=False)
             return RedirectResponse("/signin", status_code=303)
-        request.session.clear()  # a fresh session (and CSRF token) at each sign-in
-        request.session.update(
-            user=user.name, started=time.time(), via=user.via, pw=user.password_changed
-        )
+        # a fresh session (new id, new CSRF token) at each sign-in, kept on the server
+        await run_in_threadpool(sessions.start, settings, console, request.session, user)
         log.info("console: %s signed in (%s)", user.name, user.role)
         return RedirectResponse(local_path(fields.get("next"), "/"), 303)
 
     @guarded(Permission.READ)
     async def signout(request: Request) -> Response:
-        request.session.clear()
+        await run_in_threadpool(sessions.end, settings, request.session)  # a copy is refused
         return RedirectResponse("/signin", status_code=303)
 
     script = (TEMPLATES_DIR / "console" / "console.js").read_text(encoding="utf-8")
@@ -649,7 +648,7 @@ def create_app(
                 session_cookie="engine_console",
                 max_age=int(console.session_hours * 3600),
                 same_site="strict",
-                https_only=console.secure_cookie,
+                https_only=console.secure_cookie is not False,  # unset: Secure
             ),
         ],
         lifespan=_lifespan(c),

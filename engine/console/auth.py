@@ -1,17 +1,26 @@
 """Who is asking, and whether they may: sessions, the ALB's header, CSRF, permissions.
 
 Every route but the sign-in page and the stylesheet is wrapped by
-:func:`guarded`: without a session (or a verified load balancer header) a
-page answers ``303`` to the sign-in page and anything else ``401``; a role
+:func:`guarded`: without a live session (or a verified load balancer header)
+a page answers ``303`` to the sign-in page and anything else ``401``; a role
 without the route's permission gets ``403``; a POST without the session's
 CSRF token (a hidden field, compared in constant time) gets ``403`` before
-its handler runs, so nothing changes. Sessions are Starlette's signed
-cookies (HttpOnly, SameSite=Strict, ``Secure`` with
-``ENGINE_CONSOLE_SECURE_COOKIE``) holding the user's name, role and CSRF
-token; a session older than ``ENGINE_CONSOLE_SESSION_HOURS`` is refused.
-A user removed or demoted takes effect at their next request: the role is
-read from the database on each one (one primary-key read); a changed
-password ends the sessions signed in with the old one.
+its handler runs, so nothing changes.
+
+Sessions are kept on the server (:mod:`engine.console.sessions`): the
+cookie carries only a random session id and the CSRF token, and each request
+checks the session's row, so sign-out, a password change, a role change and
+a user's removal end it at the next request, as do
+``ENGINE_CONSOLE_SESSION_IDLE_MINUTES`` without a request and
+``ENGINE_CONSOLE_SESSION_HOURS`` after sign-in. The cookie is HttpOnly,
+SameSite=Strict and ``Secure`` (plain http only when ``engine console``
+binds a loopback address, which it says at start).
+
+With the load balancer's sign-in (:mod:`engine.console.oidc`), a request
+carrying its header is that person's whatever the cookie says: a verified
+token of someone else starts a new session, one of the same person moves
+the session's end to the token's expiry; a session made from a token ends
+when the token does.
 """
 
 from __future__ import annotations
@@ -19,7 +28,6 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from engine.console import oidc, users
+from engine.console import oidc, sessions, users
 from engine.console.roles import Permission, Role, allowed
 from engine.console.users import User
 
@@ -36,6 +44,8 @@ __all__ = ["CSRF_FIELD", "csrf_token", "current_user", "guarded"]
 log = logging.getLogger(__name__)
 
 CSRF_FIELD = "csrf"
+# what a live job page asks by itself (console.js): not a sign of the person, for the idle clock
+POLLING = ("/version", "/live")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -48,50 +58,39 @@ def csrf_token(request: Request) -> str:
     return token
 
 
-def _session_user(request: Request) -> User | None:
-    s = request.session
-    name, started = s.get("user"), s.get("started")
-    if not isinstance(name, str) or not isinstance(started, (int, float)):
-        return None
-    console = request.app.state.console
-    if time.time() - started > console.session_hours * 3600:
-        s.clear()
-        return None
-    found = users.account(request.app.state.settings, name)
-    via = str(s.get("via", "password"))
-    if via == "password" and (found is None or s.get("pw") != found.password_changed):
-        s.clear()  # removed, or their password changed, since signing in: sign in again
-        return None
-    role = found.role if found is not None else console.oidc_role if via == "oidc" else None
-    if role is None:
-        s.clear()  # removed since signing in
-        return None
-    return User(name=name, role=role, via=via)
-
-
 def _alb_user(request: Request) -> User | None:
+    """The person the load balancer's header names (verified), their session started or extended."""
     console = request.app.state.console
     token = request.headers.get(oidc.HEADER)
     if not console.alb or not token:
         return None
-    claims = oidc.verify_alb_token(console, token)  # OidcRefused: the caller answers 401
-    name = str(claims.get("email") or claims.get("sub"))
-    found = users.account(request.app.state.settings, name)
+    settings = request.app.state.settings
+    verified = oidc.verify_alb_token(console, token)  # OidcRefused: the caller answers 401
+    found = users.account(settings, verified.name)
     role = found.role if found is not None else console.oidc_role
     if role is None:
-        raise oidc.OidcRefused(f"{name} is not a console user (engine users add)")
-    return User(name=name, role=Role(role), via="oidc")
+        raise oidc.OidcRefused(f"{verified.name} is not a console user (engine users add)")
+    user = User(name=verified.name, role=Role(role), via="oidc")
+    session = sessions.resume(settings, console, request.session)
+    if session is not None and session.user == user:
+        if session.token_expires_at is None or session.token_expires_at < verified.expires_at:
+            sessions.extend_token(settings, request.session, user.name, verified.expires_at)
+    else:
+        sessions.start(
+            settings, console, request.session, user, token_expires_at=verified.expires_at
+        )
+    return user
 
 
 def current_user(request: Request) -> User | None:
-    """The signed-in user, from the load balancer's header (when configured) or the session."""
+    """The signed-in user: the load balancer's header (when configured), else a live session."""
     user = _alb_user(request)
     if user is not None:
-        if request.session.get("user") != user.name:
-            request.session.clear()
-            request.session.update(user=user.name, started=time.time(), via="oidc")
         return user
-    return _session_user(request)
+    app = request.app.state
+    polling = request.url.path.endswith(POLLING)
+    session = sessions.resume(app.settings, app.console, request.session, seen=not polling)
+    return None if session is None else session.user
 
 
 def _refuse(request: Request, status: int, message: str) -> Response:

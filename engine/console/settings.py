@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.console.roles import Role
+from engine.errors import ConfigError
 
 __all__ = ["ConsoleSettings"]
+
+_ALB_ARN = re.compile(
+    r"arn:aws[a-z-]*:elasticloadbalancing:[a-z0-9-]+:\d{12}:loadbalancer/app/[A-Za-z0-9/_.-]+"
+)
 
 
 class ConsoleSettings(BaseSettings):
@@ -24,9 +30,19 @@ class ConsoleSettings(BaseSettings):
             "process, so sessions end when it restarts. Required off 127.0.0.1"
         ),
     )
-    session_hours: float = Field(default=12.0, gt=0, le=24 * 14, description="session lifetime")
-    secure_cookie: bool = Field(
-        default=False, description="send the session cookie over HTTPS only (behind a TLS ALB)"
+    session_hours: float = Field(
+        default=12.0, gt=0, le=24 * 14, description="a session's absolute lifetime from sign-in"
+    )
+    session_idle_minutes: float = Field(
+        default=30.0, gt=0, le=24 * 60, description="a session unused this long ends"
+    )
+    secure_cookie: bool | None = Field(
+        default=None,
+        description=(
+            "send the session cookie over HTTPS only; unset: Secure, except when "
+            "`engine console` binds a loopback address (plain http there, said at start); "
+            "false is refused off loopback"
+        ),
     )
     signin_failures: int = Field(
         default=5, ge=1, le=100, description="failed sign-ins before a user is locked"
@@ -44,8 +60,26 @@ class ConsoleSettings(BaseSettings):
     )
     alb_arn: str | None = Field(
         default=None,
-        pattern=r"^arn:aws[a-z-]*:elasticloadbalancing:",
-        description="the load balancer's ARN: a token signed for another one is refused",
+        description=(
+            "the ARN of our load balancer (several: comma-separated); required with the "
+            "ALB sign-in: a token whose signer is not one of them is refused"
+        ),
+    )
+    alb_issuer: str | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "the identity provider's issuer (the ALB rule's Issuer); required with the ALB "
+            "sign-in: a token of another issuer is refused"
+        ),
+    )
+    alb_client_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "the OIDC client id of the ALB rule; required with the ALB sign-in: a token for "
+            "another client is refused"
+        ),
     )
     alb_keys_dir: Path | None = Field(
         default=None,
@@ -82,7 +116,49 @@ class ConsoleSettings(BaseSettings):
             raise ValueError(f"a session key needs at least 32 characters, got {n}")
         return value
 
+    @field_validator("alb_arn")
+    @classmethod
+    def _alb_arns(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        arns = [a.strip() for a in value.split(",")]
+        for arn in arns:
+            if not _ALB_ARN.fullmatch(arn):
+                raise ValueError(
+                    f"invalid load balancer ARN {arn[:200]!r}: expected "
+                    "arn:aws:elasticloadbalancing:REGION:ACCOUNT:loadbalancer/app/NAME/ID "
+                    "(several: comma-separated)"
+                )
+        return ",".join(arns)
+
     @property
     def alb(self) -> bool:
         """Whether the load balancer's OIDC header signs people in."""
         return self.alb_region is not None or self.alb_keys_dir is not None
+
+    @property
+    def alb_arns(self) -> frozenset[str]:
+        """The load balancers whose tokens are accepted (none: no token is)."""
+        return frozenset(a.strip() for a in (self.alb_arn or "").split(",") if a.strip())
+
+    def alb_missing(self) -> list[str]:
+        """The settings the ALB sign-in needs and lacks (empty: none, or it is off)."""
+        if not self.alb:
+            return []
+        needed = [
+            ("ENGINE_CONSOLE_ALB_ARN", self.alb_arn, "the ARN(s) of our load balancer"),
+            ("ENGINE_CONSOLE_ALB_ISSUER", self.alb_issuer, "the identity provider's issuer"),
+            ("ENGINE_CONSOLE_ALB_CLIENT_ID", self.alb_client_id, "the ALB rule's client id"),
+        ]
+        return [f"{name} ({what})" for name, value, what in needed if not value]
+
+    def check_alb(self) -> None:
+        """:class:`ConfigError` naming what the ALB sign-in lacks: without it, any signer passes."""
+        missing = self.alb_missing()
+        if missing:
+            raise ConfigError(
+                "refusing to start the console with the load balancer's sign-in "
+                "(ENGINE_CONSOLE_ALB_REGION or ENGINE_CONSOLE_ALB_KEYS_DIR) without "
+                + ", ".join(missing)
+                + ": without them a token signed by any load balancer would sign in anyone"
+            )

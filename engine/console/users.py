@@ -6,7 +6,8 @@ counts against the user in the database, so every console process sees
 the same count; past ``ENGINE_CONSOLE_SIGNIN_FAILURES`` the user is locked
 for ``ENGINE_CONSOLE_SIGNIN_LOCK_S`` and even the right password is refused
 until then. Every change of a user is recorded in the audit trail
-(``engine audit``), in the change's transaction.
+(``engine audit``), in the change's transaction; a password change, a role
+change and a removal also end the user's console sessions in it.
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ def remove_user(
     with db.connect(settings) as conn, conn.transaction():
         if not store.console_user_delete(conn, check_name(name)):
             raise BadInput(f"no user {name!r}; `engine users list` shows them")
+        store.console_session_delete_user(conn, name)  # signed out at their next request
         _audit(conn, "user-remove", name, actor, source)
 
 
@@ -152,6 +154,7 @@ def set_password(
     with db.connect(settings) as conn, conn.transaction():
         if not store.console_user_update_password(conn, check_name(name), hashed):
             raise BadInput(f"no user {name!r}; `engine users list` shows them")
+        store.console_session_delete_user(conn, name)  # signed out at their next request
         _audit(conn, "user-passwd", name, actor, source)
 
 
@@ -167,6 +170,7 @@ def set_role(
     with db.connect(settings) as conn, conn.transaction():
         if not store.console_user_update_role(conn, check_name(name), parsed.value):
             raise BadInput(f"no user {name!r}; `engine users list` shows them")
+        store.console_session_delete_user(conn, name)  # signed out at their next request
         _audit(conn, "user-role", name, actor, source, role=parsed.value)
 
 

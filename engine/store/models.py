@@ -405,6 +405,21 @@ class ConsoleUser(SQLModel, table=True):
     last_signin_at: datetime | None = _ts(True)
 
 
+class ConsoleSession(SQLModel, table=True):
+    """A console session: the SHA-256 of its id (never the id), whose, until when."""
+
+    __tablename__ = "engine_console_sessions"
+
+    id_hash: str = Field(sa_column=Column(Text, primary_key=True))
+    user_name: str = _text(False)
+    role: str = _text(False)
+    via: str = _text(False)
+    created_at: datetime = _ts(False)
+    last_seen_at: datetime = _ts(False)
+    expires_at: datetime = _ts(False)
+    token_expires_at: datetime | None = _ts(True)
+
+
 # table name -> column name -> enum; what the schema test checks against CHECKs
 ENUM_COLUMNS: dict[str, dict[str, type[enum.StrEnum]]] = {
     "engine_jobs": {"status": JobStatus},

@@ -23,7 +23,11 @@ from engine.flow.registry import Registry
 
 @pytest.fixture
 def console_conf() -> ConsoleSettings:
-    return ConsoleSettings(secret=SECRET, refresh_s=0.5, signin_failures=3, signin_lock_s=600)
+    # plain http, as `engine console` on 127.0.0.1 serves it (the TestClient sends no Secure
+    # cookie over http)
+    return ConsoleSettings(
+        secret=SECRET, refresh_s=0.5, signin_failures=3, signin_lock_s=600, secure_cookie=False
+    )
 
 
 @pytest.fixture

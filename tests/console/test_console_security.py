@@ -12,10 +12,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import jwt
 import psycopg
 import pytest
-from consolesupport import PASSWORDS, SECRET, csrf_of, sign_in
+from consolesupport import ALB, ARN, PASSWORDS, SECRET, alb_token, csrf_of, sign_in
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.routing import Route
@@ -240,26 +239,12 @@ def alb_keys(tmp_path: Path) -> tuple[Path, Any, Any]:
     return tmp_path, key, other
 
 
-ARN = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:loadbalancer/app/erp/abc"
-
-
-def alb_token(key: Any, *, email: str, exp: float, signer: str = ARN, kid: str = "kid-1") -> str:
-    token = jwt.encode(
-        {"email": email, "sub": "1234", "exp": int(exp), "iss": "https://idp.example"},
-        key,
-        algorithm="ES256",
-        headers={"kid": kid, "signer": signer, "client": "c"},
-    )
-    # the ALB pads its base64url segments
-    return ".".join(p + "=" * (-len(p) % 4) for p in token.split("."))
-
-
 def test_console__the_albs_signed_header_signs_in_and_a_forged_or_expired_one_is_refused(
     app_for: Any, settings: Settings, alb_keys: tuple[Path, Any, Any]
 ) -> None:
     folder, key, other = alb_keys
     add_user(settings, "anna@example.com", "accountant", None, actor="test")
-    app = app_for(alb_keys_dir=folder, alb_arn=ARN)
+    app = app_for(alb_keys_dir=folder, **ALB)
     client = TestClient(app, base_url="http://127.0.0.1")
     h = "x-amzn-oidc-data"
     good = alb_token(key, email="anna@example.com", exp=time.time() + 60)
