@@ -381,9 +381,19 @@ class ConsoleUser(SQLModel, table=True):
     password_hash: str | None = _text(True)
     created_at: datetime = _ts(False)
     password_changed_at: datetime | None = _ts(True)
-    failed_signins: int = Field(sa_column=Column(Integer, nullable=False))
-    locked_until: datetime | None = _ts(True)
     last_signin_at: datetime | None = _ts(True)
+
+
+class ConsoleSigninFailure(SQLModel, table=True):
+    """Wrong passwords for a user from one address, and the lock they earned (that pair only)."""
+
+    __tablename__ = "engine_console_signin_failures"
+
+    name: str = Field(sa_column=Column(Text, primary_key=True))
+    address: str = Field(sa_column=Column(Text, primary_key=True))
+    failures: int = Field(sa_column=Column(Integer, nullable=False))
+    last_failed_at: datetime = _ts(False)
+    locked_until: datetime | None = _ts(True)
 
 
 # table name -> column name -> enum; what the schema test checks against CHECKs

@@ -7,6 +7,7 @@ a refusal before hashing costs none, every answer that hashes costs one.
 
 from __future__ import annotations
 
+import re
 import threading
 from ipaddress import ip_network
 from typing import Any
@@ -44,7 +45,7 @@ class CountingHasher(PasswordHasher):
             with self._lock:
                 self.in_flight -= 1
 
-    def verify(self, hash: str | bytes, password: str | bytes) -> bool:  # noqa: A002
+    def verify(self, hash: str | bytes, password: str | bytes) -> bool:
         return bool(self._counted(lambda: super(CountingHasher, self).verify(hash, password)))
 
     def hash(self, password: str | bytes, *, salt: bytes | None = None) -> str:
@@ -228,5 +229,5 @@ def test_signin__a_refusal_page_names_no_user_and_no_reason(app_for: Any, people
         r = _attempt(client, "otto", "not-otto-password")
     assert "too many failed" not in r.text
     assert "locked" not in r.text
-    assert "otto" not in r.text
+    assert not re.search(r"\botto\b", r.text)
     assert SECRET not in r.text
