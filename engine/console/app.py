@@ -269,7 +269,7 @@ def create_app(
                 name,
                 password,
                 address=address,
-                hashing=c.signins.hashing,
+                hashing=lambda: c.signins.hashing(address),
             )
         except (users.SignInRefused, Throttled) as exc:
             if isinstance(exc, users.SignInRefused):  # the throttle logs its own, once a minute

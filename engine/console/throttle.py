@@ -15,7 +15,8 @@ anything is hashed, by two token buckets in this order:
 
 An admitted attempt then hashes under a gate of ``ENGINE_CONSOLE_SIGNIN_HASHES``
 slots, so memory is bounded; past the slots it waits (up to four attempts
-per slot wait), beyond that it is refused at once. All of this
+per slot wait), beyond that it is refused at once. An address someone
+signed in from waits first and always finds a place. All of this
 is per console process (in memory); failed passwords and locks are counted
 in the database (:mod:`engine.console.users`) so every process agrees.
 
@@ -130,6 +131,7 @@ class SignInThrottle:
         self._gate = threading.Condition()
         self.in_flight = 0
         self.waiting = 0
+        self.known_waiting = 0
         self.max_in_flight = 0
         self.hashes = 0
         self.refused: collections.Counter[str] = collections.Counter()
@@ -201,18 +203,26 @@ class SignInThrottle:
     # -- hashing ---------------------------------------------------------------------------
 
     @contextmanager
-    def hashing(self) -> Iterator[None]:
-        """One of the bounded hash slots for the block; waits for one, or :class:`Throttled`."""
+    def hashing(self, address: str | None = None) -> Iterator[None]:
+        """One of the bounded hash slots for the block; waits for one, or :class:`Throttled`.
+
+        An ``address`` someone signed in from goes before the others and is
+        never refused for want of a waiting place (its own rate bounds it).
+        """
+        with self._lock:
+            known = address is not None and self._is_known(address)
         with self._gate:
-            if self.in_flight >= self.bound and self.waiting >= self.waiting_bound:
+            if not known and self.in_flight >= self.bound and self.waiting >= self.waiting_bound:
                 with self._lock:
                     self._refuse("busy")
             self.waiting += 1
+            self.known_waiting += known
             try:
-                while self.in_flight >= self.bound:
+                while self.in_flight >= self.bound or (not known and self.known_waiting):
                     self._gate.wait()
             finally:
                 self.waiting -= 1
+                self.known_waiting -= known
             self.in_flight += 1
             self.hashes += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -221,7 +231,7 @@ class SignInThrottle:
         finally:
             with self._gate:
                 self.in_flight -= 1
-                self._gate.notify()
+                self._gate.notify_all()  # a known waiter first: the others wait on
 
 
 def client_address(peer: str | None, forwarded: str | None, trusted: Sequence[IPNetwork]) -> str:

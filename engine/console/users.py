@@ -225,21 +225,22 @@ def sign_in(
     """The user, when ``password`` is theirs and they are not locked from ``address``;
     else :class:`SignInRefused`.
 
-    Whatever the reason, a refusal costs one hash under ``hashing()`` (the
-    throttle's bounded gate) and the same statements, none of them held open
-    while hashing; a wrong password is counted (and may lock the user from
-    ``address``) before the refusal is raised.
+    Whatever the reason, a refusal costs one hash and the same statements;
+    the user is read and the hash computed under ``hashing()`` (the
+    throttle's bounded gate), no connection held open while hashing; a wrong
+    password is counted (and may lock the user from ``address``) before the
+    refusal is raised.
     """
     valid = bool(_NAME.fullmatch(name or ""))
     row: dict[str, Any] | None = None
     locked = False
-    if valid:
-        with db.connect(settings, autocommit=True) as conn:
-            row = store.console_user_select(conn, name)
-            locked = store.console_signin_locked(conn, name, address)
-    hashed: str | None = row["password_hash"] if row is not None else None
     rehashed: str | None = None
-    with hashing():
+    with hashing():  # the read too: as many connections at once as hashes, none held while hashing
+        if valid:
+            with db.connect(settings, autocommit=True) as conn:
+                row = store.console_user_select(conn, name)
+                locked = store.console_signin_locked(conn, name, address)
+        hashed: str | None = row["password_hash"] if row is not None else None
         good = _verify(hashed or _DUMMY, password) and hashed is not None
         if good and not locked and _hasher.check_needs_rehash(hashed or _DUMMY):
             rehashed = _hasher.hash(password)

@@ -84,6 +84,36 @@ def test_throttle__past_its_waiting_places_an_attempt_is_refused_without_hashing
     assert gate.refused["busy"] == 1
 
 
+def test_throttle__an_address_that_signed_in_waits_first_and_always_finds_a_place() -> None:
+    gate = SignInThrottle(per_address_per_min=1000, per_s=1000, hashes=1, waiting=1)
+    gate.signed_in("192.0.2.10")
+    release = threading.Event()
+    order: list[str] = []
+
+    def attempt(who: str, address: str) -> None:
+        with gate.hashing(address):
+            order.append(who)
+            release.wait()
+
+    holder = threading.Thread(target=attempt, args=("holder", "203.0.113.1"))
+    holder.start()
+    _until(lambda: gate.in_flight == 1, "the slot taken")
+    stranger = threading.Thread(target=attempt, args=("stranger", "203.0.113.2"))
+    stranger.start()
+    _until(lambda: gate.waiting == 1, "the stranger waiting")
+    # the waiting place is taken: a stranger is refused
+    with pytest.raises(Throttled), gate.hashing("203.0.113.3"):
+        pytest.fail("entered a full gate")
+    user = threading.Thread(target=attempt, args=("user", "192.0.2.10"))
+    user.start()  # the user waits anyway
+    _until(lambda: gate.waiting == 2, "the user waiting too")
+    release.set()
+    for t in (holder, stranger, user):
+        t.join()
+    assert order == ["holder", "user", "stranger"]
+    assert gate.max_in_flight == 1
+
+
 def test_throttle__one_address_is_refused_past_its_rate_and_another_is_not() -> None:
     clock = Clock()
     gate = SignInThrottle(per_address_per_min=3, per_s=1000, hashes=1, clock=clock)
