@@ -44,8 +44,8 @@ class ConsoleSettings(BaseSettings):
         default=10,
         ge=1,
         le=10_000,
-        description="sign-in attempts a minute from one address (IPv6: its /64); more: refused "
-        "before any hash",
+        description="sign-in attempts a minute from one address (IPv6: its /64; a successful "
+        "one is given back); more: refused before any hash",
     )
     signin_per_s: float = Field(
         default=5.0,

@@ -87,6 +87,11 @@ class _Buckets:
             self._drop_full(now)
         return True
 
+    def give_back(self, key: str) -> None:
+        if key in self._tokens:
+            tokens, at = self._tokens[key]
+            self._tokens[key] = (min(self.burst, tokens + 1), at)
+
     def _drop_full(self, now: float) -> None:
         """Forget buckets refilled by now: a full bucket is the same as none."""
         full = [
@@ -165,8 +170,10 @@ class SignInThrottle:
                 self._refuse("global")
 
     def signed_in(self, address: str) -> None:
-        """Someone signed in from ``address``: the global limit no longer holds it back."""
+        """Someone signed in from ``address``: its attempt is given back (only failures count
+        against an address) and the global limit no longer holds it back."""
         with self._lock:
+            self._by_address.give_back(address)
             self._known[address] = self.clock()
             self._known.move_to_end(address)
             while len(self._known) > _MAX_KNOWN:

@@ -163,6 +163,18 @@ def test_throttle__an_address_that_signed_in_is_not_held_by_the_global_rate() ->
     gate.admit("192.0.2.10")
 
 
+def test_throttle__a_successful_sign_in_does_not_count_against_its_address() -> None:
+    clock = Clock()
+    gate = SignInThrottle(per_address_per_min=2, per_s=1000, hashes=1, clock=clock)
+    for _ in range(5):
+        gate.admit("192.0.2.10")
+        gate.signed_in("192.0.2.10")
+    gate.admit("192.0.2.10")
+    gate.admit("192.0.2.10")
+    with pytest.raises(Throttled):
+        gate.admit("192.0.2.10")
+
+
 def test_throttle__an_ipv6_address_counts_as_its_slash_64() -> None:
     clock = Clock()
     gate = SignInThrottle(per_address_per_min=2, per_s=1000, hashes=1, clock=clock)
