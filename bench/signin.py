@@ -33,6 +33,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -92,7 +93,7 @@ class Console:
 
 @contextmanager
 def serve(info: str, extra: dict[str, str]) -> Iterator[Console]:
-    """``engine console`` in its own process on a free port; stopped on exit."""
+    """``engine console`` in its own process on a free port; stopped on exit, its errors shown."""
     port = _free_port()
     env = {**os.environ, **extra}
     env.update(
@@ -102,30 +103,37 @@ def serve(info: str, extra: dict[str, str]) -> Iterator[Console]:
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
     )
     cmd = [sys.executable, "-m", "engine", "console", "--port", str(port)]
-    output = None if os.environ.get("BENCH_VERBOSE") else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=output)
-    console = Console(proc, f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"engine console exited with {proc.returncode}")
-            try:
-                if httpx.get(f"{console.url}/signin", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("engine console did not answer in 60 s")
-            time.sleep(0.1)
-        yield console
-    finally:
-        proc.terminate()
+    with tempfile.TemporaryFile() as output:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=output)
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            yield _started(Console(proc, f"http://127.0.0.1:{port}"))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            output.seek(0)
+            lines = output.read().decode(errors="replace").splitlines()
+            errors = [line for line in lines if "Error" in line or "Traceback" in line]
+            for line in lines if os.environ.get("BENCH_VERBOSE") else errors[-10:]:
+                log(f"console: {line}")
+
+
+def _started(console: Console) -> Console:
+    deadline = time.monotonic() + 60
+    while True:
+        if console.proc.poll() is not None:
+            raise RuntimeError(f"engine console exited with {console.proc.returncode}")
+        try:
+            if httpx.get(f"{console.url}/signin", timeout=2).status_code == 200:
+                return console
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("engine console did not answer in 60 s")
+        time.sleep(0.1)
 
 
 def _session(url: str, address: str) -> tuple[httpx.Client, str]:
