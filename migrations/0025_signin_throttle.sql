@@ -23,5 +23,6 @@ CREATE TABLE engine_console_signin_failures (
 
 REVOKE ALL ON engine_console_signin_failures FROM engine_worker;
 
--- The per-user count and lock they replace.
-ALTER TABLE engine_console_users DROP COLUMN failed_signins, DROP COLUMN locked_until;
+-- engine_console_users.failed_signins and .locked_until, the per-user count
+-- and lock this replaces, are no longer read or written; they are kept (not
+-- dropped here) so that grants other migrations name on them still apply.

@@ -381,6 +381,9 @@ class ConsoleUser(SQLModel, table=True):
     password_hash: str | None = _text(True)
     created_at: datetime = _ts(False)
     password_changed_at: datetime | None = _ts(True)
+    # no longer used (engine_console_signin_failures counts per user and address)
+    failed_signins: int = Field(sa_column=Column(Integer, nullable=False))
+    locked_until: datetime | None = _ts(True)
     last_signin_at: datetime | None = _ts(True)
 
 
