@@ -283,7 +283,7 @@ def run_scenario(info: str, name: str, rate: float, seconds: float, user_n: int)
             ""
             if name == "quiet"
             else f"; {flood.sent} attempts sent in {seconds:.0f} s, {flood.answered} answered "
-            f"({flood.skipped} not sent: {_BACKLOG} unanswered already)"
+            f"({flood.skipped} skipped while {_BACKLOG} were unanswered)"
         )
     )
 
