@@ -1,5 +1,5 @@
 """``python -m bench``: floor, engine throughput and latency, recovery, ratio; ERP month end;
-commit-to-claim latency per connection kind; searching runs.
+commit-to-claim latency per connection kind; searching runs; sign-in under attack.
 
 Sizes (environment):
 
@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,single,recovery,erp,sqs,latency,runs
+    BENCH_ONLY=floor,engine,single,recovery,erp,sqs,latency,runs,signin
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -42,6 +42,12 @@ searches (first page, a deep page, by flow, waiting, period, store, document, id
 on a seeded history, and whether any plan scans the jobs or step runs sequentially.
 
     BENCH_RUNS_JOBS=100000 BENCH_RUNS_STEPS=1000000 BENCH_RUNS_TAGS=5000 BENCH_RUNS_N=200
+
+Sign-in under attack (``signin``, see ``bench/signin.py``): the console process's RSS and
+a real user's sign-in time while wrong attempts hit it from one address, from many, and
+with the limits lifted (``BENCH_ONLY=signin make bench``).
+
+    BENCH_SIGNIN_RATE=50 BENCH_SIGNIN_S=10 BENCH_SIGNIN_USER_N=10
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ import statistics
 import sys
 import time
 
-from bench import erp, floor, latency, recovery, runs_search, single, sqs, throughput
+from bench import erp, floor, latency, recovery, runs_search, signin, single, sqs, throughput
 from bench.common import (
     SCRATCH_DB,
     drop_database,
@@ -95,9 +101,10 @@ def main() -> int:
     rounds = max(1, env_int("BENCH_ROUNDS", 3))
     queue_hop = env_int("BENCH_QUEUE_HOP", 1) > 0
     only = set(
-        (os.environ.get("BENCH_ONLY") or "floor,engine,single,recovery,erp,sqs,latency,runs").split(
-            ","
-        )
+        (
+            os.environ.get("BENCH_ONLY")
+            or "floor,engine,single,recovery,erp,sqs,latency,runs,signin"
+        ).split(",")
     )
     started = time.monotonic()
     log(f"server: {masked(server_conninfo())}; scratch database {SCRATCH_DB}")
@@ -139,6 +146,8 @@ def main() -> int:
             latency.run()
         if "runs" in only:  # the runs page's searches; sizes: BENCH_RUNS_* (bench/runs_search.py)
             runs_search.run()
+        if "signin" in only:  # the console under a sign-in flood; BENCH_SIGNIN_* (bench/signin.py)
+            signin.run()
     finally:
         try:
             # erp drops its own (engine_bench_erp)

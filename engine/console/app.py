@@ -52,6 +52,7 @@ from engine.console.auth import csrf_token, form_values, guarded
 from engine.console.extension import ActionRequest, ConsolePage, PageRequest
 from engine.console.roles import Permission, allowed
 from engine.console.settings import ConsoleSettings
+from engine.console.throttle import SignInThrottle, Throttled
 from engine.console.unavailable import DatabaseOutage
 from engine.errors import BadInput, EngineError, NoSuchJob
 from engine.flow.registry import Registry
@@ -157,6 +158,7 @@ class Console:
         self.env.filters["columns"] = _columns
         self.read: Engine = sqlalchemy_engine(settings)
         self.versions = VersionCache(settings, ttl_s=console.refresh_s)
+        self.signins = SignInThrottle.from_settings(console)
         self.pages: dict[str, ConsolePage] = {
             p.name: p
             for p in (registry.console_pages if registry else [])
@@ -268,12 +270,26 @@ def create_app(
         if not (isinstance(sent, str) and secrets.compare_digest(sent, csrf_token(request))):
             return PlainTextResponse("refused: missing or wrong CSRF token; reload", 403)
         name, password = fields.get("name", ""), fields.get("password", "")
-        try:
-            user = await run_in_threadpool(users.sign_in, settings, console, name, password)
-        except users.SignInRefused as exc:
-            log.warning("console: sign-in refused for %r: %s", name[:130], exc)
-            _flash(request, str(exc), ok=False)
+        address = c.signins.address(request)
+        try:  # throttled before any hash; every refusal answered alike (users.REFUSED)
+            c.signins.admit(address)
+            user = await run_in_threadpool(
+                users.sign_in,
+                settings,
+                console,
+                name,
+                password,
+                address=address,
+                hashing=lambda: c.signins.hashing(address),
+            )
+        except (users.SignInRefused, Throttled) as exc:
+            if isinstance(exc, users.SignInRefused):  # the throttle logs its own, once a minute
+                log.warning(
+                    "console: sign-in of %r from %s refused: %s", name[:130], address, exc.reason
+                )
+            _flash(request, users.REFUSED, ok=False)
             return RedirectResponse("/signin", status_code=303)
+        c.signins.signed_in(address)
         # a fresh session (new id, new CSRF token) at each sign-in, kept on the server
         await run_in_threadpool(sessions.start, settings, console, request.session, user)
         log.info("console: %s signed in (%s)", user.name, user.role)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from engine.console.roles import Role
 from engine.errors import ConfigError
@@ -45,10 +46,41 @@ class ConsoleSettings(BaseSettings):
         ),
     )
     signin_failures: int = Field(
-        default=5, ge=1, le=100, description="failed sign-ins before a user is locked"
+        default=5,
+        ge=1,
+        le=100,
+        description="wrong passwords for a user from one address before that address is locked",
     )
     signin_lock_s: float = Field(
-        default=900.0, gt=0, description="how long a user stays locked after too many failures"
+        default=900.0,
+        gt=0,
+        description="how long a user stays locked from that address (its other addresses never)",
+    )
+    signin_per_address_per_min: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description="sign-in attempts a minute from one address (IPv6: its /64; a successful "
+        "one is given back); more: refused before any hash",
+    )
+    signin_per_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=1000,
+        description="sign-in attempts a second from all addresses together, per console process "
+        "(an address someone signed in from before is not held by it)",
+    )
+    signin_hashes: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="password hashes computed at once (argon2id, 64 MiB each); more wait, "
+        "at most 4 per slot, then are refused",
+    )
+    trusted_proxies: Annotated[list[IPvAnyNetwork], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated addresses or networks of the proxies (the load balancer's "
+        "subnets) whose X-Forwarded-For names the client; unset: the socket peer is the client",
     )
     alb_region: str | None = Field(
         default=None,
@@ -107,6 +139,13 @@ class ConsoleSettings(BaseSettings):
     refresh_s: float = Field(
         default=2.0, ge=0.5, le=60, description="how often a live job page asks for changes"
     )
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @field_validator("secret")
     @classmethod

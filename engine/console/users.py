@@ -1,18 +1,26 @@
 """The console's local users: add, list, remove, change a password or a role; sign in.
 
 Passwords are hashed with argon2id (argon2-cffi's defaults, the OWASP
-recommendation) and never stored, shown or logged. A sign-in that fails
-counts against the user in the database, so every console process sees
-the same count; past ``ENGINE_CONSOLE_SIGNIN_FAILURES`` the user is locked
-for ``ENGINE_CONSOLE_SIGNIN_LOCK_S`` and even the right password is refused
-until then. Every change of a user is recorded in the audit trail
-(``engine audit``), in the change's transaction; a password change, a role
-change and a removal also end the user's console sessions in it.
+recommendation) and never stored, shown or logged. A wrong password counts
+against the user *from that address* in the database, so every console
+process sees the same count; past ``ENGINE_CONSOLE_SIGNIN_FAILURES`` the
+user is locked from that address (only: the real user signs in from
+theirs) for ``ENGINE_CONSOLE_SIGNIN_LOCK_S``, and even the right password is
+refused from there until then. An unknown name, a user without a password,
+a lock and a wrong password are answered alike (:data:`REFUSED`) after one
+hash each, so neither the text nor the time tells which it was; the hashes
+run under the caller's gate (:mod:`engine.console.throttle`). Every change
+of a user is recorded in the audit trail (``engine audit``), in the
+change's transaction; a password change, a role change and a removal
+also end the user's console sessions in it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,6 +38,7 @@ from engine.store import db
 from engine.store.status import AuditSource
 
 __all__ = [
+    "REFUSED",
     "Account",
     "SignInRefused",
     "User",
@@ -52,8 +61,15 @@ _hasher = PasswordHasher()
 _DUMMY = _hasher.hash("not a password of anyone")
 
 
+REFUSED = "sign-in refused: wrong user name or password, or too many attempts (wait a few minutes)"
+
+
 class SignInRefused(EngineError):
-    """A sign-in refused: the message is the same for a wrong name and a wrong password."""
+    """A sign-in refused: the message is always :data:`REFUSED`; ``reason`` is for the log only."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(REFUSED)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -201,43 +217,59 @@ def account(settings: Settings, name: str) -> Account | None:
     return None if row is None else Account(Role(row["role"]), _changed(row))
 
 
-_WRONG = "wrong user name or password"
+def sign_in(
+    settings: Settings,
+    console: ConsoleSettings,
+    name: str,
+    password: str,
+    *,
+    address: str,
+    hashing: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+) -> User:
+    """The user, when ``password`` is theirs and they are not locked from ``address``;
+    else :class:`SignInRefused`.
 
-
-def sign_in(settings: Settings, console: ConsoleSettings, name: str, password: str) -> User:
-    """The user, when ``password`` is theirs and they are not locked; else :class:`SignInRefused`.
-
-    A failure is counted (and may lock the user) in a transaction that
-    commits before the refusal is raised.
+    Whatever the reason, a refusal costs one hash and the same statements;
+    the user is read and the hash computed under ``hashing()`` (the
+    throttle's bounded gate), no connection held open while hashing; a wrong
+    password is counted (and may lock the user from ``address``) before the
+    refusal is raised.
     """
-    if not _NAME.fullmatch(name or ""):
-        _verify(_DUMMY, password)
-        raise SignInRefused(_WRONG)
-    refusal: str | None = None
+    valid = bool(_NAME.fullmatch(name or ""))
+    row: dict[str, Any] | None = None
+    locked = False
+    rehashed: str | None = None
+    with hashing():  # the read too: as many connections at once as hashes, none held while hashing
+        if valid:
+            with db.connect(settings, autocommit=True) as conn:
+                row = store.console_user_select(conn, name)
+                locked = store.console_signin_locked(conn, name, address)
+        hashed: str | None = row["password_hash"] if row is not None else None
+        good = _verify(hashed or _DUMMY, password) and hashed is not None
+        if good and not locked and _hasher.check_needs_rehash(hashed or _DUMMY):
+            rehashed = _hasher.hash(password)
+    if row is None or hashed is None or not good or locked:
+        if valid:  # an unknown name counts nothing, through the same statement
+            with db.connect(settings, autocommit=True) as conn:
+                store.console_signin_failed(
+                    conn, name, address, limit=console.signin_failures, lock_s=console.signin_lock_s
+                )
+        raise SignInRefused(_reason(row, hashed, locked))
     with db.connect(settings) as conn, conn.transaction():
-        row = store.console_user_select(conn, name)
-        if row is None or row["password_hash"] is None:
-            _verify(_DUMMY, password)
-            refusal = _WRONG
-        elif row["locked"]:
-            refusal = _locked(row["locked_until"])
-        elif not _verify(row["password_hash"], password):
-            failed = store.console_user_signin_failed(
-                conn, name, limit=console.signin_failures, lock_s=console.signin_lock_s
-            )
-            locked = failed["locked_until"] if failed else None
-            refusal = _WRONG if locked is None else _locked(locked)
-        else:
-            store.console_user_signin_ok(conn, name)
-            if _hasher.check_needs_rehash(row["password_hash"]):
-                store.console_user_update_password(conn, name, _hasher.hash(password))
-    if refusal is not None or row is None:
-        raise SignInRefused(refusal or _WRONG)
+        store.console_user_signin_ok(conn, name)
+        store.console_signin_succeeded(conn, name, address, lock_s=console.signin_lock_s)
+        if rehashed is not None:
+            store.console_user_rehash_if_unchanged(conn, name, hashed, rehashed)
     return User(name=name, role=Role(row["role"]), via="password", password_changed=_changed(row))
 
 
-def _locked(until: datetime) -> str:
-    return f"too many failed sign-ins: try again after {until:%Y-%m-%d %H:%M:%S %Z}"
+def _reason(row: dict[str, Any] | None, hashed: str | None, locked: bool) -> str:
+    """Why a sign-in was refused, for the log (the person reads :data:`REFUSED`)."""
+    if row is None:
+        return "unknown user"
+    if hashed is None:
+        return "no password (signs in through the load balancer)"
+    return "locked from this address" if locked else "wrong password"
 
 
 def _verify(hashed: str, password: str) -> bool:

@@ -29,6 +29,7 @@ statement that writes it, whoever calls it (``claims`` and ``leases`` share
 - ``search``: one page of the jobs some filters find (the runs page), read only;
 - ``console_users``: who may sign in to the console, with which role;
 - ``console_sessions``: the console's sessions (a hash of each id), until when;
+- ``console_signins``: failed sign-ins per user and address, and their locks;
 - ``server``: the server itself (ping, the embedded database);
 - ``migrations``: the numbered schema files;
 - ``workers``: each worker's row (started, last seen, the flow versions it
@@ -82,6 +83,7 @@ from engine.store.audit import *  # noqa: F403
 from engine.store.batch import *  # noqa: F403
 from engine.store.claims import *  # noqa: F403
 from engine.store.console_sessions import *  # noqa: F403
+from engine.store.console_signins import *  # noqa: F403
 from engine.store.console_users import *  # noqa: F403
 from engine.store.dead_letters import *  # noqa: F403
 from engine.store.events import *  # noqa: F403

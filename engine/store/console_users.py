@@ -1,4 +1,4 @@
-"""The console's users: name, role, an argon2 hash (or none: OIDC only), failed sign-ins.
+"""The console's users: name, role, an argon2 hash (or none: OIDC only), the last sign-in.
 
 Hashing and verifying are :mod:`engine.console.users`'; this module only
 stores what it is given. The hash leaves the database only through
@@ -19,9 +19,9 @@ from engine.store.queries import load
 __all__ = [
     "console_user_delete",
     "console_user_insert",
+    "console_user_rehash_if_unchanged",
     "console_user_select",
     "console_user_select_all",
-    "console_user_signin_failed",
     "console_user_signin_ok",
     "console_user_update_password",
     "console_user_update_role",
@@ -50,7 +50,7 @@ def console_user_insert(
 
 @wrap_errors
 def console_user_select(conn: psycopg.Connection[Any], name: str) -> dict[str, Any] | None:
-    """One user with its hash (to verify a password) and whether it is locked now."""
+    """One user with its hash (to verify a password)."""
     return _one(conn, "console_user_select", {"name": name})
 
 
@@ -76,18 +76,17 @@ def console_user_update_password(
 
 
 @wrap_errors
-def console_user_update_role(conn: psycopg.Connection[Any], name: str, role: str) -> bool:
-    return _one(conn, "console_user_update_role", {"name": name, "role": role}) is not None
+def console_user_rehash_if_unchanged(
+    conn: psycopg.Connection[Any], name: str, old_hash: str, new_hash: str
+) -> bool:
+    """Replace ``old_hash`` by ``new_hash`` (same password) unless the password changed since."""
+    params = {"name": name, "old_hash": old_hash, "new_hash": new_hash}
+    return _one(conn, "console_user_rehash_if_unchanged", params) is not None
 
 
 @wrap_errors
-def console_user_signin_failed(
-    conn: psycopg.Connection[Any], name: str, *, limit: int, lock_s: float
-) -> dict[str, Any] | None:
-    """The user's failure count and lock after this failure (``None``: no such user)."""
-    return _one(
-        conn, "console_user_signin_failed", {"name": name, "limit": limit, "lock_s": lock_s}
-    )
+def console_user_update_role(conn: psycopg.Connection[Any], name: str, role: str) -> bool:
+    return _one(conn, "console_user_update_role", {"name": name, "role": role}) is not None
 
 
 @wrap_errors

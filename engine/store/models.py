@@ -400,6 +400,7 @@ class ConsoleUser(SQLModel, table=True):
     password_hash: str | None = _text(True)
     created_at: datetime = _ts(False)
     password_changed_at: datetime | None = _ts(True)
+    # no longer used (engine_console_signin_failures counts per user and address)
     failed_signins: int = Field(sa_column=Column(Integer, nullable=False))
     locked_until: datetime | None = _ts(True)
     last_signin_at: datetime | None = _ts(True)
@@ -418,6 +419,18 @@ class ConsoleSession(SQLModel, table=True):
     last_seen_at: datetime = _ts(False)
     expires_at: datetime = _ts(False)
     token_expires_at: datetime | None = _ts(True)
+
+
+class ConsoleSigninFailure(SQLModel, table=True):
+    """Wrong passwords for a user from one address, and the lock they earned (that pair only)."""
+
+    __tablename__ = "engine_console_signin_failures"
+
+    name: str = Field(sa_column=Column(Text, primary_key=True))
+    address: str = Field(sa_column=Column(Text, primary_key=True))
+    failures: int = Field(sa_column=Column(Integer, nullable=False))
+    last_failed_at: datetime = _ts(False)
+    locked_until: datetime | None = _ts(True)
 
 
 # table name -> column name -> enum; what the schema test checks against CHECKs

@@ -8,48 +8,43 @@ RETURNING name, role, password_hash IS NOT NULL AS has_password, created_at;
 
 -- console_user_select --
 -- Read-only; the hash is read only to verify a password, never shown.
-SELECT name, role, password_hash, password_changed_at, failed_signins, locked_until,
-       locked_until IS NOT NULL AND locked_until > clock_timestamp() AS locked,
-       clock_timestamp() AS now
+SELECT name, role, password_hash, password_changed_at, clock_timestamp() AS now
 FROM engine_console_users
 WHERE name = %(name)s;
 
 -- console_user_select_all --
--- Read-only, by name; no hash leaves this statement, only whether there is one.
-SELECT name, role, password_hash IS NOT NULL AS has_password, created_at,
-       password_changed_at, last_signin_at,
-       locked_until IS NOT NULL AND locked_until > clock_timestamp() AS locked
-FROM engine_console_users
-ORDER BY name;
+-- Read-only, by name; no hash leaves this statement, only whether there is one; locked: from some address now.
+SELECT u.name, u.role, u.password_hash IS NOT NULL AS has_password, u.created_at,
+       u.password_changed_at, u.last_signin_at,
+       EXISTS (SELECT FROM engine_console_signin_failures f
+               WHERE f.name = u.name AND f.locked_until > clock_timestamp()) AS locked
+FROM engine_console_users u
+ORDER BY u.name;
 
 -- console_user_delete --
 -- Deletes one user; returns its name when there was one.
 DELETE FROM engine_console_users WHERE name = %(name)s RETURNING name;
 
 -- console_user_update_password --
--- A new hash clears the failed-sign-in count and any lock.
+-- A new hash forgets the user's failed sign-ins and locks from every address.
+WITH unlocked AS (
+    DELETE FROM engine_console_signin_failures WHERE name = %(name)s
+)
 UPDATE engine_console_users
-SET password_hash = %(password_hash)s, password_changed_at = clock_timestamp(),
-    failed_signins = 0, locked_until = NULL
+SET password_hash = %(password_hash)s, password_changed_at = clock_timestamp()
 WHERE name = %(name)s
+RETURNING name;
+
+-- console_user_rehash_if_unchanged --
+-- A stronger hash of the same password (new argon2 parameters) replaces the hash only while it is still the one verified; the password's age (so its sessions) and any locks stay.
+UPDATE engine_console_users SET password_hash = %(new_hash)s
+WHERE name = %(name)s AND password_hash = %(old_hash)s
 RETURNING name;
 
 -- console_user_update_role --
 -- Changes one user's role; returns its name when there was one.
 UPDATE engine_console_users SET role = %(role)s WHERE name = %(name)s RETURNING name;
 
--- console_user_signin_failed --
--- Counted on the database so that every console process sees the same count; the lock starts at the limit-th failure and lasts lock_s from now (the database clock).
-UPDATE engine_console_users
-SET failed_signins = failed_signins + 1,
-    locked_until = CASE WHEN failed_signins + 1 >= %(limit)s
-                        THEN clock_timestamp() + make_interval(secs => %(lock_s)s)
-                        ELSE locked_until END
-WHERE name = %(name)s
-RETURNING failed_signins, locked_until;
-
 -- console_user_signin_ok --
--- A good sign-in resets the count and the lock.
-UPDATE engine_console_users
-SET failed_signins = 0, locked_until = NULL, last_signin_at = clock_timestamp()
-WHERE name = %(name)s;
+-- A good sign-in is remembered (its failures are engine_console_signin_failures').
+UPDATE engine_console_users SET last_signin_at = clock_timestamp() WHERE name = %(name)s;
