@@ -270,8 +270,6 @@ GRANT UPDATE (failed_signins, locked_until, last_signin_at) ON engine_console_us
 REVOKE ALL ON engine_console_sessions FROM engine_console;
 GRANT SELECT, INSERT, DELETE ON engine_console_sessions TO engine_console;
 GRANT UPDATE (last_seen_at, token_expires_at) ON engine_console_sessions TO engine_console;
--- its sign-in lockouts per user and address (0025); a stronger hash of a password just
--- verified replaces the old one (new argon2 parameters), the password's age untouched
+-- its sign-in lockouts per user and address (0025); it never writes a password hash
 REVOKE ALL ON engine_console_signin_failures FROM engine_console;
 GRANT SELECT, INSERT, UPDATE, DELETE ON engine_console_signin_failures TO engine_console;
-GRANT UPDATE (password_hash) ON engine_console_users TO engine_console;

@@ -233,12 +233,13 @@ def sign_in(
     the user is read and the hash computed under ``hashing()`` (the
     throttle's bounded gate), no connection held open while hashing; a wrong
     password is counted (and may lock the user from ``address``) before the
-    refusal is raised.
+    refusal is raised. The console never writes a password hash (its role
+    may not: a hash of older argon2 parameters is replaced at the next
+    ``engine users passwd``, not at a sign-in).
     """
     valid = bool(_NAME.fullmatch(name or ""))
     row: dict[str, Any] | None = None
     locked = False
-    rehashed: str | None = None
     with hashing():  # the read too: as many connections at once as hashes, none held while hashing
         if valid:
             with db.connect(settings, autocommit=True) as conn:
@@ -246,8 +247,6 @@ def sign_in(
                 locked = store.console_signin_locked(conn, name, address)
         hashed: str | None = row["password_hash"] if row is not None else None
         good = _verify(hashed or _DUMMY, password) and hashed is not None
-        if good and not locked and _hasher.check_needs_rehash(hashed or _DUMMY):
-            rehashed = _hasher.hash(password)
     if row is None or hashed is None or not good or locked:
         if valid:  # an unknown name counts nothing, through the same statement
             with db.connect(settings, autocommit=True) as conn:
@@ -258,8 +257,6 @@ def sign_in(
     with db.connect(settings) as conn, conn.transaction():
         store.console_user_signin_ok(conn, name)
         store.console_signin_succeeded(conn, name, address, lock_s=console.signin_lock_s)
-        if rehashed is not None:
-            store.console_user_rehash_if_unchanged(conn, name, hashed, rehashed)
     return User(name=name, role=Role(row["role"]), via="password", password_changed=_changed(row))
 
 

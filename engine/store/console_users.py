@@ -19,7 +19,6 @@ from engine.store.queries import load
 __all__ = [
     "console_user_delete",
     "console_user_insert",
-    "console_user_rehash_if_unchanged",
     "console_user_select",
     "console_user_select_all",
     "console_user_signin_ok",
@@ -73,15 +72,6 @@ def console_user_update_password(
 ) -> bool:
     params = {"name": name, "password_hash": password_hash}
     return _one(conn, "console_user_update_password", params) is not None
-
-
-@wrap_errors
-def console_user_rehash_if_unchanged(
-    conn: psycopg.Connection[Any], name: str, old_hash: str, new_hash: str
-) -> bool:
-    """Replace ``old_hash`` by ``new_hash`` (same password) unless the password changed since."""
-    params = {"name": name, "old_hash": old_hash, "new_hash": new_hash}
-    return _one(conn, "console_user_rehash_if_unchanged", params) is not None
 
 
 @wrap_errors

@@ -144,17 +144,18 @@ def test_sessions__a_change_of_the_user_ends_their_sessions_at_the_next_request(
         assert r.status_code == 403 and "needs operate" in r.text
 
 
-def test_sessions__a_hash_renewed_at_sign_in_is_not_a_password_change(
+def test_sessions__a_hash_of_older_parameters_signs_in_and_is_left_to_engine_users(
     client_for: Any, people: Any, conn: psycopg.Connection[Any]
 ) -> None:
     from argon2 import PasswordHasher
 
-    # a hash of weaker parameters than today's: the sign-in rehashes it (a new hash, same password)
+    # a hash of weaker parameters than today's: the console's role may not write a hash, so
+    # the sign-in leaves it (`engine users passwd` replaces it) and keeps the session
     weak = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1).hash(PASSWORDS["otto"][1])
     conn.execute("UPDATE engine_console_users SET password_hash = %s WHERE name = 'otto'", (weak,))
     otto = client_for("otto")
     row = conn.execute("SELECT password_hash FROM engine_console_users WHERE name = 'otto'")
-    assert row.fetchone()["password_hash"] != weak  # rehashed at this sign-in
+    assert row.fetchone()["password_hash"] == weak  # not written by the console
     assert _status(otto) == 200  # and still signed in
 
 

@@ -6,7 +6,7 @@ VALUES (%(id_hash)s, %(user_name)s, %(role)s, %(via)s,
         clock_timestamp() + make_interval(secs => %(lifetime_s)s), %(token_expires_at)s);
 
 -- console_session_touch_if_live --
--- Only a live session matches, seen now unless the request is a page's own polling (seen within idle_s, before its absolute expiry and lifetime_s, before its token's expiry, its user still of the role it was made with and, signed in with a password, not changed since the session began: a rehash at sign-in comes before it): an ended one answers no row, so it is refused at this request.
+-- Only a live session matches, seen now unless the request is a page's own polling (seen within idle_s, before its absolute expiry and lifetime_s, before its token's expiry, its user still of the role it was made with and, signed in with a password, not changed since the session began): an ended one answers no row, so it is refused at this request.
 UPDATE engine_console_sessions AS s
 SET last_seen_at = CASE WHEN %(seen)s THEN clock_timestamp() ELSE s.last_seen_at END
 WHERE s.id_hash = %(id_hash)s

@@ -35,12 +35,6 @@ SET password_hash = %(password_hash)s, password_changed_at = clock_timestamp()
 WHERE name = %(name)s
 RETURNING name;
 
--- console_user_rehash_if_unchanged --
--- A stronger hash of the same password (new argon2 parameters) replaces the hash only while it is still the one verified; the password's age (so its sessions) and any locks stay.
-UPDATE engine_console_users SET password_hash = %(new_hash)s
-WHERE name = %(name)s AND password_hash = %(old_hash)s
-RETURNING name;
-
 -- console_user_update_role --
 -- Changes one user's role; returns its name when there was one.
 UPDATE engine_console_users SET role = %(role)s WHERE name = %(name)s RETURNING name;
