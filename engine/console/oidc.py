@@ -24,6 +24,8 @@ A token is accepted only when all of these hold:
   from the region's fixed endpoint
   ``https://public-keys.auth.elb.<region>.amazonaws.com/<kid>`` (or
   ``ENGINE_CONSOLE_ALB_KEYS_DIR/<kid>.pem``), never from a URL the token names;
+  a kid not found is not looked for again for a minute, and at most ten keys
+  are fetched a minute, so made-up kids cost the console nothing;
 - ``signer`` is one of ``ENGINE_CONSOLE_ALB_ARN`` (a token with none is refused);
 - ``iss`` (header, and the claim when present) is ``ENGINE_CONSOLE_ALB_ISSUER``;
 - ``client`` is ``ENGINE_CONSOLE_ALB_CLIENT_ID``;
@@ -58,7 +60,15 @@ __all__ = ["HEADER", "AlbToken", "OidcRefused", "verify_alb_token"]
 HEADER = "x-amzn-oidc-data"
 _KID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _MAX_KEYS = 64  # cached public keys (the ALB rotates a few)
+# A kid that could not be had is not asked for again for _MISS_S, and at most
+# _FETCHES_PER_MIN keys are fetched a minute: headers with made-up kids (they
+# need no signature to be read) cannot make the console a client of the endpoint.
+_MISS_S = 60.0
+_MAX_MISSES = 1024
+_FETCHES_PER_MIN = 10
 _keys: dict[str, Any] = {}
+_misses: dict[str, float] = {}
+_fetches: list[float] = []
 _lock = threading.Lock()
 
 
@@ -79,32 +89,53 @@ def _public_key(console: ConsoleSettings, kid: str) -> Any:
     if not _KID.fullmatch(kid):
         raise OidcRefused(f"token names an invalid key id {kid[:40]!r}")
     cache_key = f"{console.alb_keys_dir}|{console.alb_region}|{kid}"
+    now = time.monotonic()
     with _lock:
         if cache_key in _keys:
             return _keys[cache_key]
-    if console.alb_keys_dir is not None:
-        path = console.alb_keys_dir / f"{kid}.pem"
-        try:
-            pem = path.read_bytes()
-        except OSError:
-            raise OidcRefused(f"no public key {kid!r} in {console.alb_keys_dir}") from None
-    else:
-        # the region's fixed endpoint: the region is a validated setting, the kid a plain id
-        url = f"https://public-keys.auth.elb.{console.alb_region}.amazonaws.com/{kid}"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                pem = resp.read(16_384)
-        except OSError as exc:
-            raise OidcRefused(f"cannot fetch the load balancer's key {kid!r}: {exc}") from None
+        if _misses.get(cache_key, 0.0) > now:
+            raise OidcRefused(f"no public key {kid!r} (not found lately; not asked again yet)")
+        if console.alb_keys_dir is None:
+            _fetches[:] = [t for t in _fetches if t > now - 60.0]
+            if len(_fetches) >= _FETCHES_PER_MIN:
+                raise OidcRefused(
+                    f"no public key {kid!r} fetched: {_FETCHES_PER_MIN} keys were fetched "
+                    "in the last minute"
+                )
+            _fetches.append(now)
     try:
+        pem = _read_key(console, kid)
         key = load_pem_public_key(pem)
-    except ValueError:
-        raise OidcRefused(f"the load balancer's key {kid!r} is not a PEM public key") from None
+    except (OidcRefused, ValueError) as exc:
+        with _lock:
+            if len(_misses) >= _MAX_MISSES:
+                _misses.clear()
+            _misses[cache_key] = now + _MISS_S
+        if isinstance(exc, ValueError):
+            raise OidcRefused(f"the load balancer's key {kid!r} is not a PEM public key") from None
+        raise
     with _lock:
         if len(_keys) >= _MAX_KEYS:
             _keys.clear()
         _keys[cache_key] = key
     return key
+
+
+def _read_key(console: ConsoleSettings, kid: str) -> bytes:
+    if console.alb_keys_dir is not None:
+        path = console.alb_keys_dir / f"{kid}.pem"
+        try:
+            return path.read_bytes()
+        except OSError:
+            raise OidcRefused(f"no public key {kid!r} in {console.alb_keys_dir}") from None
+    # the region's fixed endpoint: the region is a validated setting, the kid a plain id
+    url = f"https://public-keys.auth.elb.{console.alb_region}.amazonaws.com/{kid}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            pem: bytes = resp.read(16_384)
+            return pem
+    except OSError as exc:
+        raise OidcRefused(f"cannot fetch the load balancer's key {kid!r}: {exc}") from None
 
 
 def _expiry(value: Any, where: str) -> float:
