@@ -46,6 +46,11 @@ from engine.transports.message import StepMessage
 
 log = logging.getLogger(__name__)
 
+# A step run refused here because its flow version is not loaded, while a live worker
+# has it loaded: its fresh copy is due after this long (at most ENGINE_REFUSAL_DELAY_S),
+# so the refusal never holds it back from that worker, and never spins here.
+HANDOFF_S = 1.0
+
 
 @dataclass
 class _Member:
@@ -341,8 +346,20 @@ class StepRunner:
         """
         return self.executor.failures.give_back(lease, conn, reason=reason)
 
-    def _send_round_again(self, received: Received, message: StepMessage, delay_s: float) -> None:
+    def _send_round_again(
+        self,
+        received: Received,
+        message: StepMessage,
+        delay_s: float,
+        *,
+        not_runnable: bool = False,
+    ) -> None:
         """Replace the delivery by a fresh copy due after ``delay_s`` (a refusal at no attempt).
+
+        ``not_runnable``: its flow version is not loaded here; while a live
+        worker has it loaded the copy is due after :data:`HANDOFF_S` instead
+        (at most ``delay_s``), so this refusal never hides it from that worker
+        (a step run a reclaim announced would wait the whole refusal delay).
 
         Returning the same copy would count receives, and SQS would move it to
         its dead-letter queue. The copy is an outbox row like any announcement,
@@ -354,7 +371,16 @@ class StepRunner:
         conn = self.conn
         inside = self.transport.transactional
         with conn.transaction():
-            outbox_id = store.outbox_insert_after(conn, message.step_run_id, delay_s)
+            if not_runnable:
+                outbox_id = store.outbox_insert_after_not_runnable(
+                    conn,
+                    message.step_run_id,
+                    handoff_s=min(HANDOFF_S, delay_s),
+                    delay_s=delay_s,
+                    live_s=self.settings.worker_live_s,
+                )
+            else:
+                outbox_id = store.outbox_insert_after(conn, message.step_run_id, delay_s)
             announced = announce(conn, self.transport, outbox_ids=[outbox_id])
             if inside:
                 self.transport.delete([received.receipt], conn)
@@ -395,8 +421,10 @@ class StepRunner:
             # a waiting step run is announced anew when its signal or deadline wakes it
             self.transport.delete([received.receipt])
         elif refused.reason == "not_runnable":
-            # a worker of another deploy (a rolling update) can run it
-            self._send_round_again(received, message, self.settings.refusal_delay_s)
+            # a worker of another deploy (a rolling update) can run it: at once if one is live
+            self._send_round_again(
+                received, message, self.settings.refusal_delay_s, not_runnable=True
+            )
         elif refused.reason == "over_limit":
             # Waiting for a slot of its key is not a failure. The delayed copy is a
             # backstop only: a holder of the key that finishes announces the next

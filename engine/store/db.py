@@ -89,7 +89,11 @@ def _session_values(
 
     ``socket``: the server's end of the socket too, so that a vanished client's
     session (and its row locks) ends within the same bound; meaningless for
-    one transaction behind a pooler, whose own settings bound that leg.
+    one transaction behind a pooler, whose own settings bound that leg. That
+    includes a session busy in a statement (a lock wait above all): the server
+    looks at its client every keepalive interval
+    (``client_connection_check_interval``), so a killed worker's session ends
+    then, not when its lock wait does, and frees the locks it held meanwhile.
     """
     lock = settings.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
     statement = settings.statement_timeout_s if statement_timeout_s is None else statement_timeout_s
@@ -100,6 +104,7 @@ def _session_values(
             ("tcp_keepalives_interval", str(settings.tcp_keepalives_interval_s)),
             ("tcp_keepalives_count", str(settings.tcp_keepalives_count)),
             ("tcp_user_timeout", str(_ms(settings.tcp_user_timeout_s))),
+            ("client_connection_check_interval", str(_ms(settings.tcp_keepalives_interval_s))),
         ]
     if settings.session_role:
         values.append(("role", settings.session_role))

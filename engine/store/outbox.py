@@ -22,6 +22,7 @@ from engine.store.rows import PendingOutbox, column
 
 __all__ = [
     "outbox_insert_after",
+    "outbox_insert_after_not_runnable",
     "outbox_insert_delayed",
     "outbox_insert_for_claimable",
     "outbox_insert_for_freed_keys",
@@ -103,6 +104,30 @@ def outbox_insert_after(
         _q["outbox_insert_after"], {"step_run_id": step_run_id, "delay_s": delay_s}
     ).fetchone()
     assert row is not None
+    return int(column(row, "id"))
+
+
+@wrap_errors
+def outbox_insert_after_not_runnable(
+    conn: psycopg.Connection[Any],
+    step_run_id: uuid.UUID,
+    *,
+    handoff_s: float,
+    delay_s: float,
+    live_s: float,
+) -> int:
+    """An announcement of ``step_run_id``, refused here as not runnable: due after ``handoff_s``
+    while a live worker has its flow version loaded, else after ``delay_s`` (database clock)."""
+    row = conn.execute(
+        _q["outbox_insert_after_not_runnable"],
+        {
+            "step_run_id": step_run_id,
+            "handoff_s": handoff_s,
+            "delay_s": delay_s,
+            "live_s": live_s,
+        },
+    ).fetchone()
+    assert row is not None, "a step run refused as not runnable exists"
     return int(column(row, "id"))
 
 

@@ -176,6 +176,62 @@ def test_connections__the_sweepers_and_the_commands_are_bounded(bounded: Setting
         _assert_bounded(command, lock_ms="1500")
 
 
+_LOCKER = """
+import sys
+from engine.config import Settings
+from engine.store import db
+
+conn = db.connect(Settings())  # the engine's own bounds, from ENGINE_* variables
+conn.execute("SELECT * FROM dead_locks WHERE id = 1 FOR UPDATE")
+print("holding 1", flush=True)
+conn.execute("SELECT * FROM dead_locks WHERE id = 2 FOR UPDATE")  # waits for the test
+"""
+
+
+def test_connections__a_killed_process_waiting_for_a_lock_frees_its_other_locks_meanwhile(
+    bounded: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    # Issue 34, item 10: a worker killed while one of its sessions waited for a
+    # row lock kept every lock that session held until its wait ended (its
+    # lock_timeout): the server noticed the closed socket only when it next read
+    # from it. A session whose client is gone ends while its statement still runs.
+    if conn.info.host.startswith("/"):
+        pytest.skip("a Unix socket has no TCP settings")
+    conn.execute("CREATE TABLE dead_locks (id int PRIMARY KEY)")
+    conn.execute("INSERT INTO dead_locks VALUES (1), (2)")
+    assert bounded.database_url is not None
+    env = {
+        **os.environ,
+        "ENGINE_DATABASE_URL": bounded.database_url.get_secret_value(),
+        "ENGINE_LOCK_TIMEOUT_S": "120",  # its wait for row 2 outlasts this test
+        "ENGINE_TCP_KEEPALIVES_INTERVAL_S": "1",
+        "ENGINE_POOLER": "none",
+    }
+    with psycopg.connect(conn.info.dsn, password=conn.info.password) as holder:
+        holder.execute("SELECT * FROM dead_locks WHERE id = 2 FOR UPDATE")  # held throughout
+        child = subprocess.Popen(
+            [sys.executable, "-c", _LOCKER], env=env, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().startswith("holding 1")
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%id = 2 FOR UPDATE%%' AND pid <> pg_backend_pid()"
+                ).fetchone(),
+                what="its wait for row 2",
+            )
+        finally:
+            child.kill()
+            child.wait()
+        # row 2 is still held by the test: row 1 is free only if the dead session ended
+        with psycopg.connect(conn.info.dsn, password=conn.info.password) as probe:
+            probe.execute("SET lock_timeout = '60s'")
+            probe.execute("SELECT * FROM dead_locks WHERE id = 1 FOR UPDATE")
+        assert holder.execute("SELECT count(*) AS n FROM dead_locks").fetchone() == (2,)
+
+
 # -- a lock wait is "not done, try again", never an attempt ----------------------------
 
 

@@ -24,6 +24,7 @@ from engine.alerts import Alert, AlertRecorder
 from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.runner import StepRunner
+from engine.runner.delivery import HANDOFF_S
 from engine.runner.lease import Heartbeat
 from engine.store import db
 from engine.store.rows import ClaimedDelivery
@@ -88,14 +89,17 @@ def runner_of(fast: Settings) -> Iterator[Any]:
     """A StepRunner (one slot) with only the flows given: a worker of some deploy."""
     opened: list[Any] = []
 
-    def make(registry: Registry) -> tuple[StepRunner, PostgresTransport]:
-        transport = PostgresTransport(fast)
-        heartbeat = Heartbeat(fast, transport, "slot")
-        conn = connect_worker(fast)
+    def make(
+        registry: Registry, settings: Settings | None = None
+    ) -> tuple[StepRunner, PostgresTransport]:
+        settings = fast if settings is None else settings
+        transport = PostgresTransport(settings)
+        heartbeat = Heartbeat(settings, transport, "slot")
+        conn = connect_worker(settings)
         conn.autocommit = True
         opened.append((transport, heartbeat, conn))
         runner = StepRunner(
-            settings=fast,
+            settings=settings,
             registry=registry,
             transport=transport,
             worker="slot",
@@ -138,6 +142,45 @@ def test_refusal__a_waiting_step_run_keeps_one_copy_going_round_not_one_per_swee
     Sweeper(settings, transport, "sweeper", AlertRecorder([])).sweep(conn)
     queue = conn.execute("SELECT body FROM engine_queue").fetchall()
     assert [json.loads(q["body"])["step_run_id"] for q in queue] == [str(a)]
+    assert run_of(conn, job.job_id, "a")["attempts"] == 0
+
+
+@pytest.mark.parametrize(
+    ("capable", "handed_on"),
+    [("live", True), ("seen too long ago", False), ("stopped", False), ("none", False)],
+)
+def test_refusal__a_step_run_a_live_worker_can_run_is_handed_on_not_held_for_the_refusal_delay(
+    fast: Settings, conn: psycopg.Connection[Any], runner_of: Any, capable: str, handed_on: bool
+) -> None:
+    # Issue 34, item 10: a worker without the flow (the chaos run's reduced
+    # worker) received the copy of a step run a reclaim had just announced; its
+    # fresh copy came back after ENGINE_REFUSAL_DELAY_S (10 s), hidden from the
+    # live workers that had the flow and were waiting: recovery took 12.8 s
+    # against its 11 s bound. The refusal delay is for a deploy that left no live
+    # worker with the version; while one has it, the copy is due within a handoff.
+    settings = fast.model_copy(update={"refusal_delay_s": 60.0})
+    job = submit("chain", {}, settings=settings, registry=flows_registry())
+    a = run_of(conn, job.job_id, "a")["id"]
+    if capable != "none":
+        roster = register(settings, "w-new", [CHAIN_V1])  # has chain:1 loaded
+        if capable == "seen too long ago":
+            age_worker(conn, "w-new", settings.worker_live_s + 5)
+        elif capable == "stopped":
+            roster.stop(conn)
+    register(settings, "w-old", ["fan:1"])  # the refusing worker's own row, without chain
+    runner, transport = runner_of(Registry([testflows.fan]), settings)
+    [received] = transport.receive(1, 30, 1)
+    assert runner.handle(received).kind == "refused"
+    [copy] = conn.execute(
+        "SELECT body, receive_count, extract(epoch FROM visible_at - clock_timestamp())::float8"
+        " AS due_in_s FROM engine_queue"
+    ).fetchall()
+    assert json.loads(copy["body"])["step_run_id"] == str(a)
+    assert copy["receive_count"] == 0, "a fresh copy, never the same one again (SQS redrive)"
+    if handed_on:
+        assert copy["due_in_s"] <= HANDOFF_S
+    else:
+        assert copy["due_in_s"] > settings.refusal_delay_s - 5, "no live worker can run it"
     assert run_of(conn, job.job_id, "a")["attempts"] == 0
 
 

@@ -77,6 +77,22 @@ INSERT INTO engine_outbox (step_run_id, deliver_at)
 VALUES (%(step_run_id)s, clock_timestamp() + make_interval(secs => %(delay_s)s))
 RETURNING id;
 
+-- outbox_insert_after_not_runnable --
+-- A step run refused at no attempt because its flow version is not loaded here is announced again through the outbox like outbox_insert_after (one copy goes round): after handoff_s while a live worker (running, seen within live_s by the database clock) has that version loaded, so the refusal never hides it from one that can run it, else after delay_s (a deploy that left no live worker with it: slow enough never to spin).
+INSERT INTO engine_outbox (step_run_id, deliver_at)
+SELECT s.id,
+       clock_timestamp() + make_interval(secs => CASE
+           WHEN EXISTS (
+               SELECT 1 FROM engine_workers AS w
+               WHERE w.status = 'running'
+                 AND w.last_seen_at >= clock_timestamp() - make_interval(secs => %(live_s)s::float8)
+                 AND (j.flow || ':' || j.flow_version) = ANY (w.runnable))
+           THEN %(handoff_s)s::float8 ELSE %(delay_s)s::float8 END)
+FROM engine_step_runs AS s
+JOIN engine_jobs AS j ON j.id = s.job_id
+WHERE s.id = %(step_run_id)s
+RETURNING id;
+
 -- outbox_insert_for_freed_keys --
 -- No polling storm: for each concurrency key of these jobs' step runs and their descendants' (and, for the sweeper, of holders whose lease expired) that has a slot free now, only the next waiting step runs (pending and due, or running with an expired lease whose reclaim was refused over the limit, under the cap, of an active job, not a woken wait that holds its slot already) are announced: the oldest ones, as many as slots are free, or for a key held per job every waiting step run of the oldest waiting job with a slot free (never those of a job holding it, or freeing it here: they were announced when they became ready, and announcing them at each sibling's checkpoint would send a fan-out's messages over and over; refused meanwhile, another job held the key, and its end announces them); and a woken wait refused over the limit (its slot kept, a child or a parent of its job holding the key meanwhile) once its slot is free; a key still full announces nothing. Holders are running with a live lease or keep their slot by status (waiting, or woken and not yet claimed); a child job's ancestors' holds do not count against it (checked by engine_concurrency_slot_free, only for a child the plain count finds blocked).
 WITH RECURSIVE tree (id) AS (
