@@ -24,6 +24,20 @@ def test_db_clock__maps_moments_by_one_anchor_and_keeps_the_one_that_errs_least(
     assert clock.at(600.0) == T0 + timedelta(seconds=500)
 
 
+def test_db_clock__a_better_anchor_never_puts_a_later_moment_before_an_earlier_one() -> None:
+    # a loaded machine: the first claim's answer came 40 ms after it was sent; the next
+    # batch's claim erred 1 ms. Step A stopped at 101.000, step B started 2 ms later.
+    clock = DbClock(refresh_s=300)
+    clock.saw(T0 + timedelta(milliseconds=40), sent=100.0)
+    a_stopped = clock.at(101.000)
+    clock.saw(T0 + timedelta(seconds=1.5, milliseconds=1), sent=101.5)  # 39 ms better
+    b_started = clock.at(101.002)
+    assert a_stopped is not None and b_started is not None
+    assert b_started >= a_stopped, "one slot's bars keep their order"
+    # and the better anchor holds for what comes after the moments already given
+    assert clock.at(102.0) == T0 + timedelta(seconds=2, milliseconds=1)
+
+
 def _claimed() -> Claimed:
     return Claimed(
         id=uuid.uuid4(),
