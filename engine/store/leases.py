@@ -16,7 +16,7 @@ working on the step run; it is not an error. The other ways a lease ends
 A lease's owner is the claiming worker's slot, ``<worker id>/<slot>``
 (:func:`lease_owner`); whatever relates a lease to its worker maps the owner
 with :func:`worker_of`, or in SQL with its mirror ``engine_worker_of(owner)``
-(migration 0029), never by comparing the owner with a worker id.
+(migration 0028), never by comparing the owner with a worker id.
 
 The statements are blocks of ``sql/step_runs.sql``.
 """
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 _q = load("step_runs")
-# the slot a lease owner ends with; engine_worker_of (migration 0029) strips the same
+# the slot a lease owner ends with; engine_worker_of (migration 0028) strips the same
 _SLOT = re.compile(r"/[0-9]+\Z")
 
 

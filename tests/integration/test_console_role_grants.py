@@ -1,4 +1,4 @@
-"""The console's role (engine_console, migrations 0026 and 1026): nothing beyond what it does.
+"""The console's role (engine_console, migrations 0026 and 1006): nothing beyond what it does.
 
 What it does is proven by the console tests, which all run under it
 (``create_app`` takes ENGINE_CONSOLE_ROLE). Here, what it must not do, each
