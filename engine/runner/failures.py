@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -278,23 +279,7 @@ class Failures:
         with conn.transaction():
             due = store.step_release_charged_if_leased(conn, claimed, delay, error)
             if due is not None:
-                announced = announce(
-                    conn,
-                    self.transport,
-                    outbox_ids=[store.outbox_insert_delayed(conn, claimed.id, due)],
-                )
-                store.attempt_event_insert(
-                    conn,
-                    EventKind.RETRIED,
-                    claimed,
-                    worker=self.worker,
-                    ran=lease.ran(),
-                    detail={
-                        "delay_s": round(delay, 3),
-                        "error": error["message"][:500],
-                        "charged": "free releases spent",
-                    },
-                )
+                announced = self._retried(lease, due, delay, error, charged="free releases spent")
                 alerted = self.alerts.record_release(
                     conn, claimed.id, error_line=f"ReleasesSpent: {spent}", reason=str(spent)
                 )
@@ -309,6 +294,26 @@ class Failures:
             self.alerts.wake()
         log.warning("step run %s attempt %d charged: %s", claimed.id, claimed.attempt, spent)
         return Outcome("retried", str(spent), claimed.id)
+
+    def _retried(
+        self, lease: Lease, due: datetime, delay: float, error: dict[str, Any], **detail: str
+    ) -> Announced:
+        """In the retry's transaction: its message due at ``due``, and its ``retried`` event."""
+        claimed = lease.claimed
+        announced = announce(
+            self.conn,
+            self.transport,
+            outbox_ids=[store.outbox_insert_delayed(self.conn, claimed.id, due)],
+        )
+        store.attempt_event_insert(
+            self.conn,
+            EventKind.RETRIED,
+            claimed,
+            worker=self.worker,
+            ran=lease.ran(),
+            detail={"delay_s": round(delay, 3), "error": error["message"][:500], **detail},
+        )
+        return announced
 
     def fenced(self, lease: Lease, reason: str) -> Outcome:
         """Record that ``lease`` was lost (or its step run stopped with its cancelled job)."""
@@ -399,19 +404,7 @@ class Failures:
                     raise_fenced = True
                 else:
                     raise_fenced = False
-                    announced = announce(
-                        conn,
-                        self.transport,
-                        outbox_ids=[store.outbox_insert_delayed(conn, claimed.id, due)],
-                    )
-                    store.attempt_event_insert(
-                        conn,
-                        EventKind.RETRIED,
-                        claimed,
-                        worker=self.worker,
-                        ran=lease.ran(),
-                        detail={"delay_s": round(delay, 3), "error": error["message"][:500]},
-                    )
+                    announced = self._retried(lease, due, delay, error)
                 kind = "retried"
             else:
                 ended = self._end_job(step, lease, error, rejected=rejected)
