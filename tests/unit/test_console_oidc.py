@@ -34,16 +34,22 @@ def _refused(console: ConsoleSettings, token: str) -> str:
     return str(caught.value)
 
 
-def test_alb_keys__made_up_kids_fetch_at_most_ten_keys_a_minute(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    asked: list[str] = []
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs the console asks the key endpoint for; each answered as a 404."""
+    urls: list[str] = []
 
     def urlopen(url: str, timeout: float) -> Any:
-        asked.append(url)
+        urls.append(url)
         raise OSError("HTTP Error 404: Not Found")
 
     monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    return urls
+
+
+def test_alb_keys__made_up_kids_fetch_at_most_ten_keys_a_minute(
+    tmp_path: Path, asked: list[str]
+) -> None:
     console = ConsoleSettings(alb_region="eu-west-1", **ALB)
     key = alb_key_pair(tmp_path)
     for n in range(50):
@@ -55,15 +61,8 @@ def test_alb_keys__made_up_kids_fetch_at_most_ten_keys_a_minute(
 
 
 def test_alb_keys__a_kid_not_found_is_not_asked_for_again_within_a_minute(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, asked: list[str]
 ) -> None:
-    asked: list[str] = []
-
-    def urlopen(url: str, timeout: float) -> Any:
-        asked.append(url)
-        raise OSError("HTTP Error 404: Not Found")
-
-    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
     console = ConsoleSettings(alb_region="eu-west-1", **ALB)
     token = alb_token(alb_key_pair(tmp_path), email="eve@x", exp=time.time() + 60, kid="gone")
     assert "cannot fetch" in _refused(console, token)
