@@ -124,7 +124,7 @@ def test_flags__inventory_in_credit_per_store_and_company_wide_refuses_the_close
         p.startswith("flag inventory in credit (ERP_FLAG_INVENTORY_CREDIT=refuse)")
         for p in report.problems
     )
-    with pytest.raises(Refused, match="cannot close 2026-11: .*flag inventory in credit"):
+    with pytest.raises(Refused, match=r"cannot close 2026-11: .*flag inventory in credit"):
         close(conn, NOV)
 
 
@@ -221,7 +221,7 @@ def test_flags__a_document_posted_to_cogs_is_listed_by_number_and_warns_by_defau
     assert "(difference 12.34)" in direct.detail
     assert report.ok, report.problems
     monkeypatch.setenv("ERP_FLAG_DIRECT_COGS", "refuse")
-    with pytest.raises(Refused, match="flag direct COGS .*PI-FREIGHT-7"):
+    with pytest.raises(Refused, match=r"flag direct COGS .*PI-FREIGHT-7"):
         close(conn, NOV)
 
 
@@ -328,3 +328,11 @@ def test_close__the_month_end_report_shows_the_flags_and_a_refusing_one_fails_th
     assert "<h3>Flags</h3>" in page
     assert "ERP_FLAG_DIRECT_COGS=warn" in page and "PI-FREIGHT-7 (ST001) 5000 12.34" in page
     assert Decimal(summary["trial_balance"]["debit"]) == Decimal(summary["trial_balance"]["credit"])
+
+
+def test_readme__lists_every_flag_with_its_setting_and_default() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    defaults = ErpSettings()
+    for name, field in flags.FLAGS.items():
+        row = f"`ERP_{field.upper()}` (`{getattr(defaults, field)}`)"
+        assert row in readme, f"README's Flags table lacks {name}: {row}"
