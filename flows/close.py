@@ -20,7 +20,8 @@ job of the period, retries (freeing the slot) rather than waits.
    checkpoint.
 2. ``check``: marks the period costed, takes its trial balance and runs
    every cross-check of :mod:`flows.erp.checks`; the job fails naming each
-   broken identity, and the period stays open for a fix.
+   broken identity or refusing flag (:mod:`flows.erp.flags`; warnings are
+   shown in the report), and the period stays open for a fix.
 3. ``close``: closes the period (:func:`flows.erp.periods.close`: under the
    period's exclusive row lock, again checked). Another posting, costing or
    close job of the period still active (one submitted during the close has
@@ -138,7 +139,8 @@ flow = Flow(
     params=CloseParams,
     # 2: holds the period's concurrency key, like the posting and costing it runs
     # 3: posting and costing run as child jobs (step books), costing after posting
-    version=3,
+    # 4: the check carries the books' flags; a refusing flag fails it (issue 35)
+    version=4,
     description="Month-end close: post, then cost (child jobs), check the books, close the period.",
     concurrency=periods.PERIOD_KEY,
 )

@@ -6,7 +6,8 @@ what they share: the one module that posts journals (:mod:`.ledger`), the
 ledger read as a trial balance (:mod:`.books`), the lifecycle of a period
 (:mod:`.periods`), inventory costing (:mod:`.inventory`) and its exact
 multi-store average cost (:mod:`.average`), the auditor's identities
-(:mod:`.checks`) and exports (:mod:`.exports`), the ``ERP_*`` settings
+(:mod:`.checks`), the flags an accountant expects (:mod:`.flags`) and exports
+(:mod:`.exports`), the ``ERP_*`` settings
 (:mod:`.config`) and the SQL they run (``sql/``). It uses ``engine``'s
 public API only and knows nothing of the command line: the operator's tools
 (seed, demo, ``engine books``) live in :mod:`flows.tools`, which imports this

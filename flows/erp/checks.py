@@ -35,7 +35,8 @@ fact rather than a number with itself:
 A check that cannot apply yet (no store costed, the previous period not
 closed) is reported as skipped, not as passed. The close of a period
 (:func:`flows.erp.periods.close`, the close flow) refuses to close while any
-check fails.
+check fails. The result also carries the flags the books raise
+(:mod:`flows.erp.flags`): a refusing one fails the check, a warning passes.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from engine import BadInput
 from flows.erp import books
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
+from flows.erp.flags import Flag, raised
 from flows.erp.ledger import ACCOUNTS
 from flows.erp.queries import NamedQueries
 from flows.erp.types import fiscal_year_start, next_period, previous_period
@@ -90,14 +92,16 @@ class BooksCheck(BaseModel):
     stores_costed: int
     checks: list[Check]
     reconciliation: list[Reconciled] = []
+    flags: list[Flag] = []
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
+        return all(c.ok for c in self.checks) and not any(f.refuses for f in self.flags)
 
     @property
     def problems(self) -> list[str]:
-        return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
+        broken = [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
+        return broken + [f"flag {f.line}" for f in self.flags if f.refuses]
 
 
 def _examples(items: list[str], shown: int = 5) -> str:
@@ -135,6 +139,7 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
         stores_costed=costed,
         checks=checks,
         reconciliation=reconciled,
+        flags=raised(conn, period),
     )
 
 

@@ -4,14 +4,21 @@ Most tune how the ERP jobs split their work, not what they compute: a posting
 job posts the same documents whatever its chunk size. The fiscal year decides
 where the books start a year: its first period's trial balance opens with the
 previous years' income and expense rolled into retained earnings (3100).
+The ``flag_*`` settings decide whether each flag an accountant expects
+(:mod:`flows.erp.flags`) only warns or refuses the close: ``warn`` or ``refuse``.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ErpSettings"]
+__all__ = ["ErpSettings", "FlagAction"]
+
+FlagAction = Literal["warn", "refuse"]
+"""What a raised flag does: shown and passes (``warn``), or fails the check and the close."""
 
 
 class ErpSettings(BaseSettings):
@@ -30,4 +37,24 @@ class ErpSettings(BaseSettings):
         ge=1,
         le=12,
         description="month the fiscal year starts in (1 = the calendar year)",
+    )
+    flag_inventory_credit: FlagAction = Field(
+        default="refuse",
+        description="inventory (1300) in credit in a store or company-wide: warn or refuse",
+    )
+    flag_negative_average: FlagAction = Field(
+        default="refuse",
+        description="an average cost below zero (a negative COGS): warn or refuse",
+    )
+    flag_negative_stock: FlagAction = Field(
+        default="warn",
+        description="a store item that closed below zero quantity: warn or refuse",
+    )
+    flag_direct_cogs: FlagAction = Field(
+        default="warn",
+        description="lines on 5000/5100 not posted by costing (GL COGS != item costs)",
+    )
+    flag_empty_month: FlagAction = Field(
+        default="warn",
+        description="a period with no document and no activity: warn or refuse",
     )

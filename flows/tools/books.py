@@ -4,6 +4,7 @@
 
     engine books trial-balance --period 2026-11 [--by-store] [--json]
     engine books check --period 2026-11 [--json]     # exit 1 naming each broken identity
+                                                     # or refusing flag (warnings pass)
     engine books close --period 2026-11              # refused (exit 2) saying why
     engine books reopen --period 2026-11 --reason "late supplier invoice"
     engine books history --period 2026-11 [--json]
@@ -22,7 +23,7 @@ import click
 import psycopg
 
 from engine import ChecksFailed, record_action
-from flows.erp import checks, periods
+from flows.erp import checks, flags, periods
 from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
 from flows.tools.exports import item_costs_command, stock_ledger_command
@@ -95,12 +96,30 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print one JS
 @json_option
 def trial_balance_command(period: str, by_store: bool, as_json: bool) -> None:
     """Opening, debit, credit and closing of each account in a period (opening: the periods
-    before; a new fiscal year's has the earlier years' income and expense in 3100)."""
-    tb = _run(lambda conn: trial_balance(conn, parse_period_option(period), by_store=by_store))
+    before; a new fiscal year's has the earlier years' income and expense in 3100), and the
+    flags its books raise (warn or refuse the close)."""
+    tb, raised = _run(
+        lambda conn: (
+            trial_balance(conn, parse_period_option(period), by_store=by_store),
+            flags.raised(conn, parse_period_option(period)),
+        )
+    )
     if as_json:
-        click.echo(tb.model_dump_json())
+        click.echo(json.dumps({**tb.model_dump(mode="json"), "flags": _dumped(raised)}))
     else:
         click.echo(trial_balance_table(tb))
+        click.echo(_flag_lines(raised))
+
+
+def _dumped(raised: list[flags.Flag]) -> list[dict[str, Any]]:
+    return [f.model_dump(mode="json") for f in raised]
+
+
+def _flag_lines(raised: list[flags.Flag]) -> str:
+    """One line per raised flag, ``REFUSE`` or ``WARN`` first; a line saying none were raised."""
+    if not raised:
+        return "flags: none"
+    return "\n".join(f"  {f.action.upper():<6}  flag {f.line}" for f in raised)
 
 
 @click.command("check")
@@ -119,6 +138,7 @@ def check_command(period: str, as_json: bool) -> None:
         for c in report.checks:
             mark = "skip" if c.skipped else ("ok" if c.ok else "FAIL")
             click.echo(f"  {mark:<4}  {c.name}: {c.detail}")
+        click.echo(_flag_lines(report.flags))
     if not report.ok:
         raise ChecksFailed(f"books of {report.period}", report.problems)
 

@@ -115,6 +115,8 @@ def _show_books(settings: Settings, period: str) -> None:
     verdict = "every identity holds" if report.ok else "; ".join(report.problems)
     held = sum(1 for c in report.checks if c.ok and not c.skipped)
     click.echo(f"books check {period} ({report.status}): {held} checks, {verdict}")
+    for flag in report.flags:
+        click.echo(f"  flag, {'refuses the close' if flag.refuses else 'warning'}: {flag.line}")
 
 
 def _month_in_figures(tb: TrialBalance) -> str:

@@ -307,7 +307,8 @@ def test_books_cli__trial_balance_json_after_posting(
     assert result.returncode == 0, result.stderr
     tb = json.loads(result.stdout)
     assert set(tb) == {
-        "period", "by_store", "opening", "debit", "credit", "closing", "lines", "accounts"
+        "period", "by_store", "opening", "debit", "credit", "closing", "lines", "accounts",
+        "flags",
     }  # fmt: skip
     assert (tb["period"], tb["debit"], tb["credit"], tb["lines"]) == (
         "2026-11",

@@ -79,6 +79,7 @@ WORKER_SQL: dict[str, set[str]] = {
     "flows/erp/sql/posting.sql": set(),
     "flows/erp/sql/migration.sql": set(),
     "flows/erp/sql/books.sql": set(),
+    "flows/erp/sql/flags.sql": set(),  # the close's check step raises the flags
 }
 # Statements of operators, the seed and the migrator that the worker's role must refuse.
 ADMIN_SQL: dict[str, list[str]] = {
