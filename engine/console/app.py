@@ -177,6 +177,7 @@ class Console:
             can_operate=user is not None and allowed(user.role, Permission.OPERATE),
             can_approve=user is not None and allowed(user.role, Permission.APPROVE),
             allowed=lambda p: user is not None and allowed(user.role, p),
+            self_approval=self.settings.allow_self_approval,
             **context,
         )
         return HTMLResponse(html)
@@ -549,8 +550,7 @@ def create_app(
         decision, name, reason = form.get("decision", ""), form.get("signal", ""), _reason(form)
         if decision not in ("approve", "reject"):
             raise BadInput(f"invalid decision {decision!r}; valid: approve, reject")
-        if decision == "reject" and reason is None:
-            raise BadInput("a rejection needs a reason")
+        # a reason (approve and reject alike) and who may approve: the engine's refusal, audited
         data: dict[str, Any] = {"decision": decision, "by": _actor(request)}
         if reason:
             data["reason"] = reason

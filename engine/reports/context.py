@@ -93,6 +93,8 @@ class StepRunView(BaseModel):
     status: str
     attempts: int
     max_attempts: int
+    attempt_base: int = 0  # attempts before its retry round (``engine retry``)
+    retries: int = 0  # retry rounds: shown "1/5 (retry 2)", never a growing cap
     lease_owner: str | None
     started_at: datetime | None
     finished_at: datetime | None
@@ -366,6 +368,8 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
                 status=str(r.status),
                 attempts=r.attempts,
                 max_attempts=r.max_attempts,
+                attempt_base=r.attempt_base,
+                retries=r.retries,
                 lease_owner=r.lease_owner,
                 started_at=_first_ran(first_ran.get(str(r.id)), r),
                 finished_at=r.finished_at,
