@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 
-from engine import ApprovalRefused, Flow, Registry, Refused, signal, submit
+from engine import ApprovalRefused, Flow, Refused, Registry, signal, submit
 from engine.config import Settings
 from engine.errors import BadInput, DefinitionError
 from engine.jobs import admin
@@ -176,15 +176,20 @@ def test_approval__the_refusal_outlives_the_callers_rolled_back_transaction(
     fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
 ) -> None:
     job = gated(fast, registry)
-    with psycopg.connect(fast.database_url.get_secret_value()) as caller:  # type: ignore[union-attr]
-        with pytest.raises(ApprovalRefused), caller.transaction():
-            signal(job, "approve", {"reason": "x"}, conn=caller, settings=fast, sent_by=ANN)
+    url = fast.database_url.get_secret_value()  # type: ignore[union-attr]
+    with (
+        psycopg.connect(url) as caller,
+        pytest.raises(ApprovalRefused),
+        caller.transaction(),
+    ):
+        signal(job, "approve", {"reason": "x"}, conn=caller, settings=fast, sent_by=ANN)
     assert signals_of(conn, job) == []
     assert [e["detail"]["rule"] for e in refusals(conn, job)] == ["submitter"]
 
 
 @pytest.mark.parametrize(
-    ("role", "source"), [("engine_worker", AuditSource.API), ("engine_console", AuditSource.CONSOLE)]
+    ("role", "source"),
+    [("engine_worker", AuditSource.API), ("engine_console", AuditSource.CONSOLE)],
 )
 def test_approval__the_worker_and_console_roles_record_their_refusals(
     fast: Settings,

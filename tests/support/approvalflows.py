@@ -78,4 +78,5 @@ def work(params: FlakyParams) -> Worked:
         raise RuntimeError(f"{params.fail_flag} exists")
     return Worked(ok=True)
 
+
 flows = [gated, gatekeeper, flaky]
