@@ -107,8 +107,9 @@ def check_approval(
         )
         raise refuse(
             "submitter",
-            f"approval {name!r} of job {job_id} refused: {sender} submitted {whose} "
-            f"(as {first['submitted_by']}), and whoever submits a job cannot approve it; "
+            f"approval {name!r} of job {job_id} refused: {sender} submitted {whose}"
+            + ("" if first["submitted_by"] == sender else f" (as {first['submitted_by']})")
+            + ", and whoever submits a job cannot approve it; "
             "someone else must send it (a one-person shop may set ENGINE_ALLOW_SELF_APPROVAL)",
         )
     reason = data.get("reason") if isinstance(data, dict) else None
