@@ -49,8 +49,10 @@ class Reject(StepControl):
     the flow or the engine. The step run ends (status ``dead``, its error
     kept) with a ``rejected`` event, the job fails with ``reason``, the
     rest of the job is cancelled, and nothing is dead-lettered or alerted.
-    Nothing the step wrote commits. Once the data is fixed, ``engine retry``
-    resumes the job from its checkpoints. Fenced like ``Fail`` (invariant 16).
+    Nothing the step wrote commits. The job is marked ``rejected`` (a parent
+    sees :attr:`engine.Child.rejected`), and ``engine retry`` refuses it: a
+    retry would only repeat the decision; once the data is fixed, submit a
+    new job. Fenced like ``Fail`` (invariant 16).
     """
 
     def __init__(self, reason: str) -> None:
