@@ -364,7 +364,8 @@ def create_app(
             "report_html": _markup(render_run_html(report, c.env, fragment=True)),
             "awaiting": awaiting,
             "active": report.status in ("pending", "running", "waiting"),
-            "retryable": report.status in ("failed", "cancelled"),
+            # a rejected job is the data's decision: `engine retry` refuses it
+            "retryable": report.status in ("failed", "cancelled") and not report.rejected,
             "version": version,
         }
 

@@ -203,6 +203,7 @@ class RunReport(BaseModel):
     finished_at: datetime | None
     duration_s: float | None
     error: str | None
+    rejected: bool = False  # failed by a step's Reject: the data's decision, not retried
     nodes: list[GraphNode]
     steps: list[StepRunView]
     attempts: list[Attempt]
@@ -358,6 +359,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         finished_at=job.finished_at,
         duration_s=_seconds(job.started_at or job.created_at, end),
         error=job.error,
+        rejected=job.rejected,
         nodes=_nodes(flow, runs) if flow is not None else [],
         steps=[
             StepRunView(

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 from consolesupport import csrf_of, sign_in
+from harness import fast_settings, thread_worker, wait_job_ended
 from starlette.testclient import TestClient
 
 from engine import submit
@@ -100,3 +101,25 @@ def test_console__relaxed_shows_its_banner_on_every_page_and_audits_a_self_appro
         ("anna", "console", "self_approval"),
         ("anna", "console", "signal"),
     ]
+
+
+def test_console__a_rejected_job_offers_no_retry_and_a_retry_is_refused(
+    client_for: Any, settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    fast = fast_settings(settings, flow_modules=["approvalflows"])
+    job = _gated(fast, by="otto")
+    page = _decide(client_for("anna"), job, "reject", "the counts are wrong")
+    assert f"job {job} rejected" in page
+    with thread_worker(fast, Registry.load(["approvalflows"])):
+        assert wait_job_ended(conn, job) == "failed"
+    otto = client_for("otto")
+    page = otto.get(f"/runs/{job}.html").text
+    assert "Retry job" not in page
+    assert 'id="rejected"' in page
+    token = csrf_of(page)
+    refused = otto.post(f"/runs/{job}/retry", data={"csrf": token, "reason": "again"}).text
+    assert "a rejection is the data&#39;s decision" in refused
+    status = conn.execute("SELECT status FROM engine_jobs WHERE id = %s", (job,)).fetchone()
+    assert status == {"status": "failed"}
+    assert conn.execute("SELECT count(*) AS n FROM engine_dead_letters").fetchone() == {"n": 0}
+    assert conn.execute("SELECT count(*) AS n FROM engine_alerts").fetchone() == {"n": 0}

@@ -9,6 +9,7 @@ refusal in the audit trail on a connection of its own.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,6 +20,7 @@ from engine import ApprovalRefused, Flow, Refused, Registry, signal, submit
 from engine.config import Settings
 from engine.errors import BadInput, DefinitionError
 from engine.jobs import admin
+from engine.reports import render_job_report
 from engine.store.status import AuditSource
 
 MODULES = ["approvalflows"]
@@ -246,7 +248,7 @@ def test_approval__relaxed_is_off_by_default_and_read_from_the_environment(
 
 
 def test_reject__a_rejected_job_has_no_dead_letter_nor_alert_and_is_not_retried(
-    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     job = gated(fast, registry)
     signal(job, "approve", {"decision": "reject", "reason": "wrong"}, settings=fast, sent_by=BOB)
@@ -263,6 +265,8 @@ def test_reject__a_rejected_job_has_no_dead_letter_nor_alert_and_is_not_retried(
     assert "submit a new job" in str(caught.value)
     status = conn.execute("SELECT status FROM engine_jobs WHERE id = %s", (job,)).fetchone()
     assert status == {"status": "failed"}
+    page = Path(render_job_report(fast, job, out_dir=tmp_path, registry=registry)).read_text()
+    assert 'id="rejected"' in page and "submit a new job" in page
 
 
 def test_reject__a_rejected_child_ends_its_parent_rejected_with_no_dead_letter_nor_alert(
