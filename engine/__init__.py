@@ -11,7 +11,8 @@ the simulator, the bench, tests) import the module they need, e.g.
 
 Declare a flow
     Flow, Step, StepInput, MapOver, StepContext, Concurrency, RetryPolicy,
-    Retry, Fail, Reject, Cancel, Refused, Signal, SignalTimeout, Child, ChildrenTimeout
+    Retry, Fail, Reject, Cancel, Refused, ApprovalRefused, Signal, SignalTimeout, Child,
+    ChildrenTimeout
 Run jobs (the API install: ``pip install erp-engine``)
     submit, Submitted, signal, Signalled, wait_for_job, JobStatus, job_info,
     awaiting_approval, Awaiting (the approvals inbox: waits with their summaries),
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from engine.config import Settings
 from engine.errors import (
+    ApprovalRefused,
     BadInput,
     ChecksFailed,
     ConfigError,
@@ -75,6 +77,7 @@ from engine.waits.inbox import Awaiting, awaiting_approval
 from engine.waits.signals import Signal, Signalled, SignalTimeout, signal
 
 __all__ = [
+    "ApprovalRefused",
     "Audited",
     "Awaiting",
     "BadInput",

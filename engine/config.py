@@ -335,6 +335,14 @@ class Settings(BaseSettings):
             "since it last parked; the next release charges an attempt, with an alert saying why"
         ),
     )
+    allow_self_approval: bool = Field(
+        default=False,
+        description=(
+            "a one-person shop: let the submitter of a job (or of its parent) send its "
+            "approval signals; each such approval is audited (self_approval), the CLI warns "
+            "and the console shows a banner on every page; a reason stays required"
+        ),
+    )
     admin_lock_timeout_s: float = Field(
         default=5.0,
         gt=0,

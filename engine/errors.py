@@ -12,7 +12,11 @@
     │   ├── AmbiguousJobId           a job id prefix more than one job starts with
     │   │                            (names a few of them)
     │   ├── Refused                  the request is valid but the data's state
-    │   │                            forbids it now (a flow's admission check)
+    │   │   │                        forbids it now (a flow's admission check,
+    │   │   │                        a retry of a rejected job)
+    │   │   └── ApprovalRefused      an approval signal from an unknown sender, from
+    │   │                            the submitter of the job (or of an ancestor
+    │   │                            job), or without a reason (audited)
     │   ├── MalformedMessage         a queue message is not a step message envelope
     │   │                            (the worker dead-letters it and stays up)
     │   └── JsonRefused              a value the database's JSON cannot carry (NaN,
@@ -141,6 +145,26 @@ class Refused(BadInput):
     submit's transaction, so nothing is written; the message says what state
     is missing and how to reach it.
     """
+
+
+class ApprovalRefused(Refused):
+    """An approval signal that segregation of duties refuses (the CLI exits 2).
+
+    ``rule``: ``sender`` (no sender known), ``submitter`` (the sender
+    submitted the job or one of its ancestors, admins included) or
+    ``reason`` (the signal's data gives no non-empty ``reason``). Nothing of
+    the signal is written; the refusal is in the audit trail
+    (``signal_refused``). See :mod:`engine.waits.approvals`.
+    """
+
+    def __init__(
+        self, message: str, *, job_id: object, signal: str, sender: str | None, rule: str
+    ) -> None:
+        self.job_id = job_id
+        self.signal = signal
+        self.sender = sender
+        self.rule = rule
+        super().__init__(message)
 
 
 class MalformedMessage(BadInput):

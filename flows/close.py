@@ -50,6 +50,7 @@ from engine import (
     Fail,
     Flow,
     Refused,
+    Reject,
     Retry,
     RetryPolicy,
     StepContext,
@@ -140,6 +141,7 @@ flow = Flow(
     # 2: holds the period's concurrency key, like the posting and costing it runs
     # 3: posting and costing run as child jobs (step books), costing after posting
     # 4: the check carries the books' flags; a refusing flag fails it (issue 35)
+    # 4 (same release): a rejected child (the accountant's decision) ends the close rejected
     version=4,
     description="Month-end close: post, then cost (child jobs), check the books, close the period.",
     concurrency=periods.PERIOD_KEY,
@@ -162,7 +164,9 @@ def _run_child(ctx: StepContext, what: str, flow_name: str, params: dict[str, An
     Submitted once (a rerun of the step finds it); the step parks until it
     ends. A failed or cancelled child fails the close, naming it; `engine retry`
     of the close retries that child (the same job, under the same key), and
-    this step waits for it again.
+    this step waits for it again. A rejected child (an accountant rejected
+    the posting: the data's decision) ends the close with ``Reject``: no dead
+    letter, no alert, and no retry replays the decision.
     """
     try:
         ctx.submit_child(flow_name, params, key=what)
@@ -170,6 +174,8 @@ def _run_child(ctx: StepContext, what: str, flow_name: str, params: dict[str, An
         raise Fail(f"cannot run the {what} of {params['period']} as a child job: {exc}") from exc
     ended = {c.key: c for c in ctx.wait_for_children()}
     child = ended[what]
+    if child.rejected:
+        raise Reject(f"{what} child job {child.job_id} ({child.flow}) rejected: {child.error}")
     if not child.ok:
         raise Fail(
             f"{what} child job {child.job_id} ({child.flow}) {child.status.value}: "

@@ -33,8 +33,10 @@ Method:
    equals the number selected; it fails the job loudly otherwise. With
    ``--approve-rejects-over N``, a batch that rejected more than N documents
    then waits for an accountant's decision, the signal ``approve`` (``engine
-   signal JOB_ID approve --data '{"decision": "approve"}'``, or ``'{"decision":
-   "reject", "reason": "..."}'``; no decision: approve), holding no worker
+   signal JOB_ID approve --data '{"decision": "approve", "reason": "..."}'``, or
+   ``'{"decision": "reject", "reason": "..."}'``; no decision: approve; a reason
+   either way, from someone other than who submitted the posting or its
+   close: the engine refuses it otherwise, :mod:`engine.waits.approvals`), holding no worker
    while it waits. Before it parks it publishes what is decided on
    (:class:`AwaitingApproval`: the counts, the totals, the rejected documents
    with their reasons, the limit), which the run report and the approvals
@@ -227,10 +229,12 @@ flow = Flow(
     # 3: holds the period's concurrency key (a job of version 2 in flight runs without it)
     # 4: the approval wait (approve_rejects_over) and PostingSummary.approval
     # 5: the wait shows what is approved; approve or reject; the last step is `decide`
-    version=5,
+    # 6: the approval is an engine approval: not by the submitter (or the close's), with a reason
+    version=6,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,
     signals=(APPROVAL_SIGNAL,),  # an accountant's go-ahead when too many were rejected
+    approvals=(APPROVAL_SIGNAL,),  # segregation of duties: engine.waits.approvals
 )
 
 

@@ -245,7 +245,8 @@ def _print_view(view: JobView, flow: Flow | None) -> None:
             s.step,
             _key(s, flow),
             s.status,
-            f"{s.attempts}/{s.max_attempts}",
+            f"{s.attempts - s.attempt_base}/{s.max_attempts - s.attempt_base}"
+            + (f" (retry {s.retries})" if s.retries else ""),
             s.lease_owner or "",
             f"{s.concurrency_key} (limit {s.concurrency_limit})" if s.concurrency_key else "",
             waits_for(s) if s.status == StepStatus.WAITING else "",
@@ -398,6 +399,11 @@ def retry(job_id: str, by: str | None, reason: str | None) -> None:
     Its failed or cancelled child jobs are retried with it (same ids); a done
     child stays done. A child whose parent failed is retried by retrying the parent.
     Recorded (who, why) in the audit trail. JOB_ID may be a unique prefix of the id.
+
+    Each retry starts a retry round: a step's attempts count from 1 of its own
+    budget again ("attempt 1 of 5 (retry 2)"). A rejected job (its data was
+    refused, or an accountant rejected it) is not retried (exit 2): correct
+    the data and submit a new job.
     """
     settings = current().settings
     job = parse_job_id(settings, job_id)

@@ -9,7 +9,7 @@ import click
 
 from engine.cli.args import parse_job_id
 from engine.cli.jobs import whoami
-from engine.cli.output import out, print_json
+from engine.cli.output import err, out, print_json
 from engine.cli.state import current
 from engine.errors import BadInput
 from engine.waits.signals import operator_signal
@@ -36,8 +36,9 @@ def _parse_data(value: str | None) -> Any:
     "--data",
     default=None,
     help=(
-        "the signal's data, one JSON value (a posting's approval: "
-        '\'{"decision": "approve"}\' or \'{"decision": "reject", "reason": "..."}\')'
+        "the signal's data, one JSON value (a posting's approval needs a reason either way: "
+        '\'{"decision": "approve", "reason": "..."}\' or '
+        '\'{"decision": "reject", "reason": "..."}\')'
     ),
 )
 @click.option(
@@ -60,8 +61,22 @@ def signal(job_id: str, name: str, data: str | None, sent_by: str | None, as_jso
     for it is kept until the step asks; sending it again with the same data
     changes nothing, with other data is refused (exit 2). A signal recorded
     is recorded in the audit trail too, by --by.
+
+    A signal the flow declares an approval (`engine flows show FLOW`) is
+    refused (exit 2, recorded in the audit trail as signal_refused) from
+    whoever submitted the job or its parent, from an unknown sender, or
+    without a "reason" in its data (approve and reject alike).
+    ENGINE_ALLOW_SELF_APPROVAL lets the submitter approve (audited, with a
+    warning).
     """
     settings = current().settings
+    if settings.allow_self_approval:
+        err.print(
+            "warning: ENGINE_ALLOW_SELF_APPROVAL is on: whoever submitted a job may approve it "
+            "(each such approval is audited as self_approval)",
+            highlight=False,
+            markup=False,
+        )
     job = parse_job_id(settings, job_id)
     sent = operator_signal(
         job, name, _parse_data(data), settings=settings, actor=sent_by or whoami()

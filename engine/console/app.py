@@ -177,6 +177,7 @@ class Console:
             can_operate=user is not None and allowed(user.role, Permission.OPERATE),
             can_approve=user is not None and allowed(user.role, Permission.APPROVE),
             allowed=lambda p: user is not None and allowed(user.role, p),
+            self_approval=self.settings.allow_self_approval,
             **context,
         )
         return HTMLResponse(html)
@@ -363,7 +364,8 @@ def create_app(
             "report_html": _markup(render_run_html(report, c.env, fragment=True)),
             "awaiting": awaiting,
             "active": report.status in ("pending", "running", "waiting"),
-            "retryable": report.status in ("failed", "cancelled"),
+            # a rejected job is the data's decision: `engine retry` refuses it
+            "retryable": report.status in ("failed", "cancelled") and not report.rejected,
             "version": version,
         }
 
@@ -549,8 +551,7 @@ def create_app(
         decision, name, reason = form.get("decision", ""), form.get("signal", ""), _reason(form)
         if decision not in ("approve", "reject"):
             raise BadInput(f"invalid decision {decision!r}; valid: approve, reject")
-        if decision == "reject" and reason is None:
-            raise BadInput("a rejection needs a reason")
+        # a reason (approve and reject alike) and who may approve: the engine's refusal, audited
         data: dict[str, Any] = {"decision": decision, "by": _actor(request)}
         if reason:
             data["reason"] = reason

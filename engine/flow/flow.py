@@ -17,7 +17,9 @@ a registered injectable    a runtime object, e.g. the step context (``context``)
 ``signals=("approve",)`` declares the signals the flow's steps wait for: a
 step may wait only for those (``ctx.wait_for_signal``), and ``engine signal``
 refuses any other name, naming the declared ones. A flow that declares none
-receives none.
+receives none. ``approvals=("approve",)`` says which of them are approvals:
+:mod:`engine.waits.approvals` refuses one from its job's submitter (or an
+ancestor job's), from an unknown sender, or without a reason.
 
 ``map_over="plan.chunks"`` makes a step run once per element of the list field
 ``chunks`` of step ``plan``'s output; ``plan`` is added to ``after`` implicitly.
@@ -195,6 +197,7 @@ class Flow:
         description: str = "",
         concurrency: Concurrency | None = None,
         signals: Sequence[str] = (),
+        approvals: Sequence[str] = (),
     ) -> None:
         if not _valid_name(name):
             raise DefinitionError(
@@ -216,6 +219,7 @@ class Flow:
             except DefinitionError as exc:
                 raise DefinitionError(str(exc), flow=name) from None
         self._signals = _check_signals(name, signals)
+        self._approvals = _check_approvals(name, approvals, self._signals)
         self._concurrency = concurrency
         self._name = name
         self._params = params
@@ -260,6 +264,11 @@ class Flow:
     def signals(self) -> tuple[str, ...]:
         """The signals the flow's steps may wait for and a job of it may receive (declared)."""
         return self._signals
+
+    @property
+    def approvals(self) -> tuple[str, ...]:
+        """The declared signals that are approvals (segregation of duties applies to them)."""
+        return self._approvals
 
     @property
     def admission(self) -> Callable[..., None] | None:
@@ -680,6 +689,10 @@ class Flow:
             )
         if self._signals:
             lines.append(f"signals: {', '.join(self._signals)}")
+        if self._approvals:
+            lines.append(
+                f"approvals: {', '.join(self._approvals)} (not by the submitter; a reason needed)"
+            )
         if self._concurrency is not None:
             lines.append(f"concurrency: {_describe_concurrency(self._concurrency)}")
         if self._admission is not None:
@@ -764,6 +777,22 @@ def _check_signals(flow: str, signals: Sequence[str]) -> tuple[str, ...]:
             )
     if len(set(names)) != len(names):
         raise DefinitionError(f"signals {names!r} names one twice", flow=flow)
+    return names
+
+
+def _check_approvals(
+    flow: str, approvals: Sequence[str], signals: Sequence[str]
+) -> tuple[str, ...]:
+    names = (approvals,) if isinstance(approvals, str) else tuple(approvals)
+    for name in names:
+        if name not in signals:
+            raise DefinitionError(
+                f"approval {name!r} is not a declared signal: approvals name signals the flow "
+                f"declares ({_declared_signals(signals)})",
+                flow=flow,
+            )
+    if len(set(names)) != len(names):
+        raise DefinitionError(f"approvals {names!r} names one twice", flow=flow)
     return names
 
 

@@ -49,8 +49,10 @@ class Reject(StepControl):
     the flow or the engine. The step run ends (status ``dead``, its error
     kept) with a ``rejected`` event, the job fails with ``reason``, the
     rest of the job is cancelled, and nothing is dead-lettered or alerted.
-    Nothing the step wrote commits. Once the data is fixed, ``engine retry``
-    resumes the job from its checkpoints. Fenced like ``Fail`` (invariant 16).
+    Nothing the step wrote commits. The job is marked ``rejected`` (a parent
+    sees :attr:`engine.Child.rejected`), and ``engine retry`` refuses it: a
+    retry would only repeat the decision; once the data is fixed, submit a
+    new job. Fenced like ``Fail`` (invariant 16).
     """
 
     def __init__(self, reason: str) -> None:
@@ -87,3 +89,14 @@ class RetryPolicy(BaseModel):
         raw = min(self.max_delay_s, self.base_delay_s * self.multiplier ** max(0, attempt - 1))
         spread = raw * self.jitter
         return raw - spread + (rng or random).uniform(0, spread)
+
+
+def attempt_label(attempts: int, max_attempts: int, attempt_base: int = 0, retries: int = 0) -> str:
+    """How a step run's attempts read: ``attempt 3 of 5``, ``attempt 1 of 5 (retry 2)``.
+
+    ``engine retry`` starts a retry round (``retries`` + 1): the attempts used
+    before it (``attempt_base``) are not counted again, so the cap shown is the
+    step's own budget, never a growing one ("2 of 6", "3 of 7").
+    """
+    label = f"attempt {attempts - attempt_base} of {max_attempts - attempt_base}"
+    return f"{label} (retry {retries})" if retries else label

@@ -25,7 +25,7 @@ import psycopg
 
 from engine import store
 from engine.config import Settings
-from engine.errors import BadInput, Busy, Contention, NoSuchJob
+from engine.errors import BadInput, Busy, Contention, NoSuchJob, Refused
 from engine.jobs.audit import operator, record_action
 from engine.jobs.ending import job_ended
 from engine.store import db, jsonb
@@ -157,8 +157,9 @@ def retry_job(
 ) -> Reopened:
     """Resume a failed or cancelled job from its last checkpoints, with its children.
 
-    Dead and cancelled step runs go back to pending with a fresh attempt
-    budget; finished step runs are never run again (invariant 10). The
+    Dead and cancelled step runs go back to pending in a new retry round
+    (their attempts counted from 1 again, "attempt 1 of 5 (retry 2)");
+    finished step runs are never run again (invariant 10). The
     failed or cancelled children of the step runs that run again are
     retried with the job, in the same transaction, keeping their ids, keys
     and parent (and theirs, recursively): the step finds them running again
@@ -167,7 +168,10 @@ def retry_job(
     ``replayed`` event, so its report shows both attempts.
 
     A child whose parent ended badly is not retried alone (its end would wake
-    no one): :class:`BadInput` names the parent to retry instead.
+    no one): :class:`BadInput` names the parent to retry instead. A rejected
+    job (a step's ``Reject``: the data's decision), or one with a rejected
+    child to reopen, is not retried: :class:`~engine.errors.Refused` says to
+    correct the data and submit anew.
 
     The audit trail records a ``retry`` of the job (a ``replay`` of the dead
     letter ``_replay_of``, when :func:`replay` retries for one).
@@ -175,8 +179,9 @@ def retry_job(
     transport = transport or transport_for(settings)
     with operator_action(settings, f"retry of job {job_id}"), _connect(settings) as conn:
         with conn.transaction():
+            _refuse_rejected(conn, job_id)
             _refuse_orphaned_child(conn, job_id)
-            reopened = store.job_reopen_if_ended(conn, job_id, settings.max_attempts)
+            reopened = store.job_reopen_if_ended(conn, job_id)
             if isinstance(reopened, store.FingerprintTaken):
                 active = reopened.active_job_id
                 raise BadInput(
@@ -234,6 +239,24 @@ def retry_job(
                 )
         announced.publish_after_commit(conn)
     return Reopened(job_id, reopened.step_runs, tuple(reopened.children))
+
+
+def _refuse_rejected(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> None:
+    """:class:`Refused` for a job a step's ``Reject`` failed (or a failed child of it that
+    a retry would reopen): the data's decision, which a retry would only repeat."""
+    rejected = store.job_select_rejected_in_retry(conn, job_id)
+    if rejected is None:
+        return
+    which = (
+        f"job {job_id}"
+        if rejected["id"] == job_id
+        else f"its {rejected['flow']} child job {rejected['id']}"
+    )
+    raise Refused(
+        f"job {job_id} cannot be retried: {which} was rejected ({rejected['error']}); a "
+        "rejection is the data's decision, not a fault, and a retry would only repeat it: "
+        "correct the data (e.g. the documents) and submit a new job"
+    )
 
 
 def _refuse_orphaned_child(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> None:

@@ -6,7 +6,10 @@ own, such as the books' close and reopen of a period) writes one row of ``engine
 the transaction of the action itself**. An action that is refused (a cancel
 of a finished job: exit 2) or fails rolls back and records nothing: every
 entry is an action that took effect, and what was refused is the command's
-message, not the trail's. The table is append-only (migration 0019).
+message, not the trail's. One exception, on purpose: an approval that
+segregation of duties refuses (:mod:`engine.waits.approvals`) is recorded
+as ``signal_refused``, on a connection of its own, since who tried to
+approve what they may not is what an auditor asks for. The table is append-only (migration 0019).
 
 Who is the person: ``--by NAME`` on the command line, else :func:`operator`
 (``user@host``, the form the engine records as ``submitted_by`` and a

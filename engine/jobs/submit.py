@@ -167,6 +167,7 @@ def submit_in(
             submitted_by=submitted_by,
             parent=parent,
             signals=flow.signals,
+            approvals=flow.approvals,
         )
         if row is not None:
             runs = root_runs(flow, job_id, params_json, settings)

@@ -93,6 +93,8 @@ class StepRunView(BaseModel):
     status: str
     attempts: int
     max_attempts: int
+    attempt_base: int = 0  # attempts before its retry round (``engine retry``)
+    retries: int = 0  # retry rounds: shown "1/5 (retry 2)", never a growing cap
     lease_owner: str | None
     started_at: datetime | None
     finished_at: datetime | None
@@ -201,6 +203,7 @@ class RunReport(BaseModel):
     finished_at: datetime | None
     duration_s: float | None
     error: str | None
+    rejected: bool = False  # failed by a step's Reject: the data's decision, not retried
     nodes: list[GraphNode]
     steps: list[StepRunView]
     attempts: list[Attempt]
@@ -356,6 +359,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         finished_at=job.finished_at,
         duration_s=_seconds(job.started_at or job.created_at, end),
         error=job.error,
+        rejected=job.rejected,
         nodes=_nodes(flow, runs) if flow is not None else [],
         steps=[
             StepRunView(
@@ -366,6 +370,8 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
                 status=str(r.status),
                 attempts=r.attempts,
                 max_attempts=r.max_attempts,
+                attempt_base=r.attempt_base,
+                retries=r.retries,
                 lease_owner=r.lease_owner,
                 started_at=_first_ran(first_ran.get(str(r.id)), r),
                 finished_at=r.finished_at,

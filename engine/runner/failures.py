@@ -37,7 +37,7 @@ from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import Contention, DefinitionError, ReleasesSpent
 from engine.flow import Step
-from engine.flow.retry import Fail, Reject, Retry, RetryPolicy
+from engine.flow.retry import Fail, Reject, Retry, RetryPolicy, attempt_label
 from engine.infra.outage import is_outage
 from engine.jobs.ending import Ended, job_ended
 from engine.runner.lease import Lease
@@ -397,7 +397,7 @@ class Failures:
                 delay = (
                     exc.delay_s
                     if isinstance(exc, Retry) and exc.delay_s is not None
-                    else policy.delay_s(claimed.attempt)
+                    else policy.delay_s(claimed.attempt - claimed.attempt_base)
                 )
                 due = store.step_retry_if_leased(conn, claimed, delay, error)
                 if due is None:
@@ -463,7 +463,10 @@ class Failures:
                 detail={"reason": reason},
             )
         else:
-            reason = f"{summary} (attempt {claimed.attempt} of {claimed.max_attempts})"
+            attempt = attempt_label(
+                claimed.attempt, claimed.max_attempts, claimed.attempt_base, claimed.retries
+            )
+            reason = f"{summary} ({attempt})"
             dead_letter = store.dead_letter_insert_step(
                 conn,
                 job_id=claimed.job_id,
@@ -489,6 +492,9 @@ class Failures:
             worker=self.worker,
             error=f"step {step.name}: {reason}",
         )
+        if rejected:
+            # the data's decision: `engine retry` refuses it, a parent sees Child.rejected
+            store.job_mark_rejected_if_failed(conn, claimed.job_id)
         # a failed job leaves nothing running: its children and the step's
         # siblings are cancelled, the slots they held freed
         ended = job_ended(conn, self.transport, claimed.job_id, cancel_rest=True, free_slots=True)

@@ -42,15 +42,18 @@ __all__ = [
     "job_insert_if_absent",
     "job_lock_children",
     "job_lock_if_active",
+    "job_mark_rejected_if_failed",
     "job_progress",
     "job_reopen_if_ended",
     "job_select_active_by_fingerprint",
     "job_select_active_matching",
+    "job_select_approval_parties",
     "job_select_by_id_range",
     "job_select_child",
     "job_select_children",
     "job_select_info",
     "job_select_parent",
+    "job_select_rejected_in_retry",
     "job_select_signals",
     "job_select_status",
     "job_select_version",
@@ -71,8 +74,10 @@ def job_insert_if_absent(
     submitted_by: str | None,
     parent: ChildOf | None = None,
     signals: tuple[str, ...] = (),
+    approvals: tuple[str, ...] = (),
 ) -> JobRow | None:
-    """Insert a job (a child of ``parent``) receiving ``signals`` (its flow's, declared).
+    """Insert a job (a child of ``parent``) receiving ``signals`` (its flow's, declared),
+    of which ``approvals`` are approvals.
 
     ``None``: an active job has this fingerprint.
     """
@@ -90,6 +95,7 @@ def job_insert_if_absent(
                 "parent_step_run_id": None if parent is None else parent.step_run_id,
                 "child_key": None if parent is None else parent.key,
                 "signals": list(signals),
+                "approvals": list(approvals),
             },
         )
         row = cur.fetchone()
@@ -245,12 +251,13 @@ def job_cancel_descendants(
 
 @wrap_errors
 def job_reopen_if_ended(
-    conn: psycopg.Connection[Any], job_id: uuid.UUID, extra_attempts: int
+    conn: psycopg.Connection[Any], job_id: uuid.UUID
 ) -> Reopen | FingerprintTaken | None:
     """Reopen a failed or cancelled job, and the children that ended badly under it.
 
-    The job's dead and cancelled step runs go back to pending with
-    ``extra_attempts`` more; so do those of its failed or cancelled children
+    The job's dead and cancelled step runs go back to pending in a new retry
+    round (``retries`` + 1, their attempts counted again from 1 of the
+    step's own budget: "attempt 1 of 5 (retry 2)"); so do those of its failed or cancelled children
     whose submitting step run reopens (and theirs, recursively): the step
     runs again, and ``submit_child`` under the same key finds its child
     running again. A done child stays done. A reopened step run whose
@@ -278,7 +285,7 @@ def job_reopen_if_ended(
     jobs = [job_id] + [r["id"] for r in children]
     pending: list[uuid.UUID] = []
     for job in jobs:
-        pending += step_reopen_by_job(conn, job, extra_attempts)
+        pending += step_reopen_by_job(conn, job)
         dead_letter_mark_replayed_by_job(conn, job)
     waiting: list[uuid.UUID] = []
     # one statement per step run: each counts its key's holders after the one before
@@ -338,3 +345,37 @@ def job_select_signals(
     assert row is not None, "called for a job locked before"
     signals = None if row["signals"] is None else tuple(row["signals"])
     return row["flow"], row["flow_version"], signals
+
+
+@wrap_errors
+def job_select_approval_parties(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID
+) -> tuple[tuple[str, ...] | None, list[dict[str, Any]]]:
+    """The job's recorded approvals (``None``: an older job) and its submitters, job first.
+
+    Each submitter row: ``id``, ``submitted_by``, ``depth`` (0 the job, 1 its
+    parent, ...).
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_approval_parties"], {"job_id": job_id})
+        rows = cur.fetchall()
+    assert rows, "called for a job locked before"
+    approvals = rows[0]["approvals"]
+    return (None if approvals is None else tuple(approvals)), rows
+
+
+@wrap_errors
+def job_mark_rejected_if_failed(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> bool:
+    """Record that a step's Reject failed the job (in that transaction); ``False``: not failed."""
+    row = conn.execute(_q["job_mark_rejected_if_failed"], {"job_id": job_id}).fetchone()
+    return row is not None
+
+
+@wrap_errors
+def job_select_rejected_in_retry(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """The job, or a failed descendant a retry would reopen, that was rejected; ``None``: none."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["job_select_rejected_in_retry"], {"job_id": job_id})
+        return cur.fetchone()

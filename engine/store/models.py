@@ -113,6 +113,8 @@ class Job(SQLModel, table=True):
     )
     child_key: str | None = _text(True)
     signals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
+    approvals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
+    rejected: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
 
 
 class StepRun(SQLModel, table=True):
@@ -128,6 +130,8 @@ class StepRun(SQLModel, table=True):
     status: StepStatus = Field(sa_column=Column(EnumText(StepStatus), nullable=False))
     attempts: int = Field(sa_column=Column(Integer, nullable=False))
     max_attempts: int = Field(sa_column=Column(Integer, nullable=False))
+    retries: int = Field(default=0, sa_column=Column(Integer, nullable=False))
+    attempt_base: int = Field(default=0, sa_column=Column(Integer, nullable=False))
     available_at: datetime = _ts(False)
     lease_owner: str | None = _text(True)
     lease_token: uuid.UUID | None = Field(

@@ -90,6 +90,8 @@ class Claimed:
     item: Any
     reclaimed_from: str | None  # the previous owner, when its lease had expired
     concurrency_key: str | None = None  # the slot this claim holds, if its step declares one
+    attempt_base: int = 0  # attempts used before this retry round (engine retry)
+    retries: int = 0  # retry rounds so far
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Claimed:
@@ -109,6 +111,8 @@ class Claimed:
             item=row["item"],
             reclaimed_from=reclaimed,
             concurrency_key=row.get("concurrency_key"),
+            attempt_base=row.get("attempt_base") or 0,
+            retries=row.get("retries") or 0,
         )
 
 
@@ -428,6 +432,7 @@ class ChildRow:
     created_at: datetime
     finished_at: datetime | None
     output: dict[str, Any] | None
+    rejected: bool = False  # failed by a step's Reject: the data's decision
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ChildRow:
@@ -440,4 +445,5 @@ class ChildRow:
             row["created_at"],
             row["finished_at"],
             row["output"],
+            bool(row.get("rejected", False)),
         )

@@ -318,13 +318,10 @@ def step_cancel_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> int:
 
 
 @wrap_errors
-def step_reopen_by_job(
-    conn: psycopg.Connection[Any], job_id: uuid.UUID, extra_attempts: int
-) -> list[uuid.UUID]:
-    """Put the job's dead and cancelled step runs back to pending (its row lock held): their ids."""
-    rows = conn.execute(
-        _q["step_reopen_by_job"], {"job_id": job_id, "extra_attempts": extra_attempts}
-    ).fetchall()
+def step_reopen_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[uuid.UUID]:
+    """Put the job's dead and cancelled step runs back to pending (its row lock held), each
+    in a new retry round with its own attempt budget again: their ids."""
+    rows = conn.execute(_q["step_reopen_by_job"], {"job_id": job_id}).fetchall()
     return [column(r, "id") for r in rows]
 
 

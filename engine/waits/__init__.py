@@ -8,6 +8,9 @@ its start, and the wait returns what came. Every time is the database's.
 
 - :mod:`.wait`: ``Wait`` (what every wait raises) and ``sleep_until``;
 - :mod:`.signals`: waiting for a signal, and sending one (``engine.signal``);
+- :mod:`.approvals`: segregation of duties on the signals a flow declares
+  approvals (not from the job's or an ancestor's submitter, a reason
+  required, each refusal audited);
 - :mod:`.children`: submitting child jobs and waiting for them;
 - :mod:`.inbox`: the approvals inbox, every wait for a signal now with the
   summary its step published for the approver.

@@ -85,6 +85,9 @@ class Child:
     ``output`` is a done child's result: the checkpoint of its step run that
     finished last (its flow's last step, for a flow that ends in one step);
     ``None`` for a failed or cancelled child, whose ``error`` says why.
+    ``rejected``: the child failed because a step of it refused its data
+    (``engine.Reject``): the data's decision, not a fault. A parent ends with
+    ``Reject`` too, rather than ``Fail`` (which dead-letters and alerts).
     """
 
     job_id: uuid.UUID
@@ -94,6 +97,7 @@ class Child:
     error: str | None
     finished_at: datetime | None
     output: dict[str, Any] | None = None  # a done child's last checkpoint
+    rejected: bool = False
 
     @property
     def ok(self) -> bool:
@@ -109,6 +113,7 @@ class Child:
             "error": self.error,
             "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
             "output": self.output,
+            "rejected": self.rejected,
         }
 
 
@@ -185,7 +190,8 @@ def wait_for_children(
     active = [r.id for r in rows if r.status not in _ENDED]
     if not active:
         return [
-            Child(r.id, r.key, r.flow, r.status, r.error, r.finished_at, r.output) for r in rows
+            Child(r.id, r.key, r.flow, r.status, r.error, r.finished_at, r.output, r.rejected)
+            for r in rows
         ]
     deadline = timed_out(store.step_select_children_timed_out(conn, step_run_id), past)
     if deadline is not None:

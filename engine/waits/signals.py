@@ -46,6 +46,7 @@ from engine import store
 from engine.errors import BadInput, OutputRefused
 from engine.flow.flow import SIGNAL_NAME, declared_signals
 from engine.flow.retry import Fail
+from engine.waits.approvals import check_approval, record_self_approval
 from engine.waits.wait import Wait, timed_out
 
 if TYPE_CHECKING:
@@ -208,13 +209,16 @@ def signal(
     settings: Settings | None = None,
     publisher: Publisher | None = None,
     sent_by: str | None = None,
+    source: AuditSource = AuditSource.API,
 ) -> Signalled:
     """Send signal ``name`` with ``data`` (any JSON value; ``None``: ``{}``) to an active job.
 
     :class:`~engine.errors.NoSuchJob` for an unknown job; :class:`BadInput`
     for a job that ended, an invalid name, data that is not JSON, or a
-    signal of that name already sent with other data. See the module
-    docstring for the transaction it joins.
+    signal of that name already sent with other data;
+    :class:`~engine.errors.ApprovalRefused` for an approval its sender may not
+    send (:mod:`engine.waits.approvals`; audited, with ``source``). See the
+    module docstring for the transaction it joins.
     """
     settings = settings or Settings()
     job = _job_id(job_id)
@@ -224,7 +228,17 @@ def signal(
     publisher = publisher or transport_for(settings)
 
     def work(raw: psycopg.Connection[Any], notify: bool) -> Signalled:
-        return _signal_in(raw, job, name, data, publisher, sent_by, notify=notify)
+        return _signal_in(
+            raw,
+            job,
+            name,
+            data,
+            publisher,
+            sent_by,
+            notify=notify,
+            settings=settings,
+            source=source,
+        )
 
     return in_transaction(conn, settings, publisher, work)
 
@@ -238,6 +252,8 @@ def _signal_in(
     sent_by: str | None,
     *,
     notify: bool,
+    settings: Settings,
+    source: AuditSource,
 ) -> Signalled:
     """Lock the job, record the signal, wake and announce its waiters, in ``conn``."""
     if not store.job_lock_if_active(conn, job_id):
@@ -251,6 +267,7 @@ def _signal_in(
             f"signal {name!r} is not declared by flow {flow} (version {version}) of job "
             f"{job_id}: {declared_signals(declared)}"
         )
+    approval = check_approval(conn, settings, job_id, name, data, sent_by, source)
     recorded = store.signal_insert_if_absent(conn, job_id, name, data, sent_by)
     if recorded is None:
         existing = store.signal_select(conn, job_id, name)
@@ -265,6 +282,8 @@ def _signal_in(
         return Signalled(
             job_id, name, existing.data, existing.sent_by, existing.created_at, False, 0
         )
+    if approval is not None and approval.self_approved_as is not None:
+        record_self_approval(conn, job_id, name, approval, source)
     # the history reads "signalled", then a "woken" event per step run it woke
     store.event_insert(
         conn, EventKind.SIGNALLED, job_id=job_id, detail={"signal": name, "by": sent_by}
@@ -343,6 +362,7 @@ def operator_signal(
                 settings=bounded,
                 publisher=publisher,
                 sent_by=who,
+                source=source,
             )
             if sent.created:
                 record_action(

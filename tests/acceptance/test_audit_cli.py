@@ -101,7 +101,8 @@ def test_cli__dlq_schedule_and_signal_commands_are_audited(
 
     seed(conn, stores=1, brands=1, employees=2, items=3, period=PERIOD, seed=1)
     posting = _submit(settings, "posting")
-    sent = engine(settings, "signal", posting, "approve", "--data", '{"ok": true}', "--by", "fay")
+    ok = '{"ok": true, "reason": "checked"}'
+    sent = engine(settings, "signal", posting, "approve", "--data", ok, "--by", "fay")
     assert sent.returncode == 0, sent.stderr
     typo = engine(settings, "signal", posting, "aprove", "--by", "fay")
     assert typo.returncode == 2

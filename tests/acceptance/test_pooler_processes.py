@@ -85,7 +85,8 @@ def test_cli_and_worker__behind_pgbouncer_submit_status_retry_signal_cancel(
         posting = engine(pooled, "submit", "posting", "--period", "2026-11", "--json")
         assert posting.returncode == 0, posting.stderr
         job_id = json.loads(posting.stdout)["job_id"]
-        sent = engine(pooled, "signal", job_id, "approve", "--data", '{"by": "a"}', "--json")
+        ok = ("--by", "acct", "--data", '{"by": "a", "reason": "r"}')
+        sent = engine(pooled, "signal", job_id, "approve", *ok, "--json")
         assert sent.returncode == 0, sent.stderr
         assert json.loads(sent.stdout)["created"] is True
         cancelled = engine(pooled, "cancel", job_id)

@@ -48,7 +48,7 @@ def test_cli__signal_bad_input_exits_2_naming_the_value(
         # a typo: posting declares "approve" only
         (
             (job_id, "aprove", "--data", '{"by": "a"}'),
-            f"signal 'aprove' is not declared by flow posting (version 5) of job {job_id}: "
+            f"signal 'aprove' is not declared by flow posting (version 6) of job {job_id}: "
             "valid signals: 'approve'",
         ),
         ((example_id, "approve"), "it declares no signals"),
@@ -59,21 +59,25 @@ def test_cli__signal_bad_input_exits_2_naming_the_value(
         assert message in result.stderr, (args, result.stderr)
     assert _signals(conn) == [], "a refused signal records nothing"
 
-    sent = engine(settings, "signal", job_id, "approve", "--data", '{"by": "a"}', "--json")
+    # an approval: from someone other than its submitter (this CLI user), with a reason
+    ok = ("--by", "acct", "--data", '{"by": "a", "reason": "r"}')
+    sent = engine(settings, "signal", job_id, "approve", *ok, "--json")
     assert sent.returncode == 0, sent.stderr
     assert json.loads(sent.stdout) | {"at": None} == {
         "job_id": job_id,
         "name": "approve",
-        "data": {"by": "a"},
+        "data": {"by": "a", "reason": "r"},
         "sent_by": json.loads(sent.stdout)["sent_by"],
         "at": None,
         "created": True,
         "woken": 0,
     }
-    same = engine(settings, "signal", job_id, "approve", "--data", '{"by": "a"}')
+    same = engine(settings, "signal", job_id, "approve", *ok)
     assert same.returncode == 0, same.stderr
     assert "already" in same.stdout and "nothing changed" in same.stdout
-    other = engine(settings, "signal", job_id, "approve", "--data", '{"by": "b"}')
+    other = engine(
+        settings, "signal", job_id, "approve", "--by", "acct", "--data", '{"reason": "b"}'
+    )
     assert other.returncode == 2
     assert f"signal 'approve' was sent to job {job_id} already" in other.stderr
 
@@ -124,7 +128,10 @@ def test_cli__posting_waits_for_approval_and_resumes_by_engine_signal(
         assert "valid signals: 'approve'" in typo.stderr
         assert _signals(conn) == [] and reconcile()["status"] == "waiting"
 
-        approved = engine(settings, "signal", job_id, "approve", "--data", '{"by":"acct"}')
+        approved = engine(
+            settings, "signal", job_id, "approve", "--by", "controller@erp",
+            "--data", '{"by": "acct", "reason": "known till errors"}',
+        )  # fmt: skip
         assert approved.returncode == 0, approved.stderr
         assert "1 waiting step run(s) resumed" in approved.stdout
         assert wait_job_ended(conn, uuid.UUID(job_id), timeout=120) == "done"
@@ -135,7 +142,7 @@ def test_cli__posting_waits_for_approval_and_resumes_by_engine_signal(
     assert [s["name"] for s in status["signals"]] == ["approve"]
     # the approver is who sent the signal (the CLI's user@host), not a name in its data
     sender = status["signals"][0]["sent_by"]
-    assert sender and sender != "acct"
+    assert sender == "controller@erp"
     report = engine(settings, "report", job_id)
     assert report.returncode == 0, report.stderr
     page = Path(report.stdout.strip()).read_text(encoding="utf-8")

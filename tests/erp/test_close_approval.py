@@ -1,5 +1,6 @@
 """A close whose posting child awaits approval: the inbox and the close's report show what is
-decided on; a rejection of the posting fails the close naming who rejected it and why."""
+decided on; a rejection of the posting ends the close rejected (no dead letter, no alert, no
+retry) naming who rejected it and why."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import psycopg
 import pytest
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 
-from engine import Registry, awaiting_approval, signal, submit
+from engine import ApprovalRefused, Refused, Registry, awaiting_approval, signal, submit
 from engine.config import Settings
+from engine.jobs import admin
 from engine.reports import render_job_report
 from flows.erp import periods
 from flows.tools.seed import seed
@@ -50,7 +52,11 @@ def test_close__shows_its_waiting_postings_summary_and_fails_when_the_posting_is
 ) -> None:
     seed(conn, stores=3, brands=1, employees=6, items=6, period=PERIOD, seed=4)
     close = submit(
-        "close", {"period": PERIOD, "approve_rejects_over": 0}, settings=fast, registry=registry
+        "close",
+        {"period": PERIOD, "approve_rejects_over": 0},
+        settings=fast,
+        registry=registry,
+        submitted_by="ann@erp",
     ).job_id
     with thread_worker(fast, registry):
         wait_until(
@@ -75,6 +81,9 @@ def test_close__shows_its_waiting_postings_summary_and_fails_when_the_posting_is
         assert f"engine signal {kid} approve" in text
         assert "What it shows the approver" in text
         assert f"<td>{first['number']}</td>" in text
+        # who submitted the close cannot decide on its posting, admins included
+        with pytest.raises(ApprovalRefused, match=f"ann@erp submitted job {close}, its parent"):
+            signal(kid, "approve", {"reason": "mine"}, settings=fast, sent_by="ann@erp")
         signal(
             kid,
             "approve",
@@ -85,9 +94,19 @@ def test_close__shows_its_waiting_postings_summary_and_fails_when_the_posting_is
         assert wait_job_ended(conn, close, timeout=120) == "failed"
     error = conn.execute("SELECT error FROM engine_jobs WHERE id = %s", (close,)).fetchone()
     assert error is not None
-    assert f"posting child job {kid} (posting) failed: " in error["error"]
+    assert f"posting child job {kid} (posting) rejected: " in error["error"]
     assert f"posting {PERIOD} rejected by controller at " in error["error"]
     assert "count the stock again" in error["error"]
+    # the accountant's decision ends the close rejected: no dead letter, no alert, no retry
+    rows = conn.execute(
+        "SELECT id, rejected FROM engine_jobs WHERE id = ANY(%s)", ([close, kid],)
+    ).fetchall()
+    assert {(r["id"], r["rejected"]) for r in rows} == {(close, True), (kid, True)}
+    for table in ("engine_dead_letters", "engine_alerts"):
+        assert conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone() == {"n": 0}, table
+    for job in (close, kid):
+        with pytest.raises(Refused, match="a rejection is the data's decision"):
+            admin.retry_job(fast, job)
     # the period stays open, its history says who rejected the posting and why
     status = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (PERIOD,)).fetchone()
     assert status == {"status": "open"}

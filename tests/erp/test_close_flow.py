@@ -341,7 +341,8 @@ def test_close__the_period_stays_held_while_its_posting_child_awaits_approval(
             what="the outsider to be refused the period's slot",
         )
         [posting_child] = children(conn, job.job_id)
-        signal(posting_child["id"], "approve", {"by": "accountant"}, settings=fast)
+        ok = {"reason": "known"}
+        signal(posting_child["id"], "approve", ok, settings=fast, sent_by="accountant")
         assert wait_job_ended(conn, outsider.job_id, timeout=120) == "done"
         assert wait_job_ended(conn, job.job_id, timeout=120) == "done"
     s = summary(conn, job.job_id)
@@ -434,7 +435,7 @@ def test_close__a_close_failed_by_its_cancelled_posting_is_resumed_by_retry(
             "the close's books step waits for its posting again, holding the period's slot"
         )
         wait_until(posting_awaits_approval, timeout=120, what="the posting to await it again")
-        signal(kid["id"], "approve", {"by": "accountant"}, settings=fast)
+        signal(kid["id"], "approve", {"reason": "known"}, settings=fast, sent_by="accountant")
         assert wait_job_ended(conn, job.job_id, timeout=120) == "done"
     kids = children(conn, job.job_id)
     assert [(k["child_key"], k["status"]) for k in kids] == [

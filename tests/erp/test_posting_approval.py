@@ -10,8 +10,9 @@ import pytest
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 from test_posting import insert_erp, output
 
-from engine import Registry, awaiting_approval, signal, submit
+from engine import ApprovalRefused, Refused, Registry, awaiting_approval, signal, submit
 from engine.config import Settings
+from engine.jobs import admin
 from engine.reports import render_job_report
 from flows.erp import periods
 
@@ -192,6 +193,10 @@ def test_posting__a_rejection_fails_the_job_naming_who_and_why_and_the_page_esca
         "SELECT count(*) AS n FROM engine_dead_letters WHERE job_id = %s", (job,)
     ).fetchone()
     assert dead_letters == {"n": 0}, "a rejection is a decision, not a fault"
+    alerts = conn.execute("SELECT count(*) AS n FROM engine_alerts").fetchone()
+    assert alerts == {"n": 0}, "an accountant's decision pages no one"
+    with pytest.raises(Refused, match="a rejection is the data's decision"):
+        admin.retry_job(fast, job)
     [event] = [e for e in periods.history(conn, "2026-11") if e.action.startswith("posting")]
     assert (event.action, event.actor) == ("posting rejected", "controller")
     assert event.reason.endswith(f"; {HOSTILE_REASON}")
@@ -214,9 +219,44 @@ def test_posting__a_decision_that_is_neither_approve_nor_reject_fails_the_job_na
     ).job_id
     with thread_worker(fast, registry):
         wait_until(lambda: reconcile_status(conn, job) == "waiting", what="reconcile to wait")
-        signal(job, "approve", {"decision": "maybe"}, settings=fast, sent_by="acct")
+        maybe = {"decision": "maybe", "reason": "unsure"}
+        signal(job, "approve", maybe, settings=fast, sent_by="acct")
         assert wait_job_ended(conn, job) == "failed"
     error = conn.execute("SELECT error FROM engine_jobs WHERE id = %s", (job,)).fetchone()
     assert error is not None
     assert "has decision 'maybe': expected 'approve' or 'reject'" in error["error"]
     assert [e for e in periods.history(conn, "2026-11") if e.action.startswith("posting")] == []
+
+
+def test_posting__its_submitter_cannot_approve_and_an_approval_needs_a_reason(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    insert_erp(conn)
+    job = submit(
+        "posting",
+        {"period": "2026-11", "approve_rejects_over": 2},
+        settings=fast,
+        registry=registry,
+        submitted_by="ann@erp",
+    ).job_id
+    with thread_worker(fast, registry):
+        wait_until(lambda: reconcile_status(conn, job) == "waiting", what="reconcile to wait")
+        with pytest.raises(ApprovalRefused) as own:
+            signal(job, "approve", {"reason": "mine"}, settings=fast, sent_by="ann@erp")
+        assert own.value.rule == "submitter"
+        with pytest.raises(ApprovalRefused) as bare:
+            signal(job, "approve", {"decision": "approve"}, settings=fast, sent_by="bob@erp")
+        assert bare.value.rule == "reason"
+        assert reconcile_status(conn, job) == "waiting"
+        signal(job, "approve", {"reason": "known till errors"}, settings=fast, sent_by="bob@erp")
+        assert wait_job_ended(conn, job) == "done"
+    assert output(conn, job, "decide")["approval"]["by"] == "bob@erp"
+    refused = conn.execute(
+        "SELECT actor, detail->>'rule' AS rule FROM engine_audit "
+        "WHERE job_id = %s AND action = 'signal_refused' ORDER BY id",
+        (job,),
+    ).fetchall()
+    assert [(r["actor"], r["rule"]) for r in refused] == [
+        ("ann@erp", "submitter"),
+        ("bob@erp", "reason"),
+    ]

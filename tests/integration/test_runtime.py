@@ -23,7 +23,7 @@ from harness import (
 
 from engine import submit
 from engine.config import Settings
-from engine.errors import ConfigError
+from engine.errors import ConfigError, Refused
 from engine.runner import claim
 from engine.store import Claimed, ClaimRefused, db
 from engine.transports.message import StepMessage
@@ -602,11 +602,17 @@ def test_reject__the_job_fails_once_with_the_reason_no_dead_letter_no_alert(
         assert effects(conn, job.job_id) == [("a", "", 1)], "the rejected attempt rolled back"
         assert "c" not in steps(conn, job.job_id)
 
-        # the data fixed, `engine retry` resumes the job from its checkpoints
+        # a rejection is the data's decision: `engine retry` would only repeat it (issue 35);
+        # once the data is fixed, a new job runs it
         bad.unlink()
-        assert admin.retry_job(fast, job.job_id).step_runs == 1
-        wait_until(lambda: job_status_of(conn, job.job_id) == "done")
-    assert effects(conn, job.job_id) == [("a", "", 1), ("b", "", 2), ("c", "", 1)]
+        with pytest.raises(Refused, match="submit a new job"):
+            admin.retry_job(fast, job.job_id)
+        assert job_status_of(conn, job.job_id) == "failed"
+        params = {"reject_while": str(bad)}
+        again = submit("chain", params, settings=fast, registry=flows_registry())
+        assert again.job_id != job.job_id
+        wait_until(lambda: job_status_of(conn, again.job_id) == "done")
+    assert effects(conn, again.job_id) == [("a", "", 1), ("b", "", 1), ("c", "", 1)]
 
 
 def test_visibility_shorter_than_the_step__the_copy_backs_off_then_is_deleted(

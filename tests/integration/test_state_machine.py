@@ -98,6 +98,7 @@ class RunModel:
     max_attempts: int
     status: str = "pending"
     attempts: int = 0
+    attempt_base: int = 0  # attempts before its retry round
     token: uuid.UUID | None = None
     owner: str | None = None
     expired: bool = False  # running: the lease was aged past its expiry
@@ -823,7 +824,9 @@ class StepRunMachine(RuleBasedStateMachine):
         event("job reopened")
         for r in back:
             r.status, r.due = "pending", True
-            r.max_attempts = r.attempts + self.settings.max_attempts
+            # a retry round: the step's own budget again, counted from here
+            r.max_attempts = r.attempts + (r.max_attempts - r.attempt_base)
+            r.attempt_base = r.attempts
             # a fresh wait (reopen clears the last one)
             r.wait_signal, r.deadline, r.deadline_passed = None, False, False
 

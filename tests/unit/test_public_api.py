@@ -10,6 +10,7 @@ from __future__ import annotations
 import engine
 
 PUBLIC = [
+    "ApprovalRefused",
     "Audited",
     "Awaiting",
     "BadInput",

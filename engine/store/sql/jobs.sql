@@ -1,9 +1,10 @@
 -- job_insert_if_absent --
 -- Invariant 7: the conflict target repeats the partial index's predicate, so a second active job with this fingerprint inserts nothing (zero rows: someone else's job exists).
 INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, submitted_by,
-                         parent_job_id, parent_step_run_id, child_key, signals)
+                         parent_job_id, parent_step_run_id, child_key, signals, approvals)
 VALUES (%(id)s, %(flow)s, %(flow_version)s, %(params)s, %(fingerprint)s, %(submitted_by)s,
-        %(parent_job_id)s, %(parent_step_run_id)s, %(child_key)s, %(signals)s::text[])
+        %(parent_job_id)s, %(parent_step_run_id)s, %(child_key)s, %(signals)s::text[],
+        %(approvals)s::text[])
 ON CONFLICT (fingerprint) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING id, flow, status, created_at;
 
@@ -16,6 +17,35 @@ WHERE fingerprint = %(fingerprint)s AND status IN ('pending', 'running');
 -- job_select_signals --
 -- The signals a job may receive, recorded from its flow's declaration at submit (NULL: submitted before signals were declared); read after the job row was locked, before a signal is written.
 SELECT flow, flow_version, signals FROM engine_jobs WHERE id = %(job_id)s;
+
+-- job_select_approval_parties --
+-- Read after the job row was locked, before an approval signal is written: the approvals the job recorded at submit (NULL: none, an older job) and who submitted it and each of its ancestors (parent, grandparent, ...), the job first; a parent's row is never changed once its child exists, so no lock is needed on it.
+WITH RECURSIVE up AS (
+    SELECT id, parent_job_id, submitted_by, approvals, 0 AS depth
+    FROM engine_jobs WHERE id = %(job_id)s
+    UNION ALL
+    SELECT p.id, p.parent_job_id, p.submitted_by, NULL::text[], up.depth + 1
+    FROM engine_jobs AS p JOIN up ON p.id = up.parent_job_id
+    WHERE up.depth < 64
+)
+SELECT id, submitted_by, approvals, depth FROM up ORDER BY depth;
+
+-- job_mark_rejected_if_failed --
+-- In the transaction that failed the job by a step's Reject (after job_finish_if_active_logged): the data's decision, which `engine retry` refuses and a parent step reads (engine.Child.rejected); zero rows: the job did not fail in it.
+UPDATE engine_jobs SET rejected = true
+WHERE id = %(job_id)s AND status = 'failed'
+RETURNING id;
+
+-- job_select_rejected_in_retry --
+-- Read before a retry, only to refuse it: the job, or a failed descendant a retry would reopen, that a step's Reject failed (the data's decision, not a fault); the nearest first.
+WITH RECURSIVE tree AS (
+    SELECT id, flow, rejected, error, 0 AS depth FROM engine_jobs WHERE id = %(job_id)s
+    UNION ALL
+    SELECT c.id, c.flow, c.rejected, c.error, tree.depth + 1
+    FROM engine_jobs AS c JOIN tree ON c.parent_job_id = tree.id
+    WHERE c.status = 'failed' AND tree.depth < 64
+)
+SELECT id, flow, error, depth FROM tree WHERE rejected ORDER BY depth, id LIMIT 1;
 
 -- job_select_status --
 -- The status of one job, for messages to the user.
@@ -170,7 +200,7 @@ WHERE parent_step_run_id = %(parent_step_run_id)s AND child_key = %(child_key)s;
 
 -- job_select_children --
 -- Read by the waiting step in its fenced transaction: the children of a step run, in the order they were submitted, each done one with the checkpoint of its step run that finished last (its result, for a flow that ends in one step); writes nothing.
-SELECT c.id, c.flow, c.status, c.child_key, c.error, c.created_at, c.finished_at,
+SELECT c.id, c.flow, c.status, c.child_key, c.error, c.created_at, c.finished_at, c.rejected,
        (SELECT s.output FROM engine_step_runs AS s
         WHERE s.job_id = c.id AND s.status = 'done' AND c.status = 'done'
         ORDER BY s.finished_at DESC, s.id

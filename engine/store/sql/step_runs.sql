@@ -49,6 +49,7 @@ WITH job AS (
         OR engine_concurrency_slot_free(s.concurrency_key, s.concurrency_limit,
                                         s.concurrency_per_job, j.id, s.id, 'wait'))
     RETURNING s.id, s.job_id, s.step, s.fanout_key, s.fingerprint, s.attempts, s.max_attempts,
+              s.attempt_base, s.retries,
               s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
               prev.status AS previous_status, prev.lease_owner AS previous_owner
 ), started AS (
@@ -96,6 +97,7 @@ WITH wanted AS (
       AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
         OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
     RETURNING s.id, s.job_id, s.step, s.fanout_key, s.fingerprint, s.attempts, s.max_attempts,
+              s.attempt_base, s.retries,
               s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
               prev.status AS previous_status, prev.lease_owner AS previous_owner
 ), started AS (
@@ -337,10 +339,11 @@ WHERE job_id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
 RETURNING id;
 
 -- step_reopen_by_job --
--- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, with a fresh attempt budget and a fresh wait (a timed-out wait waits again); done ones are never rerun.
+-- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, in a new retry round (retries + 1; attempts restart from attempt_base, the cap moves by the step's own budget, never grows) and with a fresh wait (a timed-out wait waits again); done ones are never rerun.
 UPDATE engine_step_runs
 SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
-    max_attempts = attempts + %(extra_attempts)s, free_releases = 0,
+    retries = retries + 1, attempt_base = attempts,
+    max_attempts = attempts + (max_attempts - attempt_base), free_releases = 0,
     wait_signal = NULL, wait_until = NULL,
     wait_children = false, wait_past = '{}', wait_summary = NULL, concurrency_kept = false
 WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
