@@ -31,3 +31,12 @@ class ErpSettings(BaseSettings):
         le=12,
         description="month the fiscal year starts in (1 = the calendar year)",
     )
+    approve_rejects_over: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "a period's default limit of rejected documents without an accountant's approval "
+            "(pinned on the period by its first posting; unset: no limit unless a submit names "
+            "one)"
+        ),
+    )

@@ -28,6 +28,7 @@ from engine.console.extension import (
 )
 from engine.console.roles import Permission
 from flows.erp import periods
+from flows.erp.documents import period_documents
 from flows.erp.types import parse_period
 from flows.tools.books import audited
 from flows.tools.session import books_transaction
@@ -63,6 +64,7 @@ def _view(req: PageRequest) -> list[Section]:
         period = _period(period)
         info = periods.info(conn, period)
         events = periods.history(conn, period)
+        docs = None if info is None else period_documents(conn, period)
     if info is None:
         return [Section(f"Period {period}", text="No such period in the books.")]
     keep = FormField("period", "period", kind="hidden", value=period)
@@ -78,12 +80,19 @@ def _view(req: PageRequest) -> list[Section]:
         )
     else:
         forms.append(PageForm("close", f"Close {period}", Permission.APPROVE, (keep,)))
+    assert docs is not None
     return [
         Section(
             f"Period {period}: {info.status}",
             text=(f"costed {info.costed_at:%Y-%m-%d %H:%M %Z}" if info.costed_at else "not costed")
             + (f"; closed by {info.closed_by}" if info.closed_by else ""),
             forms=forms,
+        ),
+        Section(
+            "Documents",
+            text=docs.sentence(),
+            columns=("documents", "count"),
+            rows=[(what, str(n)) for what, n in docs.lines()],
         ),
         Section(
             "History",
