@@ -30,8 +30,8 @@ job of the period, retries (freeing the slot) rather than waits.
 4. ``month_end``: the whole month end on one page (the report): every
    document of the period (posted, rejected approved or not, unposted, dated
    elsewhere: :mod:`flows.erp.documents`), the posting batch and COGS per
-   brand and store (from the children's summaries), the trial balance, the checks, and who closed the period when;
-   the report links the child jobs.
+   brand and store (from the children's summaries), the trial balance, the
+   checks, and who closed the period when; the report links the child jobs.
 
 A submit for a period that is closed, or whose stores cannot be costed, is
 refused (exit 2).

@@ -35,8 +35,9 @@ Method:
    the period) pass the period's limit (:mod:`flows.erp.approvals`:
    ``--approve-rejects-over N`` sets or tightens it in ``select_documents``),
    it then waits for an accountant's decision, recorded per document, the
-   signal ``approve`` (``engine signal JOB_ID approve --data '{"decision": "approve"}'``, or ``'{"decision":
-   "reject", "reason": "..."}'``; no decision: approve), holding no worker
+   signal ``approve`` (``engine signal JOB_ID approve --data '{"decision":
+   "approve"}'``, or ``'{"decision": "reject", "reason": "..."}'``; no
+   decision: approve), holding no worker
    while it waits. Before it parks it publishes what is decided on
    (:class:`AwaitingApproval`: the counts, the totals, the rejected documents
    with their reasons, the limit), which the run report and the approvals
