@@ -27,6 +27,7 @@ from engine import ChecksFailed, record_action
 from flows.erp import checks, periods
 from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
+from flows.erp.documents import period_documents
 from flows.tools.documents import approval_threshold_command, documents_command
 from flows.tools.exports import item_costs_command, stock_ledger_command
 from flows.tools.session import books_transaction, parse_period_option, period_option
@@ -158,6 +159,7 @@ def close_command(period: str, by: str | None) -> None:
         )
     )
     click.echo(f"period {event.period} closed by {event.actor} at {event.at:%Y-%m-%d %H:%M:%S %Z}")
+    click.echo(_run(lambda conn: period_documents(conn, event.period)).sentence())
 
 
 @click.command("reopen")

@@ -2,9 +2,11 @@
 
 ``/x/periods`` lists the newest periods; ``/x/periods?period=2026-11``
 shows one period's status and history (costed, closed, reopened, the
-postings approved or rejected: who, when, why) with the buttons an
+postings approved or rejected: who, when, why), every document of the
+period counted (:mod:`flows.erp.documents`), with the buttons an
 accountant may press: close it (refused, with the reason, while a job of
-the period runs, a store is uncosted or a check fails) and reopen it (a
+the period runs, its rejected documents without an approval pass its
+limit, a store is uncosted or a check fails) and reopen it (a
 reason is required). Both go through the same functions as ``engine books
 close|reopen`` and are recorded in the period's history and the engine's
 audit trail with the signed-in user, in one transaction.
