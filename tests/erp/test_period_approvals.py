@@ -116,6 +116,13 @@ def test_period_approvals__a_new_close_after_a_rejection_waits_and_closes_once_a
         )
         assert [r["id"] for r in s["rejections"]] == ids
         assert period_status(conn) == "open"
+        waiting = Path(
+            render_job_report(fast, kid.job_id, out_dir=tmp_path / "w", registry=registry)
+        )
+        assert (
+            f"{len(ids)} rejected document(s) dated in {PERIOD}, this batch's and earlier"
+            in waiting.read_text()
+        )
         signal(
             kid.job_id, "approve", {"reason": "known till errors"}, settings=fast, sent_by="acct"
         )
