@@ -19,20 +19,28 @@ ALTER TABLE erp_documents
     ADD COLUMN rejected_at timestamptz;
 UPDATE erp_documents SET rejections = 1, rejected_at = now() WHERE status = 'rejected';
 
--- every move into 'rejected' is a new rejection: it needs its own decision
+-- every move into 'rejected' is a new rejection: it needs its own decision; the
+-- count and its time are the trigger's alone (a write to them is ignored), so no
+-- UPDATE can bring an old rejection's approval back
 CREATE FUNCTION erp_documents_count_rejection() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.status = 'rejected'
-       AND (TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM 'rejected') THEN
-        NEW.rejections := CASE WHEN TG_OP = 'INSERT' THEN 0 ELSE OLD.rejections END + 1;
+    IF TG_OP = 'INSERT' THEN
+        NEW.rejections := CASE WHEN NEW.status = 'rejected' THEN 1 ELSE 0 END;
+        NEW.rejected_at := CASE WHEN NEW.status = 'rejected' THEN clock_timestamp() END;
+        RETURN NEW;
+    END IF;
+    NEW.rejections := OLD.rejections;
+    NEW.rejected_at := OLD.rejected_at;
+    IF NEW.status = 'rejected' AND OLD.status <> 'rejected' THEN
+        NEW.rejections := OLD.rejections + 1;
         NEW.rejected_at := clock_timestamp();
     END IF;
     RETURN NEW;
 END
 $$;
 CREATE TRIGGER erp_documents_count_rejection
-    BEFORE INSERT OR UPDATE OF status ON erp_documents
+    BEFORE INSERT OR UPDATE ON erp_documents
     FOR EACH ROW EXECUTE FUNCTION erp_documents_count_rejection();
 
 -- the rejected documents of a period (dated in it), and every document of it by status

@@ -230,6 +230,9 @@ def test_period_approvals__a_document_rejected_again_needs_a_new_decision(
     )
     [again] = approvals.unapproved(conn, PERIOD)
     assert (again.id, again.rejection, again.decision) == (4, 2, None)
+    # the count is the trigger's: an UPDATE back to the approved rejection is ignored
+    conn.execute("UPDATE erp_documents SET rejections = 1, rejected_at = NULL WHERE id = 4")
+    assert [(d.id, d.rejection) for d in approvals.unapproved(conn, PERIOD)] == [(4, 2)]
     refusal = approvals.close_refusal(conn, PERIOD)
     assert refusal is not None and "1 rejected document(s)" in refusal
     # an attacker's decision for an old rejection does not count for the new one
