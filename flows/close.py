@@ -14,10 +14,11 @@ job of the period, retries (freeing the slot) rather than waits.
    costing of the period (:mod:`flows.costing`), which must follow the
    posting, and waits for it. Each child is submitted once per step run (a
    rerun finds it); a failed or cancelled child fails the close naming the
-   child job and its error. With ``--approve-rejects-over N`` the posting
-   child waits for an accountant's ``approve`` signal (sent to the child job)
-   when it rejected more than N documents. Their summaries are this step's
-   checkpoint.
+   child job and its error. The posting child waits for an accountant's
+   ``approve`` signal (sent to the child job) while the period's rejected
+   documents without an approval, every job's, pass the period's limit
+   (``--approve-rejects-over N`` sets or tightens it, never loosens it:
+   :mod:`flows.erp.approvals`). Their summaries are this step's checkpoint.
 2. ``check``: marks the period costed, takes its trial balance and runs
    every cross-check of :mod:`flows.erp.checks`; the job fails naming each
    broken identity or refusing flag (:mod:`flows.erp.flags`; warnings are
@@ -27,10 +28,11 @@ job of the period, retries (freeing the slot) rather than waits.
    close job of the period still active (one submitted during the close has
    waited for its slot until now) makes it give the slot back and try again
    (:data:`CLOSE_RETRY`: for up to ~25 minutes).
-4. ``month_end``: the whole month end on one page (the report): documents
-   posted and rejected and COGS per brand and store (from the children's
-   summaries), the trial balance, the checks, and who closed the period when;
-   the report links the child jobs.
+4. ``month_end``: the whole month end on one page (the report): every
+   document of the period (posted, rejected approved or not, unposted, dated
+   elsewhere: :mod:`flows.erp.documents`), the posting batch and COGS per
+   brand and store (from the children's summaries), the trial balance, the
+   checks, and who closed the period when; the report links the child jobs.
 
 A submit for a period that is closed, or whose stores cannot be costed, is
 refused (exit 2).
@@ -62,6 +64,7 @@ from flows import costing, posting
 from flows.erp import checks, periods
 from flows.erp.books import Money, TrialBalance, trial_balance
 from flows.erp.checks import BooksCheck
+from flows.erp.documents import PeriodDocuments, period_documents
 from flows.erp.periods import PeriodEvent
 from flows.erp.types import Period
 from flows.posting import MAX_REJECTIONS, Approval, PostingSummary, Rejection
@@ -77,8 +80,10 @@ class CloseParams(BaseModel):
         default=None,
         ge=0,
         description=(
-            "the posting child waits for the signal 'approve' when it rejected more than "
-            "this many documents (default: never wait)"
+            "the period's limit: the posting child waits for the signal 'approve' while "
+            "more of the period's rejected documents than this have no approval (sets or "
+            "tightens the period's limit, never loosens it; default: the period's, else "
+            "ERP_APPROVE_REJECTS_OVER, else never wait)"
         ),
     )
 
@@ -125,6 +130,9 @@ class MonthEnd(BaseModel):
     posted_debit: Money
     posted_credit: Money
     rejections: list[Rejection]
+    documents: PeriodDocuments | None = Field(
+        default=None, description="every document of the period when it closed, not the batch"
+    )
     stores: int
     cogs_value: Money
     closing_value: Money
@@ -142,6 +150,7 @@ flow = Flow(
     # 3: posting and costing run as child jobs (step books), costing after posting
     # 4: the check carries the books' flags; a refusing flag fails it (issue 35)
     # 4 (same release): a rejected child (the accountant's decision) ends the close rejected
+    # 4: the month end counts every document of the period (flows.erp.documents)
     version=4,
     description="Month-end close: post, then cost (child jobs), check the books, close the period.",
     concurrency=periods.PERIOD_KEY,
@@ -273,6 +282,7 @@ def month_end(closed: Closed, verified: Verified, done: Books, ctx: StepContext)
         posted_debit=posted.debit,
         posted_credit=posted.credit,
         rejections=posted.rejections[:MAX_REJECTIONS],
+        documents=period_documents(ctx.conn, done.period),
         stores=costed.stores,
         cogs_value=costed.cogs_value,
         closing_value=costed.closing_value,

@@ -30,13 +30,16 @@ Method:
    difference, both sides of a transfer) and status ``posted``.
 3. ``reconcile`` checks that this job's journals balance, that every document
    journal of the period balances in the database, and that posted + rejected
-   equals the number selected; it fails the job loudly otherwise. With
-   ``--approve-rejects-over N``, a batch that rejected more than N documents
-   then waits for an accountant's decision, the signal ``approve`` (``engine
-   signal JOB_ID approve --data '{"decision": "approve", "reason": "..."}'``, or
-   ``'{"decision": "reject", "reason": "..."}'``; no decision: approve; a reason
-   either way, from someone other than who submitted the posting or its
-   close: the engine refuses it otherwise, :mod:`engine.waits.approvals`), holding no worker
+   equals the number selected; it fails the job loudly otherwise. When the
+   period's rejected documents without an approval (every job's, dated in
+   the period) pass the period's limit (:mod:`flows.erp.approvals`:
+   ``--approve-rejects-over N`` sets or tightens it in ``select_documents``),
+   it then waits for an accountant's decision, recorded per document, the
+   signal ``approve`` (``engine signal JOB_ID approve --data '{"decision":
+   "approve", "reason": "..."}'``, or ``'{"decision": "reject", "reason":
+   "..."}'``; no decision: approve; a reason either way, from someone other
+   than who submitted the posting or its close: the engine refuses it
+   otherwise, :mod:`engine.waits.approvals`), holding no worker
    while it waits. Before it parks it publishes what is decided on
    (:class:`AwaitingApproval`: the counts, the totals, the rejected documents
    with their reasons, the limit), which the run report and the approvals
@@ -78,7 +81,7 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, Reject, Signal, StepContext
-from flows.erp import ledger, periods
+from flows.erp import approvals, ledger, periods
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.ledger import Journal, signed
@@ -119,8 +122,10 @@ class PostingParams(BaseModel):
         default=None,
         ge=0,
         description=(
-            "wait for the signal 'approve' before closing a batch that rejected more than "
-            "this many documents (default: never wait)"
+            "the period's limit: wait for the signal 'approve' while more of the period's "
+            "rejected documents than this have no approval (sets or tightens the period's "
+            "limit, never loosens it; default: the period's, else ERP_APPROVE_REJECTS_OVER, "
+            "else never wait)"
         ),
     )
 
@@ -143,6 +148,9 @@ class Approval(BaseModel):
     threshold: int
     decision: Decision = "approve"
     reason: str = ""
+    documents: int = Field(
+        default=0, description="rejected documents of the period decided on (each recorded)"
+    )
 
 
 class Chunk(BaseModel):
@@ -218,8 +226,13 @@ class AwaitingApproval(BaseModel):
     debit: Money
     credit: Money
     threshold: int = Field(description="more rejections than this need an approval")
+    unapproved: int = Field(
+        default=0,
+        description="rejected documents dated in the period without an approval (every "
+        "job's): what is decided on",
+    )
     rejections: list[Rejection] = Field(
-        description=f"the first {MAX_REJECTIONS} by id; `rejected` is the full count"
+        description=f"the unapproved documents, the first {MAX_REJECTIONS} by id"
     )
 
 
@@ -230,6 +243,7 @@ flow = Flow(
     # 4: the approval wait (approve_rejects_over) and PostingSummary.approval
     # 5: the wait shows what is approved; approve or reject; the last step is `decide`
     # 6: the approval is an engine approval: not by the submitter (or the close's), with a reason
+    # 6: the limit is the period's; the wait counts the period's unapproved rejections
     version=6,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,
@@ -363,9 +377,14 @@ def admit(params: PostingParams, conn: psycopg.Connection[Any]) -> None:
 def select_documents(params: PostingParams, ctx: StepContext) -> Selection:
     """Split the period's unposted documents into id-range chunks; fail if it is closed."""
     try:
-        return select_chunks(ctx.conn, params.period)
+        selection = select_chunks(ctx.conn, params.period)
     except Refused as exc:
         raise Fail(str(exc)) from exc
+    # the period's limit, set or tightened here: it commits with this checkpoint, before any wait
+    approvals.claim_threshold(
+        ctx.conn, params.period, params.approve_rejects_over, actor=f"posting job {ctx.job_id}"
+    )
+    return selection
 
 
 def post_one_chunk(
@@ -414,9 +433,11 @@ def reconcile(
         raise Fail(f"posting {params.period} does not reconcile: " + "; ".join(problems))
     rejections = sorted((j for r in results for j in r.rejections), key=lambda j: j.id)
     approval = None
-    threshold = params.approve_rejects_over
-    if threshold is not None and rejected > threshold:
-        # the accountant sees the batch while it waits (no worker held); once the signal
+    # the period's limit and its unapproved rejections, every job's (flows.erp.approvals)
+    threshold = approvals.threshold(ctx.conn, params.period)
+    unapproved = approvals.unapproved(ctx.conn, params.period)
+    if threshold is not None and len(unapproved) > threshold:
+        # the accountant sees the documents while it waits (no worker held); once the signal
         # has come this step runs again from the top and the wait returns it
         waiting = AwaitingApproval(
             period=params.period,
@@ -426,17 +447,13 @@ def reconcile(
             debit=debit,
             credit=credit,
             threshold=threshold,
-            rejections=rejections[:MAX_REJECTIONS],
+            unapproved=len(unapproved),
+            rejections=[
+                Rejection(id=d.id, number=d.number, reason=d.reason)
+                for d in unapproved[:MAX_REJECTIONS]
+            ],
         )
-        approval = _approval(ctx.wait_for_signal(APPROVAL_SIGNAL, summary=waiting), threshold)
-        # in this step's fenced transaction: recorded once, with its checkpoint
-        periods.record_posting_decision(
-            ctx.conn,
-            params.period,
-            approved=approval.decision == "approve",
-            actor=approval.by,
-            reason=_decision_text(ctx.job_id, waiting, approval),
-        )
+        approval = _decided(ctx, waiting, ctx.wait_for_signal(APPROVAL_SIGNAL, summary=waiting))
     return PostingSummary(
         period=params.period,
         chunks=len(results),
@@ -465,11 +482,46 @@ def decide(summary: PostingSummary, ctx: StepContext) -> PostingSummary:
         why = approval.reason or "no reason given"
         raise Reject(
             f"posting {summary.period} rejected by {approval.by} at "
-            f"{approval.at:%Y-%m-%d %H:%M:%S %Z}: {why} ({summary.rejected} document(s) "
+            f"{approval.at:%Y-%m-%d %H:%M:%S %Z}: {why} ({approval.documents} document(s) "
             f"rejected, over the limit of {approval.threshold}; the {summary.posted} posted "
             "stay posted)"
         )
     return summary
+
+
+def _decided(ctx: StepContext, waiting: AwaitingApproval, signal: Signal) -> Approval:
+    """The decision, recorded on each document shown and in the period's history.
+
+    In the step's fenced transaction: recorded once, with its checkpoint. The
+    documents are the period's unapproved rejections as the wait showed them
+    (the job holds the period's key while it waits, so no posting of the
+    period rejects another meanwhile; one rejected after the signal was sent
+    is not decided on). Past the first :data:`MAX_REJECTIONS` listed, the rest
+    stay undecided: the next posting of the period asks about them.
+    """
+    listed = {r.id for r in waiting.rejections}
+    shown = [
+        d
+        for d in approvals.unapproved(ctx.conn, waiting.period, before=signal.at)
+        if d.id in listed
+    ]
+    approval = _approval(signal, waiting.threshold).model_copy(update={"documents": len(shown)})
+    approvals.record_decisions(
+        ctx.conn,
+        shown,
+        decision=approval.decision,
+        by=approval.by,
+        reason=approval.reason,
+        job_id=ctx.job_id,
+    )
+    periods.record_posting_decision(
+        ctx.conn,
+        waiting.period,
+        approved=approval.decision == "approve",
+        actor=approval.by,
+        reason=_decision_text(ctx.job_id, waiting, approval),
+    )
+    return approval
 
 
 def _approval(signal: Signal, threshold: int) -> Approval:
@@ -502,7 +554,7 @@ def _approval(signal: Signal, threshold: int) -> Approval:
 def _decision_text(job_id: uuid.UUID, waiting: AwaitingApproval, approval: Approval) -> str:
     """The period history's reason: the job, what was decided on, and the approver's words."""
     text = (
-        f"posting job {job_id}: {waiting.rejected} document(s) rejected, over the limit "
+        f"posting job {job_id}: {waiting.unapproved} document(s) rejected, over the limit "
         f"of {waiting.threshold}"
     )
     return f"{text}; {approval.reason}" if approval.reason else text

@@ -4,7 +4,8 @@ The flows (``flows/costing.py``, ``flows/posting.py``, ``flows/migration.py``,
 ``flows/close.py``) run the heavy jobs on these tables; this package holds
 what they share: the one module that posts journals (:mod:`.ledger`), the
 ledger read as a trial balance (:mod:`.books`), the lifecycle of a period
-(:mod:`.periods`), inventory costing (:mod:`.inventory`) and its exact
+(:mod:`.periods`), its documents counted (:mod:`.documents`) and the
+approvals that bind it (:mod:`.approvals`), inventory costing (:mod:`.inventory`) and its exact
 multi-store average cost (:mod:`.average`), the auditor's identities
 (:mod:`.checks`), the flags an accountant expects (:mod:`.flags`) and exports
 (:mod:`.exports`), the ``ERP_*`` settings

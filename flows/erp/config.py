@@ -58,3 +58,12 @@ class ErpSettings(BaseSettings):
         default="warn",
         description="a period with no document and no activity: warn or refuse",
     )
+    approve_rejects_over: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "a period's default limit of rejected documents without an accountant's approval "
+            "(pinned on the period by its first posting; unset: no limit unless a submit names "
+            "one)"
+        ),
+    )

@@ -35,7 +35,7 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import BadInput, Concurrency, Refused, active_jobs
-from flows.erp import books, checks
+from flows.erp import approvals, books, checks
 from flows.erp.queries import NamedQueries
 from flows.erp.types import next_period
 
@@ -93,7 +93,14 @@ class PeriodEvent(BaseModel):
 
     id: int
     period: str
-    action: Literal["costed", "closed", "reopened", "posting approved", "posting rejected"]
+    action: Literal[
+        "costed",
+        "closed",
+        "reopened",
+        "posting approved",
+        "posting rejected",
+        "approval threshold",  # the period's limit of rejected documents (flows.erp.approvals)
+    ]
     actor: str
     reason: str
     at: datetime
@@ -240,7 +247,9 @@ def close(
     """Close ``period`` in the caller's transaction, or raise :class:`engine.Refused` saying why.
 
     Refused while a posting, costing or close job of the period is active
-    (other than ``job``, the caller's own), while a store is not costed, or
+    (other than ``job``, the caller's own), while its rejected documents without an
+    approval pass its limit (:func:`flows.erp.approvals.close_refusal`), while a store
+    is not costed, or
     while :func:`flows.erp.checks.check_period` finds a broken identity. Once
     closed, the period's closing balances are kept per account and store.
     """
@@ -257,6 +266,9 @@ def close(
             f"cannot close {period}: {len(busy)} job(s) of the period are active: {jobs}; "
             "wait for them to end (engine status JOB_ID) or cancel them"
         )
+    unapproved = approvals.close_refusal(conn, period)
+    if unapproved is not None:
+        raise Refused(unapproved)
     uncosted = [r["code"] for r in _q.rows(conn, "stores_not_costed", {"period": period})]
     if uncosted:
         raise Refused(

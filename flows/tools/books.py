@@ -10,6 +10,8 @@
     engine books history --period 2026-11 [--json]
     engine books stock-ledger --period 2026-11 [--store ST001] [--sku SKU] [--json]
     engine books item-costs --period 2026-11 [--store ST001] [--sku SKU] [--json]
+    engine books documents --period 2026-11 [--json]    # every document of the period
+    engine books approval-threshold --period 2026-11 --over N --reason R
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from engine import ChecksFailed, record_action
 from flows.erp import checks, flags, periods
 from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
+from flows.erp.documents import period_documents
+from flows.tools.documents import approval_threshold_command, documents_command
 from flows.tools.exports import item_costs_command, stock_ledger_command
 from flows.tools.session import books_transaction, parse_period_option, period_option
 
@@ -175,6 +179,7 @@ def close_command(period: str, by: str | None) -> None:
         )
     )
     click.echo(f"period {event.period} closed by {event.actor} at {event.at:%Y-%m-%d %H:%M:%S %Z}")
+    click.echo(_run(lambda conn: period_documents(conn, event.period)).sentence())
 
 
 @click.command("reopen")
@@ -224,6 +229,8 @@ books = click.Group(
         history_command,
         stock_ledger_command,
         item_costs_command,
+        documents_command,
+        approval_threshold_command,
     ],
     help="The ERP's books: trial balance, checks, and a period's close and reopen.",
 )

@@ -2,9 +2,11 @@
 
 ``/x/periods`` lists the newest periods; ``/x/periods?period=2026-11``
 shows one period's status and history (costed, closed, reopened, the
-postings approved or rejected: who, when, why) with the buttons an
+postings approved or rejected: who, when, why), every document of the
+period counted (:mod:`flows.erp.documents`), with the buttons an
 accountant may press: close it (refused, with the reason, while a job of
-the period runs, a store is uncosted or a check fails) and reopen it (a
+the period runs, its rejected documents without an approval pass its
+limit, a store is uncosted or a check fails) and reopen it (a
 reason is required). Both go through the same functions as ``engine books
 close|reopen`` and are recorded in the period's history and the engine's
 audit trail with the signed-in user, in one transaction.
@@ -28,6 +30,7 @@ from engine.console.extension import (
 )
 from engine.console.roles import Permission
 from flows.erp import periods
+from flows.erp.documents import period_documents
 from flows.erp.types import parse_period
 from flows.tools.books import audited
 from flows.tools.session import books_transaction
@@ -63,6 +66,7 @@ def _view(req: PageRequest) -> list[Section]:
         period = _period(period)
         info = periods.info(conn, period)
         events = periods.history(conn, period)
+        docs = None if info is None else period_documents(conn, period)
     if info is None:
         return [Section(f"Period {period}", text="No such period in the books.")]
     keep = FormField("period", "period", kind="hidden", value=period)
@@ -78,12 +82,19 @@ def _view(req: PageRequest) -> list[Section]:
         )
     else:
         forms.append(PageForm("close", f"Close {period}", Permission.APPROVE, (keep,)))
+    assert docs is not None
     return [
         Section(
             f"Period {period}: {info.status}",
             text=(f"costed {info.costed_at:%Y-%m-%d %H:%M %Z}" if info.costed_at else "not costed")
             + (f"; closed by {info.closed_by}" if info.closed_by else ""),
             forms=forms,
+        ),
+        Section(
+            "Documents",
+            text=docs.sentence(),
+            columns=("documents", "count"),
+            rows=[(what, str(n)) for what, n in docs.lines()],
         ),
         Section(
             "History",

@@ -14,6 +14,7 @@ from harness import start_worker_process, wait_job_ended, wait_until
 
 from engine.config import Settings
 from engine.worker.processes import WorkerProcess
+from flows import posting
 from flows.tools.seed import seed
 
 pytestmark = pytest.mark.acceptance
@@ -48,7 +49,8 @@ def test_cli__signal_bad_input_exits_2_naming_the_value(
         # a typo: posting declares "approve" only
         (
             (job_id, "aprove", "--data", '{"by": "a"}'),
-            f"signal 'aprove' is not declared by flow posting (version 6) of job {job_id}: "
+            f"signal 'aprove' is not declared by flow posting (version {posting.flow.version}) of "
+            f"job {job_id}: "
             "valid signals: 'approve'",
         ),
         ((example_id, "approve"), "it declares no signals"),

@@ -12,12 +12,14 @@ from typing import Any
 
 import psycopg
 from consolesupport import csrf_of
+from erp_books import post
 from test_posting import insert_erp
 
 from engine import submit
 from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.schedules.schedules import add_schedule
+from flows.erp import approvals
 
 
 def _jobs(settings: Settings, n: int) -> list[uuid.UUID]:
@@ -151,3 +153,23 @@ def test_periods__an_accountant_reopens_with_a_reason_and_a_close_is_refused_wit
     token = csrf_of(otto.get("/x/periods?period=2026-10").text)
     r = otto.post("/x/periods/close", data={"csrf": token, "period": "2026-10"})
     assert r.status_code == 403
+
+
+def test_periods__the_page_counts_every_document_and_a_close_over_the_limit_is_refused(
+    client_for: Any, conn: psycopg.Connection[Any]
+) -> None:
+    insert_erp(conn)
+    post(conn, "2026-11")  # SI-3, SI-4 and ST-7 rejected
+    approvals.claim_threshold(conn, "2026-11", 0, actor="posting job x")
+    anna = client_for("anna")
+    page = anna.get("/x/periods?period=2026-11").text
+    assert "<h2>Documents</h2>" in page or ">Documents<" in page
+    assert "3 rejected (0 approved, 0 refused, 3 undecided)" in page
+    assert "limit 0 rejected without an approval" in page
+    assert "rejected, undecided" in page and "entered here, dated elsewhere" in page
+    assert "approval threshold" in page  # the limit's change is in the history
+    refused = anna.post("/x/periods/close", data={"csrf": csrf_of(page), "period": "2026-11"}).text
+    assert "refused" in refused
+    assert "3 rejected document(s) dated in it have no approval" in refused
+    status = conn.execute("SELECT status FROM erp_periods WHERE period = '2026-11'").fetchone()
+    assert status == {"status": "open"}

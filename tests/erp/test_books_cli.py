@@ -105,6 +105,8 @@ def test_books_cli__close_reopen_history_and_refused_submits(
     closed = engine(settings, "books", "close", "--period", NOV, "--by", "ann")
     assert closed.returncode == 0, closed.stderr
     assert closed.stdout.startswith("period 2026-11 closed by ann at ")
+    # every document of the period, not one job's batch
+    assert "document(s) dated in 2026-11: " in closed.stdout.splitlines()[1]
     posting = engine(settings, "submit", "posting", "--period", NOV)
     assert posting.returncode == 2
     assert (

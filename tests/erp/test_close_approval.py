@@ -111,6 +111,10 @@ def test_close__shows_its_waiting_postings_summary_and_fails_when_the_posting_is
     status = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (PERIOD,)).fetchone()
     assert status == {"status": "open"}
     events = [(e.action, e.actor) for e in periods.history(conn, PERIOD)]
-    assert events == [("posting rejected", "controller")]
+    # the close's limit became the period's, set by its posting child before it waited
+    assert events == [
+        ("approval threshold", f"posting job {kid}"),
+        ("posting rejected", "controller"),
+    ]
     page = Path(render_job_report(fast, close, out_dir=tmp_path / "f", registry=registry))
     assert "rejected by controller" in page.read_text()

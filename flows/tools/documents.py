@@ -1,0 +1,75 @@
+"""``engine books documents`` and ``engine books approval-threshold``: a period's documents
+and the limit of its rejected documents without an approval.
+
+::
+
+    engine books documents --period 2026-11 [--json]
+    engine books approval-threshold --period 2026-11 --over 5 --reason "..." [--by NAME]
+
+``documents`` counts every document of the period (:mod:`flows.erp.documents`);
+``approval-threshold`` changes the period's limit, looser too, with a reason:
+a submit can only set or tighten it (:mod:`flows.erp.approvals`). The change
+is in the period's history and the engine's audit trail.
+"""
+
+from __future__ import annotations
+
+import click
+
+from engine import record_action
+from flows.erp import approvals
+from flows.erp.actor import actor
+from flows.erp.documents import period_documents
+from flows.tools.session import books_transaction, parse_period_option, period_option
+
+__all__ = ["approval_threshold_command", "documents_command"]
+
+
+@click.command("documents")
+@period_option
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def documents_command(period: str, as_json: bool) -> None:
+    """Every document of a period: posted, rejected (approved, refused, undecided), unposted,
+    and those entered under it but dated in another month."""
+    with books_transaction(read_only=True) as conn:
+        docs = period_documents(conn, parse_period_option(period))
+    if as_json:
+        click.echo(docs.model_dump_json())
+        return
+    click.echo(f"Documents of {docs.period}")
+    for what, n in docs.lines():
+        click.echo(f"  {what:<36} {n:>8}")
+    limit = docs.approve_rejects_over
+    click.echo(
+        "  no limit of rejected documents without an approval"
+        if limit is None
+        else f"  limit: {limit} rejected without an approval ({docs.unapproved} now)"
+    )
+
+
+@click.command("approval-threshold")
+@period_option
+@click.option("--over", type=int, required=True, help="rejected documents allowed unapproved")
+@click.option("--reason", required=True, help="why the limit changes (recorded)")
+@click.option("--by", "by", default=None, help="who changes it (default: user@host)")
+def approval_threshold_command(period: str, over: int, reason: str, by: str | None) -> None:
+    """Change a period's limit of rejected documents without an approval (looser too).
+
+    A submit's --approve-rejects-over can only set or tighten it; this records
+    who loosened it and why in the period's history and the audit trail.
+    """
+    who = by or actor()
+    p = parse_period_option(period)
+    with books_transaction() as conn:
+        was = approvals.set_threshold(conn, p, over, actor=who, reason=reason)
+        record_action(
+            conn,
+            "threshold",
+            "period",
+            p,
+            actor=who,
+            source="cli",
+            reason=reason.strip(),
+            detail={"approve_rejects_over": over, "was": was},
+        )
+    click.echo(f"period {p}: limit {'none' if was is None else was} -> {over} (by {who})")
