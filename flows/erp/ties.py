@@ -102,8 +102,10 @@ def check_ties(conn: psycopg.Connection[Any], period: str, costed: int) -> list[
             "stock moves = document lines",
             "stock_moves_vs_document_lines",
             "stock moves and document lines match one to one",
-            lambda r: f"{r['document'] or 'no document'} line {r['line_no']} {r['kind']} "
-            f"({r['store']} {r['sku']}): {r['problem']}",
+            lambda r: (
+                f"{r['document'] or 'no document'} line {r['line_no']} {r['kind']} "
+                f"({r['store']} {r['sku']}): {r['problem']}"
+            ),
         ),
         _item_costs(conn, params, costed),
         _standard_costs(conn, params, costed),
@@ -155,7 +157,8 @@ def _standard_costs(conn: psycopg.Connection[Any], params: dict[str, Any], coste
         return Tie(
             name=name,
             ok=False,
-            detail=f"{row['broken']} item cost(s): " + "; ".join(row["examples"])
+            detail=f"{row['broken']} item cost(s): "
+            + "; ".join(row["examples"])
             + (f" and {more} more" if more > 0 else ""),
         )
     changed = (

@@ -310,8 +310,9 @@ def test_ties__a_moves_quantity_changed_after_costing_is_named(
 
     moves = found["stock moves = document lines"]
     assert f"{doc['number']} line {doc['line_no']} receipt ({doc['store']} {doc['sku']})" in moves
-    assert f"{doc['store']} {doc['sku']}: receipt qty" in (
-        found["item costs recomputed from the stock moves"]
+    assert (
+        f"{doc['store']} {doc['sku']}: receipt qty"
+        in (found["item costs recomputed from the stock moves"])
     )
 
 
@@ -341,8 +342,8 @@ def test_ties__a_kept_standard_cost_that_is_not_the_one_fallen_back_to_is_named(
         books.execute(
             "UPDATE erp_item_costs SET average_from = 'fallback_standard' "
             "WHERE (period, store_id, item_id) = (SELECT period, store_id, item_id "
-            "FROM erp_item_costs WHERE period = %s AND NOT EXISTS (SELECT 1 FROM erp_item_averages AS a WHERE a.period = "
-            "erp_item_costs.period AND a.item_id = erp_item_costs.item_id) "
+            "FROM erp_item_costs AS c WHERE period = %s AND NOT EXISTS (SELECT 1 "
+            "FROM erp_item_averages AS a WHERE a.period = c.period AND a.item_id = c.item_id) "
             "ORDER BY store_id, item_id LIMIT 1)",
             (NOV,),
         )
@@ -350,11 +351,13 @@ def test_ties__a_kept_standard_cost_that_is_not_the_one_fallen_back_to_is_named(
 
     found = failed(books)
 
-    assert f"{tampered['store']} {tampered['sku']}: average " in (
-        found["standard costs kept with the item costs"]
+    assert (
+        f"{tampered['store']} {tampered['sku']}: average "
+        in (found["standard costs kept with the item costs"])
     )
-    assert f"{tampered['store']} {tampered['sku']}: average from" in (
-        found["item costs recomputed from the stock moves"]
+    assert (
+        f"{tampered['store']} {tampered['sku']}: average from"
+        in (found["item costs recomputed from the stock moves"])
     )
 
 
