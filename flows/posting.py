@@ -227,7 +227,8 @@ flow = Flow(
     # 3: holds the period's concurrency key (a job of version 2 in flight runs without it)
     # 4: the approval wait (approve_rejects_over) and PostingSummary.approval
     # 5: the wait shows what is approved; approve or reject; the last step is `decide`
-    version=5,
+    # 6: keeps what each document posted (erp_document_postings) for the ties of the check
+    version=6,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,
     signals=(APPROVAL_SIGNAL,),  # an accountant's go-ahead when too many were rejected

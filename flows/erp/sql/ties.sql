@@ -62,19 +62,19 @@ LIMIT 5;
 
 -- document_postings_vs_lines --
 -- A posted document is what was posted: its fingerprint now (erp_document_fingerprints, the function posting used) equals the one kept when it was posted. The documents dated in the period that changed (first 5), and how many.
-WITH docs AS (
-    SELECT p.document_id, p.fingerprint
-    FROM erp_documents AS d JOIN erp_document_postings AS p ON p.document_id = d.id
-    WHERE d.date_period = %(period)s
-),
-now AS (
+WITH now AS MATERIALIZED (
     SELECT f.document_id, f.fingerprint
-    FROM erp_document_fingerprints(ARRAY(SELECT document_id FROM docs)) AS f
+    FROM erp_document_fingerprints(ARRAY(
+        SELECT d.id FROM erp_documents AS d
+        WHERE d.date_period = %(period)s
+          AND EXISTS (SELECT 1 FROM erp_document_postings AS p WHERE p.document_id = d.id)))
+        AS f
 )
+-- met on the primary keys: the function's row estimate is a guess
 SELECT d.number, s.code AS store, count(*) OVER ()::int AS differ
-FROM docs AS k
-JOIN now AS n ON n.document_id = k.document_id
-JOIN erp_documents AS d ON d.id = k.document_id
+FROM now AS n
+JOIN erp_document_postings AS k ON k.document_id = n.document_id
+JOIN erp_documents AS d ON d.id = n.document_id
 JOIN erp_stores AS s ON s.id = d.store_id
 WHERE n.fingerprint <> k.fingerprint
 ORDER BY d.id
@@ -136,22 +136,35 @@ LIMIT 5;
 
 -- stock_moves_vs_document_lines --
 -- Both ways, one to one: every item line of a posted document dated in the period has its stock moves as posting writes them (a sale, a return, a receipt at its unit cost, a count difference, a transfer's two sides) in the period, on the document's date, store, item and quantity; every stock move of the period is one of them. The differences (first 5), and how many.
-WITH expected AS (
-    SELECT d.id AS document_id, l.line_no, m.kind, m.at_store AS store_id, l.item_id,
-           m.qty, m.unit_cost, m.counterpart AS counterpart_store_id, d.issued_on AS moved_on
+WITH docs AS (
+    SELECT d.id, d.kind, d.store_id, d.counterpart_store_id, d.issued_on
     FROM erp_documents AS d
+    WHERE d.date_period = %(period)s AND d.status = 'posted'
+      AND d.kind IN ('sales_invoice', 'credit_note', 'purchase_invoice', 'stock_count',
+                     'stock_transfer')
+),
+expected AS (
+    -- one move per item line at the document's store (a transfer's side out)...
+    SELECT d.id AS document_id, l.line_no,
+           CASE d.kind WHEN 'sales_invoice' THEN 'sale' WHEN 'credit_note' THEN 'return'
+                       WHEN 'purchase_invoice' THEN 'receipt' WHEN 'stock_count' THEN 'adjustment'
+                       ELSE 'transfer_out' END AS kind,
+           d.store_id, l.item_id,
+           CASE WHEN d.kind IN ('sales_invoice', 'stock_transfer') THEN -l.qty ELSE l.qty END
+               AS qty,
+           CASE WHEN d.kind = 'purchase_invoice' THEN l.unit_cost END AS unit_cost,
+           CASE WHEN d.kind = 'stock_transfer' THEN d.counterpart_store_id END
+               AS counterpart_store_id,
+           d.issued_on AS moved_on
+    FROM docs AS d
     JOIN erp_document_lines AS l ON l.document_id = d.id AND l.item_id IS NOT NULL
-    CROSS JOIN LATERAL (VALUES
-        ('sale', -l.qty, NULL::numeric, NULL::integer, d.kind = 'sales_invoice', d.store_id),
-        ('return', l.qty, NULL, NULL, d.kind = 'credit_note', d.store_id),
-        ('receipt', l.qty, l.unit_cost, NULL, d.kind = 'purchase_invoice', d.store_id),
-        ('adjustment', l.qty, NULL, NULL, d.kind = 'stock_count', d.store_id),
-        ('transfer_out', -l.qty, NULL, d.counterpart_store_id, d.kind = 'stock_transfer',
-         d.store_id),
-        ('transfer_in', l.qty, NULL, d.store_id, d.kind = 'stock_transfer',
-         d.counterpart_store_id)
-    ) AS m (kind, qty, unit_cost, counterpart, applies, at_store)
-    WHERE d.date_period = %(period)s AND d.status = 'posted' AND m.applies
+    UNION ALL
+    -- ... and a transfer's side in, at the receiving store
+    SELECT d.id, l.line_no, 'transfer_in', d.counterpart_store_id, l.item_id, l.qty, NULL,
+           d.store_id, d.issued_on
+    FROM docs AS d
+    JOIN erp_document_lines AS l ON l.document_id = d.id AND l.item_id IS NOT NULL
+    WHERE d.kind = 'stock_transfer'
 ),
 actual AS (
     SELECT document_id, line_no, kind, store_id, item_id, qty, unit_cost, counterpart_store_id,
@@ -274,54 +287,65 @@ averaged AS (
     LEFT JOIN erp_item_averages AS a
            ON a.period = %(period)s AND a.item_id = f.item_id AND a.store_id = f.store_id
 ),
-compared AS (
-    SELECT v.store_id, v.item_id,
-           string_agg(format('%%s %%s != %%s', x.name, coalesce(x.stored::text, 'none'),
-                             coalesce(x.recomputed::text, 'none')), ', ' ORDER BY x.n)
-               FILTER (WHERE x.stored IS DISTINCT FROM x.recomputed) AS numbers
+recomputed AS (
+    SELECT v.*, round(v.iq * v.avg_cost, 2) AS cogs,
+           v.oq + v.rq + v.tq - v.iq - v.xq AS cq,
+           v.ov + v.rv + v.tv - round(v.iq * v.avg_cost, 2) - v.xv AS cv,
+           -- a * A = opening + receipts + transfers in at the senders' averages, each rounded
+           -- to 4 decimals: off by at most 0.00005 x (A + transfers in qty)
+           v.solved_from = 'solved' AND v.oq + v.rq + v.tq > 0
+           AND abs(v.solved_cost * (v.oq + v.rq + v.tq) - (v.ov + v.rv + v.t_exact))
+               > 0.00005 * (v.oq + v.rq + v.tq + v.tq) AS unsolved_equation
     FROM averaged AS v
-    CROSS JOIN LATERAL (VALUES
-        (1, 'opening qty', v.opening_qty, v.oq),
-        (2, 'opening value', v.opening_value, v.ov),
-        (3, 'receipt qty', v.receipt_qty, v.rq),
-        (4, 'receipt value', v.receipt_value, v.rv),
-        (5, 'transfer in qty', v.transfer_in_qty, v.tq),
-        (6, 'transfer in value', v.transfer_in_value, v.tv),
-        (7, 'average cost', v.average_cost, v.avg_cost),
-        (8, 'issue qty', v.issue_qty, v.iq),
-        (9, 'COGS', v.cogs_value, round(v.iq * v.avg_cost, 2)),
-        (10, 'transfer out qty', v.transfer_out_qty, v.xq),
-        (11, 'transfer out value', v.transfer_out_value, v.xv),
-        (12, 'closing qty', v.closing_qty, v.oq + v.rq + v.tq - v.iq - v.xq),
-        (13, 'closing value', v.closing_value,
-             v.ov + v.rv + v.tv - round(v.iq * v.avg_cost, 2) - v.xv)
-    ) AS x (n, name, stored, recomputed)
-    GROUP BY v.store_id, v.item_id
+),
+flagged AS (
+    -- one comparison per row; only the rows that differ are spelled out
+    SELECT r.* FROM recomputed AS r
+    WHERE NOT r.stored OR r.unsolved > 0 OR r.unsolved_equation
+       OR r.average_from IS DISTINCT FROM r.avg_from
+       OR (r.opening_qty, r.opening_value, r.receipt_qty, r.receipt_value, r.transfer_in_qty,
+           r.transfer_in_value, r.average_cost, r.issue_qty, r.cogs_value, r.transfer_out_qty,
+           r.transfer_out_value, r.closing_qty, r.closing_value)
+          IS DISTINCT FROM (r.oq, r.ov, r.rq, r.rv, r.tq, r.tv, r.avg_cost, r.iq, r.cogs, r.xq,
+                            r.xv, r.cq, r.cv)
 ),
 problems AS (
     SELECT v.store_id, v.item_id, concat_ws('; ',
         CASE WHEN NOT v.stored THEN 'moved or opened but no item cost' END,
-        CASE WHEN v.stored THEN c.numbers END,
+        CASE WHEN v.stored THEN (
+            SELECT string_agg(format('%%s %%s != %%s', x.name, x.stored, x.recomputed), ', '
+                              ORDER BY x.n)
+            FROM (VALUES
+                (1, 'opening qty', v.opening_qty, v.oq),
+                (2, 'opening value', v.opening_value, v.ov),
+                (3, 'receipt qty', v.receipt_qty, v.rq),
+                (4, 'receipt value', v.receipt_value, v.rv),
+                (5, 'transfer in qty', v.transfer_in_qty, v.tq),
+                (6, 'transfer in value', v.transfer_in_value, v.tv),
+                (7, 'average cost', v.average_cost, v.avg_cost),
+                (8, 'issue qty', v.issue_qty, v.iq),
+                (9, 'COGS', v.cogs_value, v.cogs),
+                (10, 'transfer out qty', v.transfer_out_qty, v.xq),
+                (11, 'transfer out value', v.transfer_out_value, v.xv),
+                (12, 'closing qty', v.closing_qty, v.cq),
+                (13, 'closing value', v.closing_value, v.cv)
+            ) AS x (n, name, stored, recomputed)
+            WHERE x.stored IS DISTINCT FROM x.recomputed) END,
         CASE WHEN v.stored AND v.average_from IS DISTINCT FROM v.avg_from
              THEN format('average from %%s != %%s', v.average_from, v.avg_from) END,
         CASE WHEN v.unsolved > 0
              THEN format('%%s transfer(s) without a solved average', v.unsolved) END,
-        -- a * A = opening + receipts + transfers in at the senders' averages, each rounded
-        -- to 4 decimals: off by at most 0.00005 x (A + transfers in qty)
-        CASE WHEN v.solved_from = 'solved' AND v.oq + v.rq + v.tq > 0
-              AND abs(v.solved_cost * (v.oq + v.rq + v.tq) - (v.ov + v.rv + v.t_exact))
-                  > 0.00005 * (v.oq + v.rq + v.tq + v.tq)
+        CASE WHEN v.unsolved_equation
              THEN format('solved average %%s x quantity in %%s != opening + receipts + '
                          'transfers in %%s beyond rounding', v.solved_cost,
                          v.oq + v.rq + v.tq, v.ov + v.rv + v.t_exact) END
     ) AS problem
-    FROM averaged AS v JOIN compared AS c ON c.store_id = v.store_id AND c.item_id = v.item_id
+    FROM flagged AS v
 )
 SELECT s.code AS store, i.sku, p.problem, count(*) OVER ()::int AS differ
 FROM problems AS p
 JOIN erp_stores AS s ON s.id = p.store_id
 JOIN erp_items AS i ON i.id = p.item_id
-WHERE p.problem <> ''
 ORDER BY s.code, i.sku
 LIMIT 5;
 
