@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from pydantic import BaseModel
 
 from flows.erp.queries import NamedQueries
@@ -70,7 +71,17 @@ class Tie(BaseModel):
 
 def check_ties(conn: psycopg.Connection[Any], period: str, costed: int) -> list[Tie]:
     """Every tie of ``period``'s books to their sources (``costed``: stores costed for it)."""
-    params = {"period": period}
+    jit = _q.one(conn, "jit_select")["jit"]
+    _q.one(conn, "jit_set", {"jit": "off"})
+    try:
+        return _ties(conn, {"period": period}, costed)
+    finally:
+        # an aborted transaction rolls the setting back with everything else
+        if conn.info.transaction_status != pq.TransactionStatus.INERROR:
+            _q.one(conn, "jit_set", {"jit": jit})
+
+
+def _ties(conn: psycopg.Connection[Any], params: dict[str, Any], costed: int) -> list[Tie]:
     return [
         _documents(
             conn,
