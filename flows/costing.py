@@ -125,7 +125,8 @@ flow = Flow(
     params=CostingParams,
     # 3: holds the period's concurrency key (a job of version 2 in flight runs without it)
     # 4: the exact multi-store average (step solve); journals through flows.erp.ledger
-    version=4,
+    # 5: keeps the standard cost it used with the item costs (erp_item_costs.standard_cost)
+    version=5,
     description="Periodic weighted average per store, solved exactly across stores; journals.",
     concurrency=periods.PERIOD_KEY,
 )

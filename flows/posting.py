@@ -244,6 +244,7 @@ flow = Flow(
     # 5: the wait shows what is approved; approve or reject; the last step is `decide`
     # 6: the approval is an engine approval: not by the submitter (or the close's), with a reason
     # 6: the limit is the period's; the wait counts the period's unapproved rejections
+    # 6: keeps what each document posted (erp_document_postings) for the ties of the check
     version=6,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,

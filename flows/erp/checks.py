@@ -30,7 +30,8 @@ fact rather than a number with itself:
 - ``openings = closings``: the next period's opening stock of every costed
   store is this period's closing stock, item by item;
 - ``closed books unchanged``: no journal of a closed period was posted after
-  it closed, and its closing balances are still those its close kept.
+  it closed, and its closing balances are still those its close kept;
+- and the ties of every figure to its source (:mod:`flows.erp.ties`).
 
 A check that cannot apply yet (no store costed, the previous period not
 closed) is reported as skipped, not as passed. The close of a period
@@ -48,7 +49,7 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import BadInput
-from flows.erp import books
+from flows.erp import books, ties
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.flags import Flag, raised
@@ -131,6 +132,8 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
         _last_closing(conn, period, balances),
         _openings(conn, params, costed),
         _after_close(conn, params, head["status"], balances),
+        # every figure tied to its source, document by document, item by item
+        *(Check(**t.model_dump()) for t in ties.check_ties(conn, period, costed)),
     ]
     return BooksCheck(
         period=period,

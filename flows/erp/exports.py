@@ -29,7 +29,9 @@ values = closing_value of the item costs, to the cent.
 
 **Item costs**: one row per costed store and item (``erp_item_costs``):
 the figures costing used and found, how the average was found
-(``average_from``) and the loop of stores it was solved in (``group``).
+(``average_from``) and the loop of stores it was solved in (``group``); the
+``standard_cost`` is the one costing used, kept with the costs, so a closed
+period's export never changes when an items migration changes the item.
 
 Both are streamed from a server-side cursor (a period holds about a
 million moves): :func:`stock_ledger` and :func:`item_costs` check their

@@ -83,6 +83,8 @@ WORKER_SQL: dict[str, set[str]] = {
     # loosening a period's limit is an operator's (engine books approval-threshold)
     "flows/erp/sql/approvals.sql": {"period_threshold_set"},
     "flows/erp/sql/documents.sql": set(),
+    # the close checks the books as the worker: the ties of every figure to its source
+    "flows/erp/sql/ties.sql": set(),
 }
 # Statements of operators, the seed and the migrator that the worker's role must refuse.
 ADMIN_SQL: dict[str, list[str]] = {

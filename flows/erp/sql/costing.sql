@@ -139,11 +139,13 @@ costed AS (
 INSERT INTO erp_item_costs (
     period, store_id, item_id, opening_qty, opening_value, receipt_qty, receipt_value,
     transfer_in_qty, transfer_in_value, average_cost, average_from, loop_group, issue_qty,
-    cogs_value, transfer_out_qty, transfer_out_value, closing_qty, closing_value)
+    cogs_value, transfer_out_qty, transfer_out_value, closing_qty, closing_value, standard_cost)
 SELECT %(period)s, %(store_id)s, item_id, oq, ov, rq, rv, tq, tv, avg_cost, avg_from, loop_group,
        iq, round(iq * avg_cost, 2), xq, xv,
        oq + rq + tq - iq - xq,
-       ov + rv + tv - round(iq * avg_cost, 2) - xv
+       ov + rv + tv - round(iq * avg_cost, 2) - xv,
+       -- kept with the costs: a closed period's exports never read erp_items again
+       standard_cost
 FROM costed;
 
 -- store_costs_totals --

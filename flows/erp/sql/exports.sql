@@ -59,8 +59,8 @@ LEFT JOIN erp_item_averages AS sa
 ORDER BY mv.id;
 
 -- item_cost_select --
--- The item costs of the period's costed stores, one row per store and item (the primary key), by store code and sku.
-SELECT s.code AS store, i.sku, i.standard_cost,
+-- The item costs of the period's costed stores, one row per store and item (the primary key), by store code and sku; the standard cost is the one costing used, kept with them (never today's erp_items).
+SELECT s.code AS store, i.sku, c.standard_cost,
        c.opening_qty, c.opening_value, c.receipt_qty, c.receipt_value,
        c.transfer_in_qty, c.transfer_in_value, c.average_cost, c.average_from,
        c.loop_group AS "group", c.issue_qty, c.cogs_value,

@@ -131,6 +131,16 @@ moves AS (
     ON CONFLICT (document_id, line_no, kind) DO NOTHING
     RETURNING 1
 ),
+-- what was posted, kept for the checks (flows/erp/ties.py): the fingerprint of each document
+-- posted here, its journal and that journal's period
+kept AS (
+    INSERT INTO erp_document_postings (document_id, journal_id, period, fingerprint)
+    SELECT f.document_id, j.id, j.period, f.fingerprint
+    FROM erp_document_fingerprints(ARRAY(SELECT id FROM posted)) AS f
+    JOIN erp_journals AS j ON j.source_key = 'document:' || f.document_id
+    ON CONFLICT (document_id) DO NOTHING
+    RETURNING 1
+),
 rejected AS (
     UPDATE erp_documents AS d
     SET status = 'rejected', reject_reason = r.reason

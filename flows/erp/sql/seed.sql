@@ -11,7 +11,7 @@ SELECT EXISTS (SELECT 1 FROM erp_brands);
 TRUNCATE erp_period_events, erp_store_periods, erp_period_balances,
          erp_item_averages, erp_average_solves,
          erp_journal_lines, erp_journals, erp_item_costs, erp_stock_moves,
-         erp_document_lines, erp_documents, erp_opening_balances, erp_periods,
+         erp_document_postings, erp_document_lines, erp_documents, erp_opening_balances, erp_periods,
          erp_items, erp_employees, erp_stores, erp_brands, erp_migration_rejects
 RESTART IDENTITY CASCADE;
 
