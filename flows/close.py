@@ -57,7 +57,7 @@ from engine import (
     record_action,
 )
 from flows import costing, posting
-from flows.erp import checks, periods
+from flows.erp import checks, dated, periods
 from flows.erp.books import Money, TrialBalance, trial_balance
 from flows.erp.checks import BooksCheck
 from flows.erp.periods import PeriodEvent
@@ -131,6 +131,9 @@ class MonthEnd(BaseModel):
     trial_balance: TrialBalance
     checks: BooksCheck
     history: list[PeriodEvent]
+    waiting: list[dated.Waiting] = Field(
+        default=[], description="unposted documents dated in closed months: they wait"
+    )
 
 
 flow = Flow(
@@ -138,7 +141,8 @@ flow = Flow(
     params=CloseParams,
     # 2: holds the period's concurrency key, like the posting and costing it runs
     # 3: posting and costing run as child jobs (step books), costing after posting
-    version=3,
+    # 4: periods close in order; the month end lists documents dated in closed months
+    version=4,
     description="Month-end close: post, then cost (child jobs), check the books, close the period.",
     concurrency=periods.PERIOD_KEY,
 )
@@ -273,4 +277,5 @@ def month_end(closed: Closed, verified: Verified, done: Books, ctx: StepContext)
         trial_balance=verified.trial_balance,
         checks=verified.checks,
         history=periods.history(ctx.conn, done.period),
+        waiting=dated.waiting(ctx.conn),
     )

@@ -47,7 +47,7 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import BadInput
-from flows.erp import books
+from flows.erp import books, dated, facts
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.ledger import ACCOUNTS
@@ -90,6 +90,8 @@ class BooksCheck(BaseModel):
     stores_costed: int
     checks: list[Check]
     reconciliation: list[Reconciled] = []
+    waiting: list[dated.Waiting] = []
+    """Documents dated in closed months, waiting: listed, not a failed check."""
 
     @property
     def ok(self) -> bool:
@@ -127,6 +129,7 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
         _last_closing(conn, period, balances),
         _openings(conn, params, costed),
         _after_close(conn, params, head["status"], balances),
+        _facts(conn, period),
     ]
     return BooksCheck(
         period=period,
@@ -135,7 +138,17 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
         stores_costed=costed,
         checks=checks,
         reconciliation=reconciled,
+        waiting=dated.waiting(conn),
     )
+
+
+def _facts(conn: psycopg.Connection[Any], period: str) -> Check:
+    """The facts the period's averages were solved from are still its facts."""
+    name = "facts unchanged since the solve"
+    why = facts.stale_reason(conn, period)
+    if why is not None:
+        return Check(name=name, ok=False, detail=f"{why}: its costs are stale")
+    return Check(name=name, ok=True, detail="the solve's fingerprint matches (or not solved)")
 
 
 def _skipped(name: str, why: str) -> Check:

@@ -27,7 +27,7 @@ from engine.console.extension import (
     Section,
 )
 from engine.console.roles import Permission
-from flows.erp import periods
+from flows.erp import dated, periods
 from flows.erp.types import parse_period
 from flows.tools.books import audited
 from flows.tools.session import books_transaction
@@ -42,9 +42,11 @@ def _period(value: str | None) -> str:
 def _view(req: PageRequest) -> list[Section]:
     period = (req.query.get("period") or "").strip()
     with books_transaction(read_only=True, settings=req.settings) as conn:
+        waits = _waiting(dated.waiting(conn))
         if not period:
             rows = periods.recent(conn)
             return [
+                *waits,
                 Section(
                     "Periods",
                     text="Choose a period to see its history, close it or reopen it.",
@@ -58,7 +60,7 @@ def _view(req: PageRequest) -> list[Section]:
                         )
                         for r in rows
                     ],
-                )
+                ),
             ]
         period = _period(period)
         info = periods.info(conn, period)
@@ -79,6 +81,7 @@ def _view(req: PageRequest) -> list[Section]:
     else:
         forms.append(PageForm("close", f"Close {period}", Permission.APPROVE, (keep,)))
     return [
+        *waits,
         Section(
             f"Period {period}: {info.status}",
             text=(f"costed {info.costed_at:%Y-%m-%d %H:%M %Z}" if info.costed_at else "not costed")
@@ -90,6 +93,20 @@ def _view(req: PageRequest) -> list[Section]:
             columns=("at", "what", "who", "why"),
             rows=[(f"{e.at:%Y-%m-%d %H:%M:%S %Z}", e.action, e.actor, e.reason) for e in events],
         ),
+    ]
+
+
+def _waiting(waiting: list[dated.Waiting]) -> list[Section]:
+    """Documents dated in closed months: they wait, and what to do (none: no section)."""
+    if not waiting:
+        return []
+    return [
+        Section(
+            "Documents waiting in closed months",
+            text="; ".join(w.text for w in waiting),
+            columns=("dated in", "documents", "for example", "what to do"),
+            rows=[(w.period, str(w.documents), ", ".join(w.examples), w.todo) for w in waiting],
+        )
     ]
 
 
