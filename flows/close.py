@@ -57,7 +57,7 @@ from engine import (
     record_action,
 )
 from flows import costing, posting
-from flows.erp import checks, dated, periods
+from flows.erp import checks, dated, period_order, periods
 from flows.erp.books import Money, TrialBalance, trial_balance
 from flows.erp.checks import BooksCheck
 from flows.erp.periods import PeriodEvent
@@ -150,8 +150,10 @@ flow = Flow(
 
 @flow.admit
 def admit(params: CloseParams, conn: psycopg.Connection[Any]) -> None:
-    """The period is not closed, its documents can be posted and every store can be costed."""
+    """The period is not closed, nor any earlier one open, its documents can be posted and
+    every store can be costed."""
     posting.check_postable(conn, params.period)
+    period_order.refuse_before_earlier(conn, params.period)  # periods close in order
     points = periods.starting_points(conn, params.period, None)
     why = periods.missing_starting_points(params.period, points)
     if why is not None:

@@ -21,6 +21,7 @@ from harness import engine_cli, fast_settings, run_of, thread_worker, wait_job_e
 
 from engine import Fail, Refused, Registry, submit
 from engine.config import Settings
+from engine.reports import render_job_report
 from flows import costing
 from flows.erp import checks, dated, periods
 from flows.posting import select_chunks
@@ -189,6 +190,26 @@ def test_stale_facts__a_standard_cost_change_waits_until_the_period_is_costed(
     assert checks.check_period(conn, NOV).ok, "a costed period's costs do not go stale"
 
 
+def test_stale_facts__a_document_that_moves_stock_is_not_posted_once_the_period_is_solved(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    other = "ST001" if item["sender_code"] != "ST001" else "ST002"
+    cost_one(conn, NOV, other)
+    doc = _document(conn, "SI-LATE-STOCK", NOV, "2026-11-29")
+    conn.execute(
+        "UPDATE erp_document_lines SET item_id = %s, qty = 1 "
+        "WHERE document_id = %s AND line_no = 2",
+        (item["id"], doc),
+    )
+    with (
+        pytest.raises(Refused, match=f"cannot post 1 document.* into {NOV}: its stock is already"),
+        conn.transaction(),
+    ):
+        select_chunks(conn, NOV)
+    assert checks.check_period(conn, NOV).ok
+
+
 # -- 5. periods in order -----------------------------------------------------------------
 
 
@@ -213,6 +234,16 @@ def test_order__december_does_not_close_while_november_is_only_costed(
     close(conn, NOV)
     close(conn, DEC)
     assert status(conn, DEC) == "closed"
+
+
+def test_order__the_close_flow_is_refused_at_submit_while_an_earlier_period_is_open(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], books: None
+) -> None:
+    cost(conn, NOV)
+    with pytest.raises(Refused, match=f"cannot close {DEC}: periods close in order and {NOV}"):
+        submit("close", {"period": DEC}, settings=fast, registry=registry)
+    count = conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone()
+    assert count == {"n": 0}, "a refused submit makes no job"
 
 
 def test_order__a_reopen_with_later_periods_closed_is_refused_or_cascades_latest_first(
@@ -360,6 +391,11 @@ def test_by_date__documents_dated_in_a_closed_or_later_month_are_not_posted_into
 def test_by_date__stock_moves_are_in_the_month_the_document_is_dated_in(
     conn: psycopg.Connection[Any], books: None
 ) -> None:
+    # the seed dates every document in the month it is entered under: the demo's books stay
+    elsewhere = conn.execute(
+        "SELECT count(*) AS n FROM erp_documents WHERE period <> date_period"
+    ).fetchone()
+    assert elsewhere == {"n": 0}
     wrong = conn.execute(
         "SELECT count(*) AS n FROM erp_stock_moves m JOIN erp_documents d ON d.id = m.document_id "
         "WHERE m.period <> d.date_period"
@@ -389,3 +425,17 @@ def test_by_date__a_closed_month_is_never_posted(
     with pytest.raises(Refused, match=f"period {OCT} is closed"), conn.transaction():
         select_chunks(conn, OCT)
     assert {w.period: w.documents for w in dated.waiting(conn)} == waiting
+
+
+def test_by_date__the_close_report_lists_the_documents_waiting_in_closed_months(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], worker: None
+) -> None:
+    waiting = dated.waiting(conn)
+    assert [w.period for w in waiting] == [OCT], "the seed dates a few invoices in October"
+    job = submit("close", {"period": NOV}, settings=fast, registry=registry)
+    assert wait_job_ended(conn, job.job_id, timeout=180) == "done"
+    month_end = run_of(conn, job.job_id, "month_end")["output"]
+    assert month_end["waiting"] == [w.model_dump() for w in waiting]
+    page = Path(render_job_report(fast, job.job_id, registry=registry)).read_text(encoding="utf-8")
+    assert "Documents waiting in closed months" in page
+    assert f"documents dated in closed {OCT} wait: reopen {OCT}" in page
