@@ -21,7 +21,13 @@ from engine import Refused
 from flows.erp import dated
 from flows.erp.queries import NamedQueries
 
-__all__ = ["later_closed", "refuse_before_earlier", "refuse_close", "refuse_reopen"]
+__all__ = [
+    "closed_after",
+    "later_closed",
+    "refuse_before_earlier",
+    "refuse_close",
+    "refuse_reopen",
+]
 
 _q = NamedQueries("period_order")
 
@@ -63,6 +69,11 @@ def later_closed(conn: psycopg.Connection[Any], period: str) -> list[str]:
     """The closed periods after ``period``, locked, latest first."""
     rows = _q.rows(conn, "periods_after_closed_lock", {"period": period})
     return [r["period"] for r in reversed(rows)]
+
+
+def closed_after(conn: psycopg.Connection[Any], period: str) -> list[str]:
+    """The closed periods after ``period``, latest first (read only, no lock)."""
+    return [r["period"] for r in _q.rows(conn, "periods_after_closed", {"period": period})]
 
 
 def refuse_reopen(period: str, later: list[str]) -> None:

@@ -27,7 +27,7 @@ from engine.console.extension import (
     Section,
 )
 from engine.console.roles import Permission
-from flows.erp import dated, periods
+from flows.erp import dated, period_order, periods
 from flows.erp.types import parse_period
 from flows.tools.books import audited
 from flows.tools.session import books_transaction
@@ -65,6 +65,7 @@ def _view(req: PageRequest) -> list[Section]:
         period = _period(period)
         info = periods.info(conn, period)
         events = periods.history(conn, period)
+        later = period_order.closed_after(conn, period)
     if info is None:
         return [Section(f"Period {period}", text="No such period in the books.")]
     keep = FormField("period", "period", kind="hidden", value=period)
@@ -78,6 +79,15 @@ def _view(req: PageRequest) -> list[Section]:
                 (keep, FormField("reason", "reason (recorded)")),
             )
         )
+        if later:  # a reopen alone is refused: offer the cascade, latest first
+            forms.append(
+                PageForm(
+                    "reopen_cascade",
+                    f"Reopen {', '.join(later)} and {period}, latest first",
+                    Permission.APPROVE,
+                    (keep, FormField("reason", "reason (recorded)")),
+                )
+            )
     else:
         forms.append(PageForm("close", f"Close {period}", Permission.APPROVE, (keep,)))
     return [
@@ -117,16 +127,19 @@ def _close(req: ActionRequest) -> str:
     return f"period {event.period} closed by {event.actor}"
 
 
-def _reopen(req: ActionRequest) -> str:
+def _reopen(req: ActionRequest, cascade: bool = False) -> str:
     period = _period(req.form.get("period"))
     reason = (req.form.get("reason") or "").strip()
     if not reason:
         raise BadInput("a reason is required: say why the period is reopened (it is recorded)")
     with books_transaction(settings=req.settings) as conn:
-        event = audited(
-            conn, periods.reopen(conn, period, actor=req.user, reason=reason), source="console"
-        )
-    return f"period {event.period} reopened by {event.actor}: {event.reason}"
+        events = [
+            audited(conn, e, source="console")
+            for e in periods.reopen_all(
+                conn, period, actor=req.user, reason=reason, cascade=cascade
+            )
+        ]
+    return "; ".join(f"period {e.period} reopened by {e.actor}: {e.reason}" for e in events)
 
 
 periods_page = ConsolePage(
@@ -136,6 +149,7 @@ periods_page = ConsolePage(
     actions={
         "close": ConsoleAction(Permission.APPROVE, _close),
         "reopen": ConsoleAction(Permission.APPROVE, _reopen),
+        "reopen_cascade": ConsoleAction(Permission.APPROVE, lambda req: _reopen(req, True)),
     },
     query_fields=(FormField("period", "period (YYYY-MM)", required=False),),
 )

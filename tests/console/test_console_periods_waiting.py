@@ -51,3 +51,23 @@ def test_periods__a_reopen_before_a_later_closed_month_is_refused_naming_it(
     assert "cannot reopen 2026-10: later period(s) 2026-11 are closed" in refused
     status = conn.execute("SELECT status FROM erp_periods WHERE period = '2026-10'").fetchone()
     assert status == {"status": "closed"}
+    # the page offers the cascade, which reopens November, then October
+    page = anna.get("/x/periods?period=2026-10").text
+    assert "Reopen 2026-11 and 2026-10, latest first" in page
+    done = anna.post(
+        "/x/periods/reopen_cascade",
+        data={"csrf": csrf_of(page), "period": "2026-10", "reason": "post SI-9"},
+    ).text
+    assert (
+        "period 2026-11 reopened by anna: post SI-9 (with 2026-10); "
+        "period 2026-10 reopened by anna: post SI-9"
+    ) in done
+    rows = conn.execute("SELECT period, status FROM erp_periods ORDER BY period").fetchall()
+    assert [r["status"] for r in rows] == ["costed", "costed", "open"]
+    trail = conn.execute(
+        "SELECT target_id, actor, source FROM engine_audit WHERE action = 'reopen' ORDER BY id"
+    ).fetchall()
+    assert [(t["target_id"], t["actor"], t["source"]) for t in trail] == [
+        ("2026-11", "anna", "console"),
+        ("2026-10", "anna", "console"),
+    ]

@@ -14,3 +14,9 @@ SELECT period FROM erp_periods
 WHERE period > %(period)s AND status = 'closed'
 ORDER BY period
 FOR UPDATE;
+
+-- periods_after_closed --
+-- Read-only: the closed periods after this one, latest first, for a page that offers to reopen them with it.
+SELECT period FROM erp_periods
+WHERE period > %(period)s AND status = 'closed'
+ORDER BY period DESC;
