@@ -61,7 +61,7 @@ from engine import (
     record_action,
 )
 from flows import costing, posting
-from flows.erp import checks, periods
+from flows.erp import checks, dated, period_order, periods
 from flows.erp.books import Money, TrialBalance, trial_balance
 from flows.erp.checks import BooksCheck
 from flows.erp.documents import PeriodDocuments, period_documents
@@ -141,6 +141,9 @@ class MonthEnd(BaseModel):
     trial_balance: TrialBalance
     checks: BooksCheck
     history: list[PeriodEvent]
+    waiting: list[dated.Waiting] = Field(
+        default=[], description="unposted documents dated in closed months: they wait"
+    )
 
 
 flow = Flow(
@@ -151,6 +154,7 @@ flow = Flow(
     # 4: the check carries the books' flags; a refusing flag fails it (issue 35)
     # 4 (same release): a rejected child (the accountant's decision) ends the close rejected
     # 4: the month end counts every document of the period (flows.erp.documents)
+    # 4: periods close in order; the month end lists documents dated in closed months
     version=4,
     description="Month-end close: post, then cost (child jobs), check the books, close the period.",
     concurrency=periods.PERIOD_KEY,
@@ -159,8 +163,10 @@ flow = Flow(
 
 @flow.admit
 def admit(params: CloseParams, conn: psycopg.Connection[Any]) -> None:
-    """The period is not closed, its documents can be posted and every store can be costed."""
+    """The period is not closed, nor any earlier one open, its documents can be posted and
+    every store can be costed."""
     posting.check_postable(conn, params.period)
+    period_order.refuse_before_earlier(conn, params.period)  # periods close in order
     points = periods.starting_points(conn, params.period, None)
     why = periods.missing_starting_points(params.period, points)
     if why is not None:
@@ -291,4 +297,5 @@ def month_end(closed: Closed, verified: Verified, done: Books, ctx: StepContext)
         trial_balance=verified.trial_balance,
         checks=verified.checks,
         history=periods.history(ctx.conn, done.period),
+        waiting=dated.waiting(ctx.conn),
     )

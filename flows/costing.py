@@ -67,7 +67,7 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, StepContext
-from flows.erp import inventory, periods
+from flows.erp import facts, inventory, periods
 from flows.erp.inventory import FallbackGroup, Mover, Solved, StoreRef, StoreTotals
 from flows.erp.types import Period
 
@@ -126,6 +126,7 @@ flow = Flow(
     # 3: holds the period's concurrency key (a job of version 2 in flight runs without it)
     # 4: the exact multi-store average (step solve); journals through flows.erp.ledger
     # 5: keeps the standard cost it used with the item costs (erp_item_costs.standard_cost)
+    # 5: the solve fingerprints its facts; a store is not costed from stale averages
     version=5,
     description="Periodic weighted average per store, solved exactly across stores; journals.",
     concurrency=periods.PERIOD_KEY,
@@ -158,11 +159,17 @@ def plan_costing(conn: psycopg.Connection[Any], period: str, store: str | None) 
     why = periods.missing_starting_points(period, points)
     if why is not None:
         raise Refused(why)
+    started = {p.store_id for p in periods.in_books(points, period)}  # not a store opened later
+    if store is not None and not started:
+        raise Refused(
+            f"store {store}'s books start in {points[0].first_period}: "
+            f"it has nothing to cost in {period}"
+        )
     return CostingPlan(
         period=period,
         next_period=periods.next_period(period),
-        already_costed=status != "open" or all(p.costed for p in points),
-        stores=inventory.stores(conn, store),
+        already_costed=status != "open" or all(p.costed for p in points if p.store_id in started),
+        stores=[s for s in inventory.stores(conn, store) if store is not None or s.id in started],
     )
 
 
@@ -192,6 +199,7 @@ def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) 
     """
     try:
         periods.lock_for_writing(conn, period, doing=f"costing store {store.code}")
+        facts.verify(conn, period, doing=f"costing store {store.code}")
         first = periods.mark_store_costed(conn, period, store.id)
         if first:
             following = periods.open_next_for_store(conn, period, store.id)
@@ -211,10 +219,14 @@ def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) 
 def solve_period(conn: psycopg.Connection[Any], period: str) -> Solved:
     """Solve the period's averages once, under the period's share lock (a close waits)."""
     try:
+        facts.lock_for_solve(conn, period)  # writers of its facts wait, or come after and see it
         periods.lock_for_writing(conn, period, doing="solving its averages")
     except Refused as exc:
         raise Fail(str(exc)) from exc
-    return inventory.solve_averages(conn, period)
+    solved = inventory.solve_averages(conn, period)
+    if solved.solved_now:
+        facts.record(conn, period)
+    return solved
 
 
 @flow.step(after=["check_period"])

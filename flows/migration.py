@@ -71,7 +71,7 @@ import psycopg
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from engine import Flow, Refused, Reject, StepContext, write_report_file
-from flows.erp import csvfile
+from flows.erp import csvfile, facts
 from flows.erp.csvfile import Flaw, Record, records
 from flows.erp.queries import NamedQueries
 from flows.erp.types import Period
@@ -234,7 +234,8 @@ class MigrationSummary(BaseModel):
 
 flow = Flow(
     "migration",
-    version=2,
+    # 3: openings and standard costs are refused while a period is being costed
+    version=3,
     params=MigrationParams,
     description="Load legacy items or opening balances from CSV; upsert by natural key.",
 )
@@ -582,6 +583,7 @@ def load_chunk(chunk: Chunk, plan: MigrationPlan, ctx: StepContext) -> ChunkLoad
                 copy.write_row(staged)
         for r in _q.rows(conn, "staged_items_unknown_brand"):
             rejects.append((r["row_number"], f"unknown brand {r['brand_code']}"))
+        rejects += facts.refuse_cost_changes(conn)  # none while a period is being costed
         changes = _q.rows(conn, "staged_items_cost_changes")
         counts = _q.one(conn, "items_upsert_from_staged")
         _q.execute(conn, "staged_items_drop")

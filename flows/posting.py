@@ -4,6 +4,12 @@
 
 Method:
 
+The documents of a period are those *dated* in it (``date_period``, the month
+of ``issued_on``), whatever month entered them: their journal and stock moves
+belong to that month. One dated in a closed month is never posted anywhere:
+it waits, listed by :mod:`flows.erp.dated` (the check, the close report, the
+console's Periods page); one dated in a later month waits for its posting.
+
 1. ``select_documents`` splits the period's unposted documents into chunks of
    ``ERP_POSTING_CHUNK_SIZE`` (500) by id range (first id, last id, count);
    the period must exist and not be closed: a submit for a closed period is
@@ -245,6 +251,7 @@ flow = Flow(
     # 6: the approval is an engine approval: not by the submitter (or the close's), with a reason
     # 6: the limit is the period's; the wait counts the period's unapproved rejections
     # 6: keeps what each document posted (erp_document_postings) for the ties of the check
+    # 6: posts the documents dated in the period (date_period), whatever month entered them
     version=6,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,

@@ -49,7 +49,7 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import BadInput
-from flows.erp import books, ties
+from flows.erp import books, dated, facts, ties
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.flags import Flag, raised
@@ -94,6 +94,8 @@ class BooksCheck(BaseModel):
     checks: list[Check]
     reconciliation: list[Reconciled] = []
     flags: list[Flag] = []
+    waiting: list[dated.Waiting] = []
+    """Documents dated in closed months, waiting: listed, not a failed check."""
 
     @property
     def ok(self) -> bool:
@@ -134,6 +136,7 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
         _after_close(conn, params, head["status"], balances),
         # every figure tied to its source, document by document, item by item
         *(Check(**t.model_dump()) for t in ties.check_ties(conn, period, costed)),
+        _facts(conn, period),
     ]
     return BooksCheck(
         period=period,
@@ -143,7 +146,17 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
         checks=checks,
         reconciliation=reconciled,
         flags=raised(conn, period),
+        waiting=dated.waiting(conn),
     )
+
+
+def _facts(conn: psycopg.Connection[Any], period: str) -> Check:
+    """The facts the period's averages were solved from are still its facts."""
+    name = "facts unchanged since the solve"
+    why = facts.stale_reason(conn, period)
+    if why is not None:
+        return Check(name=name, ok=False, detail=f"{why}: its costs are stale")
+    return Check(name=name, ok=True, detail="the solve's fingerprint matches (or not solved)")
 
 
 def _skipped(name: str, why: str) -> Check:

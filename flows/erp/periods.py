@@ -35,7 +35,7 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import BadInput, Concurrency, Refused, active_jobs
-from flows.erp import approvals, books, checks
+from flows.erp import approvals, books, checks, period_order
 from flows.erp.queries import NamedQueries
 from flows.erp.types import next_period
 
@@ -47,6 +47,7 @@ __all__ = [
     "close",
     "ensure_period",
     "history",
+    "in_books",
     "info",
     "lock_for_writing",
     "mark_costed_if_complete",
@@ -57,6 +58,7 @@ __all__ = [
     "recent",
     "record_posting_decision",
     "reopen",
+    "reopen_all",
     "starting_points",
     "status",
 ]
@@ -154,7 +156,7 @@ def starting_points(
 
 def missing_starting_points(period: str, points: Sequence[StartingPoint]) -> str | None:
     """Why costing ``period`` must wait, naming the stores and what each needs; ``None`` if none."""
-    missing = [p for p in points if not p.has_start]
+    missing = [p for p in points if not p.has_start and not _starts_after(p, period)]
     if not missing:
         return None
     by_need: dict[str, list[str]] = {}
@@ -174,6 +176,16 @@ def missing_starting_points(period: str, points: Sequence[StartingPoint]) -> str
         f"cannot cost {period}: {len(missing)} store(s) have no starting point for it; "
         + "; ".join(parts)
     )
+
+
+def _starts_after(point: StartingPoint, period: str) -> bool:
+    """The store's books start after ``period``: it has nothing to cost or close there."""
+    return not point.has_start and point.first_period is not None and point.first_period > period
+
+
+def in_books(points: Sequence[StartingPoint], period: str) -> list[StartingPoint]:
+    """The stores whose books have started by ``period`` (or that still need their start)."""
+    return [p for p in points if not _starts_after(p, period)]
 
 
 def _codes(codes: list[str], shown: int = 8) -> str:
@@ -269,6 +281,7 @@ def close(
     unapproved = approvals.close_refusal(conn, period)
     if unapproved is not None:
         raise Refused(unapproved)
+    period_order.refuse_close(conn, period)  # earlier periods closed; nothing dated in it waits
     uncosted = [r["code"] for r in _q.rows(conn, "stores_not_costed", {"period": period})]
     if uncosted:
         raise Refused(
@@ -304,17 +317,39 @@ def _snapshot_balances(conn: psycopg.Connection[Any], period: str) -> None:
     )
 
 
-def reopen(conn: psycopg.Connection[Any], period: str, *, actor: str, reason: str) -> PeriodEvent:
+def reopen(
+    conn: psycopg.Connection[Any], period: str, *, actor: str, reason: str, cascade: bool = False
+) -> PeriodEvent:
     """Reopen a closed ``period`` (it becomes costed), recording ``reason``; its kept
-    closing balances go (the next close keeps them again)."""
+    closing balances go (the next close keeps them again).
+
+    Refused while a later period is closed, naming them, unless ``cascade``:
+    then they are reopened first, latest first, with the same reason
+    (:func:`reopen_all`). The event of ``period`` itself.
+    """
+    return reopen_all(conn, period, actor=actor, reason=reason, cascade=cascade)[-1]
+
+
+def reopen_all(
+    conn: psycopg.Connection[Any], period: str, *, actor: str, reason: str, cascade: bool = False
+) -> list[PeriodEvent]:
+    """:func:`reopen`, returning every period's event in the order reopened (``period`` last)."""
     if not reason.strip():
         raise BadInput("--reason: required: say why the period is reopened (it is recorded)")
     row = _locked(conn, period)
     if row["status"] != "closed":
         raise Refused(f"period {period} is {row['status']}, not closed: nothing to reopen")
+    later = period_order.later_closed(conn, period)
+    if not cascade:
+        period_order.refuse_reopen(period, later)
+    events = [_reopen_one(conn, p, actor, f"{reason.strip()} (with {period})") for p in later]
+    return [*events, _reopen_one(conn, period, actor, reason.strip())]
+
+
+def _reopen_one(conn: psycopg.Connection[Any], period: str, actor: str, reason: str) -> PeriodEvent:
     _q.execute(conn, "period_reopen", {"period": period})
     _q.execute(conn, "period_balances_delete", {"period": period})
-    return _event(conn, period, "reopened", actor, reason.strip())
+    return _event(conn, period, "reopened", actor, reason)
 
 
 def record_posting_decision(

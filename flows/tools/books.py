@@ -143,6 +143,8 @@ def check_command(period: str, as_json: bool) -> None:
             mark = "skip" if c.skipped else ("ok" if c.ok else "FAIL")
             click.echo(f"  {mark:<4}  {c.name}: {c.detail}")
         click.echo(_flag_lines(report.flags))
+        for w in report.waiting:  # informs, does not fail the check
+            click.echo(f"  wait  {w.text}")
     if not report.ok:
         raise ChecksFailed(f"books of {report.period}", report.problems)
 
@@ -186,18 +188,28 @@ def close_command(period: str, by: str | None) -> None:
 @period_option
 @click.option("--reason", required=True, help="why the period is reopened (recorded)")
 @click.option("--by", "by", default=None, help="who reopens it (default: user@host)")
-def reopen_command(period: str, reason: str, by: str | None) -> None:
+@click.option("--cascade", is_flag=True, help="reopen the later closed periods too, latest first")
+def reopen_command(period: str, reason: str, by: str | None, cascade: bool) -> None:
     """Reopen a closed period (it is costed again), recording who and why.
 
-    Recorded in the period's history and the engine's audit trail (engine audit).
+    Refused while a later period is closed, naming them; ``--cascade`` reopens
+    them first, latest first, with the same reason. Recorded in the period's
+    history and the engine's audit trail (engine audit).
     """
-    event = _run(
-        lambda conn: audited(
-            conn,
-            periods.reopen(conn, parse_period_option(period), actor=by or actor(), reason=reason),
-        )
+    events = _run(
+        lambda conn: [
+            audited(conn, e)
+            for e in periods.reopen_all(
+                conn,
+                parse_period_option(period),
+                actor=by or actor(),
+                reason=reason,
+                cascade=cascade,
+            )
+        ]
     )
-    click.echo(f"period {event.period} reopened by {event.actor}: {event.reason}")
+    for event in events:
+        click.echo(f"period {event.period} reopened by {event.actor}: {event.reason}")
 
 
 @click.command("history")

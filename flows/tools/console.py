@@ -29,7 +29,7 @@ from engine.console.extension import (
     Section,
 )
 from engine.console.roles import Permission
-from flows.erp import periods
+from flows.erp import dated, period_order, periods
 from flows.erp.documents import period_documents
 from flows.erp.types import parse_period
 from flows.tools.books import audited
@@ -45,9 +45,11 @@ def _period(value: str | None) -> str:
 def _view(req: PageRequest) -> list[Section]:
     period = (req.query.get("period") or "").strip()
     with books_transaction(read_only=True, settings=req.settings) as conn:
+        waits = _waiting(dated.waiting(conn))
         if not period:
             rows = periods.recent(conn)
             return [
+                *waits,
                 Section(
                     "Periods",
                     text="Choose a period to see its history, close it or reopen it.",
@@ -61,12 +63,13 @@ def _view(req: PageRequest) -> list[Section]:
                         )
                         for r in rows
                     ],
-                )
+                ),
             ]
         period = _period(period)
         info = periods.info(conn, period)
         events = periods.history(conn, period)
         docs = None if info is None else period_documents(conn, period)
+        later = period_order.closed_after(conn, period)
     if info is None:
         return [Section(f"Period {period}", text="No such period in the books.")]
     keep = FormField("period", "period", kind="hidden", value=period)
@@ -80,10 +83,20 @@ def _view(req: PageRequest) -> list[Section]:
                 (keep, FormField("reason", "reason (recorded)")),
             )
         )
+        if later:  # a reopen alone is refused: offer the cascade, latest first
+            forms.append(
+                PageForm(
+                    "reopen_cascade",
+                    f"Reopen {', '.join(later)} and {period}, latest first",
+                    Permission.APPROVE,
+                    (keep, FormField("reason", "reason (recorded)")),
+                )
+            )
     else:
         forms.append(PageForm("close", f"Close {period}", Permission.APPROVE, (keep,)))
     assert docs is not None
     return [
+        *waits,
         Section(
             f"Period {period}: {info.status}",
             text=(f"costed {info.costed_at:%Y-%m-%d %H:%M %Z}" if info.costed_at else "not costed")
@@ -104,6 +117,20 @@ def _view(req: PageRequest) -> list[Section]:
     ]
 
 
+def _waiting(waiting: list[dated.Waiting]) -> list[Section]:
+    """Documents dated in closed months: they wait, and what to do (none: no section)."""
+    if not waiting:
+        return []
+    return [
+        Section(
+            "Documents waiting in closed months",
+            text="; ".join(w.text for w in waiting),
+            columns=("dated in", "documents", "for example", "what to do"),
+            rows=[(w.period, str(w.documents), ", ".join(w.examples), w.todo) for w in waiting],
+        )
+    ]
+
+
 def _close(req: ActionRequest) -> str:
     period = _period(req.form.get("period"))
     with books_transaction(settings=req.settings) as conn:
@@ -111,16 +138,19 @@ def _close(req: ActionRequest) -> str:
     return f"period {event.period} closed by {event.actor}"
 
 
-def _reopen(req: ActionRequest) -> str:
+def _reopen(req: ActionRequest, cascade: bool = False) -> str:
     period = _period(req.form.get("period"))
     reason = (req.form.get("reason") or "").strip()
     if not reason:
         raise BadInput("a reason is required: say why the period is reopened (it is recorded)")
     with books_transaction(settings=req.settings) as conn:
-        event = audited(
-            conn, periods.reopen(conn, period, actor=req.user, reason=reason), source="console"
-        )
-    return f"period {event.period} reopened by {event.actor}: {event.reason}"
+        events = [
+            audited(conn, e, source="console")
+            for e in periods.reopen_all(
+                conn, period, actor=req.user, reason=reason, cascade=cascade
+            )
+        ]
+    return "; ".join(f"period {e.period} reopened by {e.actor}: {e.reason}" for e in events)
 
 
 periods_page = ConsolePage(
@@ -130,6 +160,7 @@ periods_page = ConsolePage(
     actions={
         "close": ConsoleAction(Permission.APPROVE, _close),
         "reopen": ConsoleAction(Permission.APPROVE, _reopen),
+        "reopen_cascade": ConsoleAction(Permission.APPROVE, lambda req: _reopen(req, True)),
     },
     query_fields=(FormField("period", "period (YYYY-MM)", required=False),),
 )

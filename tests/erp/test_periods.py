@@ -276,6 +276,14 @@ def _costed_and_posted_but_one_chunk(
     with thread_worker(fast, registry):
         run(fast, registry, conn, "posting", period=NOV)
         run(fast, registry, conn, "costing", period=NOV)
+    _late_service_invoices(conn)
+    with connect(fast) as c:
+        selection = posting.select_chunks(c, NOV)
+    return selection.chunks[-1]
+
+
+def _late_service_invoices(conn: psycopg.Connection[Any]) -> None:
+    """Three service invoices (no stock lines) dated in November, unposted."""
     conn.execute(
         "INSERT INTO erp_documents (id, number, kind, period, store_id, employee_id, issued_on) "
         "SELECT m + n, 'SI-LATE-' || n, 'sales_invoice', %s, 1, "
@@ -289,9 +297,6 @@ def _costed_and_posted_but_one_chunk(
         "UNION ALL SELECT id, 2, '4000', 0, 12.00 FROM erp_documents "
         "WHERE number LIKE 'SI-LATE-%%'"
     )
-    with connect(fast) as c:
-        selection = posting.select_chunks(c, NOV)
-    return selection.chunks[-1]
 
 
 def _waiting_on_lock(conn: psycopg.Connection[Any], query_start: str) -> bool:
@@ -348,13 +353,21 @@ def test_close_racing_a_posting_chunk__close_waits_for_the_chunk_in_flight(
 def test_close_racing_a_posting_chunk__a_chunk_after_the_close_writes_nothing(
     fast: Settings, registry: Registry, conn: psycopg.Connection[Any], books: None
 ) -> None:
-    chunk = _costed_and_posted_but_one_chunk(fast, registry, conn)
+    with thread_worker(fast, registry):
+        run(fast, registry, conn, "posting", period=NOV)
+        run(fast, registry, conn, "costing", period=NOV)
     before = snapshot(conn)
+    last = conn.execute("SELECT max(id) AS m FROM erp_documents").fetchone()
+    assert last is not None
+    chunk = posting.Chunk(first_id=last["m"] + 1, last_id=last["m"] + 3, count=3)
     closed_uncommitted, chunk_waiting = threading.Event(), threading.Event()
 
     def close_period() -> None:
         with connect(fast) as c:
             periods.close(c, NOV, actor="ann")
+            # a period with unposted documents dated in it does not close: the late ones come
+            # in the close's transaction, seen by the chunk only once the close has committed
+            _late_service_invoices(c)
             closed_uncommitted.set()
             assert chunk_waiting.wait(30)
 
@@ -400,12 +413,13 @@ def test_migration__openings_into_a_costed_or_carried_period_are_rejected_with_r
         f"ST001,{sku['sku']},2026-12,5,50\n"  # carried forward by that costing
         f"ST002,{sku['sku']},2026-12,5,50\n"  # ST002's books start in November
         f"ST002,{sku['sku']},2026-10,5,50\n"  # October is closed
-        f"ST009,{sku['sku']},2026-11,7,70\n"  # a new store starts in November: loaded
+        f"ST009,{sku['sku']},2026-11,7,70\n"  # November is being costed: too late to start
+        f"ST009,{sku['sku']},2026-12,7,70\n"  # a new store starts in December: loaded
     )
     before = snapshot(conn)
     job = run(fast, registry, conn, "migration", source=str(source), kind="opening-balances")
     summary = output(conn, job, "report")
-    assert (summary["inserted"], summary["rejected"]) == (1, 4)
+    assert (summary["inserted"], summary["rejected"]) == (1, 5)
     reasons = {
         r["row_number"]: r["reason"]
         for r in conn.execute("SELECT row_number, reason FROM erp_migration_rejects")
@@ -417,12 +431,19 @@ def test_migration__openings_into_a_costed_or_carried_period_are_rejected_with_r
         3: "store ST002's books start in 2026-11: opening balances are loaded only into a "
         "store's first period",
         4: "period 2026-10 is closed; its opening balances are never overwritten",
+        5: reasons[5],
     }
+    assert reasons[5].startswith(
+        "period 2026-11 is being costed (its averages were solved at "
+    ) and reasons[5].endswith(
+        "an opening loaded now would be costed with stale averages; opening balances are "
+        "loaded before a period's costing starts"
+    )
     after = snapshot(conn)
     assert after["costs"] == before["costs"]
     new = [o for o in after["openings"] if o not in before["openings"]]
-    assert [(o["store_id"], o["period"], o["qty"]) for o in new] == [(9, NOV, 7)]
-    # the new store has its starting point: November can be costed for every store
+    assert [(o["store_id"], o["period"], o["qty"]) for o in new] == [(9, DEC, 7)]
+    # the new store's books start in December: November is costed for every other store
     run(fast, registry, conn, "costing", period=NOV)
     assert period_status(conn, NOV) == "costed"
     assert_books_check(conn, NOV)

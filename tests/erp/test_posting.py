@@ -84,9 +84,10 @@ def insert_erp(conn: psycopg.Connection[Any]) -> None:
         cur.executemany(
             "INSERT INTO erp_documents "
             "(id, number, kind, period, store_id, employee_id, issued_on, memo) "
-            "VALUES (%s, %s, %s, %s, %s, %s, '2026-11-15', %s)",
+            # each dated in the month it is entered under (posting takes a month's by date)
+            "VALUES (%s, %s, %s, %s, %s, %s, (%s || '-15')::date, %s)",
             [
-                (i, number, kind, period, 1 + i % 2, 1 + i % 2, memo)
+                (i, number, kind, period, 1 + i % 2, 1 + i % 2, period, memo)
                 for i, (number, kind, period, memo, _) in DOCUMENTS.items()
             ],
         )

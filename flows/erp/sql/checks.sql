@@ -1,7 +1,9 @@
 -- period_stores --
 -- The period's status and how many stores are costed for it: some identities hold only once every store is.
 SELECT p.status, p.closed_at,
-       (SELECT count(*) FROM erp_stores)::int AS stores,
+       (SELECT count(*) FROM erp_stores AS s  -- but those whose books start later
+        WHERE NOT coalesce((SELECT min(f.period) FROM erp_store_periods AS f
+                            WHERE f.store_id = s.id) > p.period, false))::int AS stores,
        (SELECT count(*) FROM erp_store_periods AS sp
         WHERE sp.period = p.period AND sp.costed_at IS NOT NULL)::int AS costed
 FROM erp_periods AS p WHERE p.period = %(period)s;

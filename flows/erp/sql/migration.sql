@@ -136,6 +136,7 @@ SELECT DISTINCT s.id, o.period, 'loaded'
 FROM staged_openings AS o
 JOIN erp_stores AS s ON s.code = o.store_code
 JOIN erp_periods AS p ON p.period = o.period AND p.status = 'open'
+WHERE NOT EXISTS (SELECT FROM erp_average_solves AS a WHERE a.period = o.period)
 ORDER BY 1, 2
 ON CONFLICT DO NOTHING;
 
@@ -153,6 +154,7 @@ SELECT o.row_number,
        CASE WHEN p.status = 'closed' THEN format('period %%s is closed; its opening balances are never overwritten', o.period)
             WHEN p.status = 'costed' THEN format('period %%s is costed; its opening balances are never overwritten', o.period)
             WHEN sp.costed_at IS NOT NULL THEN format('store %%s is costed for %%s; its opening balances are never overwritten', o.store_code, o.period)
+            WHEN a.period IS NOT NULL THEN format('period %%s is being costed (its averages were solved at %%s): an opening loaded now would be costed with stale averages; opening balances are loaded before a period''s costing starts', o.period, to_char(a.solved_at, 'YYYY-MM-DD HH24:MI:SS'))
             WHEN sp.opening = 'carried' THEN format('store %%s''s %%s opening balances were carried forward by costing the period before; they are never overwritten', o.store_code, o.period)
             ELSE format('store %%s''s books start in %%s: opening balances are loaded only into a store''s first period', o.store_code,
                         (SELECT f.period FROM erp_store_periods AS f WHERE f.store_id = s.id AND f.opening = 'loaded'))
@@ -162,7 +164,9 @@ JOIN erp_stores AS s ON s.code = o.store_code
 JOIN erp_items AS i ON i.sku = o.sku
 JOIN erp_periods AS p ON p.period = o.period
 LEFT JOIN erp_store_periods AS sp ON sp.store_id = s.id AND sp.period = o.period
+LEFT JOIN erp_average_solves AS a ON a.period = o.period
 WHERE p.status <> 'open' OR sp.store_id IS NULL OR sp.opening <> 'loaded' OR sp.costed_at IS NOT NULL
+   OR a.period IS NOT NULL
 ORDER BY o.row_number;
 
 -- openings_upsert_from_staged --
@@ -177,6 +181,7 @@ WITH upserted AS (
     JOIN erp_store_periods AS sp
       ON sp.store_id = s.id AND sp.period = o.period
      AND sp.opening = 'loaded' AND sp.costed_at IS NULL
+    WHERE NOT EXISTS (SELECT FROM erp_average_solves AS a WHERE a.period = o.period)
     ON CONFLICT (store_id, item_id, period) DO UPDATE
         SET qty = EXCLUDED.qty, value = EXCLUDED.value
         WHERE (b.qty, b.value) IS DISTINCT FROM (EXCLUDED.qty, EXCLUDED.value)

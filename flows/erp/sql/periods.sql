@@ -46,21 +46,25 @@ VALUES (%(store_id)s, %(period)s, 'carried')
 ON CONFLICT (store_id, period) DO NOTHING;
 
 -- stores_not_costed --
--- Close needs every store costed for the period.
+-- Close needs every store costed for the period, but a store whose books start later (its first period after this one).
 SELECT s.code FROM erp_stores AS s
 LEFT JOIN erp_store_periods AS sp ON sp.store_id = s.id AND sp.period = %(period)s
 WHERE sp.costed_at IS NULL
+  AND NOT coalesce((SELECT min(f.period) FROM erp_store_periods AS f
+                    WHERE f.store_id = s.id) > %(period)s, false)
 ORDER BY s.id;
 
 -- period_mark_costed_if_all_stores --
--- A period is costed once every store is (whichever jobs costed them); the caller holds the period row exclusively, so the last costing to finish sees every other one committed.
+-- A period is costed once every store is (whichever jobs costed them; a store whose books start later does not count); the caller holds the period row exclusively, so the last costing to finish sees every other one committed.
 UPDATE erp_periods SET status = 'costed', costed_at = clock_timestamp()
 WHERE period = %(period)s AND status = 'open'
   AND EXISTS (SELECT 1 FROM erp_stores)
   AND NOT EXISTS (
       SELECT 1 FROM erp_stores AS s
       LEFT JOIN erp_store_periods AS sp ON sp.store_id = s.id AND sp.period = %(period)s
-      WHERE sp.costed_at IS NULL)
+      WHERE sp.costed_at IS NULL
+        AND NOT coalesce((SELECT min(f.period) FROM erp_store_periods AS f
+                          WHERE f.store_id = s.id) > %(period)s, false))
 RETURNING period;
 
 -- period_close --
@@ -103,7 +107,7 @@ SELECT (SELECT count(*) FROM erp_store_periods
         WHERE period = %(period)s AND costed_at IS NOT NULL)::int AS costed_stores,
        EXISTS (SELECT 1 FROM erp_average_solves WHERE period = %(period)s) AS solved,
        (SELECT count(*) FROM erp_documents AS d
-        WHERE d.period = %(period)s AND d.status = 'unposted'
+        WHERE d.date_period = %(period)s AND d.status = 'unposted'
           AND EXISTS (SELECT 1 FROM erp_document_lines AS l
                       WHERE l.document_id = d.id AND l.item_id IS NOT NULL))::int AS unposted;
 
