@@ -130,8 +130,6 @@ class StepRun(SQLModel, table=True):
     status: StepStatus = Field(sa_column=Column(EnumText(StepStatus), nullable=False))
     attempts: int = Field(sa_column=Column(Integer, nullable=False))
     max_attempts: int = Field(sa_column=Column(Integer, nullable=False))
-    retries: int = Field(default=0, sa_column=Column(Integer, nullable=False))
-    attempt_base: int = Field(default=0, sa_column=Column(Integer, nullable=False))
     available_at: datetime = _ts(False)
     lease_owner: str | None = _text(True)
     lease_token: uuid.UUID | None = Field(
@@ -158,6 +156,9 @@ class StepRun(SQLModel, table=True):
     wait_summary: dict[str, Any] | None = _json(True)  # what the last wait published
     # released at no charge after its body ran, since its last park (migration 0027)
     free_releases: int = Field(default=0, sa_column=Column(Integer, nullable=False))
+    # retry rounds so far, and the attempts used before this round (migration 0029)
+    retries: int = Field(default=0, sa_column=Column(Integer, nullable=False))
+    attempt_base: int = Field(default=0, sa_column=Column(Integer, nullable=False))
 
 
 class JobSignal(SQLModel, table=True):

@@ -190,6 +190,27 @@ def test_stale_facts__a_standard_cost_change_waits_until_the_period_is_costed(
     assert checks.check_period(conn, NOV).ok, "a costed period's costs do not go stale"
 
 
+def test_stale_facts__a_new_item_loaded_while_costing_does_not_stale_the_period(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], worker: None, tmp_path: Path
+) -> None:
+    """An item the period never moved is not a fact of its costing: loading it mid-costing
+    (a nightly items migration beside month-end) leaves the solve fresh."""
+    cost_one(conn, NOV, "ST001")
+    brand = conn.execute("SELECT code FROM erp_brands ORDER BY id LIMIT 1").fetchone()
+    assert brand is not None
+    source = tmp_path / "items.csv"
+    source.write_text(
+        f"sku,brand_code,name,standard_cost,price\nNEW-0001,{brand['code']},New shirt,12.5,29.90\n"
+    )
+
+    loaded = migrate(fast, registry, conn, source, "items")
+
+    assert (loaded["inserted"], loaded["rejected"]) == (1, 0)
+    cost(conn, NOV)
+    assert status(conn, NOV) == "costed"
+    assert checks.check_period(conn, NOV).ok
+
+
 def test_stale_facts__a_document_that_moves_stock_is_not_posted_once_the_period_is_solved(
     conn: psycopg.Connection[Any], books: None
 ) -> None:

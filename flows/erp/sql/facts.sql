@@ -3,7 +3,7 @@
 SELECT period, status FROM erp_periods WHERE period = %(period)s FOR NO KEY UPDATE;
 
 -- facts_fingerprint --
--- What a period's solve reads, as a fingerprint: per store, the opening balances, receipts and transfers in of the items that move between stores; and every item's standard cost (the fallback of solve and costing). Equal fingerprints, same facts.
+-- What a period's solve reads, as a fingerprint: per store, the opening balances, receipts and transfers in of the items that move between stores; and the standard cost (the fallback of solve and costing) of every item the period costs, those with an opening or a stock move in it (an item loaded mid-costing that never moved is not a fact of it). Equal fingerprints, same facts.
 WITH moving AS (
     SELECT DISTINCT item_id FROM erp_stock_moves
     WHERE period = %(period)s AND kind = 'transfer_in'
@@ -27,7 +27,11 @@ SELECT jsonb_build_object(
                         FROM per_store AS p JOIN erp_stores AS st ON st.id = p.store_id), '{}'),
     'standard_costs', (SELECT md5(coalesce(string_agg(i.id || ' ' || i.standard_cost, ';'
                                                       ORDER BY i.id), ''))
-                       FROM erp_items AS i)) AS facts;
+                       FROM erp_items AS i
+                       WHERE EXISTS (SELECT 1 FROM erp_opening_balances AS o
+                                     WHERE o.period = %(period)s AND o.item_id = i.id)
+                          OR EXISTS (SELECT 1 FROM erp_stock_moves AS s
+                                     WHERE s.period = %(period)s AND s.item_id = i.id))) AS facts;
 
 -- facts_record --
 -- The fingerprint of the facts the period's averages were solved from, in the solve's transaction.
