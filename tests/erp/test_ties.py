@@ -155,7 +155,9 @@ def test_ties__a_journal_without_a_document_is_named(books: psycopg.Connection[A
 
     detail = failed(books)["document journals = posted documents"]
 
-    assert "journal document:999999: no such document" in detail
+    store = books.execute("SELECT code FROM erp_stores WHERE id = 1").fetchone()
+    assert store is not None
+    assert f"document:999999 ({store['code']}): journal document:999999: no such document" in detail
 
 
 def test_ties__a_posted_documents_edited_lines_are_named(books: psycopg.Connection[Any]) -> None:
@@ -359,6 +361,32 @@ def test_ties__a_kept_standard_cost_that_is_not_the_one_fallen_back_to_is_named(
         f"{tampered['store']} {tampered['sku']}: average from"
         in (found["item costs recomputed from the stock moves"])
     )
+
+
+def test_ties__a_kept_standard_cost_changed_in_one_store_is_named(
+    books: psycopg.Connection[Any],
+) -> None:
+    """A period costs an item at one standard cost in every store: a kept one edited in one
+    store's item cost (an average that did not fall back to it) is named."""
+    with books.transaction():
+        books.execute(
+            "UPDATE erp_item_costs SET standard_cost = standard_cost + 1 "
+            "WHERE (period, store_id, item_id) = (SELECT period, store_id, item_id "
+            "FROM erp_item_costs AS c WHERE period = %s AND average_from <> 'fallback_standard' "
+            "AND (SELECT count(*) FROM erp_item_costs AS o WHERE o.period = c.period "
+            "AND o.item_id = c.item_id) > 1 ORDER BY store_id, item_id LIMIT 1)",
+            (NOV,),
+        )
+    tampered = item_cost(
+        books,
+        "c.standard_cost <> (SELECT i.standard_cost FROM erp_items AS i WHERE i.id = c.item_id)",
+    )
+
+    found = failed(books)
+
+    detail = found["standard costs kept with the item costs"]
+    assert f"{tampered['store']} {tampered['sku']}: standard cost " in detail
+    assert "one standard cost per item" in detail
 
 
 def test_ties__refuse_the_close_of_a_tampered_month(books: psycopg.Connection[Any]) -> None:

@@ -92,7 +92,7 @@ WITH docs AS (
            OR EXISTS (SELECT 1 FROM erp_document_postings AS p WHERE p.document_id = d.id))
 ),
 problems AS (
-    SELECT d.id AS document_id, NULL::text AS journal,
+    SELECT d.id AS document_id, NULL::text AS journal, NULL::int AS journal_store_id,
            CASE
                WHEN d.status <> 'posted'
                    THEN format('recorded as posted in journal %%s but %%s', p.journal_id, d.status)
@@ -112,7 +112,7 @@ problems AS (
     LEFT JOIN erp_journals AS j ON j.source_key = 'document:' || d.id
     LEFT JOIN erp_document_postings AS p ON p.document_id = d.id
     UNION ALL
-    SELECT d.id, j.source_key,
+    SELECT d.id, j.source_key, j.store_id,
            CASE
                WHEN d.id IS NULL THEN 'no such document'
                WHEN d.status <> 'posted' THEN format('its document is %%s', d.status)
@@ -131,7 +131,7 @@ SELECT coalesce(d.number, p.journal) AS document, s.code AS store,
        count(*) OVER ()::int AS differ
 FROM problems AS p
 LEFT JOIN erp_documents AS d ON d.id = p.document_id
-LEFT JOIN erp_stores AS s ON s.id = d.store_id
+LEFT JOIN erp_stores AS s ON s.id = coalesce(d.store_id, p.journal_store_id)
 WHERE p.problem IS NOT NULL
 ORDER BY p.document_id NULLS FIRST, p.journal
 LIMIT 5;
@@ -352,7 +352,7 @@ ORDER BY s.code, i.sku
 LIMIT 5;
 
 -- item_costs_standard_cost --
--- The standard cost the period used is kept with its item costs: every item cost carries one, and an average that fell back to the standard cost is it (in the solve too). How many carry it, how many fell back, how many differ from erp_items today (kept as used, not a fault), and the item costs that break it (first 5).
+-- The standard cost the period used is kept with its item costs: every item cost carries one, an item has one in every store of the period (a store's that differs from the item's usual one is named), and an average that fell back to the standard cost is it (in the solve too). How many carry it, how many fell back, how many differ from erp_items today (kept as used, not a fault), and the item costs that break it (first 5).
 WITH costs AS (
     SELECT c.store_id, c.item_id, c.standard_cost, c.average_cost, c.average_from,
            i.standard_cost AS today, a.average_cost AS solved_cost, a.average_from AS solved_from
@@ -362,17 +362,26 @@ WITH costs AS (
            ON a.period = c.period AND a.item_id = c.item_id AND a.store_id = c.store_id
     WHERE c.period = %(period)s
 ),
+per_item AS (
+    SELECT item_id, mode() WITHIN GROUP (ORDER BY standard_cost) AS usual,
+           count(DISTINCT standard_cost) AS kinds
+    FROM costs GROUP BY item_id
+),
 broken AS (
     SELECT k.store_id, k.item_id,
            CASE WHEN k.standard_cost IS NULL THEN 'no standard cost kept'
+                WHEN p.kinds > 1 AND k.standard_cost <> p.usual
+                    THEN format('standard cost %%s kept, %%s in its other stores (a period '
+                                'costs one standard cost per item)', k.standard_cost, p.usual)
                 WHEN k.average_from = 'fallback_standard' AND k.average_cost <> k.standard_cost
                     THEN format('average %%s fell back to the standard cost but it is %%s',
                                 k.average_cost, k.standard_cost)
                 ELSE format('the solve fell back to the standard cost %%s, the costs keep %%s',
                             k.solved_cost, k.standard_cost)
            END AS problem
-    FROM costs AS k
+    FROM costs AS k JOIN per_item AS p ON p.item_id = k.item_id
     WHERE k.standard_cost IS NULL
+       OR (p.kinds > 1 AND k.standard_cost <> p.usual)
        OR (k.average_from = 'fallback_standard' AND k.average_cost <> k.standard_cost)
        OR (k.solved_from = 'fallback_standard' AND k.solved_cost <> k.standard_cost)
 )
