@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,12 +53,17 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def embedded_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if k != "ENGINE_DATABASE_URL"}
-    env["ENGINE_PGDATA"] = str(tmp_path / "pgdata")
-    yield env
-    if _status(env)["running"]:  # the test failed half-way: leave no server behind
-        _engine(env, "db", "stop")
+def embedded_env() -> Iterator[dict[str, str]]:
+    """A scratch data folder outside pytest's base temp: as root, pgserver's server user
+    traverses its parent folders (pgserver opens them g+rx,o+rx at start), and any other
+    pytest session starting meanwhile makes ``/tmp/pytest-of-root`` private again (0700),
+    which locked ``pg_ctl stop`` out ("could not access directory ...: Permission denied")."""
+    with tempfile.TemporaryDirectory(prefix="engine-test-db-cli-") as scratch:
+        env = {k: v for k, v in os.environ.items() if k != "ENGINE_DATABASE_URL"}
+        env["ENGINE_PGDATA"] = str(Path(scratch) / "pgdata")
+        yield env
+        if _status(env)["running"]:  # the test failed half-way: leave no server behind
+            _engine(env, "db", "stop")
 
 
 def test_db__status_and_stop_of_a_scratch_embedded_server(embedded_env: dict[str, str]) -> None:
