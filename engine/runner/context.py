@@ -30,6 +30,7 @@ from engine.errors import BadInput, DefinitionError, EngineError, JobCancelled, 
 from engine.flow import register_injectable
 from engine.flow.flow import declared_signals
 from engine.store import jsonb
+from engine.waits.approvals import BARRED_TAG
 from engine.waits.children import Child, ChildrenTimeout, ChildSubmitter, wait_for_children
 from engine.waits.signals import Signal, SignalTimeout, summary_json, wait_for_signal
 from engine.waits.wait import sleep_until
@@ -94,6 +95,16 @@ class StepContext:
             if self.stop.cancelled:
                 raise JobCancelled(self.stop.reason)
             raise LeaseLost(self.stop.reason)
+
+    def bar_approvers(self, *names: str | Iterable[str]) -> int:
+        """Bar ``names`` from sending this job's approval signals (segregation of duties).
+
+        Kept as the job's tags under :data:`engine.waits.approvals.BARRED_TAG`,
+        in the step's fenced transaction: committed with its checkpoint. An
+        approval sent by one of them is refused like one from the submitter
+        (rule ``barred``, :mod:`engine.waits.approvals`). Returns the names added.
+        """
+        return self.tag(BARRED_TAG, *names)
 
     def tag(self, name: str, *values: str | Iterable[str]) -> int:
         """Tag the job with searchable ``values`` under ``name``: ``ctx.tag("document", "SI-1")``.
