@@ -54,10 +54,12 @@ __all__ = [
     "Correction",
     "DocumentEvent",
     "DocumentHistory",
+    "Rejected",
     "corrected",
     "correctors",
     "record_verdicts",
     "redate",
+    "rejected",
     "requeue",
 ]
 
@@ -129,12 +131,12 @@ def _reason(reason: str) -> str:
     return text
 
 
-def _locked(conn: psycopg.Connection[Any], numbers: Sequence[str]) -> list[dict[str, Any]]:
-    """The documents named, locked; :class:`BadInput` naming every unknown number."""
+def _named(conn: psycopg.Connection[Any], numbers: Sequence[str]) -> list[dict[str, Any]]:
+    """The documents named; :class:`BadInput` naming every unknown number."""
     wanted = [n.strip() for n in numbers if n.strip()]
     if not wanted:
         raise BadInput("name at least one document by its number (e.g. SI-2026-11-000123)")
-    rows = _q.rows(conn, "documents_lock_by_number", {"numbers": wanted})
+    rows = _q.rows(conn, "documents_select_by_number", {"numbers": wanted})
     unknown = [r["number"] for r in rows if r["id"] is None]
     if unknown:
         raise BadInput(f"no such document: {', '.join(unknown)} (give document numbers)")
@@ -170,7 +172,7 @@ def requeue(
     the first document that cannot be requeued, and why.
     """
     why = _reason(reason)
-    rows = _locked(conn, numbers)
+    rows = _named(conn, numbers)
     for r in rows:
         if r["status"] != "rejected":
             raise BadInput(
@@ -189,8 +191,11 @@ def requeue(
         moved = _q.first(
             conn, "document_requeue_if_rejected", {"id": r["id"], "actor": actor, "reason": why}
         )
-        if moved is None:  # the rows are locked: unreachable, but never silent
-            raise BadInput(f"{r['number']} is no longer rejected")
+        if moved is None:  # changed since it was read: refused, all of them
+            raise BadInput(
+                f"{r['number']} changed meanwhile (no longer rejected, or its period closed): "
+                "nothing was requeued; try again"
+            )
         c = Correction(
             number=r["number"],
             action="requeued",
@@ -220,7 +225,7 @@ def redate(
     and the period that would be valid.
     """
     why = _reason(reason)
-    rows = _locked(conn, numbers)
+    rows = _named(conn, numbers)
     for r in rows:
         number = r["number"]
         if r["status"] == "posted":
@@ -250,8 +255,11 @@ def redate(
             "document_redate_if_waiting",
             {"id": r["id"], "into": into, "actor": actor, "reason": why},
         )
-        if moved is None:
-            raise BadInput(f"{r['number']} was posted meanwhile")
+        if moved is None:  # changed since it was read: refused, all of them
+            raise BadInput(
+                f"{r['number']} or {into} changed meanwhile (posted, redated or closed): "
+                "nothing was redated; try again"
+            )
         c = Correction(
             number=r["number"],
             action="redated",
@@ -297,6 +305,23 @@ def corrected(conn: psycopg.Connection[Any], period: str, limit: int = SHOWN) ->
         late=counts["late"],
         documents=[DocumentHistory.model_validate(r) for r in rows],
     )
+
+
+class Rejected(BaseModel):
+    """A rejected document of a period: why, and how many times it was rejected."""
+
+    number: str
+    reason: str
+    rejections: int
+    date_period: str
+    posting_period: str
+    total: int = Field(description="rejected documents of the period, all of them")
+
+
+def rejected(conn: psycopg.Connection[Any], period: str, limit: int = SHOWN) -> list[Rejected]:
+    """The rejected documents posting in ``period``, by id, the first ``limit``."""
+    rows = _q.rows(conn, "documents_select_rejected", {"period": period, "limit": limit})
+    return [Rejected.model_validate(r) for r in rows]
 
 
 def correctors(conn: psycopg.Connection[Any], period: str) -> list[str]:

@@ -52,16 +52,19 @@ ORDER BY p.document_id;
 
 -- A rejected document back to unposted (its reason cleared; its count of
 -- rejections kept, so a rejection after this is a new one that needs a new
--- decision), with its event; no row when it is not rejected. The one way to
+-- decision), with its event; no row when it is not rejected or its period is
+-- closed. The one way to
 -- requeue, for the CLI and the console alike: the console's role may run it
 -- and nothing more (it writes no document otherwise), so it runs as its owner.
 CREATE FUNCTION erp_document_requeue_if_rejected(doc bigint, who text, why text)
 RETURNS TABLE (document_id bigint, period text)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
     WITH back AS (
-        UPDATE erp_documents SET status = 'unposted', reject_reason = NULL
-        WHERE id = doc AND status = 'rejected'
-        RETURNING id, posting_period
+        UPDATE erp_documents AS d SET status = 'unposted', reject_reason = NULL
+        WHERE d.id = doc AND d.status = 'rejected'
+          AND NOT EXISTS (SELECT 1 FROM erp_periods AS p
+                          WHERE p.period = d.posting_period AND p.status = 'closed')
+        RETURNING d.id, d.posting_period
     )
     INSERT INTO erp_document_events (document_id, action, period, actor, reason)
     SELECT id, 'requeued', posting_period, who, why FROM back

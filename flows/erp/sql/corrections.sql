@@ -1,5 +1,5 @@
--- documents_lock_by_number --
--- The documents named, locked in id order (two corrections of one document serialise, and a posting chunk holding it is waited for), with what a correction decides on: status, the month it is dated in and the one it posts to (and their status), and the first period not closed of each store it moves (its store, a transfer's receiver) at or after the store's first period; a number that names no document comes back with a NULL id.
+-- documents_select_by_number --
+-- Read to judge a correction (each write after it restates its guard, so a document that changed meanwhile is refused, not corrected): the documents named, with what a correction decides on: status, the month it is dated in and the one it posts to (and their status), and the first period not closed of each store it moves (its store, a transfer's receiver) at or after the store's first period; a number that names no document comes back with a NULL id.
 WITH named AS (
     SELECT DISTINCT ON (u.number) u.number, u.ord
     FROM unnest(%(numbers)s::text[]) WITH ORDINALITY AS u (number, ord)
@@ -10,8 +10,6 @@ docs AS (
            d.posting_period, d.redated_into, d.store_id, d.counterpart_store_id
     FROM erp_documents AS d
     WHERE d.number IN (SELECT number FROM named)
-    ORDER BY d.id
-    FOR UPDATE OF d
 )
 SELECT n.number, d.id, d.status, d.reject_reason, d.rejections, d.date_period, d.posting_period,
        d.redated_into, pp.status AS posting_status,
@@ -28,16 +26,20 @@ LEFT JOIN erp_periods AS pp ON pp.period = d.posting_period
 ORDER BY n.ord;
 
 -- document_requeue_if_rejected --
--- A rejected document back to unposted, with its event, through the migration's function (the console's role may run it, and write no document otherwise); zero rows when it is no longer rejected.
+-- A rejected document back to unposted, with its event, through the migration's function (the console's role may run it, and write no document otherwise); zero rows when it is no longer rejected or its period closed meanwhile.
 SELECT document_id, period
 FROM erp_document_requeue_if_rejected(%(id)s, %(actor)s, %(reason)s);
 
 -- document_redate_if_waiting --
--- A document not posted, waiting in a closed month, marked to post in `into` (its own date untouched), with its event; zero rows when it was posted meanwhile.
+-- A document not posted, waiting in a closed month, marked to post in `into` (its own date untouched), with its event; zero rows when it was posted or redated meanwhile, or `into` closed.
 WITH moved AS (
-    UPDATE erp_documents SET redated_into = %(into)s
-    WHERE id = %(id)s AND status <> 'posted'
-    RETURNING id, posting_period
+    UPDATE erp_documents AS d SET redated_into = %(into)s
+    WHERE d.id = %(id)s AND d.status <> 'posted'
+      AND EXISTS (SELECT 1 FROM erp_periods AS p
+                  WHERE p.period = d.posting_period AND p.status = 'closed')
+      AND EXISTS (SELECT 1 FROM erp_periods AS p
+                  WHERE p.period = %(into)s AND p.status <> 'closed')
+    RETURNING d.id, d.posting_period
 )
 INSERT INTO erp_document_events (document_id, action, period, actor, reason)
 SELECT id, 'redated', posting_period, %(actor)s, %(reason)s FROM moved
@@ -95,3 +97,12 @@ WHERE d.posting_period = %(period)s AND d.status = 'unposted'
                   WHERE v.document_id = d.id AND v.action IN ('posted', 'rejected')
                     AND v.id > e.id)
 ORDER BY e.actor;
+
+-- documents_select_rejected --
+-- Read only: the rejected documents posting in the period, by id, the first `limit`, with their reason and how many times each was rejected; and how many there are.
+SELECT d.number, d.reject_reason AS reason, d.rejections, d.date_period, d.posting_period,
+       count(*) OVER ()::int AS total
+FROM erp_documents AS d
+WHERE d.posting_period = %(period)s AND d.status = 'rejected'
+ORDER BY d.id
+LIMIT %(limit)s;
