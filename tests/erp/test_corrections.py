@@ -10,6 +10,8 @@ a worker for the approval rules.
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,6 +22,7 @@ from test_posting import insert_erp
 
 from engine import ApprovalRefused, BadInput, Registry, signal, submit
 from engine.config import Settings
+from engine.reports import render_job_report
 from flows.erp import approvals, checks, corrections, dated
 from flows.erp.documents import period_documents
 
@@ -102,8 +105,6 @@ def test_requeue__a_fixed_rejected_document_is_posted_by_the_next_posting(
 def test_requeue__rejected_again_needs_a_new_decision(
     conn: psycopg.Connection[Any], books: None
 ) -> None:
-    import uuid
-
     [si4] = [d for d in approvals.unapproved(conn, NOV) if d.number == "SI-4"]
     approvals.record_decisions(
         conn, [si4], decision="approve", by="acct", reason="ok", job_id=uuid.uuid4()
@@ -345,3 +346,24 @@ def test_approval__whoever_requeued_or_redated_cannot_approve_that_posting(
             assert "is barred from approving it" in str(refused.value)
         signal(job, "approve", {"reason": "checked"}, settings=fast, sent_by="bob@erp")
         assert wait_job_ended(conn, job) == "done"
+
+
+def test_close_report__lists_the_late_and_requeued_documents_with_their_history(
+    settings: Settings, conn: psycopg.Connection[Any], books: None, tmp_path: Path
+) -> None:
+    flows = ["flows.posting", "flows.costing", "flows.close"]
+    registry = Registry.load(flows)
+    fast = fast_settings(
+        settings, concurrency=2, flow_modules=flows, reports_dir=tmp_path / "reports"
+    )
+    fix_si3(conn)
+    requeue(conn, "SI-3")
+    redate(conn, "SI-9")
+    job = submit("close", {"period": NOV}, settings=fast, registry=registry).job_id
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job, timeout=120) == "done"
+    page = Path(render_job_report(fast, job, registry=registry)).read_text(encoding="utf-8")
+    assert "late: dated in an earlier, closed month, redated into 2026-11" in page
+    assert "were rejected, requeued or redated (1 late)" in page
+    for text in ("SI-9", "SI-3", "requeued by ann", "redated into 2026-11 by ann", "late"):
+        assert text in page, text
