@@ -47,6 +47,7 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import BadInput, record_action
+from flows.erp import periods
 from flows.erp.queries import NamedQueries
 
 __all__ = [
@@ -248,6 +249,16 @@ def redate(
                 f"--into {into}: {number} (dated {r['date_period']}) goes forward into the "
                 f"first open period of its store(s), {first}; give --into {first}"
             )
+    # posting refuses a document that moves stock into a period whose stock is costed
+    # (flows.posting.check_postable): redated there, it would hold that period open for good
+    stock = periods.stock_state(conn, into)
+    moving = [r["number"] for r in rows if r["moves_stock"]]
+    if moving and stock.valued:
+        raise BadInput(
+            f"--into {into}: its stock is already costed, and {', '.join(moving)} move(s) "
+            "stock: posting could not take them there; redate them once posting into a "
+            "costed period is possible, or redate only documents without stock lines"
+        )
     done: list[Correction] = []
     for r in rows:
         moved = _q.first(

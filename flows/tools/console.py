@@ -120,6 +120,25 @@ def _view(req: PageRequest) -> list[Section]:
             columns=("at", "what", "who", "why"),
             rows=[(f"{e.at:%Y-%m-%d %H:%M:%S %Z}", e.action, e.actor, e.reason) for e in events],
         ),
+        *_document_history(docs.history),
+    ]
+
+
+def _document_history(history: corrections.Corrected | None) -> list[Section]:
+    """The documents of the period rejected, requeued or redated, each event (none: none)."""
+    if history is None or not history.corrected:
+        return []
+    more = history.corrected - len(history.documents)
+    return [
+        Section(
+            f"History of {history.corrected} document(s) of {history.period} ({history.late} late)",
+            text=f"the first {len(history.documents)}" if more > 0 else "",
+            columns=("document", "dated", "posts in", "status", "history"),
+            rows=[
+                (d.number, d.date, d.posting_period, d.status, "; ".join(e.line for e in d.events))
+                for d in history.documents
+            ],
+        )
     ]
 
 
@@ -196,23 +215,7 @@ def _posting_view(req: PageRequest) -> list[Section]:
             ],
         )
     ]
-    if history.corrected:
-        sections.append(
-            Section(
-                f"History of {history.corrected} document(s) of {period} ({history.late} late)",
-                columns=("document", "dated", "posts in", "status", "history"),
-                rows=[
-                    (
-                        d.number,
-                        d.date,
-                        d.posting_period,
-                        d.status,
-                        "; ".join(e.line for e in d.events),
-                    )
-                    for d in history.documents
-                ],
-            )
-        )
+    sections.extend(_document_history(history))
     return sections
 
 

@@ -367,3 +367,15 @@ def test_close_report__lists_the_late_and_requeued_documents_with_their_history(
     assert "were rejected, requeued or redated (1 late)" in page
     for text in ("SI-9", "SI-3", "requeued by ann", "redated into 2026-11 by ann", "late"):
         assert text in page, text
+
+
+def test_redate__a_stock_document_into_a_costed_period_is_refused(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    late_stock_invoice(conn)
+    cost(conn, NOV)
+    with pytest.raises(BadInput, match=f"--into {NOV}: its stock is already costed"):
+        redate(conn, "SI-11")
+    assert status(conn, "SI-11")["posting_period"] == OCT
+    [done] = redate(conn, "SI-9")  # no stock lines: posting can still take it
+    assert done.period == NOV

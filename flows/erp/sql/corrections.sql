@@ -13,6 +13,8 @@ docs AS (
 )
 SELECT n.number, d.id, d.status, d.reject_reason, d.rejections, d.date_period, d.posting_period,
        d.redated_into, pp.status AS posting_status,
+       EXISTS (SELECT 1 FROM erp_document_lines AS l
+               WHERE l.document_id = d.id AND l.item_id IS NOT NULL) AS moves_stock,
        (SELECT max(f.first_open) FROM (
             SELECT (SELECT min(p.period) FROM erp_periods AS p
                     WHERE p.status <> 'closed' AND p.period > d.date_period
