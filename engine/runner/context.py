@@ -8,7 +8,9 @@ cancelled; long steps call it between chunks of work. ``ctx.wait_for_signal``
 and ``ctx.sleep_until`` wait durably, holding no lease (:mod:`engine.waits`);
 ``ctx.submit_child`` and ``ctx.wait_for_children`` run child jobs and wait for
 them the same way (:mod:`engine.waits.children`). ``ctx.tag`` gives the job
-searchable keys (a document number it posted), committed with the checkpoint.
+searchable keys (a document number it posted), committed with the checkpoint;
+``ctx.bar_approvers`` names people who may not approve the job (who prepared
+what it decides on), kept the same way.
 """
 
 from __future__ import annotations
