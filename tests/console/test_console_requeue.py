@@ -17,7 +17,7 @@ import pytest
 from consolesupport import Served, csrf_of
 from harness import fast_settings, thread_worker, wait_job_ended
 from playwright.sync_api import Browser, expect
-from test_console_browser import browser, shots, signed_in  # noqa: F401 (fixtures)
+from test_console_browser import signed_in
 from test_posting import insert_erp
 
 from engine import submit
@@ -45,12 +45,12 @@ def _status(conn: psycopg.Connection[Any], number: str) -> str:
 
 
 def test_console__an_accountant_requeues_a_fixed_rejected_document_from_the_posting_page(
-    browser: Browser,  # noqa: F811
+    browser: Browser,
     app_for: Any,
     people: Any,
     settings: Settings,
     conn: psycopg.Connection[Any],
-    shots: Path,  # noqa: F811
+    shots: Path,
 ) -> None:
     job, registry, fast = _posted(settings, conn)
     conn.execute(  # the ERP fixes SI-3: its VAT line was missing
