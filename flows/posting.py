@@ -6,9 +6,11 @@ Method:
 
 The documents of a period are those *dated* in it (``date_period``, the month
 of ``issued_on``), whatever month entered them: their journal and stock moves
-belong to that month. One dated in a closed month is never posted anywhere:
-it waits, listed by :mod:`flows.erp.dated` (the check, the close report, the
-console's Periods page); one dated in a later month waits for its posting.
+belong to that month. One dated in a closed month is never posted there: it
+waits, listed by :mod:`flows.erp.dated` (the check, the close report, the
+console's Periods page), until it is redated into the first open period
+(:mod:`flows.erp.corrections`: its ``posting_period``, which posting reads);
+one dated in a later month waits for its posting.
 
 1. ``select_documents`` splits the period's unposted documents into chunks of
    ``ERP_POSTING_CHUNK_SIZE`` (500) by id range (first id, last id, count);
@@ -87,7 +89,7 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, Reject, Signal, StepContext
-from flows.erp import approvals, ledger, periods
+from flows.erp import approvals, corrections, ledger, periods
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.ledger import Journal, signed
@@ -252,7 +254,9 @@ flow = Flow(
     # 6: the limit is the period's; the wait counts the period's unapproved rejections
     # 6: keeps what each document posted (erp_document_postings) for the ties of the check
     # 6: posts the documents dated in the period (date_period), whatever month entered them
-    version=6,
+    # 7: posts the documents redated into the period too (posting_period), records each
+    #    verdict in the document's history, bars who requeued or redated from approving
+    version=7,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,
     signals=(APPROVAL_SIGNAL,),  # an accountant's go-ahead when too many were rejected
@@ -274,6 +278,7 @@ def post_documents(
     last_id: int,
     *,
     tag: Tagger | None = None,
+    job_id: uuid.UUID | None = None,
 ) -> ChunkResult:
     """Validate and post (or reject) the unposted documents of ``period`` in an id range.
 
@@ -282,7 +287,8 @@ def post_documents(
     document, the net amount per account on the document's store), then
     those documents marked posted with their stock moves written, and the
     invalid ones rejected with their reasons; ``tag`` is given the numbers of
-    the documents marked, once, in the same transaction. Calling it again for
+    the documents marked, once, in the same transaction, and each verdict is in
+    the document's history, naming ``job_id`` (:mod:`flows.erp.corrections`). Calling it again for
     the same range posts nothing more (see the module docstring).
     """
     params = {"period": period, "first_id": first_id, "last_id": last_id}
@@ -315,6 +321,13 @@ def post_documents(
             "rejected": [d["id"] for d in bad],
             "reasons": [d["reason"] for d in bad],
         },
+    )
+    corrections.record_verdicts(
+        conn,
+        posted=[int(j.source_key.split(":", 1)[1]) for j in done],
+        rejected=[d["id"] for d in bad],
+        reasons=[d["reason"] for d in bad],
+        job_id=job_id,
     )
     if tag is not None and row["numbers"]:
         tag(row["numbers"])
@@ -392,18 +405,25 @@ def select_documents(params: PostingParams, ctx: StepContext) -> Selection:
     approvals.claim_threshold(
         ctx.conn, params.period, params.approve_rejects_over, actor=f"posting job {ctx.job_id}"
     )
+    # whoever requeued or redated what this job judges may not approve it (invariant 21)
+    ctx.bar_approvers(corrections.correctors(ctx.conn, params.period))
     return selection
 
 
 def post_one_chunk(
-    conn: psycopg.Connection[Any], period: str, chunk: Chunk, *, tag: Tagger | None = None
+    conn: psycopg.Connection[Any],
+    period: str,
+    chunk: Chunk,
+    *,
+    tag: Tagger | None = None,
+    job_id: uuid.UUID | None = None,
 ) -> ChunkResult:
     """Post one chunk in the caller's (fenced) transaction, under the period's share lock."""
     try:
         check_postable(conn, period, doing=f"posting documents {chunk.first_id}-{chunk.last_id}")
     except Refused as exc:
         raise Fail(f"{exc}; the documents stay unposted") from exc
-    return post_documents(conn, period, chunk.first_id, chunk.last_id, tag=tag)
+    return post_documents(conn, period, chunk.first_id, chunk.last_id, tag=tag, job_id=job_id)
 
 
 @flow.step(map_over="select_documents.chunks")
@@ -411,7 +431,11 @@ def post_chunk(chunk: Chunk, params: PostingParams, ctx: StepContext) -> ChunkRe
     """Post or reject one chunk's documents in the step's fenced transaction; tag the job
     with their numbers."""
     return post_one_chunk(
-        ctx.conn, params.period, chunk, tag=lambda numbers: ctx.tag(DOCUMENT_TAG, numbers)
+        ctx.conn,
+        params.period,
+        chunk,
+        tag=lambda numbers: ctx.tag(DOCUMENT_TAG, numbers),
+        job_id=ctx.job_id,
     )
 
 

@@ -49,7 +49,7 @@ from engine import store
 from engine.config import Settings
 from engine.console import sessions, users
 from engine.console.auth import csrf_token, form_values, guarded
-from engine.console.extension import ActionRequest, ConsolePage, PageRequest
+from engine.console.extension import ActionRequest, ConsolePage, PageRequest, Section
 from engine.console.roles import Permission, allowed
 from engine.console.settings import ConsoleSettings
 from engine.console.throttle import SignInThrottle, Throttled
@@ -61,7 +61,7 @@ from engine.jobs import admin
 from engine.jobs.audit import audit_trail
 from engine.jobs.lookup import resolve_job_id
 from engine.jobs.search import RunQuery, parse_run_query, search_runs
-from engine.reports.context import build_run_report
+from engine.reports.context import RunReport, build_run_report
 from engine.reports.render import TEMPLATES_DIR, environment, render_run_html
 from engine.schedules import schedules
 from engine.store import db
@@ -361,6 +361,7 @@ def create_app(
         report = build_run_report(c.read, job_id, registry)
         return {
             "job_id": str(job_id),
+            "job_sections": _job_sections(c, request, report),
             "report_html": _markup(render_run_html(report, c.env, fragment=True)),
             "awaiting": awaiting,
             "active": report.status in ("pending", "running", "waiting"),
@@ -674,6 +675,28 @@ def create_app(
     app.state.console = console
     app.state.shared = c
     return app
+
+
+def _job_sections(
+    c: Console, request: Request, report: RunReport
+) -> list[tuple[ConsolePage, list[Section]]]:
+    """The sections the domain's pages add to this job's page (those naming its flow)."""
+    pages = [p for p in c.pages.values() if p.job_view is not None and report.flow in p.job_flows]
+    if not pages:
+        return []
+    query = {"job": report.job_id, "flow": report.flow}
+    for name, value in report.params:
+        decoded = json.loads(value)
+        query.setdefault(name, decoded if isinstance(decoded, str) else value)
+    shown: list[tuple[ConsolePage, list[Section]]] = []
+    for page in pages:
+        assert page.job_view is not None
+        try:
+            sections = page.job_view(PageRequest(c.settings, query, _actor(request)))
+        except BadInput as exc:
+            sections = [Section(page.title, text=f"refused: {exc}")]
+        shown.append((page, sections))
+    return shown
 
 
 def _query_of(page: ConsolePage, form: dict[str, str]) -> dict[str, str]:

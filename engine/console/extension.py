@@ -2,9 +2,13 @@
 
 A module the registry loads may export ``console_pages``, a list of
 :class:`ConsolePage` (the ERP's periods page: a period's history, its close
-and reopen). A page's ``view`` returns :class:`Section` objects (text, a
-table of strings, forms); the console renders them with its own templates,
-so everything a domain page shows is escaped like the rest, and every form
+and reopen). A page may also add sections to the page of a job of the flows
+it names (``job_flows``, ``job_view``: the ERP's posting job shows its
+rejected documents, each with a button to requeue it); their forms POST to
+the page's actions and come back to the job's page. A page's ``view``
+returns :class:`Section` objects (text, a table of strings, forms); the
+console renders them with its own templates, so everything a domain page
+shows is escaped like the rest, and every form
 is a POST with the session's CSRF token, allowed only to a role with the
 form's permission, checked again when the action runs. An action returns
 the message the person sees; a :class:`~engine.errors.BadInput` it raises
@@ -95,3 +99,7 @@ class ConsolePage:
     view: Callable[[PageRequest], list[Section]]
     actions: Mapping[str, ConsoleAction] = field(default_factory=dict)
     query_fields: Sequence[FormField] = ()  # a GET form above the page (e.g. the period)
+    # sections shown on the page of a job of one of these flows: the request's query holds
+    # the job's ``job`` id, its ``flow`` and its parameters (strings as they are, others as JSON)
+    job_flows: Sequence[str] = ()
+    job_view: Callable[[PageRequest], list[Section]] | None = None

@@ -8,7 +8,9 @@ cancelled; long steps call it between chunks of work. ``ctx.wait_for_signal``
 and ``ctx.sleep_until`` wait durably, holding no lease (:mod:`engine.waits`);
 ``ctx.submit_child`` and ``ctx.wait_for_children`` run child jobs and wait for
 them the same way (:mod:`engine.waits.children`). ``ctx.tag`` gives the job
-searchable keys (a document number it posted), committed with the checkpoint.
+searchable keys (a document number it posted), committed with the checkpoint;
+``ctx.bar_approvers`` names people who may not approve the job (who prepared
+what it decides on), kept the same way.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from engine.errors import BadInput, DefinitionError, EngineError, JobCancelled, 
 from engine.flow import register_injectable
 from engine.flow.flow import declared_signals
 from engine.store import jsonb
+from engine.waits.approvals import BARRED_TAG
 from engine.waits.children import Child, ChildrenTimeout, ChildSubmitter, wait_for_children
 from engine.waits.signals import Signal, SignalTimeout, summary_json, wait_for_signal
 from engine.waits.wait import sleep_until
@@ -94,6 +97,16 @@ class StepContext:
             if self.stop.cancelled:
                 raise JobCancelled(self.stop.reason)
             raise LeaseLost(self.stop.reason)
+
+    def bar_approvers(self, *names: str | Iterable[str]) -> int:
+        """Bar ``names`` from sending this job's approval signals (segregation of duties).
+
+        Kept as the job's tags under :data:`engine.waits.approvals.BARRED_TAG`,
+        in the step's fenced transaction: committed with its checkpoint. An
+        approval sent by one of them is refused like one from the submitter
+        (rule ``barred``, :mod:`engine.waits.approvals`). Returns the names added.
+        """
+        return self.tag(BARRED_TAG, *names)
 
     def tag(self, name: str, *values: str | Iterable[str]) -> int:
         """Tag the job with searchable ``values`` under ``name``: ``ctx.tag("document", "SI-1")``.

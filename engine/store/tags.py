@@ -2,8 +2,10 @@
 
 Written in the step's fenced transaction, so a tag exists exactly when the
 step's checkpoint committed (invariant 5); a value the job carries already is
-ignored. The engine gives no tag a meaning: a search by ``document`` is a
-search by the tag of that name (:mod:`engine.jobs.search`).
+ignored. The engine gives no tag a meaning but one: a search by
+``document`` is a search by the tag of that name (:mod:`engine.jobs.search`);
+``approval.barred`` holds the names a job barred from approving it
+(``ctx.bar_approvers``, read by :mod:`engine.waits.approvals`).
 """
 
 from __future__ import annotations

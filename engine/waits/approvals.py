@@ -11,6 +11,10 @@ written, when:
 - ``submitter``: the sender submitted the job, or its parent, grandparent,
   ... (a posting a close submitted is approved by someone other than who
   submitted the close); admins included: the role does not matter here;
+- ``barred``: the sender is one of the names the job barred from approving it
+  (``ctx.bar_approvers(...)`` in one of its steps, committed with that step:
+  a posting bars whoever requeued or redated the documents it judges); the
+  engine gives the names no other meaning;
 - ``reason``: the data has no non-empty ``reason`` (approve and reject alike).
 
 Who is who is the engine's record: a job's ``submitted_by`` (the CLI's
@@ -26,9 +30,9 @@ connection of its own, in autocommit, so that it stays when the caller's
 transaction rolls back (the refusal raises through it).
 
 ``ENGINE_ALLOW_SELF_APPROVAL`` (:attr:`Settings.allow_self_approval`)
-relaxes the ``submitter`` rule for a one-person shop: the approval is sent,
-and a ``self_approval`` entry records it in the signal's own transaction.
-The other two rules stay.
+relaxes the ``submitter`` and ``barred`` rules for a one-person shop: the
+approval is sent, and a ``self_approval`` entry records it in the signal's
+own transaction. The other two rules stay.
 """
 
 from __future__ import annotations
@@ -46,7 +50,16 @@ from engine.jobs.audit import operator, record_action
 from engine.store import db
 from engine.store.status import AuditSource
 
-__all__ = ["Approval", "check_approval", "record_self_approval", "same_person"]
+__all__ = [
+    "BARRED_TAG",
+    "Approval",
+    "check_approval",
+    "record_self_approval",
+    "same_person",
+]
+
+BARRED_TAG = "approval.barred"
+"""The job tag under which a job carries the names barred from approving it."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,19 @@ def check_approval(
             + ", and whoever submits a job cannot approve it; "
             "someone else must send it (a one-person shop may set ENGINE_ALLOW_SELF_APPROVAL)",
         )
+    barred = [
+        value
+        for tag, value in store.tag_select_by_job(conn, job_id)
+        if tag == BARRED_TAG and same_person(sender, value)
+    ]
+    if barred and not settings.allow_self_approval:
+        raise refuse(
+            "barred",
+            f"approval {name!r} of job {job_id} refused: {sender} is barred from approving it"
+            + ("" if barred[0] == sender else f" (as {barred[0]})")
+            + " by the job itself (who prepared what it decides on cannot approve it); "
+            "someone else must send it (a one-person shop may set ENGINE_ALLOW_SELF_APPROVAL)",
+        )
     reason = data.get("reason") if isinstance(data, dict) else None
     if not isinstance(reason, str) or not reason.strip():
         raise refuse(
@@ -119,7 +145,8 @@ def check_approval(
             f"approval {name!r} of job {job_id} refused: it needs a reason, approve and reject "
             """alike (e.g. --data '{"decision": "approve", "reason": "checked the rejections"}')""",
         )
-    return Approval(sender, reason.strip(), own[0]["submitted_by"] if own else None)
+    relaxed = own[0]["submitted_by"] if own else (barred[0] if barred else None)
+    return Approval(sender, reason.strip(), relaxed)
 
 
 def record_self_approval(

@@ -1,10 +1,13 @@
 """Documents by their date: the month a document is dated in is the month it posts to.
 
 Posting P takes only the unposted documents dated in P (``date_period``,
-:mod:`flows.posting`). A document dated in a *closed* month is never posted
-into another one: it waits, and :func:`waiting` lists those months (``12
-documents dated in closed 2026-10 wait``) with what to do, for ``engine
-books check``, the close report and the console's Periods page. One dated
+:mod:`flows.posting`), or redated into it (``posting_period``). A document
+dated in a *closed* month is never posted there: it waits, and
+:func:`waiting` lists those months (``12 documents dated in closed 2026-10
+wait``) with what to do, for ``engine books check``, the close report and
+the console's Periods page, until it is redated into the first open period
+(``engine books redate``, :mod:`flows.erp.corrections`): then it leaves the
+list. One dated
 in a later, or not yet open, month simply waits for that month's posting.
 A period with unposted documents dated in it does not close
 (:func:`unposted_in`, used by :func:`flows.erp.periods.close`).
@@ -45,7 +48,8 @@ class Waiting(BaseModel):
         return (
             f"reopen {self.period} to post them (engine books reopen --period {self.period} "
             "--reason ...; then engine submit posting --period "
-            f"{self.period}), or correct their dates"
+            f"{self.period}), or redate them into the first open period (engine books redate "
+            "DOCUMENT... --into PERIOD --reason ...)"
         )
 
 

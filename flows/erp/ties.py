@@ -7,10 +7,12 @@ These checks tie each figure to the record it comes from, document by
 document, move by move, item by item, and name the document, store or item
 that breaks:
 
-- ``document journals = document lines``: each posted document dated in the
-  period (its accounting month is ``date_period``) has a journal that is its
-  lines as posting writes them: per account, the net amount on the
-  document's store, in the document's month, on its store;
+- ``document journals = document lines``: each posted document of the
+  period (its accounting month is ``posting_period``: the month it is dated
+  in, or for a late document the one it was redated into,
+  :mod:`flows.erp.corrections`) has a journal that is its lines as posting
+  writes them: per account, the net amount on the document's store, in that
+  month, on its store;
 - ``posted documents unchanged``: a document's fingerprint now
   (``erp_document_fingerprints``, the SQL function posting used: its kind,
   store, counterpart, date and every line's account, item, quantity, unit

@@ -12,6 +12,8 @@
     engine books item-costs --period 2026-11 [--store ST001] [--sku SKU] [--json]
     engine books documents --period 2026-11 [--json]    # every document of the period
     engine books approval-threshold --period 2026-11 --over N --reason R
+    engine books requeue DOCUMENT... --reason R         # a rejected document, fixed
+    engine books redate DOCUMENT... --into P --reason R # a late document, into P
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from flows.erp import checks, flags, periods
 from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
 from flows.erp.documents import period_documents
+from flows.tools.corrections import redate_command, requeue_command
 from flows.tools.documents import approval_threshold_command, documents_command
 from flows.tools.exports import item_costs_command, stock_ledger_command
 from flows.tools.session import books_transaction, parse_period_option, period_option
@@ -243,6 +246,8 @@ books = click.Group(
         item_costs_command,
         documents_command,
         approval_threshold_command,
+        requeue_command,
+        redate_command,
     ],
     help="The ERP's books: trial balance, checks, and a period's close and reopen.",
 )

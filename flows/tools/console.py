@@ -11,6 +11,12 @@ reason is required). Both go through the same functions as ``engine books
 close|reopen`` and are recorded in the period's history and the engine's
 audit trail with the signed-in user, in one transaction.
 
+The page of a posting job shows the rejected documents of its period, each
+with a button to requeue it once the ERP has fixed it (a reason is
+required): :func:`flows.erp.corrections.requeue`, as ``engine books
+requeue`` does, audited with the signed-in user; and the documents of the
+period with a history (rejected, requeued, redated, posted by which job).
+
 Built from :mod:`engine.console.extension`'s plain data: the console renders
 and escapes it, checks the CSRF token and the role, and shows what an
 action returned or why it was refused.
@@ -29,7 +35,7 @@ from engine.console.extension import (
     Section,
 )
 from engine.console.roles import Permission
-from flows.erp import dated, period_order, periods
+from flows.erp import corrections, dated, period_order, periods
 from flows.erp.documents import period_documents
 from flows.erp.types import parse_period
 from flows.tools.books import audited
@@ -114,6 +120,25 @@ def _view(req: PageRequest) -> list[Section]:
             columns=("at", "what", "who", "why"),
             rows=[(f"{e.at:%Y-%m-%d %H:%M:%S %Z}", e.action, e.actor, e.reason) for e in events],
         ),
+        *_document_history(docs.history),
+    ]
+
+
+def _document_history(history: corrections.Corrected | None) -> list[Section]:
+    """The documents of the period rejected, requeued or redated, each event (none: none)."""
+    if history is None or not history.corrected:
+        return []
+    more = history.corrected - len(history.documents)
+    return [
+        Section(
+            f"History of {history.corrected} document(s) of {history.period} ({history.late} late)",
+            text=f"the first {len(history.documents)}" if more > 0 else "",
+            columns=("document", "dated", "posts in", "status", "history"),
+            rows=[
+                (d.number, d.date, d.posting_period, d.status, "; ".join(e.line for e in d.events))
+                for d in history.documents
+            ],
+        )
     ]
 
 
@@ -153,6 +178,56 @@ def _reopen(req: ActionRequest, cascade: bool = False) -> str:
     return "; ".join(f"period {e.period} reopened by {e.actor}: {e.reason}" for e in events)
 
 
+REQUEUE_SHOWN = 50
+"""Rejected documents offered for a requeue on a posting job's page."""
+
+
+def _posting_view(req: PageRequest) -> list[Section]:
+    """On a posting job's page: its period's rejected documents, each requeued by a button,
+    and the documents with a history."""
+    period = _period(req.query.get("period"))
+    with books_transaction(read_only=True, settings=req.settings) as conn:
+        rejected = corrections.rejected(conn, period, limit=REQUEUE_SHOWN)
+        history = corrections.corrected(conn, period)
+    total = rejected[0].total if rejected else 0
+    more = f" (the first {len(rejected)} of {total})" if total > len(rejected) else ""
+    sections = [
+        Section(
+            f"Rejected documents of {period}{more}",
+            text=(
+                "Once the ERP has fixed a document's lines, requeue it: the next posting of "
+                f"{period} judges it again (engine books requeue DOCUMENT --reason ...)."
+            ),
+            columns=("document", "rejected", "why"),
+            rows=[(d.number, f"{d.rejections} time(s)", d.reason) for d in rejected],
+            forms=[
+                PageForm(
+                    "requeue",
+                    f"Requeue {d.number}",
+                    Permission.APPROVE,
+                    (
+                        FormField("documents", "document", kind="hidden", value=d.number),
+                        FormField("period", "period", kind="hidden", value=period),
+                        FormField("reason", "reason (recorded)"),
+                    ),
+                )
+                for d in rejected
+            ],
+        )
+    ]
+    sections.extend(_document_history(history))
+    return sections
+
+
+def _requeue(req: ActionRequest) -> str:
+    numbers = (req.form.get("documents") or "").split()
+    with books_transaction(settings=req.settings) as conn:
+        done = corrections.requeue(
+            conn, numbers, actor=req.user, reason=req.form.get("reason") or "", source="console"
+        )
+    return "; ".join(f"{c.number} requeued by {c.actor} into {c.period}: {c.reason}" for c in done)
+
+
 periods_page = ConsolePage(
     name="periods",
     title="Periods",
@@ -161,6 +236,9 @@ periods_page = ConsolePage(
         "close": ConsoleAction(Permission.APPROVE, _close),
         "reopen": ConsoleAction(Permission.APPROVE, _reopen),
         "reopen_cascade": ConsoleAction(Permission.APPROVE, lambda req: _reopen(req, True)),
+        "requeue": ConsoleAction(Permission.APPROVE, _requeue),
     },
     query_fields=(FormField("period", "period (YYYY-MM)", required=False),),
+    job_flows=("posting",),
+    job_view=_posting_view,
 )

@@ -5,8 +5,14 @@ Migrates, seeds the demo ERP at the real store, brand and employee counts
 the month-end close of the period as one job (its child jobs post the
 documents, then cost every store; it checks the books and closes the period:
 ``flows.close``) with progress shown, and prints the trial balance, the books
-check and how to look at the run. Run again, it reuses the data: the period
-is closed, so it only shows the books, which do not change.
+check and how to look at the run. Then it corrects the month as an
+accountant would (:mod:`flows.erp.corrections`): one late invoice, dated in
+the closed month before, is redated into the first open period after the
+close; one invoice the posting rejected (the seed's unknown account 9999) is
+fixed in SQL as the ERP would, redated there too (its own month is now
+closed) and requeued; that period's posting posts both, and its books check.
+Run again, it reuses the data: the period is closed, so it only shows the
+books, which do not change.
 """
 
 from __future__ import annotations
@@ -29,11 +35,15 @@ from engine import (
     wait_for_job,
 )
 from engine.worker.processes import worker_processes
-from flows.erp import checks, inventory, periods
+from flows.erp import checks, corrections, dated, inventory, periods
 from flows.erp.actor import actor
 from flows.erp.books import TrialBalance, cents, trial_balance
+from flows.erp.queries import NamedQueries
+from flows.erp.types import next_period, previous_period
 from flows.tools.books import trial_balance_table
 from flows.tools.seed import has_erp_data, seed
+
+_Q = NamedQueries("seed")
 
 
 @click.command("demo")
@@ -83,8 +93,10 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
         click.echo(f"month-end close of {period}: job {job.job_id}")
         status = wait_for_job(settings, job.job_id)
         click.echo(f"close: {status}")
-    click.echo(f"the month end took {time.perf_counter() - started:.1f} s")
-    _show_books(settings, period)
+        click.echo(f"the month end took {time.perf_counter() - started:.1f} s")
+        _show_books(settings, period)
+        if status == "done":
+            _corrections(settings, registry, period)
     # the workers render each report as its job ends; render again here so the
     # path printed exists whatever ENGINE_REPORT_ON_END says
     page = engine.reports.render_job_report(settings, job.job_id, registry=registry)
@@ -92,6 +104,46 @@ def demo(period: str, items: int, workers: int, seed_value: int) -> None:
     _show_index(settings)
     if status != "done":
         raise JobFailed(f"the month-end close ended {status}")
+
+
+def _corrections(settings: Settings, registry: Registry, period: str) -> None:
+    """A late invoice and a fixed rejected one, redated (and requeued) into the next period,
+    posted there by its posting job; both lines printed, and that period's books check."""
+    into, who = next_period(period), f"{actor()} (engine demo)"
+    with connect(settings) as conn:
+        waiting = dated.waiting(conn)
+        late = waiting[0].examples[0] if waiting else None
+        bad = _Q.first(conn, "demo_rejected_unknown_account", {"period": period})
+        if late is None or bad is None:
+            click.echo("corrections: nothing to correct (no late or rejected invoice)")
+            return
+        _Q.execute(conn, "demo_document_lines_fix_unknown_account", {"id": bad["id"]})
+        corrections.redate(
+            conn, [late, bad["number"]], into=into, actor=who, reason="late: its month is closed"
+        )
+        corrections.requeue(conn, [bad["number"]], actor=who, reason="the ERP fixed its VAT line")
+    job = submit(
+        "posting", {"period": into}, settings=settings, registry=registry, submitted_by=who
+    )
+    status = wait_for_job(settings, job.job_id)
+    with connect(settings, autocommit=True) as conn:
+        shown = {d.number: d for d in corrections.corrected(conn, into).documents}
+        report = checks.check_period(conn, into)
+    d = shown.get(late)
+    click.echo(
+        f"late document {late}, dated {d.date if d else '?'} in closed {previous_period(period)}: "
+        f"redated into {into}, {d.status if d else 'not found'} by posting job {job.job_id}"
+    )
+    d = shown.get(bad["number"])
+    click.echo(
+        f"rejected document {bad['number']} ({bad['reject_reason']}): fixed in the ERP, "
+        f"redated into {into} ({period} is closed), requeued, "
+        f"{d.status if d else 'not found'} by posting job {job.job_id}"
+    )
+    verdict = "every identity holds" if report.ok else "; ".join(report.problems)
+    click.echo(f"books check {into} ({report.status}): {verdict}")
+    if status != "done" or not report.ok:
+        raise JobFailed(f"the corrections of {into} did not post cleanly: posting {status}")
 
 
 def _closed_already(conn: psycopg.Connection[Any], period: str) -> str | None:

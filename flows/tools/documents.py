@@ -30,7 +30,8 @@ __all__ = ["approval_threshold_command", "documents_command"]
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def documents_command(period: str, as_json: bool) -> None:
     """Every document of a period: posted, rejected (approved, refused, undecided), unposted,
-    and those entered under it but dated in another month."""
+    late (redated into it), those entered under it but dated in another month, and the
+    history of each document rejected, requeued or redated."""
     with books_transaction(read_only=True) as conn:
         docs = period_documents(conn, parse_period_option(period))
     if as_json:
@@ -45,6 +46,19 @@ def documents_command(period: str, as_json: bool) -> None:
         if limit is None
         else f"  limit: {limit} rejected without an approval ({docs.unapproved} now)"
     )
+    history = docs.history
+    if history is None or not history.corrected:
+        return
+    more = history.corrected - len(history.documents)
+    click.echo(
+        f"History of {history.corrected} document(s) rejected, requeued or redated "
+        f"({history.late} late){f', the first {len(history.documents)}' if more > 0 else ''}:"
+    )
+    for d in history.documents:
+        late = f", late: posted in {d.posting_period}" if d.late else ""
+        click.echo(f"  {d.number} ({d.status}; dated {d.date}{late})")
+        for e in d.events:
+            click.echo(f"    {e.line}")
 
 
 @click.command("approval-threshold")

@@ -7,11 +7,15 @@ Debian Chromium through Playwright (one browser per xdist worker).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import CHROMIUM_MISSING, find_chromium
 from consolesupport import PASSWORDS, SECRET, sign_in
+from playwright.sync_api import Browser, sync_playwright
 from starlette.testclient import TestClient
 
 from engine.config import Settings
@@ -65,3 +69,23 @@ def client_for(app_for: Any, people: dict[str, tuple[str, str]]) -> Iterator[Any
     yield make
     for c in clients:
         c.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """One Chromium per xdist worker, driven by Playwright (the browser tests)."""
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.fail(CHROMIUM_MISSING)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the browser tests' screenshots go (``CONSOLE_SCREENSHOTS``, else the test's)."""
+    folder = Path(os.environ.get("CONSOLE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -10,41 +10,19 @@ keep them elsewhere).
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
-from browser import CHROMIUM_MISSING, find_chromium
 from consolesupport import Served
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 from test_posting import REJECTED, insert_erp
 
 from engine import submit
 from engine.config import Settings
 from engine.flow.registry import Registry
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.fail(CHROMIUM_MISSING)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("CONSOLE_SCREENSHOTS") or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def signed_in(browser: Browser, url: str, name: str, people: Any) -> Page:

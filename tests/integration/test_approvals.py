@@ -238,6 +238,40 @@ def test_approval__relaxed_lets_the_submitter_approve_audited_but_still_needs_a_
     assert refusals(conn, other) == []
 
 
+def test_approval__names_the_job_barred_are_refused_others_approve(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    job = submit(
+        "barring", {"barred": ["cyd@books", "dee"]}, settings=fast, registry=registry
+    ).job_id
+    with thread_worker(fast, registry):
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT status FROM engine_step_runs WHERE job_id = %s AND step = 'wait'",
+                    (job,),
+                ).fetchone()
+                == {"status": "waiting"}
+            ),
+            what="the approval wait",
+        )
+        for who in ("cyd@books", "Cyd", "dee@books"):
+            exc = refused(job, {"reason": "I prepared it"}, fast, sent_by=who)
+            assert exc.rule == "barred", who
+            assert "is barred from approving it" in str(exc)
+            assert "by the job itself" in str(exc)
+        assert signals_of(conn, job) == []
+        assert [e["detail"]["rule"] for e in refusals(conn, job)] == ["barred"] * 3
+        relaxed = fast.model_copy(update={"allow_self_approval": True})
+        signal(job, "approve", {"reason": "one-person shop"}, settings=relaxed, sent_by="dee")
+        assert wait_job_ended(conn, job) == "done"
+    last = refusals(conn, job)[-1]
+    assert (last["action"], last["detail"]) == (
+        "self_approval",
+        {"signal": "approve", "submitted_by": "dee"},
+    )
+
+
 def test_approval__relaxed_is_off_by_default_and_read_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

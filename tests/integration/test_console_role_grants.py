@@ -62,6 +62,12 @@ FORBIDDEN: dict[str, str] = {
     "update_journal_lines": "UPDATE erp_journal_lines SET debit = 0",
     "delete_journals": "DELETE FROM erp_journals",
     "update_documents": "UPDATE erp_documents SET status = 'posted'",
+    # a rejected document is requeued through its function only (migration 1011)
+    "requeue_by_hand": "UPDATE erp_documents SET status = 'unposted', reject_reason = NULL",
+    "insert_document_events": (
+        "INSERT INTO erp_document_events (document_id, action, period, actor, reason) "
+        "VALUES (1, 'requeued', '2026-11', 'eve', 'x')"
+    ),
     "read_employees": "SELECT * FROM erp_employees",
     "update_period_key": "UPDATE erp_periods SET period = '2099-01'",
     "delete_period_events": "DELETE FROM erp_period_events",

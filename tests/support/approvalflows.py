@@ -5,6 +5,8 @@
   ``Reject``, anything else returns the reason;
 - ``gatekeeper``: ``spawn`` submits one ``gated`` child and waits for it; a
   rejected child ends it with ``Reject``, a failed one with ``Fail``;
+- ``barring``: ``prepare`` bars the names it is given from approving the job
+  (``ctx.bar_approvers``), then ``gate`` waits for the approval ``approve``;
 - ``flaky``: ``work`` raises (an ordinary exception) while the file
   ``fail_flag`` exists, with at most 2 attempts per round and no delay.
 """
@@ -79,4 +81,33 @@ def work(params: FlakyParams) -> Worked:
     return Worked(ok=True)
 
 
-flows = [gated, gatekeeper, flaky]
+class BarParams(BaseModel):
+    barred: list[str]
+
+
+class Barred(BaseModel):
+    added: int
+
+
+barring = Flow(
+    "barring",
+    params=BarParams,
+    description="bars some names from approving it, then waits for an approval",
+    signals=("approve",),
+    approvals=("approve",),
+)
+
+
+@barring.step()
+def prepare(params: BarParams, ctx: StepContext) -> Barred:
+    return Barred(added=ctx.bar_approvers(params.barred))
+
+
+@barring.step(after=["prepare"])
+def wait(prepared: Barred, ctx: StepContext) -> Gated:
+    sig = ctx.wait_for_signal("approve")
+    data = sig.data if isinstance(sig.data, dict) else {}
+    return Gated(decision=str(data.get("decision", "approve")), reason=str(data.get("reason")))
+
+
+flows = [gated, gatekeeper, barring, flaky]

@@ -20,7 +20,7 @@ WHERE p.period = old.period
 RETURNING p.period, old.was;
 
 -- rejection_select_unapproved --
--- The rejected documents dated in the period whose current rejection has no approval (undecided, or whose latest decision is reject), rejected no later than `before` (NULL: any time), by id: what an accountant must decide on before the period closes.
+-- The rejected documents posting in the period (dated in it, or redated into it) whose current rejection has no approval (undecided, or whose latest decision is reject), rejected no later than `before` (NULL: any time), by id: what an accountant must decide on before the period closes.
 SELECT d.id, d.number, d.reject_reason AS reason, d.rejections AS rejection,
        last.decision
 FROM erp_documents AS d
@@ -28,7 +28,7 @@ LEFT JOIN LATERAL (
     SELECT r.decision FROM erp_rejection_decisions AS r
     WHERE r.document_id = d.id AND r.rejection = d.rejections
     ORDER BY r.id DESC LIMIT 1) AS last ON true
-WHERE d.date_period = %(period)s AND d.status = 'rejected'
+WHERE d.posting_period = %(period)s AND d.status = 'rejected'
   AND last.decision IS DISTINCT FROM 'approve'
   AND (%(before)s::timestamptz IS NULL OR d.rejected_at <= %(before)s::timestamptz)
 ORDER BY d.id;

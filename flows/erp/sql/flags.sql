@@ -68,7 +68,7 @@ LIMIT %(shown)s;
 
 -- period_activity --
 -- Whether anything happened in the period: a document dated in it or entered under it, a journal posted from a document, a stock move.
-SELECT EXISTS (SELECT 1 FROM erp_documents WHERE date_period = %(period)s) AS dated,
+SELECT EXISTS (SELECT 1 FROM erp_documents WHERE posting_period = %(period)s) AS dated,
        EXISTS (SELECT 1 FROM erp_documents WHERE period = %(period)s) AS entered,
        EXISTS (SELECT 1 FROM erp_journals
                WHERE period = %(period)s AND source = 'document') AS posted,

@@ -107,7 +107,7 @@ SELECT (SELECT count(*) FROM erp_store_periods
         WHERE period = %(period)s AND costed_at IS NOT NULL)::int AS costed_stores,
        EXISTS (SELECT 1 FROM erp_average_solves WHERE period = %(period)s) AS solved,
        (SELECT count(*) FROM erp_documents AS d
-        WHERE d.date_period = %(period)s AND d.status = 'unposted'
+        WHERE d.posting_period = %(period)s AND d.status = 'unposted'
           AND EXISTS (SELECT 1 FROM erp_document_lines AS l
                       WHERE l.document_id = d.id AND l.item_id IS NOT NULL))::int AS unposted;
 

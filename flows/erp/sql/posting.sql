@@ -1,20 +1,20 @@
 -- document_select_unposted_chunks --
--- Chunks are disjoint, ordered id ranges over the unposted documents dated in the period (partial index erp_documents_unposted_by_date), so every document falls in exactly one chunk; one dated in another month waits for that month's posting.
+-- Chunks are disjoint, ordered id ranges over the unposted documents posting in the period (posting_period: dated in it, or redated into it; partial index erp_documents_unposted_by_posting), so every document falls in exactly one chunk; one dated in another month waits for that month's posting.
 SELECT min(id) AS first_id, max(id) AS last_id, count(*) AS count
 FROM (
     SELECT id, (row_number() OVER (ORDER BY id) - 1) / %(chunk_size)s AS chunk
     FROM erp_documents
-    WHERE date_period = %(period)s AND status = 'unposted'
+    WHERE posting_period = %(period)s AND status = 'unposted'
 ) AS numbered
 GROUP BY chunk
 ORDER BY chunk;
 
 -- documents_lock_and_judge --
--- Every unposted document of the range dated in the period, locked in id order (two postings of the same range serialise), with every problem found in a fixed order (NULL when valid) and, for a valid one, its journal: the net amount per account, on the document's store. Amounts to Inventory (1300) come only from stock received on a purchase invoice; everything else in 1300 is costing's.
+-- Every unposted document of the range posting in the period (dated in it, or redated into it), locked in id order (two postings of the same range serialise), with every problem found in a fixed order (NULL when valid) and, for a valid one, its journal: the net amount per account, on the document's store. Amounts to Inventory (1300) come only from stock received on a purchase invoice; everything else in 1300 is costing's.
 WITH docs AS (
     SELECT id, number, kind, period, store_id, counterpart_store_id, memo
     FROM erp_documents
-    WHERE date_period = %(period)s AND id BETWEEN %(first_id)s AND %(last_id)s
+    WHERE posting_period = %(period)s AND id BETWEEN %(first_id)s AND %(last_id)s
       AND status = 'unposted'
     ORDER BY id
     FOR UPDATE
@@ -102,12 +102,12 @@ FROM verdict AS v
 ORDER BY v.id;
 
 -- documents_mark_and_move_if_unposted --
--- The documents whose journal this transaction posted become posted and write their stock moves in the month they are dated in (one per item line; a transfer's two sides, out at the sender and in at the receiver, from the same line); the rejected ones keep their reasons. Every UPDATE restates status = 'unposted' and a move is unique per (document, line, kind), so nothing happens twice; the numbers of the documents marked here (posted or rejected) are returned for the job's tags.
+-- The documents whose journal this transaction posted become posted and write their stock moves in the month they post in (posting_period: the month they are dated in, or the one a late document was redated into; one per item line; a transfer's two sides, out at the sender and in at the receiver, from the same line); the rejected ones keep their reasons. Every UPDATE restates status = 'unposted' and a move is unique per (document, line, kind), so nothing happens twice; the numbers of the documents marked here (posted or rejected) are returned for the job's tags.
 WITH posted AS (
     UPDATE erp_documents AS d
     SET status = 'posted'
     WHERE d.id = ANY(%(posted)s::bigint[]) AND d.status = 'unposted'
-    RETURNING d.id, d.number, d.kind, d.date_period AS period, d.store_id, d.counterpart_store_id,
+    RETURNING d.id, d.number, d.kind, d.posting_period AS period, d.store_id, d.counterpart_store_id,
               d.issued_on
 ),
 lines AS (

@@ -80,3 +80,17 @@ COPY erp_document_lines (document_id, line_no, account_code, item_id, qty, debit
 -- erp_seed_analyze --
 -- Fresh statistics, so the first costing or posting job plans its joins on real row counts.
 ANALYZE erp_stores, erp_items, erp_opening_balances, erp_documents, erp_document_lines;
+
+-- demo_rejected_unknown_account --
+-- The demo's correction: the first document posting in the period that posting rejected for the seed's unknown account 9999 (its VAT line), if any.
+SELECT id, number, reject_reason
+FROM erp_documents
+WHERE posting_period = %(period)s AND status = 'rejected'
+  AND reject_reason LIKE 'unknown account 9999 on line %%'
+ORDER BY id
+LIMIT 1;
+
+-- demo_document_lines_fix_unknown_account --
+-- The ERP fixes the document as its clerk would: the line the seed wrote to the unknown account 9999 goes to 2100 VAT, where it belongs.
+UPDATE erp_document_lines SET account_code = '2100'
+WHERE document_id = %(id)s AND account_code = '9999';

@@ -1,9 +1,9 @@
 -- document_journals_vs_lines --
--- Each posted document dated in the period has a journal that is its lines as posting writes them: per account, the lines' net amount on the document's store (a debit if positive, a credit if negative), in the document's month and on its store. The documents that differ, with what differs (first 5), and how many.
+-- Each posted document posting in the period (dated in it, or late: redated into it) has a journal that is its lines as posting writes them: per account, the lines' net amount on the document's store (a debit if positive, a credit if negative), in the month it posts in (posting_period) and on its store. The documents that differ, with what differs (first 5), and how many.
 WITH docs AS (
-    SELECT d.id, d.store_id, d.date_period
+    SELECT d.id, d.store_id, d.posting_period
     FROM erp_documents AS d
-    WHERE d.date_period = %(period)s AND d.status = 'posted'
+    WHERE d.posting_period = %(period)s AND d.status = 'posted'
 ),
 expected AS (
     SELECT n.document_id, n.account_code, d.store_id,
@@ -16,7 +16,7 @@ expected AS (
     WHERE n.net <> 0
 ),
 journals AS (
-    SELECT d.id AS document_id, d.store_id AS document_store, d.date_period, j.id, j.period,
+    SELECT d.id AS document_id, d.store_id AS document_store, d.posting_period, j.id, j.period,
            j.store_id
     FROM docs AS d JOIN erp_journals AS j ON j.source_key = 'document:' || d.id
 ),
@@ -41,8 +41,8 @@ problems AS (
     WHERE (coalesce(e.debit, 0), coalesce(e.credit, 0))
           <> (coalesce(a.debit, 0), coalesce(a.credit, 0))
     UNION ALL
-    SELECT document_id, format('journal in %%s, document dated in %%s', period, date_period)
-    FROM journals WHERE period <> date_period
+    SELECT document_id, format('journal in %%s, document posts in %%s', period, posting_period)
+    FROM journals WHERE period <> posting_period
     UNION ALL
     SELECT j.document_id, format('journal on store %%s, document on %%s',
                                  coalesce(s.code, 'none'), ds.code)
@@ -63,12 +63,12 @@ ORDER BY d.id
 LIMIT 5;
 
 -- document_postings_vs_lines --
--- A posted document is what was posted: its fingerprint now (erp_document_fingerprints, the function posting used) equals the one kept when it was posted. The documents dated in the period that changed (first 5), and how many.
+-- A posted document is what was posted: its fingerprint now (erp_document_fingerprints, the function posting used) equals the one kept when it was posted. The documents posting in the period that changed (first 5), and how many.
 WITH now AS MATERIALIZED (
     SELECT f.document_id, f.fingerprint
     FROM erp_document_fingerprints(ARRAY(
         SELECT d.id FROM erp_documents AS d
-        WHERE d.date_period = %(period)s
+        WHERE d.posting_period = %(period)s
           AND EXISTS (SELECT 1 FROM erp_document_postings AS p WHERE p.document_id = d.id)))
         AS f
 )
@@ -83,11 +83,11 @@ ORDER BY d.id
 LIMIT 5;
 
 -- document_journals_vs_postings --
--- Both ways, one to one: every posted document dated in the period has its journal (source key document:<id>), the one its posting recorded, recorded in its month; every document journal of the period belongs to a posted document dated in it; a document recorded as posted is posted. The problems (first 5), and how many.
+-- Both ways, one to one: every posted document posting in the period (dated in it, or redated into it) has its journal (source key document:<id>), the one its posting recorded, recorded in the month it posts in; every document journal of the period belongs to a posted document posting in it; a document recorded as posted is posted. The problems (first 5), and how many.
 WITH docs AS (
-    SELECT d.id, d.status, d.date_period
+    SELECT d.id, d.status, d.posting_period
     FROM erp_documents AS d
-    WHERE d.date_period = %(period)s
+    WHERE d.posting_period = %(period)s
       AND (d.status = 'posted'
            OR EXISTS (SELECT 1 FROM erp_document_postings AS p WHERE p.document_id = d.id))
 ),
@@ -105,8 +105,9 @@ problems AS (
                    THEN format('journal %%s has no record of the posting', j.id)
                WHEN p.journal_id <> j.id
                    THEN format('journal %%s is not the one posted (%%s)', j.id, p.journal_id)
-               WHEN p.period <> d.date_period
-                   THEN format('recorded as posted in %%s, dated in %%s', p.period, d.date_period)
+               WHEN p.period <> d.posting_period
+                   THEN format('recorded as posted in %%s, posts in %%s', p.period,
+                               d.posting_period)
            END AS problem
     FROM docs AS d
     LEFT JOIN erp_journals AS j ON j.source_key = 'document:' || d.id
@@ -116,14 +117,14 @@ problems AS (
            CASE
                WHEN d.id IS NULL THEN 'no such document'
                WHEN d.status <> 'posted' THEN format('its document is %%s', d.status)
-               ELSE format('its document is dated in %%s', d.date_period)
+               ELSE format('its document posts in %%s', d.posting_period)
            END
     FROM erp_journals AS j
     LEFT JOIN erp_documents AS d
            ON d.id = CASE WHEN j.source_key ~ '^document:[0-9]{1,18}$'
                           THEN substr(j.source_key, 10)::bigint END
     WHERE j.period = %(period)s AND j.source = 'document'
-      AND (d.id IS NULL OR d.status <> 'posted' OR d.date_period <> %(period)s)
+      AND (d.id IS NULL OR d.status <> 'posted' OR d.posting_period <> %(period)s)
 )
 SELECT coalesce(d.number, p.journal) AS document, s.code AS store,
        CASE WHEN p.journal IS NOT NULL THEN 'journal ' || p.journal || ': ' ELSE '' END
@@ -137,11 +138,11 @@ ORDER BY p.document_id NULLS FIRST, p.journal
 LIMIT 5;
 
 -- stock_moves_vs_document_lines --
--- Both ways, one to one: every item line of a posted document dated in the period has its stock moves as posting writes them (a sale, a return, a receipt at its unit cost, a count difference, a transfer's two sides) in the period, on the document's date, store, item and quantity; every stock move of the period is one of them. The differences (first 5), and how many.
+-- Both ways, one to one: every item line of a posted document posting in the period (dated in it, or redated into it) has its stock moves as posting writes them (a sale, a return, a receipt at its unit cost, a count difference, a transfer's two sides) in the period, on the document's date, store, item and quantity; every stock move of the period is one of them. The differences (first 5), and how many.
 WITH docs AS (
     SELECT d.id, d.kind, d.store_id, d.counterpart_store_id, d.issued_on
     FROM erp_documents AS d
-    WHERE d.date_period = %(period)s AND d.status = 'posted'
+    WHERE d.posting_period = %(period)s AND d.status = 'posted'
       AND d.kind IN ('sales_invoice', 'credit_note', 'purchase_invoice', 'stock_count',
                      'stock_transfer')
 ),
@@ -184,8 +185,8 @@ differ AS (
                WHEN e.kind IS NULL AND a.document_id IS NULL
                    THEN format('move %%s of qty %%s has no document', a.id, a.qty)
                WHEN e.kind IS NULL
-                   THEN format('move %%s of qty %%s has no line of a posted document dated in '
-                               '%%s', a.id, a.qty, %(period)s)
+                   THEN format('move %%s of qty %%s has no line of a posted document posting '
+                               'in %%s', a.id, a.qty, %(period)s)
                ELSE format('move %%s differs: %%s', a.id, concat_ws(', ',
                    CASE WHEN a.store_id <> e.store_id
                         THEN format('store id %%s, line''s %%s', a.store_id, e.store_id) END,
