@@ -271,7 +271,8 @@ FORBIDDEN: dict[str, str] = {
     "delete_journal_lines": "DELETE FROM erp_journal_lines",
     "update_journals": "UPDATE erp_journals SET memo = 'edited'",
     "delete_journals": "DELETE FROM erp_journals",
-    "update_item_costs": "UPDATE erp_item_costs SET cogs_value = 0",
+    # a recost rewrites an item cost's figures (flows/erp/recost.py), never its key
+    "update_item_costs": "UPDATE erp_item_costs SET item_id = item_id, cogs_value = 0",
     "delete_item_costs": "DELETE FROM erp_item_costs",
     "delete_documents": "DELETE FROM erp_documents",
     "update_document_memo": "UPDATE erp_documents SET memo = 'edited'",
