@@ -251,7 +251,8 @@ def recost_stale(params: CostingParams, ctx: StepContext) -> RecostReport:
     """Recost the stale pairs of the period and of each later period, forward (one fenced
     transaction: :mod:`flows.erp.recost`); nothing to do for a period costed afresh."""
     try:
-        periods.lock_for_writing(ctx.conn, params.period, doing="recosting its stale pairs")
+        # its own row locks (recost.recost): a share lock first would be upgraded, and two
+        # upgrades of one row deadlock
         return recost.recost(ctx.conn, params.period, job=ctx.job_id)
     except Refused as exc:
         raise Fail(str(exc)) from exc

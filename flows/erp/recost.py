@@ -218,7 +218,9 @@ def recost(conn: psycopg.Connection[Any], period: str, *, job: uuid.UUID) -> Rec
     report = RecostReport(period=period)
     rows = _q.rows(conn, "stale_periods_lock_for_recost", {"period": period})
     locked = {r["period"]: r["status"] for r in rows}
-    if locked.get(period) == "closed":
+    if period not in locked:
+        raise Refused(f"period {period} does not exist in erp_periods; nothing to recost")
+    if locked[period] == "closed":
         raise Refused(f"period {period} is closed: its costs are never recosted")
     codes = {s.id: s for s in inventory.stores(conn, None)}
     current: str | None = period

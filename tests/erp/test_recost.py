@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -22,14 +23,22 @@ import psycopg
 import pytest
 from erp_books import close, cost, post
 from erp_checks import assert_costs_equal_reference
-from harness import fast_settings, run_of, thread_worker, wait_job_ended
+from harness import (
+    fast_settings,
+    run_of,
+    start_worker_process,
+    thread_worker,
+    wait_job_ended,
+    wait_until,
+)
+from psycopg.rows import dict_row
 from recost_books import figures, receipt, sale, stale_pairs, transfer, uncost
 
 from engine import Refused, Registry, submit
 from engine.config import Settings
 from engine.reports import render_job_report
 from flows.erp import checks, recost
-from flows.posting import select_chunks
+from flows.posting import post_documents, select_chunks
 from flows.tools.seed import seed
 
 NOV, DEC, JAN = "2026-11", "2026-12", "2027-01"
@@ -224,6 +233,68 @@ def test_recost__a_reopened_period_corrects_the_same_way_and_closes_again(
     assert_books_check(conn, NOV, DEC)
 
 
+def _other(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    return psycopg.connect(
+        conn.info.dsn, password=conn.info.password, autocommit=True, row_factory=dict_row
+    )
+
+
+def _waiting_on_a_lock(conn: psycopg.Connection[Any], pid: int) -> bool:
+    row = conn.execute(
+        "SELECT wait_event_type = 'Lock' AS waiting FROM pg_stat_activity WHERE pid = %s", (pid,)
+    ).fetchone()
+    return bool(row and row["waiting"])
+
+
+def test_recost__a_posting_in_flight_when_the_recost_starts_is_included(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(2), Decimal(3), "2026-11-02")
+    with _other(conn) as posting, _other(conn) as costing:
+        posting.execute("BEGIN")
+        post_documents(posting, NOV, 1, 10**9)  # marks, not committed yet
+        done: list[recost.RecostReport] = []
+        thread = threading.Thread(
+            target=lambda: done.append(_in_transaction(costing, NOV)), daemon=True
+        )
+        thread.start()
+        wait_until(lambda: _waiting_on_a_lock(conn, costing.info.backend_pid), what="the recost")
+        posting.execute("COMMIT")
+        thread.join(timeout=30)
+    assert done and done[0].pairs > 0  # it waited for the posting and recosted its pairs
+    assert stale_pairs(conn) == set()
+    assert_books_check(conn, NOV, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+def test_recost__a_posting_that_comes_during_a_recost_is_marked_for_the_next_one(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(2), Decimal(3), "2026-11-02")
+    post(conn, NOV)
+    receipt(conn, item["receiver"], item["id"], Decimal(1), Decimal(8), "2026-11-09")
+    with _other(conn) as posting, _other(conn) as costing:
+        costing.execute("BEGIN")
+        recost.recost(costing, NOV, job=uuid.uuid4())  # not committed yet
+        thread = threading.Thread(target=lambda: post(posting, NOV), daemon=True)
+        thread.start()
+        wait_until(lambda: _waiting_on_a_lock(conn, posting.info.backend_pid), what="the posting")
+        costing.execute("COMMIT")
+        thread.join(timeout=30)
+    assert {p for p, _, _ in stale_pairs(conn)} == {NOV, DEC}  # never lost: the next one's
+    cost(conn, NOV)
+    assert stale_pairs(conn) == set()
+    assert_books_check(conn, NOV, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+def _in_transaction(conn: psycopg.Connection[Any], period: str) -> recost.RecostReport:
+    with conn.transaction():
+        return recost.recost(conn, period, job=uuid.uuid4())
+
+
 # -- exact: random corrections against a full recost ----------------------------------------
 
 
@@ -321,3 +392,61 @@ def test_recost__the_costing_job_reports_each_pair_and_its_delta_journal(
     assert_books_check(conn, NOV, DEC)
     html = Path(render_job_report(fast, job.job_id)).read_text()
     assert "Recost" in html and done["journals"][0]["source_key"] in html
+
+
+# -- a worker killed mid-recost ---------------------------------------------------------------
+
+QUICK_RECOVERY = {"lease_s": 2.0, "heartbeat_s": 0.5, "visibility_s": 3.0}
+
+
+def test_recost__a_worker_killed_minus_9_mid_recost_resumes_to_the_same_books(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], books: None
+) -> None:
+    """The recost has re-solved and rewritten November and carried its closings when it
+    waits on a December item cost the test holds: the worker is killed there (SIGKILL), its
+    transaction dies with it, and the next worker's attempt recosts the same pairs once."""
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(6), Decimal("7.77"), "2026-11-03")
+    post(conn, NOV)
+    with psycopg.connect(conn.info.dsn, password=conn.info.password) as locker:
+        held = locker.execute(
+            "SELECT c.store_id FROM erp_item_costs AS c JOIN erp_stale_pairs AS s "
+            "USING (period, store_id, item_id) WHERE c.period = %s LIMIT 1 FOR UPDATE OF c",
+            (DEC,),
+        ).fetchone()
+        assert held is not None, "a stale December pair has its item cost"
+        job = submit("costing", {"period": NOV}, settings=fast, registry=registry)
+        worker = start_worker_process(fast, concurrency=1, flow_modules=FLOWS, **QUICK_RECOVERY)
+        try:
+            wait_until(
+                lambda: conn.execute(
+                    # the one lock the test holds: December's item cost, which only the
+                    # recost's rewrite of December's pairs waits on
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND pid <> %s",
+                    (locker.info.backend_pid,),
+                ).fetchone(),
+                timeout=60,
+                what="the recost to wait on December's item cost",
+            )
+            assert run_of(conn, job.job_id, "recost_stale")["status"] == "running"
+            worker.kill()
+        finally:
+            worker.kill()
+        locker.rollback()
+    assert worker.returncode == -9
+    conn.execute(
+        "UPDATE engine_step_runs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+        "WHERE status = 'running'"
+    )
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id, timeout=90) == "done"
+    assert run_of(conn, job.job_id, "recost_stale")["attempts"] == 2
+    done = run_of(conn, job.job_id, "summarize")["output"]["recost"]
+    journals = conn.execute(
+        "SELECT source_key FROM erp_journals WHERE source_key LIKE 'recost:%' ORDER BY 1"
+    ).fetchall()
+    assert [j["source_key"] for j in journals] == sorted(j["source_key"] for j in done["journals"])
+    assert stale_pairs(conn) == set()
+    assert_books_check(conn, NOV, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
