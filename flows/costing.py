@@ -207,6 +207,7 @@ def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) 
     nothing is written) and the store's period row ``FOR UPDATE`` (two
     costings of the store, or one and a migration of its openings, serialise).
     """
+    first = False
     try:
         periods.lock_for_writing(conn, period, doing=f"costing store {store.code}")
         facts.verify(conn, period, doing=f"costing store {store.code}")
@@ -217,7 +218,13 @@ def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) 
     except Refused as exc:
         raise Fail(str(exc)) from exc
     totals = inventory.store_totals(conn, period, store.id)
-    journals = inventory.post_costing(conn, period, store, totals)
+    if first:
+        journals = inventory.post_costing(conn, period, store, totals)
+    else:
+        # costed before, its journals with it (one transaction): a store whose first costing
+        # had nothing to journal must not get one now from figures a recost changed since,
+        # whose differences its delta journals carry
+        journals = inventory.costing_journal_ids(conn, period, store)
     return StoreCost(
         store=store,
         journal_ids=journals,

@@ -292,3 +292,11 @@ def post_costing(
     journals = costing_journals(conn, period, store, totals)
     ledger.post(conn, journals)
     return ledger.journal_ids(conn, [j.source_key for j in journals])
+
+
+def costing_journal_ids(
+    conn: psycopg.Connection[Any], period: str, store: StoreRef
+) -> dict[str, int]:
+    """The ids of the store's costing (and opening) journals of ``period`` posted already."""
+    keys = [f"costing:{period}:{store.code}", f"opening:{period}:{store.code}"]
+    return ledger.journal_ids(conn, keys)
