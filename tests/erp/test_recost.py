@@ -473,3 +473,19 @@ def test_recost__a_worker_killed_minus_9_mid_recost_resumes_to_the_same_books(
     assert stale_pairs(conn) == set()
     assert_books_check(conn, NOV, DEC)
     assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+def test_recost__the_close_posts_a_late_receipt_and_its_costing_recosts_it_first(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], worker: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(2), Decimal("6.10"), "2026-11-12")
+    job = submit("close", {"period": NOV}, settings=fast, registry=registry)
+    assert wait_job_ended(conn, job.job_id, timeout=90) == "done"
+    assert stale_pairs(conn) == set()
+    row = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (NOV,)).fetchone()
+    assert row == {"status": "closed"}
+    assert conn.execute(
+        "SELECT 1 FROM erp_journals WHERE source_key LIKE %s", (f"recost:{NOV}:%",)
+    ).fetchall()
+    assert_books_check(conn, NOV, DEC)
