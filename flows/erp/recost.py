@@ -248,13 +248,15 @@ def _recost_period(
     arrays = {"period": period, "stores": [s for s, _ in pairs], "items": [i for _, i in pairs]}
     touched = sorted({s for s, _ in pairs})
     before = {s: inventory.store_totals(conn, period, s) for s in touched}
+    listed = pairs[: max(0, LISTED - len(report.recosted))]  # the report's, old and new
+    shown = {"period": period, "stores": [s for s, _ in listed], "items": [i for _, i in listed]}
     old = {
-        (r["store_id"], r["item_id"]): r for r in _q.rows(conn, "item_costs_select_pairs", arrays)
+        (r["store_id"], r["item_id"]): r for r in _q.rows(conn, "item_costs_select_pairs", shown)
     }
     report.items_solved += _solve_again(conn, period, sorted({i for _, i in pairs}), stores)
     _q.one(conn, "item_costs_recost_pairs", arrays)
     new = {
-        (r["store_id"], r["item_id"]): r for r in _q.rows(conn, "item_costs_select_pairs", arrays)
+        (r["store_id"], r["item_id"]): r for r in _q.rows(conn, "item_costs_select_pairs", shown)
     }
     keys: dict[int, str] = {}
     for s in touched:
@@ -276,9 +278,7 @@ def _recost_period(
         facts.record(conn, period)
     report.periods.append(period)
     report.pairs += len(pairs)
-    for key in pairs:
-        if len(report.recosted) >= LISTED:
-            break
+    for key in listed:
         n = new.get(key)
         if n is None:
             continue
