@@ -108,21 +108,26 @@ JOIN erp_items AS i ON i.id = c.item_id
 ORDER BY c.store_id, c.item_id;
 
 -- item_costs_recost_pairs --
--- The recost of the given pairs: the very method of item_costs_insert_for_store (costing.sql), restricted to the pairs, from the openings and moves as they are now and the period's solved averages; a pair costed before has its figures replaced (its key never changes), a new one is inserted. Value is conserved to the cent (the CHECK on erp_item_costs).
+-- The recost of the given pairs: the very method of item_costs_insert_for_store (costing.sql), restricted to the pairs, from the openings and moves as they are now and the period's solved averages; a pair costed before has its figures replaced (its key never changes), a new one is inserted. Value is conserved to the cent (the CHECK on erp_item_costs). The figures are one union summed per pair (no join between row sets whose estimates go stale as a recost rewrites them).
 WITH pairs AS (
     SELECT * FROM unnest(%(stores)s::int[], %(items)s::int[]) AS p (store_id, item_id)
 ),
-moves AS (
-    SELECT m.store_id, m.item_id,
-           sum(m.qty) FILTER (WHERE m.kind = 'receipt') AS receipt_qty,
-           sum(round(m.qty * m.unit_cost, 2)) FILTER (WHERE m.kind = 'receipt') AS receipt_value,
-           sum(m.qty) FILTER (WHERE m.kind = 'transfer_in') AS transfer_in_qty,
-           sum(round(m.qty * sa.average_cost, 2)) FILTER (WHERE m.kind = 'transfer_in')
-               AS transfer_in_value,
-           -sum(m.qty) FILTER (WHERE m.kind IN ('sale', 'return', 'adjustment')) AS issue_qty,
-           -sum(m.qty) FILTER (WHERE m.kind = 'transfer_out') AS transfer_out_qty,
-           sum(round(-m.qty * sa.average_cost, 2)) FILTER (WHERE m.kind = 'transfer_out')
-               AS transfer_out_value
+figures AS (
+    SELECT o.store_id, o.item_id, o.qty AS oq, o.value AS ov, 0 AS rq, 0 AS rv, 0 AS tq,
+           0 AS tv, 0 AS iq, 0 AS xq, 0 AS xv
+    FROM pairs AS p
+    JOIN erp_opening_balances AS o
+      ON o.period = %(period)s AND o.store_id = p.store_id AND o.item_id = p.item_id
+    UNION ALL
+    SELECT m.store_id, m.item_id, 0, 0,
+           CASE WHEN m.kind = 'receipt' THEN m.qty ELSE 0 END,
+           CASE WHEN m.kind = 'receipt' THEN round(m.qty * m.unit_cost, 2) ELSE 0 END,
+           CASE WHEN m.kind = 'transfer_in' THEN m.qty ELSE 0 END,
+           -- the sender's solved average: the counterpart for a transfer in, this store for one out
+           CASE WHEN m.kind = 'transfer_in' THEN round(m.qty * sa.average_cost, 2) ELSE 0 END,
+           CASE WHEN m.kind IN ('sale', 'return', 'adjustment') THEN -m.qty ELSE 0 END,
+           CASE WHEN m.kind = 'transfer_out' THEN -m.qty ELSE 0 END,
+           CASE WHEN m.kind = 'transfer_out' THEN round(-m.qty * sa.average_cost, 2) ELSE 0 END
     FROM pairs AS p
     JOIN erp_stock_moves AS m
       ON m.period = %(period)s AND m.store_id = p.store_id AND m.item_id = p.item_id
@@ -132,26 +137,18 @@ moves AS (
           AND sa.item_id = m.item_id
           AND sa.store_id = CASE WHEN m.kind = 'transfer_in' THEN m.counterpart_store_id
                                  ELSE m.store_id END
-    GROUP BY m.store_id, m.item_id
 ),
-opening AS (
-    SELECT o.store_id, o.item_id, o.qty, o.value
-    FROM pairs AS p
-    JOIN erp_opening_balances AS o
-      ON o.period = %(period)s AND o.store_id = p.store_id AND o.item_id = p.item_id
+summed AS (
+    SELECT store_id, item_id, sum(oq) AS oq, sum(ov) AS ov, sum(rq) AS rq, sum(rv) AS rv,
+           sum(tq) AS tq, sum(tv) AS tv, sum(iq) AS iq, sum(xq) AS xq, sum(xv) AS xv
+    FROM figures
+    GROUP BY store_id, item_id
 ),
 combined AS (
-    SELECT k.store_id, k.item_id, i.standard_cost,
-           coalesce(o.qty, 0) AS oq, coalesce(o.value, 0) AS ov,
-           coalesce(mv.receipt_qty, 0) AS rq, coalesce(mv.receipt_value, 0) AS rv,
-           coalesce(mv.transfer_in_qty, 0) AS tq, coalesce(mv.transfer_in_value, 0) AS tv,
-           coalesce(mv.issue_qty, 0) AS iq,
-           coalesce(mv.transfer_out_qty, 0) AS xq, coalesce(mv.transfer_out_value, 0) AS xv,
+    SELECT k.*, i.standard_cost,
            s.average_cost AS solved_cost, s.average_from AS solved_from, s.loop_group
-    FROM (SELECT store_id, item_id FROM opening UNION SELECT store_id, item_id FROM moves) AS k
+    FROM summed AS k
     JOIN erp_items AS i ON i.id = k.item_id
-    LEFT JOIN opening AS o ON o.store_id = k.store_id AND o.item_id = k.item_id
-    LEFT JOIN moves AS mv ON mv.store_id = k.store_id AND mv.item_id = k.item_id
     LEFT JOIN erp_item_averages AS s
            ON s.period = %(period)s AND s.item_id = k.item_id AND s.store_id = k.store_id
 ),
