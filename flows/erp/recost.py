@@ -27,9 +27,10 @@ their averages do not depend on a receiver's.
 2. recomputes the item costs of the stale pairs by the method of the
    store's costing statement (``item_costs_recost_pairs``);
 3. posts per store touched one **delta journal** (source ``costing``, key
-   ``recost:<period>:<store>:<job>``): the difference in COGS (5000),
-   stock counts (5100) and transfers through the inter-store account
-   (1350) against inventory (1300), the old journals untouched;
+   ``recost:<period>:<store>:<job>``): what its item costs now say its
+   costing journals hold in COGS (5000), stock counts (5100) and the
+   inter-store account (1350), less what they hold, against inventory
+   (1300); the old journals untouched;
 4. carries the new closings to the next period's openings and marks the
    pairs whose opening changed there when it is costed (so a recost never
    relies on the marks posting made for later periods);
@@ -65,7 +66,7 @@ from pydantic import BaseModel, Field
 
 from engine import Refused
 from flows.erp import facts, inventory, ledger
-from flows.erp.inventory import StoreRef, StoreTotals
+from flows.erp.inventory import StoreRef
 from flows.erp.ledger import ACCOUNTS, Journal
 from flows.erp.queries import NamedQueries
 from flows.erp.types import next_period
@@ -127,10 +128,9 @@ class RecostJournal(BaseModel):
     store: str
     source_key: str
     id: int
-    cogs: Decimal
-    adjustments: Decimal
-    transfers_in: Decimal
-    transfers_out: Decimal
+    cogs: Decimal = Field(description="to 5000, against 1300")
+    adjustments: Decimal = Field(description="stock counts, to 5100, against 1300")
+    inter_store: Decimal = Field(description="transfers out - in, to 1350, against 1300")
 
 
 class RecostReport(BaseModel):
@@ -247,7 +247,6 @@ def _recost_period(
     pairs = [(int(r["store_id"]), int(r["item_id"])) for r in marks]
     arrays = {"period": period, "stores": [s for s, _ in pairs], "items": [i for _, i in pairs]}
     touched = sorted({s for s, _ in pairs})
-    before = {s: inventory.store_totals(conn, period, s) for s in touched}
     listed = pairs[: max(0, LISTED - len(report.recosted))]  # the report's, old and new
     shown = {"period": period, "stores": [s for s, _ in listed], "items": [i for _, i in listed]}
     old = {
@@ -259,10 +258,11 @@ def _recost_period(
         (r["store_id"], r["item_id"]): r for r in _q.rows(conn, "item_costs_select_pairs", shown)
     }
     keys: dict[int, str] = {}
+    by_store = {"period": period, "stores": touched}
+    due = {r["store_id"]: r for r in _q.rows(conn, "store_costs_totals_many", by_store)}
+    booked = {r["store_id"]: r for r in _q.rows(conn, "costing_booked_by_store", by_store)}
     for s in touched:
-        journal = _delta_journal(
-            period, stores[s], job, before[s], inventory.store_totals(conn, period, s)
-        )
+        journal = _delta_journal(period, stores[s], job, due.get(s), booked.get(s))
         if journal is None:
             continue
         source_key = journal.journal.source_key
@@ -332,8 +332,7 @@ class _Delta(BaseModel):
     store: str
     cogs: Decimal
     adjustments: Decimal
-    transfers_in: Decimal
-    transfers_out: Decimal
+    inter_store: Decimal
 
     def summary(self, journal_id: int) -> RecostJournal:
         return RecostJournal(
@@ -343,27 +342,40 @@ class _Delta(BaseModel):
             id=journal_id,
             cogs=self.cogs,
             adjustments=self.adjustments,
-            transfers_in=self.transfers_in,
-            transfers_out=self.transfers_out,
+            inter_store=self.inter_store,
         )
 
 
+_NOTHING = {"cogs_value": 0, "adjustment_value": 0, "transfer_in_value": 0, "transfer_out_value": 0}
+_NONE_BOOKED = {"cogs": 0, "adjustments": 0, "inter_store": 0}
+
+
 def _delta_journal(
-    period: str, store: StoreRef, job: uuid.UUID, old: StoreTotals, new: StoreTotals
+    period: str,
+    store: StoreRef,
+    job: uuid.UUID,
+    due: dict[str, Any] | None,
+    booked: dict[str, Any] | None,
 ) -> _Delta | None:
-    """The difference between a store's costing figures before and after its recost, as a
-    journal with the lines of :func:`flows.erp.inventory.costing_journals`; ``None`` if nil."""
+    """What the store's item costs now say its costing journals hold (``due``: COGS, stock
+    counts, transfers in and out), less what they hold (``booked``, net debit per account),
+    as one journal with the lines of :func:`flows.erp.inventory.costing_journals`; ``None``
+    if nil. Against the ledger, not the old item costs: a stock count posted late changes the
+    5000/5100 split of a COGS the old figures cannot tell."""
+    due, booked = due or _NOTHING, booked or _NONE_BOOKED
     inv, inter = ACCOUNTS["inventory"], ACCOUNTS["inter_store"]
-    cogs = (new.cogs_value - new.adjustment_value) - (old.cogs_value - old.adjustment_value)
-    adjustments = new.adjustment_value - old.adjustment_value
-    transfers_in = new.transfer_in_value - old.transfer_in_value
-    transfers_out = new.transfer_out_value - old.transfer_out_value
+    adjustments = Decimal(due["adjustment_value"]) - Decimal(booked["adjustments"])
+    cogs = Decimal(due["cogs_value"]) - Decimal(due["adjustment_value"]) - Decimal(booked["cogs"])
+    inter_store = (
+        Decimal(due["transfer_out_value"])
+        - Decimal(due["transfer_in_value"])
+        - Decimal(booked["inter_store"])
+    )
     s = store.id
     lines = [
         *ledger.transfer(ACCOUNTS["cogs"], inv, s, cogs),
         *ledger.transfer(ACCOUNTS["adjustments"], inv, s, adjustments),
-        *ledger.transfer(inv, inter, s, transfers_in),
-        *ledger.transfer(inter, inv, s, transfers_out),
+        *ledger.transfer(inter, inv, s, inter_store),
     ]
     if not lines:
         return None
@@ -380,6 +392,5 @@ def _delta_journal(
         store=store.code,
         cogs=cogs,
         adjustments=adjustments,
-        transfers_in=transfers_in,
-        transfers_out=transfers_out,
+        inter_store=inter_store,
     )

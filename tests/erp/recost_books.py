@@ -63,6 +63,13 @@ def transfer(
     return doc
 
 
+def count(conn: psycopg.Connection[Any], store: int, item: int, qty: Decimal, on: str) -> int:
+    """A stock count: ``qty`` (signed) of ``item`` found at ``store`` beyond the books."""
+    doc = _header(conn, "stock_count", store, on)
+    _lines(conn, doc, [("1300", item, qty, 0, 0, None)])
+    return doc
+
+
 def stale_pairs(conn: psycopg.Connection[Any]) -> set[tuple[str, int, int]]:
     rows = conn.execute("SELECT period, store_id, item_id FROM erp_stale_pairs").fetchall()
     return {(r["period"], r["store_id"], r["item_id"]) for r in rows}

@@ -32,7 +32,7 @@ from harness import (
     wait_until,
 )
 from psycopg.rows import dict_row
-from recost_books import figures, receipt, sale, stale_pairs, transfer, uncost
+from recost_books import count, figures, receipt, sale, stale_pairs, transfer, uncost
 
 from engine import Refused, Registry, submit
 from engine.config import Settings
@@ -333,12 +333,14 @@ def _random_document(
 ) -> None:
     day = f"{period}-{rng.choice((1, 1, 15, 28)):02d}"  # same-day moves, often
     item = rng.choice(items)
-    kind = rng.choice(("receipt", "receipt", "sale", "transfer", "loop"))
+    kind = rng.choice(("receipt", "receipt", "sale", "count", "transfer", "loop"))
     qty = Decimal(rng.randint(1, 9))
     if kind == "receipt":
         receipt(conn, rng.choice(stores), item, qty, Decimal(rng.randint(100, 999)) / 100, day)
     elif kind == "sale":
         sale(conn, rng.choice(stores), item, qty, Decimal("19.99"), day)
+    elif kind == "count":
+        count(conn, rng.choice(stores), item, qty * rng.choice((-1, 1)), day)
     else:
         a, b = rng.sample(stores, 2)
         transfer(conn, a, b, item, qty, day)
