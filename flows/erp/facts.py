@@ -23,6 +23,9 @@ between would be costed with averages solved from the old ones. So:
   change that bypassed the refusals (SQL, a bug) is named. Standard costs
   count only while the period is being costed: once its stores are costed a
   new standard cost is the next period's.
+- **Recost.** A costed period takes backdated documents (:mod:`flows.erp.recost`):
+  while it has stale pairs its facts changed by design, the check names the
+  stale pairs instead, and its recost keeps the new fingerprint.
 """
 
 from __future__ import annotations
