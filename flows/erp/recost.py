@@ -213,9 +213,13 @@ def recost(conn: psycopg.Connection[Any], period: str, *, job: uuid.UUID) -> Rec
     """Recost the stale pairs of ``period`` and of each later period, in order (see module).
 
     In the caller's (fenced) transaction. A report with no periods when
-    nothing was stale.
+    nothing was stale (then nothing is locked either).
     """
     report = RecostReport(period=period)
+    if _q.one(conn, "stale_next_period", {"period": period})["period"] is None:
+        # nothing stale (a period costed afresh): no lock taken; a posting that marks pairs
+        # after this read leaves them to the next costing, as one that comes after the recost
+        return report
     rows = _q.rows(conn, "stale_periods_lock_for_recost", {"period": period})
     locked = {r["period"]: r["status"] for r in rows}
     if period not in locked:

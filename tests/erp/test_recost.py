@@ -274,6 +274,8 @@ def test_recost__a_posting_in_flight_when_the_recost_starts_is_included(
 ) -> None:
     item = moving(conn)
     receipt(conn, item["sender"], item["id"], Decimal(2), Decimal(3), "2026-11-02")
+    post(conn, NOV)  # stale already: the recost takes its locks
+    receipt(conn, item["receiver"], item["id"], Decimal(1), Decimal(8), "2026-11-09")
     with _other(conn) as posting, _other(conn) as costing:
         posting.execute("BEGIN")
         post_documents(posting, NOV, 1, 10**9)  # marks, not committed yet
