@@ -10,7 +10,10 @@ connection, each in one transaction as the costing step runs it (JIT off):
    in P-2, P-1 and P), then the recost (:func:`flows.erp.recost.recost`),
    against the full costing of the three periods from scratch (the facts
    kept, every costing undone in SQL first). ``BENCH_RECOST_ROUNDS`` rounds;
-   medians, and the pairs the recost touched out of all pairs.
+   medians, and the pairs the recost touched out of all pairs. Then the same
+   through worker processes: the costing job of P-2 (its ``recost_stale``
+   step) against the costing jobs of P-2, P-1 and P from scratch, each timed
+   from its submit to the poll that sees it finished.
 2. **100 documents, one item**: ``BENCH_RECOST_DOCS`` backdated receipts and
    sales of one item at several stores, then one recost: how many items were
    solved again (one) and pairs recosted, and its time.
@@ -19,7 +22,9 @@ connection, each in one transaction as the costing step runs it (JIT off):
 
 Sizes: ``BENCH_RECOST_STORES`` 50, ``BENCH_RECOST_BRANDS`` 4,
 ``BENCH_RECOST_ITEMS`` 200 (per brand; ``BENCH_ERP_ITEMS`` 2000 is the ~1M
-moves month), ``BENCH_RECOST_ROUNDS`` 3, ``BENCH_RECOST_DOCS`` 100. The
+moves month), ``BENCH_RECOST_ROUNDS`` 3, ``BENCH_RECOST_DOCS`` 100,
+``BENCH_RECOST_WORKERS`` 2 (worker processes for the same receipt through
+the costing job, step 1b; 0 skips it), ``BENCH_RECOST_TIMEOUT_S`` 900. The
 figures are printed, never asserted.
 """
 
@@ -36,6 +41,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from bench.common import drop_database, emit, env_int, fresh_database, log
+from bench.erp import FlowWorkers, run_job
 from flows import costing
 from flows.erp import periods, recost
 from flows.posting import post_documents
@@ -143,12 +149,55 @@ def _timed(run: Callable[[], recost.RecostReport]) -> tuple[float, recost.Recost
     return time.perf_counter() - started, report
 
 
+def _through_workers(
+    conn: psycopg.Connection[Any],
+    info: str,
+    sender: int,
+    item: int,
+    rounds: int,
+    workers_n: int,
+    timeout_s: float,
+) -> None:
+    """One backdated receipt, then ``engine submit costing --period P-2`` through
+    ``workers_n`` worker processes (submit to finished, as the month-end bench times jobs),
+    against the three costing jobs of a full costing from scratch."""
+    workers = FlowWorkers(info, count=workers_n)
+    with psycopg.connect(info, autocommit=True) as plain, workers:
+        if not workers.wait_started():
+            log(f"{NAME}: workers did not start")
+            workers.show_logs()
+            return
+        recosts, fulls = [], []
+        for n in range(rounds):
+            doc = _document(conn, "purchase_invoice", sender, item, 2 + n, Decimal("2.75"))
+            _post(conn, [doc])
+            job = run_job(plain, info, workers, "costing", P2, timeout_s, NAME)
+            if job.wall_s is not None:
+                recosts.append(job.wall_s)
+            _uncost(conn)
+            walls = [run_job(plain, info, workers, "costing", p, timeout_s, NAME).wall_s
+                     for p in (P2, P1, P)]  # fmt: skip
+            if all(w is not None for w in walls):
+                fulls.append(sum(w for w in walls if w is not None))
+        if recosts and fulls:
+            emit(NAME, "workers/one_receipt_costing_job_s_median", statistics.median(recosts), "s")
+            emit(NAME, "workers/full_costing_jobs_s_median", statistics.median(fulls), "s")
+            emit(
+                NAME,
+                "workers/recost_over_full",
+                statistics.median(recosts) / statistics.median(fulls),
+                "x",
+            )
+
+
 def run() -> None:
     stores = env_int("BENCH_RECOST_STORES", 50)
     brands = env_int("BENCH_RECOST_BRANDS", 4)
     items = env_int("BENCH_RECOST_ITEMS", 200)
     rounds = max(1, env_int("BENCH_RECOST_ROUNDS", 3))
     docs = env_int("BENCH_RECOST_DOCS", 100)
+    workers_n = env_int("BENCH_RECOST_WORKERS", 2)
+    timeout_s = float(env_int("BENCH_RECOST_TIMEOUT_S", 900))
     info = fresh_database(dbname=DATABASE)
     try:
         with psycopg.connect(info, autocommit=True, row_factory=dict_row) as conn:
@@ -195,6 +244,11 @@ def run() -> None:
                 statistics.median(recosts) / statistics.median(fulls),
                 "x",
             )
+
+            # 1b. the same through workers: the costing job of P-2 (its recost step) against
+            # the costing jobs of the three periods from scratch
+            if workers_n > 0:
+                _through_workers(conn, info, sender, item, rounds, workers_n, timeout_s)
 
             # 2. many documents on one item, then one costing: one recompute
             stores_of = [r["id"] for r in conn.execute("SELECT id FROM erp_stores ORDER BY id")]
