@@ -18,8 +18,11 @@ one dated in a later month waits for its posting.
    refused (exit 2), and every chunk share-locks the period's row, so a
    period closed while the job ran fails the job with its documents still
    unposted rather than writing into closed books (see
-   :mod:`flows.erp.periods`). Documents that move stock are refused too once
-   the period's stock is costed (:func:`check_postable`).
+   :mod:`flows.erp.periods`). Documents that move stock are refused too while
+   the period's stock (or a later period's) is being costed
+   (:func:`check_postable`); into a costed period they are posted and what
+   they change is marked stale, in the chunk's transaction, for the next
+   costing to recost (:mod:`flows.erp.recost`).
 2. ``post_chunk`` runs once per chunk in the step's fenced transaction
    (``ctx.conn``), so a chunk's journals, stock moves and status changes
    commit together with its checkpoint, or not at all. One statement locks
@@ -89,7 +92,7 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, Reject, Signal, StepContext
-from flows.erp import approvals, corrections, ledger, periods
+from flows.erp import approvals, corrections, ledger, periods, recost
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.ledger import Journal, signed
@@ -329,6 +332,8 @@ def post_documents(
         reasons=[d["reason"] for d in bad],
         job_id=job_id,
     )
+    # a backdated document into a costed period: what it changes is recosted next time
+    recost.mark_documents(conn, [int(j.source_key.split(":", 1)[1]) for j in done])
     if tag is not None and row["numbers"]:
         tag(row["numbers"])
     return ChunkResult(
@@ -353,19 +358,27 @@ def check_postable(
 
     Refused when the period does not exist or is closed (its row is
     share-locked for the caller's transaction), and when it has unposted
-    documents that move stock but its stock is already valued (a store
-    costed, or the period's averages solved): their stock moves would change
-    figures that costing has written once and for all. A document without
-    stock lines (a service invoice) can still be posted.
+    documents that move stock while its stock, or a later period's, is being
+    costed (averages solved, not every store costed): the solve froze those
+    facts. Into a costed period they are posted, and mark what they change
+    stale for the next costing to recost (:mod:`flows.erp.recost`). A
+    document without stock lines (a service invoice) can always be posted.
     """
     status = periods.lock_for_writing(conn, period, doing=doing)
     stock = periods.stock_state(conn, period)
-    if stock.unposted and stock.valued:
+    if stock.unposted and stock.valued and not stock.costed:
         raise Refused(
             f"cannot post {stock.unposted} document(s) that move stock into {period}: "
-            f"its stock is already costed ({stock.costed_stores} store(s) costed, averages "
-            f"{'solved' if stock.solved else 'not solved'}); date them into the next "
-            "open period"
+            f"its stock is being costed ({stock.costed_stores} store(s) costed, averages "
+            f"{'solved' if stock.solved else 'not solved'}); finish its costing (engine "
+            f"submit costing --period {period}) and post again: they are then recosted"
+        )
+    if stock.unposted and stock.later_being_costed:
+        later = stock.later_being_costed[0]
+        raise Refused(
+            f"cannot post {stock.unposted} document(s) that move stock into {period}: "
+            f"{later} is being costed and {period}'s closings are its openings; finish its "
+            f"costing (engine submit costing --period {later}) and post again"
         )
     return status
 

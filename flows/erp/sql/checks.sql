@@ -204,7 +204,7 @@ WHERE b.period = %(period)s
 GROUP BY 1, b.store_id, s.code;
 
 -- openings_vs_closings --
--- Next period's openings are this period's closings, item by item, for every costed store (zero balances are not carried).
+-- Next period's openings are this period's closings, item by item, for every costed store (zero balances are not carried, and a zero opening, which a recost leaves where it zeroed a closing, counts as none).
 WITH closing AS (
     SELECT c.store_id, c.item_id, c.closing_qty AS qty, c.closing_value AS value
     FROM erp_item_costs AS c
@@ -217,6 +217,7 @@ opening AS (
     FROM erp_opening_balances AS o
     JOIN erp_store_periods AS sp ON sp.store_id = o.store_id AND sp.period = %(period)s
     WHERE o.period = %(next)s AND sp.costed_at IS NOT NULL
+      AND (o.qty <> 0 OR o.value <> 0)  -- a recost leaves a carried row it zeroes at zero
 )
 SELECT s.code, count(*)::int AS items
 FROM closing AS c

@@ -63,3 +63,11 @@ DELETE FROM staged_items AS s
 USING erp_items AS i
 WHERE i.sku = s.sku AND i.standard_cost <> s.standard_cost
 RETURNING s.row_number, s.sku, i.standard_cost AS old, s.standard_cost AS new;
+
+-- facts_is_solved --
+-- Whether the period's averages are solved (a recost keeps their new fingerprint then).
+SELECT EXISTS (SELECT 1 FROM erp_average_solves WHERE period = %(period)s) AS solved;
+
+-- facts_stale_marks --
+-- Whether the period has stale pairs waiting for their recost (flows/erp/recost.py): its facts changed by design, and the books check names them instead.
+SELECT EXISTS (SELECT 1 FROM erp_stale_pairs WHERE period = %(period)s) AS stale;
