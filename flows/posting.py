@@ -92,12 +92,13 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, Reject, Signal, StepContext
-from flows.erp import approvals, corrections, ledger, periods, recost
+from flows.erp import approvals, corrections, ledger, periods, recost, value_corrections
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.ledger import Journal, signed
 from flows.erp.queries import NamedQueries
 from flows.erp.types import Period
+from flows.erp.value_corrections import ValueSplit
 
 __all__ = [
     "APPROVAL_SIGNAL",
@@ -200,6 +201,11 @@ class ChunkResult(BaseModel):
     debit: Money
     credit: Money
     rejections: list[Rejection] = Field(description=f"at most {MAX_REJECTIONS}, by id")
+    value_corrections: list[ValueSplit] = Field(
+        default_factory=list,
+        description=f"the cost corrections posted, each item line's split (at most "
+        f"{MAX_REJECTIONS}, by document and line)",
+    )
 
 
 class PostingSummary(BaseModel):
@@ -220,6 +226,11 @@ class PostingSummary(BaseModel):
     )
     approval: Approval | None = Field(
         default=None, description="set when the rejections needed an approval"
+    )
+    value_corrections: list[ValueSplit] = Field(
+        default_factory=list,
+        description=f"the cost corrections posted by this job, each item line's split between "
+        f"stock on hand and COGS (the first {MAX_REJECTIONS})",
     )
 
 
@@ -259,7 +270,9 @@ flow = Flow(
     # 6: posts the documents dated in the period (date_period), whatever month entered them
     # 7: posts the documents redated into the period too (posting_period), records each
     #    verdict in the document's history, bars who requeued or redated from approving
-    version=7,
+    # 8: posts cost corrections (value only, split between stock on hand and COGS), listed in
+    #    ChunkResult/PostingSummary.value_corrections
+    version=8,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,
     signals=(APPROVAL_SIGNAL,),  # an accountant's go-ahead when too many were rejected
@@ -296,6 +309,12 @@ def post_documents(
     """
     params = {"period": period, "first_id": first_id, "last_id": last_id}
     judged = _q.rows(conn, "documents_lock_and_judge", params)
+    # a cost correction's 1300 amount is split between stock on hand and COGS
+    splits = value_corrections.split(
+        conn,
+        period,
+        [d["id"] for d in judged if d["reason"] is None and d["kind"] == "cost_correction"],
+    )
     journals = [
         Journal(
             period=period,
@@ -305,8 +324,8 @@ def post_documents(
             memo=d["memo"],
             lines=[
                 line
-                for a in d["amounts"]
-                for line in signed(a["account"], d["store_id"], Decimal(a["amount"]))
+                for account, amount in _amounts(d, splits)
+                for line in signed(account, d["store_id"], amount)
             ],
         )
         for d in judged
@@ -332,8 +351,11 @@ def post_documents(
         reasons=[d["reason"] for d in bad],
         job_id=job_id,
     )
+    posted_ids = {int(j.source_key.split(":", 1)[1]) for j in done}
+    kept = [s for s in splits if s.document_id in posted_ids]
+    moved = value_corrections.record(conn, kept)
     # a backdated document into a costed period: what it changes is recosted next time
-    recost.mark_documents(conn, [int(j.source_key.split(":", 1)[1]) for j in done])
+    recost.mark_documents(conn, sorted(posted_ids))
     if tag is not None and row["numbers"]:
         tag(row["numbers"])
     return ChunkResult(
@@ -341,13 +363,25 @@ def post_documents(
         last_id=last_id,
         posted=row["posted"],
         rejected=row["rejected"],
-        stock_moves=row["moves"],
+        stock_moves=row["moves"] + moved,
         debit=sum((j.debit for j in done), Decimal(0)),
         credit=sum((j.credit for j in done), Decimal(0)),
         rejections=[
             Rejection(id=d["id"], number=d["number"], reason=d["reason"])
             for d in bad[:MAX_REJECTIONS]
         ],
+        value_corrections=kept[:MAX_REJECTIONS],
+    )
+
+
+def _amounts(judged: dict[str, Any], splits: list[ValueSplit]) -> list[tuple[str, Decimal]]:
+    """A judged document's net amount per account; a cost correction's with the sold share
+    of its value moved from 1300 to 5000 (:mod:`flows.erp.value_corrections`)."""
+    amounts = [(a["account"], Decimal(a["amount"])) for a in judged["amounts"]]
+    if judged["kind"] != "cost_correction":
+        return amounts
+    return value_corrections.journal_amounts(
+        amounts, [s for s in splits if s.document_id == judged["id"]]
     )
 
 
@@ -512,6 +546,7 @@ def reconcile(
         period_credit=books["credit"],
         rejections=rejections[:MAX_REJECTIONS],
         approval=approval,
+        value_corrections=[s for r in results for s in r.value_corrections][:MAX_REJECTIONS],
     )
 
 

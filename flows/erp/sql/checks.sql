@@ -35,8 +35,8 @@ opening AS (
     WHERE period = %(period)s GROUP BY store_id
 ),
 receipts AS (
-    SELECT store_id, sum(round(qty * unit_cost, 2)) AS value FROM erp_stock_moves
-    WHERE period = %(period)s AND kind = 'receipt' GROUP BY store_id
+    SELECT store_id, sum(coalesce(value, round(qty * unit_cost, 2))) AS value FROM erp_stock_moves
+    WHERE period = %(period)s AND kind IN ('receipt', 'revaluation') GROUP BY store_id
 ),
 costs AS (
     SELECT store_id, sum(transfer_in_value) AS transfer_in, sum(cogs_value) AS cogs,
@@ -101,8 +101,8 @@ WITH costed AS (
 moves AS (
     SELECT m.store_id, m.item_id,
            coalesce(sum(m.qty) FILTER (WHERE m.kind = 'receipt'), 0) AS receipt_qty,
-           coalesce(sum(round(m.qty * m.unit_cost, 2)) FILTER (WHERE m.kind = 'receipt'), 0)
-               AS receipt_value,
+           coalesce(sum(coalesce(m.value, round(m.qty * m.unit_cost, 2)))
+                        FILTER (WHERE m.kind IN ('receipt', 'revaluation')), 0) AS receipt_value,
            coalesce(sum(m.qty) FILTER (WHERE m.kind = 'transfer_in'), 0) AS transfer_in_qty,
            coalesce(-sum(m.qty) FILTER (WHERE m.kind = 'transfer_out'), 0) AS transfer_out_qty,
            coalesce(-sum(m.qty) FILTER (WHERE m.kind IN ('sale', 'return', 'adjustment')), 0)

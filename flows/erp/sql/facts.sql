@@ -13,10 +13,12 @@ facts AS (
     FROM erp_opening_balances AS o JOIN moving AS m ON m.item_id = o.item_id
     WHERE o.period = %(period)s
     UNION ALL
-    SELECT s.store_id, format('%%s %%s %%s %%s %%s %%s %%s', s.kind, s.item_id, s.qty, s.unit_cost,
-                              s.counterpart_store_id, s.document_id, s.line_no)
+    -- a value-only move (a cost correction's on-hand share) its value where a receipt's unit cost is
+    SELECT s.store_id, format('%%s %%s %%s %%s %%s %%s %%s', s.kind, s.item_id, s.qty,
+                              coalesce(s.unit_cost, s.value), s.counterpart_store_id,
+                              s.document_id, s.line_no)
     FROM erp_stock_moves AS s JOIN moving AS m ON m.item_id = s.item_id
-    WHERE s.period = %(period)s AND s.kind IN ('receipt', 'transfer_in')
+    WHERE s.period = %(period)s AND s.kind IN ('receipt', 'transfer_in', 'revaluation')
 ),
 per_store AS (
     SELECT store_id, md5(string_agg(fact, ';' ORDER BY fact)) AS hash

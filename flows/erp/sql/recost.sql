@@ -121,7 +121,8 @@ figures AS (
     UNION ALL
     SELECT m.store_id, m.item_id, 0, 0,
            CASE WHEN m.kind = 'receipt' THEN m.qty ELSE 0 END,
-           CASE WHEN m.kind = 'receipt' THEN round(m.qty * m.unit_cost, 2) ELSE 0 END,
+           CASE WHEN m.kind = 'receipt' THEN round(m.qty * m.unit_cost, 2)
+                WHEN m.kind = 'revaluation' THEN m.value ELSE 0 END,
            CASE WHEN m.kind = 'transfer_in' THEN m.qty ELSE 0 END,
            -- the sender's solved average: the counterpart for a transfer in, this store for one out
            CASE WHEN m.kind = 'transfer_in' THEN round(m.qty * sa.average_cost, 2) ELSE 0 END,
