@@ -11,17 +11,20 @@ Real PostgreSQL; the flows' own functions and the CLI.
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from erp_books import close, cost, post
 from erp_checks import assert_costs_equal_reference
-from harness import engine_cli
+from harness import engine_cli, fast_settings, run_of, thread_worker, wait_job_ended
 from recost_books import _header, _lines, receipt, sale, stale_pairs
 from test_recost import assert_equal_to_full_recost
 
+from engine import Registry, submit
 from engine.config import Settings
+from engine.reports import render_job_report
 from flows.erp import checks
 from flows.erp.documents import period_documents
 from flows.posting import post_documents
@@ -283,3 +286,30 @@ def test_listed__the_documents_list_and_the_cli_show_each_split(
     assert out.returncode == 0, out.stderr
     assert "Value corrections" in out.stdout
     assert "on hand 6 of 10: 12.00" in out.stdout and "sold 4: 8.00" in out.stdout, out.stdout
+
+
+def test_listed__the_posting_job_reports_the_split(
+    conn: psycopg.Connection[Any],
+    pair: dict[str, int],
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ENGINE_REPORTS_DIR", str(tmp_path / "reports"))
+    flows = ["flows.posting"]
+    fast = fast_settings(settings, flow_modules=flows, reports_dir=tmp_path / "reports")
+    registry = Registry.load(flows)
+    correction(conn, pair["receipt"], [(pair["item"], D("20.00"))])
+    with thread_worker(fast, registry):
+        job = submit("posting", {"period": DEC}, settings=fast, registry=registry)
+        assert wait_job_ended(conn, job.job_id, timeout=60) == "done"
+    [split] = run_of(conn, job.job_id, "decide")["output"]["value_corrections"]
+    assert (split["amount"], split["on_hand_value"], split["cogs_value"]) == (
+        "20.00",
+        "12.00",
+        "8.00",
+    )
+    html = Path(render_job_report(fast, job.job_id)).read_text()
+    assert "Value corrections" in html
+    for text in (">20.00<", ">12.00<", ">8.00<"):
+        assert text in html, text
