@@ -38,7 +38,11 @@ one dated in a later month waits for its posting.
    :func:`flows.erp.ledger.post` (source ``document``, source key
    ``document:<id>``: the net amount per account, on the document's store),
    its stock moves (a sale, a return, a receipt at its unit cost, a count
-   difference, both sides of a transfer) and status ``posted``.
+   difference, both sides of a transfer) and status ``posted``. A cost
+   correction (a value-only correction of a closed period's receipt) is judged
+   the same way and its 1300 amount split between stock on hand and COGS by
+   quantity, its on-hand share a value-only stock move into the period's
+   average (:mod:`flows.erp.value_corrections`).
 3. ``reconcile`` checks that this job's journals balance, that every document
    journal of the period balances in the database, and that posted + rejected
    equals the number selected; it fails the job loudly otherwise. When the

@@ -313,3 +313,29 @@ def test_listed__the_posting_job_reports_the_split(
     assert "Value corrections" in html
     for text in (">20.00<", ">12.00<", ">8.00<"):
         assert text in html, text
+
+
+def test_tied__a_tampered_split_or_move_is_named_by_the_check(
+    conn: psycopg.Connection[Any], pair: dict[str, int]
+) -> None:
+    doc = correction(conn, pair["receipt"], [(pair["item"], D("20.00"))])
+    post(conn, DEC)
+    cost(conn, DEC)
+    assert checks.check_period(conn, DEC).ok
+    conn.execute(
+        "UPDATE erp_stock_moves SET value = 11.00 WHERE document_id = %s AND kind = 'revaluation'",
+        (doc,),
+    )
+    problems = " ".join(checks.check_period(conn, DEC).problems)
+    assert "value 11.00, split's 12.00" in problems, problems
+    conn.execute(
+        "UPDATE erp_stock_moves SET value = 12.00 WHERE document_id = %s AND kind = 'revaluation'",
+        (doc,),
+    )
+    conn.execute(
+        "UPDATE erp_value_corrections SET on_hand_value = 13.00, cogs_value = 7.00 "
+        "WHERE document_id = %s",
+        (doc,),
+    )
+    problems = " ".join(checks.check_period(conn, DEC).problems)
+    assert "1300 on" in problems and "journal debit 12.00" in problems, problems
