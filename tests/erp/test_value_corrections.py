@@ -30,7 +30,7 @@ from flows.erp.documents import period_documents
 from flows.posting import post_documents
 from flows.tools.seed import seed
 
-NOV, DEC = "2026-11", "2026-12"
+NOV, DEC, JAN = "2026-11", "2026-12", "2027-01"
 D = Decimal
 
 
@@ -339,3 +339,26 @@ def test_tied__a_tampered_split_or_move_is_named_by_the_check(
     )
     problems = " ".join(checks.check_period(conn, DEC).problems)
     assert "1300 on" in problems and "journal debit 12.00" in problems, problems
+
+
+def test_split__into_a_costed_period_with_a_costed_one_after_it_is_recosted_forward(
+    conn: psycopg.Connection[Any], pair: dict[str, int]
+) -> None:
+    cost(conn, DEC)
+    cost(conn, JAN)
+    correction(conn, pair["receipt"], [(pair["item"], D("-6.00"))])
+    post(conn, DEC)
+    key = (pair["store"], pair["item"])
+    assert {(DEC, *key), (JAN, *key)} <= stale_pairs(conn)
+    cost(conn, DEC)
+    assert stale_pairs(conn) == set()
+    jan = conn.execute(
+        "SELECT opening_qty, opening_value FROM erp_item_costs WHERE period = %s "
+        "AND store_id = %s AND item_id = %s",
+        (JAN, *key),
+    ).fetchone()
+    assert jan == {"opening_qty": D(6), "opening_value": D("26.40")}  # 30.00 - 6.00 x 6 / 10
+    for period in (DEC, JAN):
+        assert checks.check_period(conn, period).ok, checks.check_period(conn, period).problems
+        assert_costs_equal_reference(conn, period)
+    assert_equal_to_full_recost(conn, DEC, JAN)
