@@ -10,6 +10,7 @@ Real PostgreSQL; the flows' own functions and the CLI.
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from erp_books import close, cost, post
 from erp_checks import assert_costs_equal_reference
 from harness import engine_cli, fast_settings, run_of, thread_worker, wait_job_ended
 from recost_books import _header, _lines, receipt, sale, stale_pairs
-from test_recost import assert_equal_to_full_recost
+from test_recost import CASES, _random_document, assert_equal_to_full_recost
 
 from engine import Registry, submit
 from engine.config import Settings
@@ -361,4 +362,54 @@ def test_split__into_a_costed_period_with_a_costed_one_after_it_is_recosted_forw
     for period in (DEC, JAN):
         assert checks.check_period(conn, period).ok, checks.check_period(conn, period).problems
         assert_costs_equal_reference(conn, period)
+    assert_equal_to_full_recost(conn, DEC, JAN)
+
+
+def _random_correction(conn: psycopg.Connection[Any], rng: random.Random) -> None:
+    """A cost correction of a random November receipt: one or two of its items, + or -."""
+    receipts = conn.execute(
+        "SELECT d.id, d.store_id, array_agg(DISTINCT l.item_id) AS items FROM erp_documents d "
+        "JOIN erp_document_lines l ON l.document_id = d.id AND l.item_id IS NOT NULL "
+        "WHERE d.kind = 'purchase_invoice' AND d.status = 'posted' AND d.posting_period = %s "
+        "GROUP BY d.id ORDER BY d.id",
+        (NOV,),
+    ).fetchall()
+    got = rng.choice(receipts)
+    items = rng.sample(sorted(got["items"]), min(len(got["items"]), rng.randint(1, 2)))
+    lines = [(i, D(rng.choice((-1, 1)) * rng.randint(1, 5000)) / 100) for i in items]
+    correction(conn, got["id"], lines, on=f"{NOV}-{rng.randint(1, 30):02d}", store=got["store_id"])
+
+
+@pytest.mark.parametrize("case", range(CASES))
+def test_split__any_mix_of_value_corrections_equals_the_reference_and_a_full_recost(
+    conn: psycopg.Connection[Any], case: int
+) -> None:
+    rng = random.Random(case)
+    seed(conn, stores=4, brands=1, employees=4, items=4, period=NOV, seed=200 + case, new_stores=1)
+    stores = [r["id"] for r in conn.execute("SELECT id FROM erp_stores ORDER BY id")]
+    items = [r["id"] for r in conn.execute("SELECT id FROM erp_items ORDER BY id")]
+    post(conn, NOV)
+    cost(conn, NOV)
+    close(conn, NOV)
+    for _ in range(4):  # December's own month, and corrections of November's receipts
+        _random_document(conn, rng, DEC, stores, items)
+        _random_correction(conn, rng)
+    post(conn, DEC)
+    cost(conn, DEC)
+    for _round in range(2):  # more, into costed December (and January), recosted
+        for _ in range(rng.randint(1, 4)):
+            _random_correction(conn, rng)
+            _random_document(conn, rng, rng.choice((DEC, JAN)), stores, items)
+        post(conn, DEC)
+        post(conn, JAN)
+        cost(conn, DEC)
+        cost(conn, JAN)
+        assert stale_pairs(conn) == set()
+        for period in (DEC, JAN):
+            report = checks.check_period(conn, period)
+            assert all(c.ok for c in report.checks), (period, report.problems)
+    splits = conn.execute("SELECT count(*) AS n FROM erp_value_corrections").fetchone()
+    assert splits is not None and splits["n"] > 0
+    assert_costs_equal_reference(conn, DEC)
+    assert_costs_equal_reference(conn, JAN)
     assert_equal_to_full_recost(conn, DEC, JAN)
