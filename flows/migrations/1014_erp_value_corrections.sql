@@ -72,3 +72,24 @@ CREATE TRIGGER erp_cost_correction_posts_forward BEFORE INSERT ON erp_documents
 
 GRANT SELECT, INSERT ON erp_value_corrections TO engine_worker;
 GRANT SELECT ON erp_value_corrections TO engine_console;
+
+-- What was posted includes the receipt a cost correction corrects (a correction re-aimed
+-- after posting is named by the check); every other document's fingerprint is as before.
+CREATE OR REPLACE FUNCTION erp_document_fingerprints(ids bigint[])
+RETURNS TABLE (document_id bigint, fingerprint text)
+LANGUAGE sql STABLE AS $$
+    SELECT d.id,
+           encode(sha256(convert_to(
+               format('%s|%s|%s|%s|', d.kind, d.store_id, d.counterpart_store_id,
+                      to_char(d.issued_on, 'YYYY-MM-DD'))
+               || coalesce(string_agg(
+                      format('%s,%s,%s,%s,%s,%s,%s', l.line_no, l.account_code, l.item_id,
+                             l.qty, l.unit_cost, l.debit, l.credit),
+                      ';' ORDER BY l.line_no), '')
+               || coalesce('|corrects ' || d.corrects_id, ''),
+               'UTF8')), 'hex')
+    FROM (SELECT DISTINCT id FROM unnest(ids) AS u (id)) AS k
+    JOIN erp_documents AS d ON d.id = k.id
+    LEFT JOIN erp_document_lines AS l ON l.document_id = d.id
+    GROUP BY d.id
+$$;

@@ -413,3 +413,20 @@ def test_split__any_mix_of_value_corrections_equals_the_reference_and_a_full_rec
     assert_costs_equal_reference(conn, DEC)
     assert_costs_equal_reference(conn, JAN)
     assert_equal_to_full_recost(conn, DEC, JAN)
+
+
+def test_tied__a_correction_re_aimed_after_posting_is_named_by_the_check(
+    conn: psycopg.Connection[Any], pair: dict[str, int]
+) -> None:
+    doc = correction(conn, pair["receipt"], [(pair["item"], D("20.00"))])
+    post(conn, DEC)
+    cost(conn, DEC)
+    assert checks.check_period(conn, DEC).ok
+    conn.execute(
+        "UPDATE erp_documents SET corrects_id = %s WHERE id = %s", (pair["sold_out"], doc)
+    )
+    report = checks.check_period(conn, DEC)
+    assert not report.ok
+    number = conn.execute("SELECT number FROM erp_documents WHERE id = %s", (doc,)).fetchone()
+    assert number is not None
+    assert number["number"] in " ".join(report.problems), report.problems
