@@ -422,9 +422,7 @@ def test_tied__a_correction_re_aimed_after_posting_is_named_by_the_check(
     post(conn, DEC)
     cost(conn, DEC)
     assert checks.check_period(conn, DEC).ok
-    conn.execute(
-        "UPDATE erp_documents SET corrects_id = %s WHERE id = %s", (pair["sold_out"], doc)
-    )
+    conn.execute("UPDATE erp_documents SET corrects_id = %s WHERE id = %s", (pair["sold_out"], doc))
     report = checks.check_period(conn, DEC)
     assert not report.ok
     number = conn.execute("SELECT number FROM erp_documents WHERE id = %s", (doc,)).fetchone()
