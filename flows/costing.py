@@ -8,7 +8,9 @@ full, with its proof obligations in the tests):
 - **Opening** balances come from ``erp_opening_balances`` of the period
   (loaded for the store's first period, carried forward by the previous
   costing afterwards). **Receipts** are valued at their purchase unit cost,
-  each to the cent. Moves are the posted documents' (:mod:`flows.posting`).
+  each to the cent; a cost correction's on-hand share is a value-only move
+  (qty 0) added to the receipts' value (:mod:`flows.erp.value_corrections`).
+  Moves are the posted documents' (:mod:`flows.posting`).
 - With A = opening + receipts + transfers-in quantity, each store with A > 0
   has its average a, defined exactly by a x A = opening value + receipts
   value + the sum over its transfers in of (quantity x the sender's a). A
