@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,single,recovery,erp,sqs,latency,runs,signin
+    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -29,6 +29,13 @@ current per-store statement) and worker memory at two sizes.
     BENCH_ERP_VACUUM=1           VACUUM ANALYZE the posted moves before the close (0: autovacuum)
     BENCH_ERP_WORKERS=2          worker processes (one slot each)
     BENCH_ERP_TIMEOUT_S=900      bound on one job
+
+Backdated documents (``recost``, see ``bench/recost.py``): one backdated receipt into P-2
+with P-1 and P costed, recosted, against a full costing of the three periods; 100
+documents on one item, then one recost (one recompute); a correction reaching every pair.
+
+    BENCH_RECOST_STORES=50 BENCH_RECOST_BRANDS=4 BENCH_RECOST_ITEMS=200 (per brand)
+    BENCH_RECOST_ROUNDS=3 BENCH_RECOST_DOCS=100
 
 Commit-to-claim latency (``latency``, see ``bench/latency.py``): from the caller's
 COMMIT of a submit to the claim of its first step run, per connection kind (psycopg,
@@ -57,7 +64,18 @@ import statistics
 import sys
 import time
 
-from bench import erp, floor, latency, recovery, runs_search, signin, single, sqs, throughput
+from bench import (
+    erp,
+    floor,
+    latency,
+    recost,
+    recovery,
+    runs_search,
+    signin,
+    single,
+    sqs,
+    throughput,
+)
 from bench.common import (
     SCRATCH_DB,
     drop_database,
@@ -103,7 +121,7 @@ def main() -> int:
     only = set(
         (
             os.environ.get("BENCH_ONLY")
-            or "floor,engine,single,recovery,erp,sqs,latency,runs,signin"
+            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin"
         ).split(",")
     )
     started = time.monotonic()
@@ -140,6 +158,8 @@ def main() -> int:
             recovery.run()
         if "erp" in only:
             erp.run_all()
+        if "recost" in only:  # backdated documents recosted; BENCH_RECOST_* (bench/recost.py)
+            recost.run()
         if "sqs" in only:  # moto's server on 127.0.0.1; sizes: BENCH_SQS_* (bench/sqs.py)
             sqs.run()
         if "latency" in only:  # one worker at a time; sizes: BENCH_LATENCY_* (bench/latency.py)

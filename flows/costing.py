@@ -8,7 +8,9 @@ full, with its proof obligations in the tests):
 - **Opening** balances come from ``erp_opening_balances`` of the period
   (loaded for the store's first period, carried forward by the previous
   costing afterwards). **Receipts** are valued at their purchase unit cost,
-  each to the cent. Moves are the posted documents' (:mod:`flows.posting`).
+  each to the cent; a cost correction's on-hand share is a value-only move
+  (qty 0) added to the receipts' value (:mod:`flows.erp.value_corrections`).
+  Moves are the posted documents' (:mod:`flows.posting`).
 - With A = opening + receipts + transfers-in quantity, each store with A > 0
   has its average a, defined exactly by a x A = opening value + receipts
   value + the sum over its transfers in of (quantity x the sender's a). A
@@ -33,8 +35,14 @@ full, with its proof obligations in the tests):
 
 Steps: ``check_period``; ``solve`` (the period's averages of the items that
 move between stores, once per period, written to ``erp_item_averages``);
-``cost_store`` per store, in parallel (one statement each, using the solved
-averages); ``mark_costed``; ``summarize``.
+``recost_stale`` (a costed period's stale pairs, marked by backdated
+documents, recosted forward with delta journals: :mod:`flows.erp.recost`;
+nothing for a period costed afresh); ``cost_store`` per store, in parallel
+(one statement each, using the solved averages); ``mark_costed``;
+``summarize`` (with the recost's pairs, old and new, and its journals).
+
+A period is costed from fresh openings only: while an earlier period has
+stale pairs, its costing is refused naming it (recost that one first).
 
 Each store's item costs, its journals (:func:`flows.erp.inventory.costing_journals`:
 COGS, stock-count adjustments and transfers through the inter-store account,
@@ -67,8 +75,9 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, StepContext
-from flows.erp import facts, inventory, periods
+from flows.erp import facts, inventory, periods, recost
 from flows.erp.inventory import FallbackGroup, Mover, Solved, StoreRef, StoreTotals
+from flows.erp.recost import RecostReport
 from flows.erp.types import Period
 
 
@@ -118,6 +127,7 @@ class CostingSummary(BaseModel):
     per_store: list[StoreCost]
     largest_movers: list[Mover]
     note: str = ""
+    recost: RecostReport | None = None
 
 
 flow = Flow(
@@ -127,7 +137,8 @@ flow = Flow(
     # 4: the exact multi-store average (step solve); journals through flows.erp.ledger
     # 5: keeps the standard cost it used with the item costs (erp_item_costs.standard_cost)
     # 5: the solve fingerprints its facts; a store is not costed from stale averages
-    version=5,
+    # 6: step recost: a costed period's stale pairs (backdated documents) recosted forward
+    version=6,
     description="Periodic weighted average per store, solved exactly across stores; journals.",
     concurrency=periods.PERIOD_KEY,
 )
@@ -159,6 +170,7 @@ def plan_costing(conn: psycopg.Connection[Any], period: str, store: str | None) 
     why = periods.missing_starting_points(period, points)
     if why is not None:
         raise Refused(why)
+    recost.refuse_if_earlier_stale(conn, period)
     started = {p.store_id for p in periods.in_books(points, period)}  # not a store opened later
     if store is not None and not started:
         raise Refused(
@@ -197,6 +209,7 @@ def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) 
     nothing is written) and the store's period row ``FOR UPDATE`` (two
     costings of the store, or one and a migration of its openings, serialise).
     """
+    first = False
     try:
         periods.lock_for_writing(conn, period, doing=f"costing store {store.code}")
         facts.verify(conn, period, doing=f"costing store {store.code}")
@@ -207,7 +220,13 @@ def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) 
     except Refused as exc:
         raise Fail(str(exc)) from exc
     totals = inventory.store_totals(conn, period, store.id)
-    journals = inventory.post_costing(conn, period, store, totals)
+    if first:
+        journals = inventory.post_costing(conn, period, store, totals)
+    else:
+        # costed before, its journals with it (one transaction): a store whose first costing
+        # had nothing to journal must not get one now from figures a recost changed since,
+        # whose differences its delta journals carry
+        journals = inventory.costing_journal_ids(conn, period, store)
     return StoreCost(
         store=store,
         journal_ids=journals,
@@ -221,6 +240,7 @@ def solve_period(conn: psycopg.Connection[Any], period: str) -> Solved:
     try:
         facts.lock_for_solve(conn, period)  # writers of its facts wait, or come after and see it
         periods.lock_for_writing(conn, period, doing="solving its averages")
+        recost.refuse_if_earlier_stale(conn, period)  # its openings would be stale
     except Refused as exc:
         raise Fail(str(exc)) from exc
     solved = inventory.solve_averages(conn, period)
@@ -235,7 +255,19 @@ def solve(params: CostingParams, ctx: StepContext) -> Solved:
     return solve_period(ctx.conn, params.period)
 
 
-@flow.step(map_over="check_period.stores", after=["solve"], label="{code}")
+@flow.step(after=["solve"])
+def recost_stale(params: CostingParams, ctx: StepContext) -> RecostReport:
+    """Recost the stale pairs of the period and of each later period, forward (one fenced
+    transaction: :mod:`flows.erp.recost`); nothing to do for a period costed afresh."""
+    try:
+        # its own row locks (recost.recost): a share lock first would be upgraded, and two
+        # upgrades of one row deadlock
+        return recost.recost(ctx.conn, params.period, job=ctx.job_id)
+    except Refused as exc:
+        raise Fail(str(exc)) from exc
+
+
+@flow.step(map_over="check_period.stores", after=["recost_stale"], label="{code}")
 def cost_store(store: StoreRef, params: CostingParams, ctx: StepContext) -> StoreCost:
     """Cost one store in one statement with the solved averages; post its journals (once).
 
@@ -278,9 +310,13 @@ METHOD = (
 )
 
 
-@flow.step(after=["mark_costed", "cost_store", "check_period", "solve"])
+@flow.step(after=["mark_costed", "cost_store", "check_period", "solve", "recost_stale"])
 def summarize(
-    closed: PeriodCosted, costs: list[StoreCost], plan: CostingPlan, solved: Solved
+    closed: PeriodCosted,
+    costs: list[StoreCost],
+    plan: CostingPlan,
+    solved: Solved,
+    recosted: RecostReport,
 ) -> CostingSummary:
     """Totals per brand and store, and the largest movers."""
     brands = brand_totals(costs)
@@ -290,6 +326,11 @@ def summarize(
     note = "already costed: figures are those of the first run" if plan.already_costed else ""
     if closed.marked_costed:
         note = f"period costed; closing balances carried to {plan.next_period}"
+    if recosted.periods:
+        note = (
+            f"recosted {recosted.pairs} stale pair(s) in {', '.join(recosted.periods)} "
+            f"({len(recosted.journals)} delta journal(s)); figures after the recost"
+        )
     return CostingSummary(
         period=plan.period,
         stores=len(costs),
@@ -306,4 +347,5 @@ def summarize(
         per_store=costs,
         largest_movers=movers,
         note=note,
+        recost=recosted if recosted.periods else None,
     )

@@ -18,8 +18,11 @@ one dated in a later month waits for its posting.
    refused (exit 2), and every chunk share-locks the period's row, so a
    period closed while the job ran fails the job with its documents still
    unposted rather than writing into closed books (see
-   :mod:`flows.erp.periods`). Documents that move stock are refused too once
-   the period's stock is costed (:func:`check_postable`).
+   :mod:`flows.erp.periods`). Documents that move stock are refused too while
+   the period's stock (or a later period's) is being costed
+   (:func:`check_postable`); into a costed period they are posted and what
+   they change is marked stale, in the chunk's transaction, for the next
+   costing to recost (:mod:`flows.erp.recost`).
 2. ``post_chunk`` runs once per chunk in the step's fenced transaction
    (``ctx.conn``), so a chunk's journals, stock moves and status changes
    commit together with its checkpoint, or not at all. One statement locks
@@ -35,7 +38,11 @@ one dated in a later month waits for its posting.
    :func:`flows.erp.ledger.post` (source ``document``, source key
    ``document:<id>``: the net amount per account, on the document's store),
    its stock moves (a sale, a return, a receipt at its unit cost, a count
-   difference, both sides of a transfer) and status ``posted``.
+   difference, both sides of a transfer) and status ``posted``. A cost
+   correction (a value-only correction of a closed period's receipt) is judged
+   the same way and its 1300 amount split between stock on hand and COGS by
+   quantity, its on-hand share a value-only stock move into the period's
+   average (:mod:`flows.erp.value_corrections`).
 3. ``reconcile`` checks that this job's journals balance, that every document
    journal of the period balances in the database, and that posted + rejected
    equals the number selected; it fails the job loudly otherwise. When the
@@ -89,12 +96,13 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, Reject, Signal, StepContext
-from flows.erp import approvals, corrections, ledger, periods
+from flows.erp import approvals, corrections, ledger, periods, recost, value_corrections
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.ledger import Journal, signed
 from flows.erp.queries import NamedQueries
 from flows.erp.types import Period
+from flows.erp.value_corrections import ValueSplit
 
 __all__ = [
     "APPROVAL_SIGNAL",
@@ -197,6 +205,11 @@ class ChunkResult(BaseModel):
     debit: Money
     credit: Money
     rejections: list[Rejection] = Field(description=f"at most {MAX_REJECTIONS}, by id")
+    value_corrections: list[ValueSplit] = Field(
+        default_factory=list,
+        description=f"the cost corrections posted, each item line's split (at most "
+        f"{MAX_REJECTIONS}, by document and line)",
+    )
 
 
 class PostingSummary(BaseModel):
@@ -217,6 +230,11 @@ class PostingSummary(BaseModel):
     )
     approval: Approval | None = Field(
         default=None, description="set when the rejections needed an approval"
+    )
+    value_corrections: list[ValueSplit] = Field(
+        default_factory=list,
+        description=f"the cost corrections posted by this job, each item line's split between "
+        f"stock on hand and COGS (the first {MAX_REJECTIONS})",
     )
 
 
@@ -256,7 +274,9 @@ flow = Flow(
     # 6: posts the documents dated in the period (date_period), whatever month entered them
     # 7: posts the documents redated into the period too (posting_period), records each
     #    verdict in the document's history, bars who requeued or redated from approving
-    version=7,
+    # 8: posts cost corrections (value only, split between stock on hand and COGS), listed in
+    #    ChunkResult/PostingSummary.value_corrections
+    version=8,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     concurrency=periods.PERIOD_KEY,
     signals=(APPROVAL_SIGNAL,),  # an accountant's go-ahead when too many were rejected
@@ -293,6 +313,12 @@ def post_documents(
     """
     params = {"period": period, "first_id": first_id, "last_id": last_id}
     judged = _q.rows(conn, "documents_lock_and_judge", params)
+    # a cost correction's 1300 amount is split between stock on hand and COGS
+    splits = value_corrections.split(
+        conn,
+        period,
+        [d["id"] for d in judged if d["reason"] is None and d["kind"] == "cost_correction"],
+    )
     journals = [
         Journal(
             period=period,
@@ -302,8 +328,8 @@ def post_documents(
             memo=d["memo"],
             lines=[
                 line
-                for a in d["amounts"]
-                for line in signed(a["account"], d["store_id"], Decimal(a["amount"]))
+                for account, amount in _amounts(d, splits)
+                for line in signed(account, d["store_id"], amount)
             ],
         )
         for d in judged
@@ -329,6 +355,11 @@ def post_documents(
         reasons=[d["reason"] for d in bad],
         job_id=job_id,
     )
+    posted_ids = {int(j.source_key.split(":", 1)[1]) for j in done}
+    kept = [s for s in splits if s.document_id in posted_ids]
+    moved = value_corrections.record(conn, kept)
+    # a backdated document into a costed period: what it changes is recosted next time
+    recost.mark_documents(conn, sorted(posted_ids))
     if tag is not None and row["numbers"]:
         tag(row["numbers"])
     return ChunkResult(
@@ -336,13 +367,25 @@ def post_documents(
         last_id=last_id,
         posted=row["posted"],
         rejected=row["rejected"],
-        stock_moves=row["moves"],
+        stock_moves=row["moves"] + moved,
         debit=sum((j.debit for j in done), Decimal(0)),
         credit=sum((j.credit for j in done), Decimal(0)),
         rejections=[
             Rejection(id=d["id"], number=d["number"], reason=d["reason"])
             for d in bad[:MAX_REJECTIONS]
         ],
+        value_corrections=kept[:MAX_REJECTIONS],
+    )
+
+
+def _amounts(judged: dict[str, Any], splits: list[ValueSplit]) -> list[tuple[str, Decimal]]:
+    """A judged document's net amount per account; a cost correction's with the sold share
+    of its value moved from 1300 to 5000 (:mod:`flows.erp.value_corrections`)."""
+    amounts = [(a["account"], Decimal(a["amount"])) for a in judged["amounts"]]
+    if judged["kind"] != "cost_correction":
+        return amounts
+    return value_corrections.journal_amounts(
+        amounts, [s for s in splits if s.document_id == judged["id"]]
     )
 
 
@@ -353,19 +396,27 @@ def check_postable(
 
     Refused when the period does not exist or is closed (its row is
     share-locked for the caller's transaction), and when it has unposted
-    documents that move stock but its stock is already valued (a store
-    costed, or the period's averages solved): their stock moves would change
-    figures that costing has written once and for all. A document without
-    stock lines (a service invoice) can still be posted.
+    documents that move stock while its stock, or a later period's, is being
+    costed (averages solved, not every store costed): the solve froze those
+    facts. Into a costed period they are posted, and mark what they change
+    stale for the next costing to recost (:mod:`flows.erp.recost`). A
+    document without stock lines (a service invoice) can always be posted.
     """
     status = periods.lock_for_writing(conn, period, doing=doing)
     stock = periods.stock_state(conn, period)
-    if stock.unposted and stock.valued:
+    if stock.unposted and stock.valued and not stock.costed:
         raise Refused(
             f"cannot post {stock.unposted} document(s) that move stock into {period}: "
-            f"its stock is already costed ({stock.costed_stores} store(s) costed, averages "
-            f"{'solved' if stock.solved else 'not solved'}); date them into the next "
-            "open period"
+            f"its stock is being costed ({stock.costed_stores} store(s) costed, averages "
+            f"{'solved' if stock.solved else 'not solved'}); finish its costing (engine "
+            f"submit costing --period {period}) and post again: they are then recosted"
+        )
+    if stock.unposted and stock.later_being_costed:
+        later = stock.later_being_costed[0]
+        raise Refused(
+            f"cannot post {stock.unposted} document(s) that move stock into {period}: "
+            f"{later} is being costed and {period}'s closings are its openings; finish its "
+            f"costing (engine submit costing --period {later}) and post again"
         )
     return status
 
@@ -499,6 +550,7 @@ def reconcile(
         period_credit=books["credit"],
         rejections=rejections[:MAX_REJECTIONS],
         approval=approval,
+        value_corrections=[s for r in results for s in r.value_corrections][:MAX_REJECTIONS],
     )
 
 

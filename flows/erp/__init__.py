@@ -6,7 +6,10 @@ what they share: the one module that posts journals (:mod:`.ledger`), the
 ledger read as a trial balance (:mod:`.books`), the lifecycle of a period
 (:mod:`.periods`), its documents counted (:mod:`.documents`) and the
 approvals that bind it (:mod:`.approvals`), inventory costing (:mod:`.inventory`) and its exact
-multi-store average cost (:mod:`.average`), the auditor's identities
+multi-store average cost (:mod:`.average`), backdated documents recosted
+forward where they reach (:mod:`.recost`), value-only corrections of a closed
+period's receipts split between stock on hand and COGS
+(:mod:`.value_corrections`), the auditor's identities
 (:mod:`.checks`), the flags an accountant expects (:mod:`.flags`) and exports
 (:mod:`.exports`), the ``ERP_*`` settings
 (:mod:`.config`) and the SQL they run (``sql/``). It uses ``engine``'s

@@ -49,7 +49,7 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import BadInput
-from flows.erp import books, dated, facts, ties
+from flows.erp import books, dated, facts, recost, ties
 from flows.erp.books import Money
 from flows.erp.config import ErpSettings
 from flows.erp.flags import Flag, raised
@@ -137,6 +137,7 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
         # every figure tied to its source, document by document, item by item
         *(Check(**t.model_dump()) for t in ties.check_ties(conn, period, costed)),
         _facts(conn, period),
+        _stale(conn, period),
     ]
     return BooksCheck(
         period=period,
@@ -157,6 +158,15 @@ def _facts(conn: psycopg.Connection[Any], period: str) -> Check:
     if why is not None:
         return Check(name=name, ok=False, detail=f"{why}: its costs are stale")
     return Check(name=name, ok=True, detail="the solve's fingerprint matches (or not solved)")
+
+
+def _stale(conn: psycopg.Connection[Any], period: str) -> Check:
+    """No stale pairs wait for their recost (backdated documents: :mod:`flows.erp.recost`)."""
+    name = "costs up to date (no stale pairs)"
+    found = recost.stale(conn, period)
+    if found is not None:
+        return Check(name=name, ok=False, detail=found.why())
+    return Check(name=name, ok=True, detail="no backdated document waits for its recost")
 
 
 def _skipped(name: str, why: str) -> Check:

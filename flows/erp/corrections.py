@@ -249,15 +249,21 @@ def redate(
                 f"--into {into}: {number} (dated {r['date_period']}) goes forward into the "
                 f"first open period of its store(s), {first}; give --into {first}"
             )
-    # posting refuses a document that moves stock into a period whose stock is costed
-    # (flows.posting.check_postable): redated there, it would hold that period open for good
+    # posting refuses a document that moves stock into a period while it (or a later one)
+    # is being costed (flows.posting.check_postable): redated there, posting could not take it
     stock = periods.stock_state(conn, into)
     moving = [r["number"] for r in rows if r["moves_stock"]]
-    if moving and stock.valued:
+    busy = (
+        into
+        if stock.valued and not stock.costed
+        else (stock.later_being_costed[0] if stock.later_being_costed else None)
+    )
+    if moving and busy is not None:
         raise BadInput(
-            f"--into {into}: its stock is already costed, and {', '.join(moving)} move(s) "
-            "stock: posting could not take them there; redate them once posting into a "
-            "costed period is possible, or redate only documents without stock lines"
+            f"--into {into}: {busy} is being costed (averages solved, not every store "
+            f"costed), and {', '.join(moving)} move(s) stock: posting could not take them "
+            f"now; finish that costing (engine submit costing --period {busy}) and redate "
+            "them again, or redate only documents without stock lines"
         )
     done: list[Correction] = []
     for r in rows:

@@ -9,7 +9,9 @@ by the accountant, undecided; :mod:`flows.erp.approvals`), the late ones
 (dated in an earlier, closed month), and those entered under P but posting in
 another month (``period = P AND posting_period <> P``, counted in their own
 month); and lists the documents whose history is more than being posted once
-(rejected, requeued, redated: :func:`flows.erp.corrections.corrected`).
+(rejected, requeued, redated: :func:`flows.erp.corrections.corrected`), and
+the value corrections posted in P, each with its receipt and its split
+between stock on hand and COGS (:mod:`flows.erp.value_corrections`).
 The close's month-end report, the console's Periods page and ``engine books
 documents`` read it, never one job's batch: a close whose posting found
 nothing left to post still shows the month's documents.
@@ -22,9 +24,10 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel, Field
 
-from flows.erp import approvals, corrections
+from flows.erp import approvals, corrections, value_corrections
 from flows.erp.corrections import Corrected
 from flows.erp.queries import NamedQueries
+from flows.erp.value_corrections import ValueSplit
 
 __all__ = ["PeriodDocuments", "period_documents"]
 
@@ -55,6 +58,14 @@ class PeriodDocuments(BaseModel):
         default=None,
         description="the documents with a history beyond being posted once (rejected, "
         "requeued, redated), each event",
+    )
+    value_corrections: list[ValueSplit] = Field(
+        default_factory=list,
+        description="cost corrections posted in the period, each item line with its receipt, "
+        f"amount and split (the first {value_corrections.LISTED})",
+    )
+    value_correction_lines: int = Field(
+        default=0, description="item lines of cost corrections posted in the period, all"
     )
 
     @property
@@ -95,9 +106,12 @@ class PeriodDocuments(BaseModel):
 def period_documents(conn: psycopg.Connection[Any], period: str) -> PeriodDocuments:
     """Every document of ``period`` counted (one statement), with the period's limit."""
     row = _q.one(conn, "documents_count_period", {"period": period})
+    splits, lines = value_corrections.listed(conn, period)
     return PeriodDocuments(
         period=period,
         approve_rejects_over=approvals.threshold(conn, period),
         history=corrections.corrected(conn, period),
+        value_corrections=splits,
+        value_correction_lines=lines,
         **row,
     )

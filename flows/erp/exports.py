@@ -90,7 +90,9 @@ Quantity = Annotated[Decimal, _fixed(3)]
 UnitCost = Annotated[Decimal, _fixed(4)]
 """A unit cost or an average: a Decimal, in JSON a string with 4 decimals ("155.3450")."""
 
-MoveKind = Literal["receipt", "transfer_in", "transfer_out", "sale", "return", "adjustment"]
+MoveKind = Literal[
+    "receipt", "transfer_in", "transfer_out", "sale", "return", "adjustment", "revaluation"
+]
 
 
 class StockMove(BaseModel):

@@ -23,6 +23,9 @@ between would be costed with averages solved from the old ones. So:
   change that bypassed the refusals (SQL, a bug) is named. Standard costs
   count only while the period is being costed: once its stores are costed a
   new standard cost is the next period's.
+- **Recost.** A costed period takes backdated documents (:mod:`flows.erp.recost`):
+  while it has stale pairs its facts changed by design, the check names the
+  stale pairs instead, and its recost keeps the new fingerprint.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = [
     "being_costed",
     "changes",
     "fingerprint",
+    "is_solved",
     "lock_for_solve",
     "record",
     "refuse_cost_changes",
@@ -76,6 +80,11 @@ def fingerprint(conn: psycopg.Connection[Any], period: str) -> dict[str, Any]:
     return dict(_q.one(conn, "facts_fingerprint", {"period": period})["facts"])
 
 
+def is_solved(conn: psycopg.Connection[Any], period: str) -> bool:
+    """Whether ``period``'s averages are solved."""
+    return bool(_q.one(conn, "facts_is_solved", {"period": period})["solved"])
+
+
 def record(conn: psycopg.Connection[Any], period: str) -> None:
     """Keep the fingerprint of the facts ``period``'s averages are being solved from."""
     facts = json.dumps(fingerprint(conn, period))
@@ -100,10 +109,15 @@ def changes(solved: dict[str, Any], now: dict[str, Any]) -> list[str]:
 def stale_reason(conn: psycopg.Connection[Any], period: str) -> str | None:
     """Why ``period``'s solved averages are stale (its facts changed since), or ``None``.
 
-    ``None`` too when the period is not solved or was solved before fingerprints.
+    ``None`` too when the period is not solved or was solved before fingerprints,
+    and while it has stale pairs (a backdated document changed its facts by
+    design: :mod:`flows.erp.recost` recosts them and keeps the new fingerprint,
+    and the books check names the stale pairs meanwhile).
     """
     row = _q.first(conn, "facts_solved", {"period": period})
     if row is None or row["facts"] is None:
+        return None
+    if _q.one(conn, "facts_stale_marks", {"period": period})["stale"]:
         return None
     now = fingerprint(conn, period)
     if row["status"] != "open":

@@ -126,6 +126,10 @@ def solve_averages(conn: psycopg.Connection[Any], period: str) -> Solved:
     )
 
 
+AverageRow = tuple[str, int, int, Decimal, str, str | None]
+"""One solved average as written: (period, item, store, average, where from, loop id)."""
+
+
 def _solve_batch(
     conn: psycopg.Connection[Any],
     period: str,
@@ -133,6 +137,26 @@ def _solve_batch(
     codes: dict[int, str],
 ) -> tuple[int, list[FallbackGroup]]:
     """Solve and write one batch of moving items; its loops, and the loops that fell back."""
+    rows, loops, fallbacks = solve_items(conn, period, batch, codes)
+    with _q.copy(conn, "average_copy") as copy:
+        for row in rows:
+            copy.write_row(row)
+    return loops, fallbacks
+
+
+def solve_items(
+    conn: psycopg.Connection[Any],
+    period: str,
+    batch: list[tuple[int, str, Decimal]],
+    codes: dict[int, str],
+) -> tuple[list[AverageRow], int, list[FallbackGroup]]:
+    """Solve a batch of moving items (id, sku, standard cost) from the facts as they are now.
+
+    Every store of each item's transfer graph gets its average (a sender or a
+    receiver); returns those rows, the loops found and the loops that fell
+    back. Writes nothing: the solve copies the rows in, a recost
+    (:mod:`flows.erp.recost`) replaces the ones it had.
+    """
     edges: dict[int, list[Transfer]] = defaultdict(list)
     nodes: set[tuple[int, int]] = set()  # (item, store): the stores of each item's graph
     ids = {"period": period, "items": [item for item, _, _ in batch]}
@@ -153,19 +177,17 @@ def _solve_batch(
         )
     loops: set[tuple[int, tuple[int, ...]]] = set()
     fallbacks: list[FallbackGroup] = []
-    with _q.copy(conn, "average_copy") as copy:
-        for item_id, sku, standard in batch:
-            solved: dict[int, Average] = solve_item(figures[item_id], edges[item_id], standard)
-            for store_id, avg in sorted(solved.items()):
-                group = None if avg.group is None else group_id(avg.group, codes)
-                copy.write_row((period, item_id, store_id, avg.cost, avg.source, group))
-                if avg.group is not None and (item_id, avg.group) not in loops:
-                    loops.add((item_id, avg.group))
-                    if avg.singular:
-                        fallbacks.append(
-                            FallbackGroup(sku=sku, stores=[codes[s] for s in avg.group])
-                        )
-    return len(loops), fallbacks
+    rows: list[AverageRow] = []
+    for item_id, sku, standard in batch:
+        solved: dict[int, Average] = solve_item(figures[item_id], edges[item_id], standard)
+        for store_id, avg in sorted(solved.items()):
+            group = None if avg.group is None else group_id(avg.group, codes)
+            rows.append((period, item_id, store_id, avg.cost, avg.source, group))
+            if avg.group is not None and (item_id, avg.group) not in loops:
+                loops.add((item_id, avg.group))
+                if avg.singular:
+                    fallbacks.append(FallbackGroup(sku=sku, stores=[codes[s] for s in avg.group]))
+    return rows, len(loops), fallbacks
 
 
 def _solved(row: dict[str, Any], *, solved_now: bool) -> Solved:
@@ -270,3 +292,11 @@ def post_costing(
     journals = costing_journals(conn, period, store, totals)
     ledger.post(conn, journals)
     return ledger.journal_ids(conn, [j.source_key for j in journals])
+
+
+def costing_journal_ids(
+    conn: psycopg.Connection[Any], period: str, store: StoreRef
+) -> dict[str, int]:
+    """The ids of the store's costing (and opening) journals of ``period`` posted already."""
+    keys = [f"costing:{period}:{store.code}", f"opening:{period}:{store.code}"]
+    return ledger.journal_ids(conn, keys)

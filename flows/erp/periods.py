@@ -371,6 +371,10 @@ class StockState(BaseModel):
     costed_stores: int
     solved: bool
     unposted: int = Field(description="unposted documents of the period with stock lines")
+    costed: bool = Field(default=False, description="every store costed (status costed)")
+    later_being_costed: list[str] = Field(
+        default=[], description="later periods solved but not every store costed"
+    )
 
     @property
     def valued(self) -> bool:
@@ -380,9 +384,10 @@ class StockState(BaseModel):
 def stock_state(conn: psycopg.Connection[Any], period: str) -> StockState:
     """Whether ``period``'s stock is valued, and how many documents that move it wait.
 
-    Costing values a period's stock once, from its posted moves: it is
-    refused while such documents wait (post them first), and posting them is
-    refused once the stock is valued (they belong to the next open period).
+    Costing values a period's stock from its posted moves: it is refused
+    while such documents wait (post them first), and posting them is refused
+    while the stock is being valued; into a costed period they are posted and
+    recosted (:mod:`flows.erp.recost`).
     """
     return StockState.model_validate(_q.one(conn, "period_stock_state", {"period": period}))
 

@@ -30,8 +30,9 @@ __all__ = ["approval_threshold_command", "documents_command"]
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def documents_command(period: str, as_json: bool) -> None:
     """Every document of a period: posted, rejected (approved, refused, undecided), unposted,
-    late (redated into it), those entered under it but dated in another month, and the
-    history of each document rejected, requeued or redated."""
+    late (redated into it), those entered under it but dated in another month, the value
+    corrections posted in it (each split between stock on hand and COGS), and the history
+    of each document rejected, requeued or redated."""
     with books_transaction(read_only=True) as conn:
         docs = period_documents(conn, parse_period_option(period))
     if as_json:
@@ -46,6 +47,15 @@ def documents_command(period: str, as_json: bool) -> None:
         if limit is None
         else f"  limit: {limit} rejected without an approval ({docs.unapproved} now)"
     )
+    if docs.value_corrections:
+        shown = len(docs.value_corrections)
+        first = f", the first {shown}" if docs.value_correction_lines > shown else ""
+        click.echo(
+            f"Value corrections: {docs.value_correction_lines} item line(s), split between "
+            f"stock on hand (1300) and sold (5000){first}:"
+        )
+        for split in docs.value_corrections:
+            click.echo(f"  {split.line()}")
     history = docs.history
     if history is None or not history.corrected:
         return

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 
 from flows import costing
-from flows.erp import periods
+from flows.erp import periods, recost
 from flows.posting import post_documents
 from flows.tools.seed import seed
 
@@ -20,11 +21,13 @@ def post(conn: psycopg.Connection[Any], period: str) -> None:
 
 
 def cost(conn: psycopg.Connection[Any], period: str) -> None:
-    """Cost every store for ``period`` as the costing steps do, and mark the period costed."""
+    """Cost every store for ``period`` as the costing steps do (a costed period's stale pairs
+    recosted forward first), and mark the period costed."""
     with conn.transaction():
         plan = costing.plan_costing(conn, period, None)
         periods.ensure_period(conn, plan.next_period)
         costing.solve_period(conn, period)
+        recost.recost(conn, period, job=uuid.uuid4())  # a job of its own
         for store in plan.stores:
             costing.cost_one_store(conn, period, store)
         periods.mark_costed_if_complete(conn, period, "test")

@@ -20,9 +20,9 @@ def reference_costs_from_db(
         )
     }
     moves = [
-        Move(r["store_id"], r["item_id"], r["kind"], r["qty"], r["unit_cost"], r["cp"])
+        Move(r["store_id"], r["item_id"], r["kind"], r["qty"], r["unit_cost"], r["cp"], r["value"])
         for r in conn.execute(
-            "SELECT store_id, item_id, kind, qty, unit_cost, counterpart_store_id AS cp "
+            "SELECT store_id, item_id, kind, qty, unit_cost, counterpart_store_id AS cp, value "
             "FROM erp_stock_moves WHERE period = %s ORDER BY id",
             (period,),
         )

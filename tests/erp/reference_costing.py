@@ -8,7 +8,8 @@ The method, per period and item; for each store (a node):
 
 * ``A`` = opening qty + receipts qty + transfers-in qty (returns and adjustments are
   not part of it: they are negative issues).
-* Receipts value = the sum over receipt moves of round2(qty x unit_cost).
+* Receipts value = the sum over receipt moves of round2(qty x unit_cost), plus the
+  value of each value-only move (a cost correction's on-hand share: no quantity).
 * Fallback average: opening value / opening qty when the opening qty is positive
   ("fallback_opening"), else the item's standard cost ("fallback_standard").
 * A store with ``A > 0`` has an average ``a`` defined exactly by::
@@ -49,7 +50,7 @@ Key = tuple[int, int]  # (store, item)
 Opening = Mapping[Key, tuple[Decimal, Decimal]]  # (store, item) -> (qty, value)
 
 ISSUE_KINDS = frozenset({"sale", "return", "adjustment"})
-KINDS = ISSUE_KINDS | {"receipt", "transfer_in", "transfer_out"}
+KINDS = ISSUE_KINDS | {"receipt", "transfer_in", "transfer_out", "revaluation"}
 
 SOLVED = "solved"
 FALLBACK_OPENING = "fallback_opening"
@@ -80,10 +81,11 @@ def r4(x: Fraction | Decimal | int) -> Decimal:
 class Move:
     store: int
     item: int
-    kind: str  # receipt | sale | return | transfer_in | transfer_out | adjustment
-    qty: Decimal  # signed: + into the store, - out of it
+    kind: str  # receipt | sale | return | transfer_in | transfer_out | adjustment | revaluation
+    qty: Decimal  # signed: + into the store, - out of it (0 for a revaluation)
     unit_cost: Decimal | None = None  # receipts only
     counterpart: int | None = None  # transfers: the receiver (out) or the sender (in)
+    value: Decimal | None = None  # revaluations only: the value added (or taken) in the store
 
 
 @dataclass
@@ -228,6 +230,10 @@ def _nodes(opening: Opening, moves: Iterable[Move]) -> dict[Key, _Node]:
                 raise ValueError("a receipt needs its unit cost")
             node.receipt_qty += m.qty
             node.receipt_value += r2(Fraction(m.qty) * Fraction(m.unit_cost))
+        elif m.kind == "revaluation":
+            if m.value is None:
+                raise ValueError("a revaluation needs its value")
+            node.receipt_value += m.value
         elif m.kind in ("transfer_in", "transfer_out"):
             if m.counterpart is None:
                 raise ValueError("a transfer needs its counterpart store")
@@ -316,6 +322,9 @@ def cost_period(
             assert m.unit_cost is not None
             c.receipt_qty += m.qty
             c.receipt_value += r2(Fraction(m.qty) * Fraction(m.unit_cost))
+        elif m.kind == "revaluation":
+            assert m.value is not None
+            c.receipt_value += m.value
         elif m.kind == "transfer_in":
             assert m.counterpart is not None
             c.transfer_in_qty += m.qty

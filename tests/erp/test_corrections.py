@@ -23,6 +23,7 @@ from test_posting import insert_erp
 from engine import ApprovalRefused, BadInput, Registry, signal, submit
 from engine.config import Settings
 from engine.reports import render_job_report
+from flows import costing
 from flows.erp import approvals, checks, corrections, dated
 from flows.erp.documents import period_documents
 
@@ -369,12 +370,28 @@ def test_close_report__lists_the_late_and_requeued_documents_with_their_history(
         assert text in page, text
 
 
-def test_redate__a_stock_document_into_a_costed_period_is_refused(
+def test_redate__a_stock_document_into_a_costed_period_is_posted_and_recosted(
     conn: psycopg.Connection[Any], books: None
 ) -> None:
     late_stock_invoice(conn)
     cost(conn, NOV)
-    with pytest.raises(BadInput, match=f"--into {NOV}: its stock is already costed"):
+    [done] = redate(conn, "SI-11")
+    assert done.period == NOV
+    post(conn, NOV)
+    assert status(conn, "SI-11")["status"] == "posted"
+    stale = checks.check_period(conn, NOV)
+    assert not stale.ok, "its pairs are stale until the next costing recosts them"
+    cost(conn, NOV)
+    assert checks.check_period(conn, NOV).ok, checks.check_period(conn, NOV).problems
+
+
+def test_redate__a_stock_document_into_a_period_being_costed_is_refused(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    late_stock_invoice(conn)
+    with conn.transaction():
+        costing.solve_period(conn, NOV)  # solved, no store costed yet
+    with pytest.raises(BadInput, match=f"--into {NOV}: {NOV} is being costed"):
         redate(conn, "SI-11")
     assert status(conn, "SI-11")["posting_period"] == OCT
     [done] = redate(conn, "SI-9")  # no stock lines: posting can still take it

@@ -224,7 +224,9 @@ def test_stale_facts__a_document_that_moves_stock_is_not_posted_once_the_period_
         (item["id"], doc),
     )
     with (
-        pytest.raises(Refused, match=f"cannot post 1 document.* into {NOV}: its stock is already"),
+        pytest.raises(
+            Refused, match=f"cannot post 1 document.* into {NOV}: its stock is being costed"
+        ),
         conn.transaction(),
     ):
         select_chunks(conn, NOV)

@@ -85,6 +85,8 @@ WORKER_SQL: dict[str, set[str]] = {
     "flows/erp/sql/documents.sql": set(),
     # the close checks the books as the worker: the ties of every figure to its source
     "flows/erp/sql/ties.sql": set(),
+    # posting marks stale pairs; the costing's recost rewrites them (issue 36)
+    "flows/erp/sql/recost.sql": set(),
 }
 # Statements of operators, the seed and the migrator that the worker's role must refuse.
 ADMIN_SQL: dict[str, list[str]] = {
@@ -271,7 +273,8 @@ FORBIDDEN: dict[str, str] = {
     "delete_journal_lines": "DELETE FROM erp_journal_lines",
     "update_journals": "UPDATE erp_journals SET memo = 'edited'",
     "delete_journals": "DELETE FROM erp_journals",
-    "update_item_costs": "UPDATE erp_item_costs SET cogs_value = 0",
+    # a recost rewrites an item cost's figures (flows/erp/recost.py), never its key
+    "update_item_costs": "UPDATE erp_item_costs SET item_id = item_id, cogs_value = 0",
     "delete_item_costs": "DELETE FROM erp_item_costs",
     "delete_documents": "DELETE FROM erp_documents",
     "update_document_memo": "UPDATE erp_documents SET memo = 'edited'",

@@ -35,8 +35,8 @@ opening AS (
     WHERE period = %(period)s GROUP BY store_id
 ),
 receipts AS (
-    SELECT store_id, sum(round(qty * unit_cost, 2)) AS value FROM erp_stock_moves
-    WHERE period = %(period)s AND kind = 'receipt' GROUP BY store_id
+    SELECT store_id, sum(coalesce(value, round(qty * unit_cost, 2))) AS value FROM erp_stock_moves
+    WHERE period = %(period)s AND kind IN ('receipt', 'revaluation') GROUP BY store_id
 ),
 costs AS (
     SELECT store_id, sum(transfer_in_value) AS transfer_in, sum(cogs_value) AS cogs,
@@ -101,8 +101,8 @@ WITH costed AS (
 moves AS (
     SELECT m.store_id, m.item_id,
            coalesce(sum(m.qty) FILTER (WHERE m.kind = 'receipt'), 0) AS receipt_qty,
-           coalesce(sum(round(m.qty * m.unit_cost, 2)) FILTER (WHERE m.kind = 'receipt'), 0)
-               AS receipt_value,
+           coalesce(sum(coalesce(m.value, round(m.qty * m.unit_cost, 2)))
+                        FILTER (WHERE m.kind IN ('receipt', 'revaluation')), 0) AS receipt_value,
            coalesce(sum(m.qty) FILTER (WHERE m.kind = 'transfer_in'), 0) AS transfer_in_qty,
            coalesce(-sum(m.qty) FILTER (WHERE m.kind = 'transfer_out'), 0) AS transfer_out_qty,
            coalesce(-sum(m.qty) FILTER (WHERE m.kind IN ('sale', 'return', 'adjustment')), 0)
@@ -204,7 +204,7 @@ WHERE b.period = %(period)s
 GROUP BY 1, b.store_id, s.code;
 
 -- openings_vs_closings --
--- Next period's openings are this period's closings, item by item, for every costed store (zero balances are not carried).
+-- Next period's openings are this period's closings, item by item, for every costed store (zero balances are not carried, and a zero opening, which a recost leaves where it zeroed a closing, counts as none).
 WITH closing AS (
     SELECT c.store_id, c.item_id, c.closing_qty AS qty, c.closing_value AS value
     FROM erp_item_costs AS c
@@ -217,6 +217,7 @@ opening AS (
     FROM erp_opening_balances AS o
     JOIN erp_store_periods AS sp ON sp.store_id = o.store_id AND sp.period = %(period)s
     WHERE o.period = %(next)s AND sp.costed_at IS NOT NULL
+      AND (o.qty <> 0 OR o.value <> 0)  -- a recost leaves a carried row it zeroes at zero
 )
 SELECT s.code, count(*)::int AS items
 FROM closing AS c

@@ -24,7 +24,7 @@ WHERE i.id IN (SELECT item_id FROM erp_stock_moves
 ORDER BY i.id;
 
 -- average_figures_of_transfer_items --
--- The own figures of each store of each moving item's transfer graph: opening quantity and value, receipts quantity and value (each receipt valued to the cent, as costing values it). The (item, store) pairs come as arrays and meet the moves on their index's columns (period, store, item): right after posting the planner's estimates of the new moves are stale, and a join planned on them must not become a scan of the period per item.
+-- The own figures of each store of each moving item's transfer graph: opening quantity and value, receipts quantity and value (each receipt valued to the cent, as costing values it; a value-only move, a cost correction's on-hand share, adds its value). The (item, store) pairs come as arrays and meet the moves on their index's columns (period, store, item): right after posting the planner's estimates of the new moves are stale, and a join planned on them must not become a scan of the period per item.
 WITH nodes AS (
     SELECT * FROM unnest(%(items)s::int[], %(stores)s::int[]) AS n (item_id, store_id)
 ),
@@ -34,11 +34,11 @@ figures AS (
     JOIN erp_opening_balances AS o
       ON o.period = %(period)s AND o.store_id = n.store_id AND o.item_id = n.item_id
     UNION ALL
-    SELECT m.item_id, m.store_id, 0, 0, m.qty, round(m.qty * m.unit_cost, 2)
+    SELECT m.item_id, m.store_id, 0, 0, m.qty, coalesce(m.value, round(m.qty * m.unit_cost, 2))
     FROM nodes AS n
     JOIN erp_stock_moves AS m
       ON m.period = %(period)s AND m.store_id = n.store_id AND m.item_id = n.item_id
-    WHERE m.kind = 'receipt'
+    WHERE m.kind IN ('receipt', 'revaluation')
 )
 SELECT item_id, store_id, sum(oq) AS opening_qty, sum(ov) AS opening_value,
        sum(rq) AS receipt_qty, sum(rv) AS receipt_value
@@ -78,11 +78,13 @@ FROM erp_average_solves WHERE period = %(period)s;
 COPY erp_item_averages (period, item_id, store_id, average_cost, average_from, loop_group) FROM STDIN;
 
 -- item_costs_insert_for_store --
--- One set-based statement per store: periodic weighted average; an item that moves between stores takes its average as solved for the period (erp_item_averages), and a transfer is valued at the sender's average, the same value on both sides; closing value is the remainder, so value is conserved to the cent (CHECK on erp_item_costs).
+-- One set-based statement per store: periodic weighted average (receipts' value includes the value-only moves of cost corrections); an item that moves between stores takes its average as solved for the period (erp_item_averages), and a transfer is valued at the sender's average, the same value on both sides; closing value is the remainder, so value is conserved to the cent (CHECK on erp_item_costs).
 WITH moves AS (
     SELECT m.item_id,
            sum(m.qty) FILTER (WHERE m.kind = 'receipt') AS receipt_qty,
-           sum(round(m.qty * m.unit_cost, 2)) FILTER (WHERE m.kind = 'receipt') AS receipt_value,
+           -- a value-only move (a cost correction's on-hand share): its value, no quantity
+           sum(coalesce(m.value, round(m.qty * m.unit_cost, 2)))
+               FILTER (WHERE m.kind IN ('receipt', 'revaluation')) AS receipt_value,
            sum(m.qty) FILTER (WHERE m.kind = 'transfer_in') AS transfer_in_qty,
            sum(round(m.qty * sa.average_cost, 2)) FILTER (WHERE m.kind = 'transfer_in')
                AS transfer_in_value,

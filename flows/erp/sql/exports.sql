@@ -11,9 +11,9 @@ WHERE sp.period = %(period)s AND sp.costed_at IS NULL
 ORDER BY s.code;
 
 -- stock_move_select_valued --
--- Every stock move of the period once, in id order, valued as costing valued its store: receipts at round(qty x unit cost, 2), transfers at +-round(|qty| x the sender's solved average, 2), issues by cumulative rounding so a store/item's issues sum exactly to -cogs_value; no value where the store has no item costs for the period.
+-- Every stock move of the period once, in id order, valued as costing valued its store: receipts at round(qty x unit cost, 2), a cost correction's value-only move at its value, transfers at +-round(|qty| x the sender's solved average, 2), issues by cumulative rounding so a store/item's issues sum exactly to -cogs_value; no value where the store has no item costs for the period.
 WITH moves AS (
-    SELECT m.id, m.moved_on, m.store_id, m.item_id, m.kind, m.qty, m.unit_cost,
+    SELECT m.id, m.moved_on, m.store_id, m.item_id, m.kind, m.qty, m.unit_cost, m.value,
            m.counterpart_store_id, m.document_id, m.line_no,
            -- the store/item's net issue quantity through this move, in id order
            sum(CASE WHEN m.kind IN ('sale', 'return', 'adjustment') THEN -m.qty ELSE 0 END)
@@ -32,6 +32,7 @@ SELECT mv.id AS move_id,
        mv.unit_cost,
        CASE WHEN c.item_id IS NULL THEN NULL
             WHEN mv.kind = 'receipt' THEN round(mv.qty * mv.unit_cost, 2)
+            WHEN mv.kind = 'revaluation' THEN mv.value
             WHEN mv.kind = 'transfer_in' THEN round(mv.qty * sa.average_cost, 2)
             WHEN mv.kind = 'transfer_out' THEN -round(-mv.qty * sa.average_cost, 2)
             -- issued before this move = issued_through - (-qty)

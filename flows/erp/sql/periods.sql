@@ -102,14 +102,21 @@ FROM unnest(%(accounts)s::text[], %(stores)s::int[], %(balances)s::numeric[])
     AS b (account_code, store_id, balance);
 
 -- period_stock_state --
--- A period's stock is valued once (its averages solved once, each store costed once) from its posted moves: costing waits until no document that moves stock is unposted, and such a document is no longer posted into a period whose stock is valued (one without stock lines, a service invoice, still can).
+-- A period's stock is valued once (its averages solved once, each store costed once) from its posted moves: costing waits until no document that moves stock is unposted; such a document is not posted into a period being costed (solved, not every store costed), and into a costed one only while no later period is being costed (it is then recosted: flows/erp/recost.py).
 SELECT (SELECT count(*) FROM erp_store_periods
         WHERE period = %(period)s AND costed_at IS NOT NULL)::int AS costed_stores,
        EXISTS (SELECT 1 FROM erp_average_solves WHERE period = %(period)s) AS solved,
        (SELECT count(*) FROM erp_documents AS d
         WHERE d.posting_period = %(period)s AND d.status = 'unposted'
           AND EXISTS (SELECT 1 FROM erp_document_lines AS l
-                      WHERE l.document_id = d.id AND l.item_id IS NOT NULL))::int AS unposted;
+                      WHERE l.document_id = d.id AND l.item_id IS NOT NULL))::int AS unposted,
+       (SELECT status FROM erp_periods WHERE period = %(period)s) = 'costed' AS costed,
+       -- later periods being costed (solved, not every store costed): their openings are
+       -- frozen, and a backdated document here would change them (flows/erp/recost.py)
+       ARRAY(SELECT p.period FROM erp_periods AS p
+             JOIN erp_average_solves AS a ON a.period = p.period
+             WHERE p.period > %(period)s AND p.status = 'open'
+             ORDER BY p.period) AS later_being_costed;
 
 -- periods_select_recent --
 -- Read-only: the newest periods with their status, for the console's list.

@@ -10,9 +10,9 @@ GROUP BY chunk
 ORDER BY chunk;
 
 -- documents_lock_and_judge --
--- Every unposted document of the range posting in the period (dated in it, or redated into it), locked in id order (two postings of the same range serialise), with every problem found in a fixed order (NULL when valid) and, for a valid one, its journal: the net amount per account, on the document's store. Amounts to Inventory (1300) come only from stock received on a purchase invoice; everything else in 1300 is costing's.
+-- Every unposted document of the range posting in the period (dated in it, or redated into it), locked in id order (two postings of the same range serialise), with every problem found in a fixed order (NULL when valid) and, for a valid one, its journal: the net amount per account, on the document's store. Amounts to Inventory (1300) come only from stock received on a purchase invoice, or from a cost correction of such a receipt of a closed period (an amount per item of the receipt, no quantity: posting splits it, flows/erp/value_corrections.py); everything else in 1300 is costing's.
 WITH docs AS (
-    SELECT id, number, kind, period, store_id, counterpart_store_id, memo
+    SELECT id, number, kind, period, store_id, counterpart_store_id, memo, corrects_id
     FROM erp_documents
     WHERE posting_period = %(period)s AND id BETWEEN %(first_id)s AND %(last_id)s
       AND status = 'unposted'
@@ -48,6 +48,21 @@ per_doc AS (
         WHEN d.kind = 'stock_count' AND coalesce(l.qty, 0) = 0
             THEN 'a count difference must not be 0 or missing'
         WHEN d.kind IN ('stock_transfer', 'stock_count') THEN NULL
+        -- a cost correction: per item of its receipt an amount on 1300, no quantity
+        WHEN d.kind = 'cost_correction' AND l.item_id IS NOT NULL AND l.account_code <> '1300'
+            THEN format('a value correction of an item goes to 1300 (Inventory), not %%s',
+                        l.account_code)
+        WHEN d.kind = 'cost_correction' AND l.item_id IS NOT NULL AND coalesce(l.qty, 0) <> 0
+            THEN format('a cost correction carries no quantity, got %%s', l.qty)
+        WHEN d.kind = 'cost_correction' AND l.item_id IS NOT NULL AND l.debit = l.credit
+            THEN 'zero amount: a value correction of an item must not be 0'
+        WHEN d.kind = 'cost_correction' AND l.item_id IS NOT NULL AND d.corrects_id IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM erp_document_lines AS r
+                             WHERE r.document_id = d.corrects_id AND r.item_id = l.item_id)
+            THEN format('item %%s is not on receipt %%s',
+                        (SELECT sku FROM erp_items WHERE id = l.item_id),
+                        (SELECT number FROM erp_documents WHERE id = d.corrects_id))
+        WHEN d.kind = 'cost_correction' AND l.item_id IS NOT NULL THEN NULL
         -- invoices and credit notes
         WHEN l.item_id IS NOT NULL AND NOT coalesce(l.qty > 0, false)
             THEN format('item quantity must be > 0, got %%s', coalesce(l.qty::text, 'none'))
@@ -82,12 +97,33 @@ verdict AS (
                    WHEN d.counterpart_store_id IS NULL THEN 'a stock transfer names no receiving store'
                    WHEN d.counterpart_store_id = d.store_id THEN 'a stock transfer to its own store'
                END,
+               -- a cost correction corrects a posted purchase invoice of a closed period
+               CASE
+                   WHEN d.kind <> 'cost_correction' THEN NULL
+                   WHEN d.corrects_id IS NULL THEN 'a cost correction names no receipt'
+                   WHEN r.kind <> 'purchase_invoice'
+                       THEN format('%%s is not a posted purchase invoice (a %%s, %%s)', r.number,
+                                   replace(r.kind, '_', ' '), r.status)
+                   WHEN rp.status IS DISTINCT FROM 'closed'
+                       THEN format('receipt %%s posts in %%s, an open period: correct the receipt '
+                                   'itself (requeue it if it was rejected) instead', r.number,
+                                   r.posting_period)
+                   WHEN r.status <> 'posted'
+                       THEN format('%%s is not a posted purchase invoice (a %%s, %%s)', r.number,
+                                   replace(r.kind, '_', ' '), r.status)
+                   WHEN r.store_id <> d.store_id
+                       THEN format('receipt %%s is store %%s''s stock, this correction store %%s''s',
+                                   r.number, (SELECT code FROM erp_stores WHERE id = r.store_id),
+                                   (SELECT code FROM erp_stores WHERE id = d.store_id))
+               END,
                t.unknown_accounts,
                t.two_sided,
                t.line_problems
            ], '; '), '') AS reason
     FROM docs AS d
     JOIN per_doc AS t ON t.id = d.id
+    LEFT JOIN erp_documents AS r ON r.id = d.corrects_id
+    LEFT JOIN erp_periods AS rp ON rp.period = r.posting_period
 )
 SELECT v.id, v.number, v.kind, v.store_id, v.memo, v.reason,
        CASE WHEN v.reason IS NULL THEN coalesce((

@@ -1,5 +1,5 @@
 -- document_journals_vs_lines --
--- Each posted document posting in the period (dated in it, or late: redated into it) has a journal that is its lines as posting writes them: per account, the lines' net amount on the document's store (a debit if positive, a credit if negative), in the month it posts in (posting_period) and on its store. The documents that differ, with what differs (first 5), and how many.
+-- Each posted document posting in the period (dated in it, or late: redated into it) has a journal that is its lines as posting writes them: per account, the lines' net amount on the document's store (a debit if positive, a credit if negative), in the month it posts in (posting_period) and on its store; a cost correction's item line as its kept split puts it: the on-hand share on 1300, the rest of the line's amount on 5000 (erp_value_corrections; a line without its split stays whole on 1300, and differs). The documents that differ, with what differs (first 5), and how many.
 WITH docs AS (
     SELECT d.id, d.store_id, d.posting_period
     FROM erp_documents AS d
@@ -8,10 +8,16 @@ WITH docs AS (
 expected AS (
     SELECT n.document_id, n.account_code, d.store_id,
            greatest(n.net, 0) AS debit, greatest(-n.net, 0) AS credit
-    FROM (SELECT l.document_id, l.account_code, sum(l.debit) - sum(l.credit) AS net
+    FROM (SELECT l.document_id, a.account_code, sum(a.net) AS net
           FROM erp_document_lines AS l
+          LEFT JOIN erp_value_corrections AS v
+                 ON v.document_id = l.document_id AND v.line_no = l.line_no
+          CROSS JOIN LATERAL (VALUES
+              (l.account_code, coalesce(v.on_hand_value, l.debit - l.credit)),
+              ('5000', l.debit - l.credit - coalesce(v.on_hand_value, l.debit - l.credit))
+          ) AS a (account_code, net)
           WHERE l.document_id IN (SELECT id FROM docs)
-          GROUP BY l.document_id, l.account_code) AS n
+          GROUP BY l.document_id, a.account_code) AS n
     JOIN docs AS d ON d.id = n.document_id
     WHERE n.net <> 0
 ),
@@ -138,13 +144,13 @@ ORDER BY p.document_id NULLS FIRST, p.journal
 LIMIT 5;
 
 -- stock_moves_vs_document_lines --
--- Both ways, one to one: every item line of a posted document posting in the period (dated in it, or redated into it) has its stock moves as posting writes them (a sale, a return, a receipt at its unit cost, a count difference, a transfer's two sides) in the period, on the document's date, store, item and quantity; every stock move of the period is one of them. The differences (first 5), and how many.
+-- Both ways, one to one: every item line of a posted document posting in the period (dated in it, or redated into it) has its stock moves as posting writes them (a sale, a return, a receipt at its unit cost, a count difference, a transfer's two sides; a cost correction's value-only move of its kept on-hand share, at the receipt's store, when not 0.00) in the period, on the document's date, store, item, quantity and value; every stock move of the period is one of them. The differences (first 5), and how many.
 WITH docs AS (
     SELECT d.id, d.kind, d.store_id, d.counterpart_store_id, d.issued_on
     FROM erp_documents AS d
     WHERE d.posting_period = %(period)s AND d.status = 'posted'
       AND d.kind IN ('sales_invoice', 'credit_note', 'purchase_invoice', 'stock_count',
-                     'stock_transfer')
+                     'stock_transfer', 'cost_correction')
 ),
 expected AS (
     -- one move per item line at the document's store (a transfer's side out)...
@@ -158,20 +164,31 @@ expected AS (
            CASE WHEN d.kind = 'purchase_invoice' THEN l.unit_cost END AS unit_cost,
            CASE WHEN d.kind = 'stock_transfer' THEN d.counterpart_store_id END
                AS counterpart_store_id,
-           d.issued_on AS moved_on
+           d.issued_on AS moved_on, NULL::numeric AS value
     FROM docs AS d
     JOIN erp_document_lines AS l ON l.document_id = d.id AND l.item_id IS NOT NULL
+    WHERE d.kind <> 'cost_correction'
+    UNION ALL
+    -- ... a cost correction's on-hand share, kept with its split ...
+    SELECT d.id, l.line_no, 'revaluation', coalesce(v.store_id, d.store_id), l.item_id, 0, NULL,
+           NULL, d.issued_on,
+           v.on_hand_value
+    FROM docs AS d
+    JOIN erp_document_lines AS l ON l.document_id = d.id AND l.item_id IS NOT NULL
+    LEFT JOIN erp_value_corrections AS v
+           ON v.document_id = l.document_id AND v.line_no = l.line_no
+    WHERE d.kind = 'cost_correction' AND coalesce(v.on_hand_value, 1) <> 0
     UNION ALL
     -- ... and a transfer's side in, at the receiving store
     SELECT d.id, l.line_no, 'transfer_in', d.counterpart_store_id, l.item_id, l.qty, NULL,
-           d.store_id, d.issued_on
+           d.store_id, d.issued_on, NULL
     FROM docs AS d
     JOIN erp_document_lines AS l ON l.document_id = d.id AND l.item_id IS NOT NULL
     WHERE d.kind = 'stock_transfer'
 ),
 actual AS (
     SELECT document_id, line_no, kind, store_id, item_id, qty, unit_cost, counterpart_store_id,
-           moved_on, id
+           moved_on, value, id
     FROM erp_stock_moves WHERE period = %(period)s
 ),
 differ AS (
@@ -195,6 +212,9 @@ differ AS (
                    CASE WHEN a.qty <> e.qty THEN format('qty %%s, line''s %%s', a.qty, e.qty) END,
                    CASE WHEN a.unit_cost IS DISTINCT FROM e.unit_cost
                         THEN format('unit cost %%s, line''s %%s', a.unit_cost, e.unit_cost) END,
+                   CASE WHEN a.value IS DISTINCT FROM e.value
+                        THEN format('value %%s, split''s %%s', a.value,
+                                    coalesce(e.value::text, 'none')) END,
                    CASE WHEN a.counterpart_store_id IS DISTINCT FROM e.counterpart_store_id
                         THEN format('counterpart store id %%s, document''s %%s',
                                     a.counterpart_store_id, e.counterpart_store_id) END,
@@ -208,6 +228,7 @@ differ AS (
     WHERE a.kind IS NULL OR e.kind IS NULL
        OR (a.store_id, a.item_id, a.qty, a.moved_on) <> (e.store_id, e.item_id, e.qty, e.moved_on)
        OR a.unit_cost IS DISTINCT FROM e.unit_cost
+       OR a.value IS DISTINCT FROM e.value
        OR a.counterpart_store_id IS DISTINCT FROM e.counterpart_store_id
 )
 SELECT d.number AS document, x.line_no, x.kind, s.code AS store, i.sku, x.problem,
@@ -227,8 +248,8 @@ WITH costed AS (
 moves AS (
     SELECT m.store_id, m.item_id,
            coalesce(sum(m.qty) FILTER (WHERE m.kind = 'receipt'), 0) AS rq,
-           coalesce(sum(round(m.qty * m.unit_cost, 2)) FILTER (WHERE m.kind = 'receipt'), 0)
-               AS rv,
+           coalesce(sum(coalesce(m.value, round(m.qty * m.unit_cost, 2)))
+                        FILTER (WHERE m.kind IN ('receipt', 'revaluation')), 0) AS rv,
            coalesce(sum(m.qty) FILTER (WHERE m.kind = 'transfer_in'), 0) AS tq,
            coalesce(sum(round(m.qty * sa.average_cost, 2))
                FILTER (WHERE m.kind = 'transfer_in'), 0) AS tv,

@@ -1,0 +1,495 @@
+"""Backdated documents recosted forward, only where they reach (issue 36, bullets 3 and 5).
+
+A document that moves stock, posted into a costed period, marks the pairs it
+changes stale (those it moves, those its transfers reach, the same pairs in
+later costed periods); the next costing recosts exactly those, forward, with
+delta journals; the books then equal a full recost of the same facts, to the
+cent. Real PostgreSQL; the flows' own functions, and the costing flow through
+a worker.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from erp_books import close, cost, post
+from erp_checks import assert_costs_equal_reference
+from harness import (
+    fast_settings,
+    run_of,
+    start_worker_process,
+    thread_worker,
+    wait_job_ended,
+    wait_until,
+)
+from psycopg.rows import dict_row
+from recost_books import count, figures, receipt, sale, stale_pairs, transfer, uncost
+
+from engine import Refused, Registry, submit
+from engine.config import Settings
+from engine.reports import render_job_report
+from flows.erp import checks, recost
+from flows.posting import post_documents, select_chunks
+from flows.tools.seed import seed
+
+NOV, DEC, JAN = "2026-11", "2026-12", "2027-01"
+FLOWS = ["flows.costing", "flows.posting", "flows.close"]
+
+
+@pytest.fixture
+def books(conn: psycopg.Connection[Any]) -> None:
+    """Three stores (the third opened in November, stocked by a transfer); November posted
+    and costed, December costed (nothing moved in it)."""
+    seed(conn, stores=3, brands=1, employees=3, items=5, period=NOV, seed=9, new_stores=1)
+    post(conn, NOV)
+    cost(conn, NOV)
+    cost(conn, DEC)
+
+
+def moving(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """An item moving between stores in November: its sender and its receiver."""
+    row = conn.execute(
+        "SELECT item_id AS id, counterpart_store_id AS sender, store_id AS receiver "
+        "FROM erp_stock_moves WHERE period = %s AND kind = 'transfer_in' ORDER BY id LIMIT 1",
+        (NOV,),
+    ).fetchone()
+    assert row is not None, "the seed moves an item between stores"
+    return dict(row)
+
+
+def downstream(conn: psycopg.Connection[Any], period: str, store: int, item: int) -> set[int]:
+    """The stores ``store``'s transfers of ``item`` reach in ``period``, itself included."""
+    reached, todo = {store}, [store]
+    while todo:
+        s = todo.pop()
+        for r in conn.execute(
+            "SELECT counterpart_store_id AS r FROM erp_stock_moves WHERE period = %s "
+            "AND store_id = %s AND item_id = %s AND kind = 'transfer_out'",
+            (period, s, item),
+        ):
+            if r["r"] not in reached:
+                reached.add(r["r"])
+                todo.append(r["r"])
+    return reached
+
+
+def assert_equal_to_full_recost(conn: psycopg.Connection[Any], *periods: str) -> None:
+    """The books as they are equal the same facts costed from scratch, to the cent."""
+    incremental = figures(conn)
+    uncost(conn, periods[0])
+    for p in periods:
+        cost(conn, p)
+    full = figures(conn)
+    for part in ("costs", "openings", "ledger"):
+        assert incremental[part] == full[part], part
+
+
+def assert_books_check(conn: psycopg.Connection[Any], *periods: str) -> None:
+    """Every identity of ``engine books check`` holds (the flags judge the data: random
+    sales beyond the stock raise "negative stock" there, after a full recost too)."""
+    for p in periods:
+        report = checks.check_period(conn, p)
+        assert all(c.ok for c in report.checks), (p, report.problems)
+
+
+# -- marks ------------------------------------------------------------------------------
+
+
+def test_stale__a_receipt_into_a_costed_period_is_posted_and_marks_its_reach_forward(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(4), Decimal("3.17"), "2026-11-03")
+    with conn.transaction():
+        select_chunks(conn, NOV)  # not refused: November is costed, not being costed
+    post(conn, NOV)
+    reach = downstream(conn, NOV, item["sender"], item["id"])
+    assert item["receiver"] in reach
+    expected = {(p, s, item["id"]) for p in (NOV, DEC) for s in reach}
+    assert stale_pairs(conn) == expected
+    found = recost.stale(conn, NOV)
+    assert found is not None and found.pairs == len(reach)
+    report = checks.check_period(conn, NOV)
+    assert not report.ok
+    assert any(
+        c.name == "costs up to date (no stale pairs)"
+        and c.detail.startswith(f"{len(reach)} pair(s) stale since ")
+        and c.detail.endswith(f"run engine submit costing --period {NOV}")
+        for c in report.checks
+    )
+    with pytest.raises(Refused, match="stale since"):
+        close(conn, NOV)
+    with pytest.raises(Refused, match=f"{NOV} has {len(reach)} stale pair"), conn.transaction():
+        cost(conn, DEC)
+
+
+def test_stale__a_sale_marks_its_pair_only_and_later_periods(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    sale(conn, item["receiver"], item["id"], Decimal(1), Decimal("9.99"), "2026-11-30")
+    post(conn, NOV)
+    reach = downstream(conn, NOV, item["receiver"], item["id"])
+    assert stale_pairs(conn) == {(p, s, item["id"]) for p in (NOV, DEC) for s in reach}
+
+
+def test_stale__posting_is_still_refused_while_a_later_period_is_being_costed(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    with conn.transaction():
+        from flows import costing
+
+        costing.plan_costing(conn, JAN, None)
+        costing.solve_period(conn, JAN)  # January solved, no store costed: being costed
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(1), Decimal(2), "2026-11-03")
+    with (
+        pytest.raises(Refused, match=f"{JAN} is being costed and {NOV}'s closings"),
+        conn.transaction(),
+    ):
+        select_chunks(conn, NOV)
+
+
+# -- recost -----------------------------------------------------------------------------
+
+
+def test_recost__the_next_costing_recosts_forward_and_equals_a_full_recost(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(7), Decimal("5.33"), "2026-11-02")
+    transfer(conn, item["receiver"], item["sender"], item["id"], Decimal(1), "2026-11-20")
+    post(conn, NOV)
+    with conn.transaction():
+        report = recost.recost(conn, NOV, job=uuid.uuid4())
+    assert report.periods == [NOV, DEC]
+    assert stale_pairs(conn) == set()
+    assert report.items_solved == 1  # December: no transfer, nothing to solve
+    assert {j.period for j in report.journals} == {NOV}  # December's COGS did not change
+    assert all(j.source_key.startswith(f"recost:{NOV}:") for j in report.journals)
+    pair = next(p for p in report.recosted if p.period == NOV)
+    assert pair.old_average != pair.new_average
+    assert_books_check(conn, NOV, DEC)
+    assert_costs_equal_reference(conn, NOV)
+    assert_costs_equal_reference(conn, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+def test_recost__a_store_with_nothing_journaled_in_its_first_costing_gets_only_the_delta(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    # December moved nothing: its first costing posted no costing journal at all
+    assert not conn.execute("SELECT 1 FROM erp_journals WHERE period = %s", (DEC,)).fetchall()
+    item = moving(conn)
+    sale(conn, item["receiver"], item["id"], Decimal(1), Decimal("9.99"), "2026-12-05")
+    transfer(conn, item["sender"], item["receiver"], item["id"], Decimal(1), "2026-12-06")
+    post(conn, DEC)
+    cost(conn, DEC)  # as the flow: recost, then each store's step (costed before: no journal)
+    keys = [
+        r["source_key"]
+        for r in conn.execute(
+            "SELECT source_key FROM erp_journals WHERE period = %s AND source = 'costing'", (DEC,)
+        )
+    ]
+    assert keys and all(k.startswith(f"recost:{DEC}:") for k in keys)
+    assert_books_check(conn, NOV, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+def test_recost__many_corrections_of_one_item_make_one_recompute(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    for n in range(20):
+        receipt(conn, item["sender"], item["id"], Decimal(1 + n), Decimal("1.01"), "2026-11-05")
+    post(conn, NOV)
+    with conn.transaction():
+        report = recost.recost(conn, NOV, job=uuid.uuid4())
+    reach = downstream(conn, NOV, item["sender"], item["id"])
+    assert report.items_solved == 1
+    assert report.pairs == 2 * len(reach)  # each pair once, in November and December
+    assert_books_check(conn, NOV, DEC)
+
+
+def test_recost__a_posting_after_the_recost_is_marked_for_the_next_one(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(2), Decimal(4), "2026-11-02")
+    post(conn, NOV)
+    cost(conn, NOV)
+    sale(conn, item["sender"], item["id"], Decimal(1), Decimal(9), "2026-11-29")
+    post(conn, NOV)
+    assert stale_pairs(conn)
+    cost(conn, NOV)
+    assert stale_pairs(conn) == set()
+    assert_books_check(conn, NOV, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+def test_recost__a_reopened_period_corrects_the_same_way_and_closes_again(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    from flows.erp import periods
+
+    close(conn, NOV)
+    with pytest.raises(psycopg.errors.CheckViolation, match=f"period {NOV} is closed"):
+        conn.execute(
+            "UPDATE erp_item_costs SET closing_value = closing_value WHERE period = %s", (NOV,)
+        )
+    with conn.transaction():
+        periods.reopen(conn, NOV, actor="test", reason="late delivery note")
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(3), Decimal("2.50"), "2026-11-10")
+    post(conn, NOV)
+    cost(conn, NOV)
+    close(conn, NOV)
+    assert_books_check(conn, NOV, DEC)
+
+
+def _other(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    return psycopg.connect(
+        conn.info.dsn, password=conn.info.password, autocommit=True, row_factory=dict_row
+    )
+
+
+def _waiting_on_a_lock(conn: psycopg.Connection[Any], pid: int) -> bool:
+    row = conn.execute(
+        "SELECT wait_event_type = 'Lock' AS waiting FROM pg_stat_activity WHERE pid = %s", (pid,)
+    ).fetchone()
+    return bool(row and row["waiting"])
+
+
+def test_recost__a_posting_in_flight_when_the_recost_starts_is_included(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(2), Decimal(3), "2026-11-02")
+    post(conn, NOV)  # stale already: the recost takes its locks
+    receipt(conn, item["receiver"], item["id"], Decimal(1), Decimal(8), "2026-11-09")
+    with _other(conn) as posting, _other(conn) as costing:
+        posting.execute("BEGIN")
+        post_documents(posting, NOV, 1, 10**9)  # marks, not committed yet
+        done: list[recost.RecostReport] = []
+        thread = threading.Thread(
+            target=lambda: done.append(_in_transaction(costing, NOV)), daemon=True
+        )
+        thread.start()
+        wait_until(lambda: _waiting_on_a_lock(conn, costing.info.backend_pid), what="the recost")
+        posting.execute("COMMIT")
+        thread.join(timeout=30)
+    assert done and done[0].pairs > 0  # it waited for the posting and recosted its pairs
+    assert stale_pairs(conn) == set()
+    assert_books_check(conn, NOV, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+def test_recost__a_posting_that_comes_during_a_recost_is_marked_for_the_next_one(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(2), Decimal(3), "2026-11-02")
+    post(conn, NOV)
+    receipt(conn, item["receiver"], item["id"], Decimal(1), Decimal(8), "2026-11-09")
+    with _other(conn) as posting, _other(conn) as costing:
+        costing.execute("BEGIN")
+        recost.recost(costing, NOV, job=uuid.uuid4())  # not committed yet
+        thread = threading.Thread(target=lambda: post(posting, NOV), daemon=True)
+        thread.start()
+        wait_until(lambda: _waiting_on_a_lock(conn, posting.info.backend_pid), what="the posting")
+        costing.execute("COMMIT")
+        thread.join(timeout=30)
+    assert {p for p, _, _ in stale_pairs(conn)} == {NOV, DEC}  # never lost: the next one's
+    cost(conn, NOV)
+    assert stale_pairs(conn) == set()
+    assert_books_check(conn, NOV, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+def _in_transaction(conn: psycopg.Connection[Any], period: str) -> recost.RecostReport:
+    with conn.transaction():
+        return recost.recost(conn, period, job=uuid.uuid4())
+
+
+# -- exact: random corrections against a full recost ----------------------------------------
+
+
+CASES = int(os.environ.get("ERP_RECOST_CASES", "3"))
+
+
+def _random_document(
+    conn: psycopg.Connection[Any],
+    rng: random.Random,
+    period: str,
+    stores: list[int],
+    items: list[int],
+) -> None:
+    day = f"{period}-{rng.choice((1, 1, 15, 28)):02d}"  # same-day moves, often
+    item = rng.choice(items)
+    kind = rng.choice(("receipt", "receipt", "sale", "count", "transfer", "loop"))
+    qty = Decimal(rng.randint(1, 9))
+    if kind == "receipt":
+        receipt(conn, rng.choice(stores), item, qty, Decimal(rng.randint(100, 999)) / 100, day)
+    elif kind == "sale":
+        sale(conn, rng.choice(stores), item, qty, Decimal("19.99"), day)
+    elif kind == "count":
+        count(conn, rng.choice(stores), item, qty * rng.choice((-1, 1)), day)
+    else:
+        a, b = rng.sample(stores, 2)
+        transfer(conn, a, b, item, qty, day)
+        if kind == "loop":
+            transfer(conn, b, a, item, Decimal(rng.randint(1, 3)), day)
+
+
+@pytest.mark.parametrize("case", range(CASES))
+def test_recost__any_backdated_corrections_equal_a_full_recost_to_the_cent(
+    conn: psycopg.Connection[Any], case: int
+) -> None:
+    rng = random.Random(case)
+    seed(conn, stores=4, brands=1, employees=4, items=4, period=NOV, seed=100 + case, new_stores=1)
+    stores = [r["id"] for r in conn.execute("SELECT id FROM erp_stores ORDER BY id")]
+    items = [r["id"] for r in conn.execute("SELECT id FROM erp_items ORDER BY id")]
+    post(conn, NOV)
+    cost(conn, NOV)
+    for _ in range(6):  # December's own month
+        _random_document(conn, rng, DEC, stores, items)
+    post(conn, DEC)
+    cost(conn, DEC)
+    for _round in range(2):  # corrections into each costed period, recosted, then again
+        for _ in range(rng.randint(1, 6)):
+            period = rng.choice((NOV, DEC))
+            _random_document(conn, rng, period, stores, items)
+        post(conn, NOV)
+        post(conn, DEC)
+        marked = stale_pairs(conn)
+        assert marked, "a correction into a costed period marks what it moves"
+        cost(conn, min(marked)[0])  # the earliest period with stale pairs, and forward
+        assert stale_pairs(conn) == set()
+        assert_books_check(conn, NOV, DEC)
+    assert_costs_equal_reference(conn, NOV)
+    assert_costs_equal_reference(conn, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+# -- through a worker ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry.load(FLOWS)
+
+
+@pytest.fixture
+def fast(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("ENGINE_REPORTS_DIR", str(tmp_path / "reports"))
+    return fast_settings(
+        settings, flow_modules=FLOWS, concurrency=2, reports_dir=tmp_path / "reports"
+    )
+
+
+@pytest.fixture
+def worker(fast: Settings, registry: Registry, books: None) -> Iterator[None]:
+    with thread_worker(fast, registry):
+        yield
+
+
+def test_recost__the_costing_job_reports_each_pair_and_its_delta_journal(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], worker: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(5), Decimal("4.44"), "2026-11-04")
+    post(conn, NOV)
+    job = submit("costing", {"period": NOV}, settings=fast, registry=registry)
+    assert wait_job_ended(conn, job.job_id, timeout=60) == "done"
+    summary = run_of(conn, job.job_id, "summarize")["output"]
+    done = summary["recost"]
+    assert done["periods"] == [NOV, DEC]
+    assert done["journals"] and done["recosted"]
+    assert summary["note"].startswith("recosted ")
+    assert stale_pairs(conn) == set()
+    assert_books_check(conn, NOV, DEC)
+    html = Path(render_job_report(fast, job.job_id)).read_text()
+    assert "Recost" in html and done["journals"][0]["source_key"] in html
+
+
+# -- a worker killed mid-recost ---------------------------------------------------------------
+
+QUICK_RECOVERY = {"lease_s": 2.0, "heartbeat_s": 0.5, "visibility_s": 3.0}
+
+
+def test_recost__a_worker_killed_minus_9_mid_recost_resumes_to_the_same_books(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], books: None
+) -> None:
+    """The recost has re-solved and rewritten November and carried its closings when it
+    waits on a December item cost the test holds: the worker is killed there (SIGKILL), its
+    transaction dies with it, and the next worker's attempt recosts the same pairs once."""
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(6), Decimal("7.77"), "2026-11-03")
+    post(conn, NOV)
+    with psycopg.connect(conn.info.dsn, password=conn.info.password) as locker:
+        held = locker.execute(
+            "SELECT c.store_id FROM erp_item_costs AS c JOIN erp_stale_pairs AS s "
+            "USING (period, store_id, item_id) WHERE c.period = %s LIMIT 1 FOR UPDATE OF c",
+            (DEC,),
+        ).fetchone()
+        assert held is not None, "a stale December pair has its item cost"
+        job = submit("costing", {"period": NOV}, settings=fast, registry=registry)
+        worker = start_worker_process(fast, concurrency=1, flow_modules=FLOWS, **QUICK_RECOVERY)
+        try:
+            wait_until(
+                lambda: conn.execute(
+                    # the one lock the test holds: December's item cost, which only the
+                    # recost's rewrite of December's pairs waits on
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND pid <> %s",
+                    (locker.info.backend_pid,),
+                ).fetchone(),
+                timeout=60,
+                what="the recost to wait on December's item cost",
+            )
+            assert run_of(conn, job.job_id, "recost_stale")["status"] == "running"
+            worker.kill()
+        finally:
+            worker.kill()
+        locker.rollback()
+    assert worker.returncode == -9
+    conn.execute(
+        "UPDATE engine_step_runs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+        "WHERE status = 'running'"
+    )
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id, timeout=90) == "done"
+    assert run_of(conn, job.job_id, "recost_stale")["attempts"] == 2
+    done = run_of(conn, job.job_id, "summarize")["output"]["recost"]
+    journals = conn.execute(
+        "SELECT source_key FROM erp_journals WHERE source_key LIKE 'recost:%' ORDER BY 1"
+    ).fetchall()
+    assert [j["source_key"] for j in journals] == sorted(j["source_key"] for j in done["journals"])
+    assert stale_pairs(conn) == set()
+    assert_books_check(conn, NOV, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
+def test_recost__the_close_posts_a_late_receipt_and_its_costing_recosts_it_first(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any], worker: None
+) -> None:
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(2), Decimal("6.10"), "2026-11-12")
+    job = submit("close", {"period": NOV}, settings=fast, registry=registry)
+    assert wait_job_ended(conn, job.job_id, timeout=90) == "done"
+    assert stale_pairs(conn) == set()
+    row = conn.execute("SELECT status FROM erp_periods WHERE period = %s", (NOV,)).fetchone()
+    assert row == {"status": "closed"}
+    assert conn.execute(
+        "SELECT 1 FROM erp_journals WHERE source_key LIKE %s", (f"recost:{NOV}:%",)
+    ).fetchall()
+    assert_books_check(conn, NOV, DEC)
