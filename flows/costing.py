@@ -212,9 +212,11 @@ def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) 
     first = False
     try:
         periods.lock_for_writing(conn, period, doing=f"costing store {store.code}")
-        facts.verify(conn, period, doing=f"costing store {store.code}")
         first = periods.mark_store_costed(conn, period, store.id)
         if first:
+            # a store costed before is not costed again: nothing to verify (a recost's costing
+            # job runs this for every store; the fingerprint reads the period's facts)
+            facts.verify(conn, period, doing=f"costing store {store.code}")
             following = periods.open_next_for_store(conn, period, store.id)
             inventory.cost_store(conn, period, store.id, following)
     except Refused as exc:
