@@ -159,6 +159,36 @@ def _audit(
     )
 
 
+def _apply(
+    conn: psycopg.Connection[Any],
+    rows: list[dict[str, Any]],
+    query: str,
+    params: dict[str, Any],
+    *,
+    action: str,
+    changed: str,
+    source: str,
+) -> list[Correction]:
+    """Apply ``query`` to each document of ``rows`` (checked as read), audited one by one;
+    a document that changed since it was read refuses them all (the caller's transaction)."""
+    done: list[Correction] = []
+    for r in rows:
+        moved = _q.first(conn, query, {"id": r["id"], **params})
+        if moved is None:  # changed since it was read: refused, all of them
+            raise BadInput(f"{r['number']} {changed}")
+        c = Correction(
+            number=r["number"],
+            action=action,
+            period=moved["period"],
+            date_period=r["date_period"],
+            actor=params["actor"],
+            reason=params["reason"],
+        )
+        _audit(conn, c, r, source)
+        done.append(c)
+    return done
+
+
 def requeue(
     conn: psycopg.Connection[Any],
     numbers: Sequence[str],
@@ -187,27 +217,16 @@ def requeue(
                 f"the first open period first (engine books redate {r['number']} --into {into} "
                 "--reason ...), then requeue it"
             )
-    done: list[Correction] = []
-    for r in rows:
-        moved = _q.first(
-            conn, "document_requeue_if_rejected", {"id": r["id"], "actor": actor, "reason": why}
-        )
-        if moved is None:  # changed since it was read: refused, all of them
-            raise BadInput(
-                f"{r['number']} changed meanwhile (no longer rejected, or its period closed): "
-                "nothing was requeued; try again"
-            )
-        c = Correction(
-            number=r["number"],
-            action="requeued",
-            period=moved["period"],
-            date_period=r["date_period"],
-            actor=actor,
-            reason=why,
-        )
-        _audit(conn, c, r, source)
-        done.append(c)
-    return done
+    return _apply(
+        conn,
+        rows,
+        "document_requeue_if_rejected",
+        {"actor": actor, "reason": why},
+        action="requeued",
+        changed="changed meanwhile (no longer rejected, or its period closed): nothing was "
+        "requeued; try again",
+        source=source,
+    )
 
 
 def redate(
@@ -265,29 +284,16 @@ def redate(
             f"now; finish that costing (engine submit costing --period {busy}) and redate "
             "them again, or redate only documents without stock lines"
         )
-    done: list[Correction] = []
-    for r in rows:
-        moved = _q.first(
-            conn,
-            "document_redate_if_waiting",
-            {"id": r["id"], "into": into, "actor": actor, "reason": why},
-        )
-        if moved is None:  # changed since it was read: refused, all of them
-            raise BadInput(
-                f"{r['number']} or {into} changed meanwhile (posted, redated or closed): "
-                "nothing was redated; try again"
-            )
-        c = Correction(
-            number=r["number"],
-            action="redated",
-            period=moved["period"],
-            date_period=r["date_period"],
-            actor=actor,
-            reason=why,
-        )
-        _audit(conn, c, r, source)
-        done.append(c)
-    return done
+    return _apply(
+        conn,
+        rows,
+        "document_redate_if_waiting",
+        {"into": into, "actor": actor, "reason": why},
+        action="redated",
+        changed=f"or {into} changed meanwhile (posted, redated or closed): nothing was "
+        "redated; try again",
+        source=source,
+    )
 
 
 def record_verdicts(
