@@ -1,3 +1,7 @@
+-- jit_off_for_transaction --
+-- As the store's costing (costing.sql): the recost's statements are planned with inflated row estimates after a costing's churn and cross jit_optimize_above_cost, and LLVM then spent 3-5 s of a 0.4 s recost through a worker at ~1M moves. Off for the recost's transaction only.
+SET LOCAL jit = off;
+
 -- stale_costed_periods_of_documents --
 -- The costed periods the stock moves of these (just posted) documents fall in: only those need stale marks; a posting into an open period marks nothing.
 SELECT DISTINCT m.period
