@@ -37,8 +37,9 @@ Steps: ``check_period``; ``solve`` (the period's averages of the items that
 move between stores, once per period, written to ``erp_item_averages``);
 ``recost_stale`` (a costed period's stale pairs, marked by backdated
 documents, recosted forward with delta journals: :mod:`flows.erp.recost`;
-nothing for a period costed afresh); ``cost_store`` per store, in parallel
-(one statement each, using the solved averages); ``mark_costed``;
+nothing for a period costed afresh); ``cost_store`` per store not costed yet,
+in parallel (one statement each, using the solved averages); ``costed_before``
+(the stores costed before, read in one step: a recost's job, a rerun); ``mark_costed``;
 ``summarize`` (with the recost's pairs, old and new, and its journals).
 
 A period is costed from fresh openings only: while an earlier period has
@@ -75,7 +76,7 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from engine import Fail, Flow, Refused, StepContext
-from flows.erp import facts, inventory, periods, recost
+from flows.erp import facts, inventory, ledger, periods, recost
 from flows.erp.inventory import FallbackGroup, Mover, Solved, StoreRef, StoreTotals
 from flows.erp.recost import RecostReport
 from flows.erp.types import Period
@@ -90,13 +91,18 @@ class CostingPlan(BaseModel):
     period: str
     next_period: str
     already_costed: bool
-    stores: list[StoreRef]
+    stores: list[StoreRef]  # every store in scope, in order
+    to_cost: list[StoreRef]  # those not costed for the period yet: one step each
 
 
 class StoreCost(StoreTotals):
     store: StoreRef
     journal_ids: dict[str, int]
     top_movers: list[Mover]
+
+
+class CostedBefore(BaseModel):
+    stores: list[StoreCost]
 
 
 class PeriodCosted(BaseModel):
@@ -138,7 +144,8 @@ flow = Flow(
     # 5: keeps the standard cost it used with the item costs (erp_item_costs.standard_cost)
     # 5: the solve fingerprints its facts; a store is not costed from stale averages
     # 6: step recost: a costed period's stale pairs (backdated documents) recosted forward
-    version=6,
+    # 7: stores costed before are read in one step (costed_before), not one step each
+    version=7,
     description="Periodic weighted average per store, solved exactly across stores; journals.",
     concurrency=periods.PERIOD_KEY,
 )
@@ -172,16 +179,19 @@ def plan_costing(conn: psycopg.Connection[Any], period: str, store: str | None) 
         raise Refused(why)
     recost.refuse_if_earlier_stale(conn, period)
     started = {p.store_id for p in periods.in_books(points, period)}  # not a store opened later
+    costed = {p.store_id for p in points if p.costed}
     if store is not None and not started:
         raise Refused(
             f"store {store}'s books start in {points[0].first_period}: "
             f"it has nothing to cost in {period}"
         )
+    stores = [s for s in inventory.stores(conn, store) if store is not None or s.id in started]
     return CostingPlan(
         period=period,
         next_period=periods.next_period(period),
         already_costed=status != "open" or all(p.costed for p in points if p.store_id in started),
-        stores=[s for s in inventory.stores(conn, store) if store is not None or s.id in started],
+        stores=stores,
+        to_cost=[s for s in stores if s.id not in costed],
     )
 
 
@@ -221,20 +231,39 @@ def cost_one_store(conn: psycopg.Connection[Any], period: str, store: StoreRef) 
             inventory.cost_store(conn, period, store.id, following)
     except Refused as exc:
         raise Fail(str(exc)) from exc
+    if not first:
+        return costed_stores(conn, period, [store])[0]
     totals = inventory.store_totals(conn, period, store.id)
-    if first:
-        journals = inventory.post_costing(conn, period, store, totals)
-    else:
-        # costed before, its journals with it (one transaction): a store whose first costing
-        # had nothing to journal must not get one now from figures a recost changed since,
-        # whose differences its delta journals carry
-        journals = inventory.costing_journal_ids(conn, period, store)
     return StoreCost(
         store=store,
-        journal_ids=journals,
+        journal_ids=inventory.post_costing(conn, period, store, totals),
         top_movers=inventory.top_movers(conn, period, store.id),
         **totals.model_dump(),
     )
+
+
+def costed_stores(
+    conn: psycopg.Connection[Any], period: str, stores: list[StoreRef]
+) -> list[StoreCost]:
+    """The figures of stores costed before, read in three statements whatever their number.
+
+    Their costing journals are those of their first costing (one transaction with it): a
+    store whose first costing had nothing to journal gets none now from figures a recost
+    changed since, whose differences its delta journals carry."""
+    totals = inventory.totals_of_stores(conn, period, [s.id for s in stores])
+    movers = inventory.top_movers_of_stores(conn, period, [s.id for s in stores])
+    keys = {s.id: inventory.costing_journal_keys(period, s) for s in stores}
+    found = ledger.journal_ids(conn, [k for ks in keys.values() for k in ks])
+    empty = inventory.store_totals_of(None)
+    return [
+        StoreCost(
+            store=s,
+            journal_ids={k: found[k] for k in keys[s.id] if k in found},
+            top_movers=movers.get(s.id, []),
+            **totals.get(s.id, empty).model_dump(),
+        )
+        for s in stores
+    ]
 
 
 def solve_period(conn: psycopg.Connection[Any], period: str) -> Solved:
@@ -269,7 +298,7 @@ def recost_stale(params: CostingParams, ctx: StepContext) -> RecostReport:
         raise Fail(str(exc)) from exc
 
 
-@flow.step(map_over="check_period.stores", after=["recost_stale"], label="{code}")
+@flow.step(map_over="check_period.to_cost", after=["recost_stale"], label="{code}")
 def cost_store(store: StoreRef, params: CostingParams, ctx: StepContext) -> StoreCost:
     """Cost one store in one statement with the solved averages; post its journals (once).
 
@@ -279,9 +308,27 @@ def cost_store(store: StoreRef, params: CostingParams, ctx: StepContext) -> Stor
     return cost_one_store(ctx.conn, params.period, store)
 
 
-@flow.step(after=["cost_store", "check_period"])
+@flow.step(after=["check_period", "recost_stale"])
+def costed_before(
+    plan: CostingPlan, recosted: RecostReport, params: CostingParams, ctx: StepContext
+) -> CostedBefore:
+    """The figures of the stores costed before this job (after its recost), read in one step:
+    a recost's costing job, or a rerun, writes nothing for them, so one step per store
+    would only pay a claim and a checkpoint each. Tags the job with their codes too."""
+    pending = {s.id for s in plan.to_cost}
+    before = [s for s in plan.stores if s.id not in pending]
+    for store in before:
+        ctx.tag(STORE_TAG, store.code)
+    return CostedBefore(stores=costed_stores(ctx.conn, plan.period, before))
+
+
+@flow.step(after=["cost_store", "costed_before", "check_period"])
 def mark_costed(
-    costs: list[StoreCost], plan: CostingPlan, params: CostingParams, ctx: StepContext
+    costs: list[StoreCost],
+    before: CostedBefore,
+    plan: CostingPlan,
+    params: CostingParams,
+    ctx: StepContext,
 ) -> PeriodCosted:
     """Mark the period costed once every store is, whichever jobs costed them."""
     marked = periods.mark_costed_if_complete(ctx.conn, plan.period, f"costing job {ctx.job_id}")
@@ -312,15 +359,20 @@ METHOD = (
 )
 
 
-@flow.step(after=["mark_costed", "cost_store", "check_period", "solve", "recost_stale"])
+@flow.step(
+    after=["mark_costed", "cost_store", "costed_before", "check_period", "solve", "recost_stale"]
+)
 def summarize(
     closed: PeriodCosted,
-    costs: list[StoreCost],
+    costed_now: list[StoreCost],
+    before: CostedBefore,
     plan: CostingPlan,
     solved: Solved,
     recosted: RecostReport,
 ) -> CostingSummary:
-    """Totals per brand and store, and the largest movers."""
+    """Totals per brand and store (in the plan's order), and the largest movers."""
+    order = {s.id: n for n, s in enumerate(plan.stores)}
+    costs = sorted([*costed_now, *before.stores], key=lambda c: order.get(c.store.id, len(order)))
     brands = brand_totals(costs)
     movers = sorted((m for c in costs for m in c.top_movers), key=lambda m: (-m.cogs_value, m.sku))[
         :10

@@ -48,6 +48,7 @@ __all__ = [
     "is_solved",
     "lock_for_solve",
     "record",
+    "refresh",
     "refuse_cost_changes",
     "stale_reason",
     "verify",
@@ -76,8 +77,9 @@ def lock_for_solve(conn: psycopg.Connection[Any], period: str) -> None:
 
 
 def fingerprint(conn: psycopg.Connection[Any], period: str) -> dict[str, Any]:
-    """The fingerprint of ``period``'s facts as they are now (``stores``, ``standard_costs``)."""
-    return dict(_q.one(conn, "facts_fingerprint", {"period": period})["facts"])
+    """The fingerprint of ``period``'s facts as they are now (``stores``, ``standard_costs``,
+    ``moving``: the items moving between stores)."""
+    return dict(_q.one(conn, "facts_fingerprint", {"period": period, "stores": None})["facts"])
 
 
 def is_solved(conn: psycopg.Connection[Any], period: str) -> bool:
@@ -89,6 +91,34 @@ def record(conn: psycopg.Connection[Any], period: str) -> None:
     """Keep the fingerprint of the facts ``period``'s averages are being solved from."""
     facts = json.dumps(fingerprint(conn, period))
     _q.execute(conn, "facts_record", {"period": period, "facts": facts})
+
+
+def refresh(conn: psycopg.Connection[Any], period: str, stores: list[int]) -> None:
+    """Keep ``period``'s fingerprint after a recost changed the facts of ``stores`` only.
+
+    A costed period's recost changes the facts of its stale pairs' stores by design: their
+    hashes are computed again (an index probe per store, where the whole fingerprint reads
+    every receipt of the month: most of a 1M-move recost through a worker); every other
+    store keeps the hash of its solve, so a change made to it behind the engine's back is
+    still named by the check. The whole fingerprint is taken again when the items moving
+    between stores changed (every store holding them hashes them), for an open period
+    (its standard costs count) or one fingerprinted before ``moving`` was kept.
+    """
+    row = _q.first(conn, "facts_solved", {"period": period})
+    if row is None:
+        return
+    kept = row["facts"]
+    if kept is None or "moving" not in kept or row["status"] == "open":
+        record(conn, period)
+        return
+    part = _q.one(conn, "facts_fingerprint", {"period": period, "stores": stores})["facts"]
+    if part["moving"] != kept["moving"]:
+        record(conn, period)
+        return
+    hashes = {code: h for code, h in kept["stores"].items() if code not in part["asked"]}
+    hashes.update(part["stores"])
+    kept = {**kept, "stores": dict(sorted(hashes.items()))}
+    _q.execute(conn, "facts_record", {"period": period, "facts": json.dumps(kept)})
 
 
 def changes(solved: dict[str, Any], now: dict[str, Any]) -> list[str]:

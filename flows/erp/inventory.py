@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -219,8 +220,31 @@ def cost_store(
 
 
 def store_totals(conn: psycopg.Connection[Any], period: str, store_id: int) -> StoreTotals:
-    params = {"period": period, "store_id": store_id}
-    return StoreTotals.model_validate(_q.one(conn, "store_costs_totals", params))
+    return store_totals_of(totals_of_stores(conn, period, [store_id]).get(store_id))
+
+
+def store_totals_of(found: StoreTotals | None) -> StoreTotals:
+    """``found``, or the totals of a store with no item costs: nothing."""
+    if found is not None:
+        return found
+    zero = Decimal(0)
+    return StoreTotals(
+        items=0,
+        receipt_value=zero,
+        transfer_in_value=zero,
+        cogs_value=zero,
+        transfer_out_value=zero,
+        closing_value=zero,
+        negative_items=0,
+    )
+
+
+def totals_of_stores(
+    conn: psycopg.Connection[Any], period: str, store_ids: Sequence[int]
+) -> dict[int, StoreTotals]:
+    """The totals of each given store with item costs in ``period``, in one statement."""
+    rows = _q.rows(conn, "store_costs_totals", {"period": period, "stores": list(store_ids)})
+    return {int(r.pop("store_id")): StoreTotals.model_validate(r) for r in rows}
 
 
 def negative_stock(conn: psycopg.Connection[Any], period: str) -> tuple[int, int]:
@@ -232,10 +256,20 @@ def negative_stock(conn: psycopg.Connection[Any], period: str) -> tuple[int, int
 def top_movers(
     conn: psycopg.Connection[Any], period: str, store_id: int, limit: int = 5
 ) -> list[Mover]:
-    rows = _q.rows(
-        conn, "store_top_movers", {"period": period, "store_id": store_id, "limit": limit}
-    )
-    return [Mover(sku=r["sku"], cogs_value=r["cogs_value"]) for r in rows]
+    return top_movers_of_stores(conn, period, [store_id], limit).get(store_id, [])
+
+
+def top_movers_of_stores(
+    conn: psycopg.Connection[Any], period: str, store_ids: Sequence[int], limit: int = 5
+) -> dict[int, list[Mover]]:
+    """The ``limit`` items with the largest COGS of each given store, in one statement."""
+    params = {"period": period, "stores": list(store_ids), "limit": limit}
+    movers: dict[int, list[Mover]] = {}
+    for r in _q.rows(conn, "store_top_movers", params):
+        movers.setdefault(int(r["store_id"]), []).append(
+            Mover(sku=r["sku"], cogs_value=r["cogs_value"])
+        )
+    return movers
 
 
 def costing_journals(
@@ -294,9 +328,6 @@ def post_costing(
     return ledger.journal_ids(conn, [j.source_key for j in journals])
 
 
-def costing_journal_ids(
-    conn: psycopg.Connection[Any], period: str, store: StoreRef
-) -> dict[str, int]:
-    """The ids of the store's costing (and opening) journals of ``period`` posted already."""
-    keys = [f"costing:{period}:{store.code}", f"opening:{period}:{store.code}"]
-    return ledger.journal_ids(conn, keys)
+def costing_journal_keys(period: str, store: StoreRef) -> list[str]:
+    """The source keys of the store's costing (and opening) journals of ``period``."""
+    return [f"costing:{period}:{store.code}", f"opening:{period}:{store.code}"]

@@ -34,8 +34,8 @@ their averages do not depend on a receiver's.
 4. carries the new closings to the next period's openings and marks the
    pairs whose opening changed there when it is costed (so a recost never
    relies on the marks posting made for later periods);
-5. keeps the period's new facts fingerprint (:func:`flows.erp.facts.record`)
-   and clears the marks it recosted.
+5. keeps the period's new facts fingerprint, the stores it recosted hashed
+   again (:func:`flows.erp.facts.refresh`), and clears the marks it recosted.
 
 All of it in the step's fenced transaction: a worker killed at any point
 leaves nothing, and the step's next attempt recosts the same pairs from the
@@ -264,7 +264,7 @@ def _recost_period(
     }
     keys: dict[int, str] = {}
     by_store = {"period": period, "stores": touched}
-    due = {r["store_id"]: r for r in _q.rows(conn, "store_costs_totals_many", by_store)}
+    due = {s: t.model_dump() for s, t in inventory.totals_of_stores(conn, period, touched).items()}
     booked = {r["store_id"]: r for r in _q.rows(conn, "costing_booked_by_store", by_store)}
     for s in touched:
         journal = _delta_journal(period, stores[s], job, due.get(s), booked.get(s))
@@ -279,8 +279,7 @@ def _recost_period(
     changed = _q.rows(conn, "opening_carry_pairs", {**arrays, "next": following})
     mark_pairs(conn, following, [(int(r["store_id"]), int(r["item_id"])) for r in changed])
     _q.execute(conn, "stale_clear_pairs", arrays)
-    if facts.is_solved(conn, period):
-        facts.record(conn, period)
+    facts.refresh(conn, period, touched)
     report.periods.append(period)
     report.pairs += len(pairs)
     for key in listed:

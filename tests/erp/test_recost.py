@@ -37,7 +37,7 @@ from recost_books import count, figures, receipt, sale, stale_pairs, transfer, u
 from engine import Refused, Registry, submit
 from engine.config import Settings
 from engine.reports import render_job_report
-from flows.erp import checks, recost
+from flows.erp import checks, facts, recost
 from flows.posting import post_documents, select_chunks
 from flows.tools.seed import seed
 
@@ -184,6 +184,62 @@ def test_recost__the_next_costing_recosts_forward_and_equals_a_full_recost(
     assert_equal_to_full_recost(conn, NOV, DEC)
 
 
+def kept_facts(conn: psycopg.Connection[Any], period: str) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT facts FROM erp_average_solves WHERE period = %s", (period,)
+    ).fetchone()
+    assert row is not None
+    return dict(row["facts"])
+
+
+@pytest.mark.parametrize("new_mover", [False, True], ids=["same_movers", "new_mover"])
+def test_recost__keeps_the_fingerprint_a_full_one_would_take(
+    conn: psycopg.Connection[Any], books: None, new_mover: bool
+) -> None:
+    """The recost hashes again only the stores it recosted; what it keeps equals the whole
+    fingerprint taken afresh (and, when an item starts moving between stores, is that)."""
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(7), Decimal("5.33"), "2026-11-02")
+    if new_mover:
+        still = conn.execute(
+            "SELECT id FROM erp_items WHERE id NOT IN (SELECT item_id FROM erp_stock_moves "
+            "WHERE period = %s AND kind = 'transfer_in') ORDER BY id LIMIT 1",
+            (NOV,),
+        ).fetchone()
+        assert still is not None
+        receipt(conn, item["sender"], still["id"], Decimal(3), Decimal("2.10"), "2026-11-02")
+        transfer(conn, item["sender"], item["receiver"], still["id"], Decimal(2), "2026-11-03")
+    post(conn, NOV)
+    with conn.transaction():
+        recost.recost(conn, NOV, job=uuid.uuid4())
+    for period in (NOV, DEC):
+        assert kept_facts(conn, period) == facts.fingerprint(conn, period), period
+
+
+def test_recost__a_store_changed_behind_the_engine_is_still_named_after_a_recost(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    """A receipt changed by SQL at one store, a backdated sale at another: the recost hashes
+    only the sale's store again, so the check still names the one changed behind its back."""
+    item = moving(conn)
+    tampered = conn.execute(
+        "SELECT s.id, s.store_id, st.code FROM erp_stock_moves AS s "
+        "JOIN erp_stores AS st ON st.id = s.store_id WHERE s.period = %s AND s.kind = 'receipt' "
+        "AND s.item_id = %s AND s.store_id <> %s ORDER BY s.id LIMIT 1",
+        (NOV, item["id"], item["receiver"]),
+    ).fetchone()
+    assert tampered is not None, "the seed receives a moving item at its sender"
+    conn.execute(
+        "UPDATE erp_stock_moves SET unit_cost = unit_cost + 1 WHERE id = %s", (tampered["id"],)
+    )
+    sale(conn, item["receiver"], item["id"], Decimal(1), Decimal("9.90"), "2026-11-21")
+    post(conn, NOV)
+    with conn.transaction():
+        recost.recost(conn, NOV, job=uuid.uuid4())
+    why = facts.stale_reason(conn, NOV)
+    assert why is not None and tampered["code"] in why, why
+
+
 def test_recost__a_store_with_nothing_journaled_in_its_first_costing_gets_only_the_delta(
     conn: psycopg.Connection[Any], books: None
 ) -> None:
@@ -218,6 +274,30 @@ def test_recost__many_corrections_of_one_item_make_one_recompute(
     assert report.items_solved == 1
     assert report.pairs == 2 * len(reach)  # each pair once, in November and December
     assert_books_check(conn, NOV, DEC)
+
+
+def test_recost__the_facts_fingerprint_has_an_index_for_each_item_s_question(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The fingerprint asks, per item, whether the period has an opening or a move of it
+    (facts.sql, ``facts_fingerprint``). Without an index led by both columns on the
+    openings each question scanned every period's openings: 13 s of a 1M-move month's
+    recost step through a worker. (A plan test cannot show it on a test-sized month: the
+    planner hashes the few openings there.)"""
+    assert "o.period = %(period)s AND o.item_id = i.id" in facts._q["facts_fingerprint"]
+    assert "s.period = %(period)s AND s.item_id = i.id" in facts._q["facts_fingerprint"]
+    led = {
+        r["t"]
+        for r in conn.execute(
+            "SELECT c.relname AS t FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indrelid "
+            "WHERE c.relname IN ('erp_opening_balances', 'erp_stock_moves') "
+            "AND (SELECT array_agg(a.attname ORDER BY k.n) FROM unnest(x.indkey) "
+            "     WITH ORDINALITY AS k(attnum, n) JOIN pg_attribute AS a "
+            "     ON a.attrelid = x.indrelid AND a.attnum = k.attnum WHERE k.n <= 2) "
+            "    @> ARRAY['period', 'item_id']::name[]"
+        )
+    }
+    assert led == {"erp_opening_balances", "erp_stock_moves"}
 
 
 def test_recost__runs_with_jit_off_for_its_transaction_only(
@@ -432,6 +512,16 @@ def test_recost__the_costing_job_reports_each_pair_and_its_delta_journal(
     assert summary["note"].startswith("recosted ")
     assert stale_pairs(conn) == set()
     assert_books_check(conn, NOV, DEC)
+    # every store was costed before: read in one step, not one claim and checkpoint each
+    steps = {
+        r["step"]: r["n"]
+        for r in conn.execute(
+            "SELECT step, count(*) AS n FROM engine_step_runs WHERE job_id = %s GROUP BY step",
+            (job.job_id,),
+        )
+    }
+    assert "cost_store" not in steps and steps["costed_before"] == 1
+    assert [c["store"]["code"] for c in summary["per_store"]] == ["ST001", "ST002", "ST003"]
     html = Path(render_job_report(fast, job.job_id)).read_text()
     assert "Recost" in html and done["journals"][0]["source_key"] in html
 

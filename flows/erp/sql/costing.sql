@@ -151,14 +151,15 @@ SELECT %(period)s, %(store_id)s, item_id, oq, ov, rq, rv, tq, tv, avg_cost, avg_
 FROM costed;
 
 -- store_costs_totals --
--- What the store's costing journal and the summary are built from; the adjustments' share of COGS (stock counts) goes to 5100, valued like every issue at the item's average.
+-- What each given store's costing journal and the summary are built from (a row per store with item costs); the adjustments' share of COGS (stock counts) goes to 5100, valued like every issue at the item's average.
 WITH adjusted AS (
-    SELECT m.item_id, -sum(m.qty) AS qty
+    SELECT m.store_id, m.item_id, -sum(m.qty) AS qty
     FROM erp_stock_moves AS m
-    WHERE m.period = %(period)s AND m.store_id = %(store_id)s AND m.kind = 'adjustment'
-    GROUP BY m.item_id
+    WHERE m.period = %(period)s AND m.store_id = ANY (%(stores)s::int[]) AND m.kind = 'adjustment'
+    GROUP BY m.store_id, m.item_id
 )
-SELECT count(*)::int AS items,
+SELECT c.store_id,
+       count(*)::int AS items,
        coalesce(sum(c.opening_value), 0) AS opening_value,
        coalesce(sum(c.receipt_value), 0) AS receipt_value,
        coalesce(sum(c.transfer_in_value), 0) AS transfer_in_value,
@@ -170,8 +171,9 @@ SELECT count(*)::int AS items,
        count(*) FILTER (WHERE c.loop_group IS NOT NULL)::int AS loop_items,
        count(*) FILTER (WHERE c.average_from <> 'solved')::int AS fallback_items
 FROM erp_item_costs AS c
-LEFT JOIN adjusted AS a ON a.item_id = c.item_id
-WHERE c.period = %(period)s AND c.store_id = %(store_id)s;
+LEFT JOIN adjusted AS a ON a.store_id = c.store_id AND a.item_id = c.item_id
+WHERE c.period = %(period)s AND c.store_id = ANY (%(stores)s::int[])
+GROUP BY c.store_id;
 
 -- store_opening_loaded --
 -- A store whose books start in this period (opening 'loaded') has its opening stock put in the ledger by its costing (the opening value of its item costs).
@@ -180,12 +182,25 @@ FROM erp_store_periods AS sp
 WHERE sp.period = %(period)s AND sp.store_id = %(store_id)s;
 
 -- store_top_movers --
--- The items with the largest cost of goods sold in the store.
-SELECT i.sku, c.cogs_value
-FROM erp_item_costs AS c JOIN erp_items AS i ON i.id = c.item_id
-WHERE c.period = %(period)s AND c.store_id = %(store_id)s
-ORDER BY c.cogs_value DESC, i.sku
-LIMIT %(limit)s;
+-- The items with the largest cost of goods sold in each given store, `limit` per store, ties by SKU: the `limit`-th largest COGS first (a few index entries), then the items at or above it.
+SELECT s.id AS store_id, t.sku, t.cogs_value
+FROM unnest(%(stores)s::int[]) WITH ORDINALITY AS s (id, n)
+LEFT JOIN LATERAL (
+    SELECT c.cogs_value AS floor
+    FROM erp_item_costs AS c
+    WHERE c.period = %(period)s AND c.store_id = s.id
+    ORDER BY c.cogs_value DESC
+    OFFSET %(limit)s - 1 LIMIT 1
+) AS f ON true
+CROSS JOIN LATERAL (
+    SELECT i.sku, c.cogs_value
+    FROM erp_item_costs AS c JOIN erp_items AS i ON i.id = c.item_id
+    WHERE c.period = %(period)s AND c.store_id = s.id
+      AND c.cogs_value >= coalesce(f.floor, '-Infinity')
+    ORDER BY c.cogs_value DESC, i.sku
+    LIMIT %(limit)s
+) AS t
+ORDER BY s.n, t.cogs_value DESC, t.sku;
 
 -- opening_carry_forward_for_store --
 -- A store's closing balances become its next period's opening balances, once, in the store's own costing transaction.

@@ -3,7 +3,7 @@
 SELECT period, status FROM erp_periods WHERE period = %(period)s FOR NO KEY UPDATE;
 
 -- facts_fingerprint --
--- What a period's solve reads, as a fingerprint: per store, the opening balances, receipts and transfers in of the items that move between stores; and the standard cost (the fallback of solve and costing) of every item the period costs, those with an opening or a stock move in it (an item loaded mid-costing that never moved is not a fact of it). Equal fingerprints, same facts.
+-- What a period's solve reads, as a fingerprint: per store, the opening balances, receipts and transfers in of the items that move between stores (`moving`: those items, hashed); and the standard cost (the fallback of solve and costing) of every item the period costs, those with an opening or a stock move in it (an item loaded mid-costing that never moved is not a fact of it). Equal fingerprints, same facts. With `stores` (ids), only those stores' hashes (`asked`: their codes, hashed or not) and the moving items, no standard costs: a recost refreshes the stores it changed.
 WITH moving AS (
     SELECT DISTINCT item_id FROM erp_stock_moves
     WHERE period = %(period)s AND kind = 'transfer_in'
@@ -12,6 +12,7 @@ facts AS (
     SELECT o.store_id, format('opening %%s %%s %%s', o.item_id, o.qty, o.value) AS fact
     FROM erp_opening_balances AS o JOIN moving AS m ON m.item_id = o.item_id
     WHERE o.period = %(period)s
+      AND (%(stores)s::int[] IS NULL OR o.store_id = ANY (%(stores)s::int[]))
     UNION ALL
     -- a value-only move (a cost correction's on-hand share) its value where a receipt's unit cost is
     SELECT s.store_id, format('%%s %%s %%s %%s %%s %%s %%s', s.kind, s.item_id, s.qty,
@@ -19,21 +20,29 @@ facts AS (
                               s.document_id, s.line_no)
     FROM erp_stock_moves AS s JOIN moving AS m ON m.item_id = s.item_id
     WHERE s.period = %(period)s AND s.kind IN ('receipt', 'transfer_in', 'revaluation')
+      AND (%(stores)s::int[] IS NULL OR s.store_id = ANY (%(stores)s::int[]))
 ),
 per_store AS (
     SELECT store_id, md5(string_agg(fact, ';' ORDER BY fact)) AS hash
     FROM facts GROUP BY store_id
 )
-SELECT jsonb_build_object(
+SELECT jsonb_strip_nulls(jsonb_build_object(
     'stores', coalesce((SELECT jsonb_object_agg(st.code, p.hash)
                         FROM per_store AS p JOIN erp_stores AS st ON st.id = p.store_id), '{}'),
-    'standard_costs', (SELECT md5(coalesce(string_agg(i.id || ' ' || i.standard_cost, ';'
+    'moving', (SELECT md5(coalesce(string_agg(item_id::text, ' ' ORDER BY item_id), ''))
+               FROM moving),
+    'asked', CASE WHEN %(stores)s::int[] IS NOT NULL THEN
+             (SELECT coalesce(jsonb_agg(code ORDER BY code), '[]') FROM erp_stores
+              WHERE id = ANY (%(stores)s::int[])) END,
+    'standard_costs', CASE WHEN %(stores)s::int[] IS NULL THEN
+                      (SELECT md5(coalesce(string_agg(i.id || ' ' || i.standard_cost, ';'
                                                       ORDER BY i.id), ''))
                        FROM erp_items AS i
                        WHERE EXISTS (SELECT 1 FROM erp_opening_balances AS o
                                      WHERE o.period = %(period)s AND o.item_id = i.id)
                           OR EXISTS (SELECT 1 FROM erp_stock_moves AS s
-                                     WHERE s.period = %(period)s AND s.item_id = i.id))) AS facts;
+                                     WHERE s.period = %(period)s AND s.item_id = i.id)) END
+)) AS facts;
 
 -- facts_record --
 -- The fingerprint of the facts the period's averages were solved from, in the solve's transaction.

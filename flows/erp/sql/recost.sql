@@ -231,24 +231,6 @@ UNION
 SELECT store_id, item_id FROM inserted
 ORDER BY store_id, item_id;
 
--- store_costs_totals_many --
--- What a store's costing journals must add up to, per store of the given ones, from its item costs as they are now (the recost's), by the rule of store_costs_totals (costing.sql): COGS with the stock counts' share (to 5100) valued at each item's average, transfers in and out.
-WITH adjusted AS (
-    SELECT m.store_id, m.item_id, -sum(m.qty) AS qty
-    FROM erp_stock_moves AS m
-    WHERE m.period = %(period)s AND m.store_id = ANY(%(stores)s::int[]) AND m.kind = 'adjustment'
-    GROUP BY m.store_id, m.item_id
-)
-SELECT c.store_id,
-       coalesce(sum(c.cogs_value), 0) AS cogs_value,
-       coalesce(sum(round(a.qty * c.average_cost, 2)), 0) AS adjustment_value,
-       coalesce(sum(c.transfer_in_value), 0) AS transfer_in_value,
-       coalesce(sum(c.transfer_out_value), 0) AS transfer_out_value
-FROM erp_item_costs AS c
-LEFT JOIN adjusted AS a ON a.store_id = c.store_id AND a.item_id = c.item_id
-WHERE c.period = %(period)s AND c.store_id = ANY(%(stores)s::int[])
-GROUP BY c.store_id;
-
 -- costing_booked_by_store --
 -- What the costing journals of the period (the first costing's and every recost's delta) have booked per store on COGS (5000), stock counts (5100) and inter-store (1350), net debit: a recost posts the difference between this and what the item costs now say, so the ledger ends where a full costing would put it, account by account.
 SELECT l.store_id,
