@@ -30,6 +30,7 @@ from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.runner import Outcome, StepRunner
 from engine.runner.lease import Heartbeat
+from engine.runner.services import SlotServices
 from engine.transports.postgres import PostgresTransport
 from engine.worker.worker import connect_worker
 
@@ -75,14 +76,16 @@ def one_runner(settings: Settings, *, may_continue: bool) -> Iterator[StepRunner
     conn.autocommit = True
     try:
         yield StepRunner(
-            settings=settings,
-            registry=flows_registry(),
-            transport=transport,
-            worker="slot",
-            conn=conn,
-            heartbeat=heartbeat,
-            alerts=AlertRecorder(["log"]),
-            may_continue=lambda: may_continue,
+            SlotServices(
+                settings=settings,
+                registry=flows_registry(),
+                transport=transport,
+                worker="slot",
+                conn=conn,
+                heartbeat=heartbeat,
+                alerts=AlertRecorder(["log"]),
+                may_continue=lambda: may_continue,
+            )
         )
     finally:
         heartbeat.close()
