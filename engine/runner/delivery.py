@@ -77,11 +77,7 @@ class StepRunner:
 
     def __init__(self, services: SlotServices) -> None:
         self.services = services
-        self.settings = services.settings
-        self.registry = services.registry
-        self.transport = services.transport
-        self.worker = services.worker
-        self.runnable = self.registry.runnable()
+        self.runnable = services.registry.runnable()
         # the eager successor the last checkpoint claimed for this slot, not run yet
         self.continuation: Continuation | None = None
         # whether the slot's next receive takes a batch (see _run_rounds)
@@ -104,10 +100,12 @@ class StepRunner:
         except MalformedMessage as exc:
             return self.refusals.malformed(received, str(exc))
         sent = time.monotonic()
-        result = claim(self.conn, message, self.worker, self.settings.lease_s, self.runnable)
+        result = claim(
+            self.conn, message, self.services.worker, self.services.settings.lease_s, self.runnable
+        )
         if isinstance(result, ClaimRefused):
             return self.refusals.refused(received, message, result)
-        self.executor.clock.claimed(result, self.settings.lease_s, sent)
+        self.executor.clock.claimed(result, self.services.settings.lease_s, sent)
         faults.hit("after_claim")
         return self._run_member(self._watched(result, received.receipt, {}))
 
@@ -126,12 +124,12 @@ class StepRunner:
             for claimed in claim_many(
                 self.conn,
                 [message for _, message in messages],
-                self.worker,
-                self.settings.lease_s,
+                self.services.worker,
+                self.services.settings.lease_s,
                 self.runnable,
             ):
                 won[claimed.id] = claimed
-                self.executor.clock.claimed(claimed, self.settings.lease_s, sent)
+                self.executor.clock.claimed(claimed, self.services.settings.lease_s, sent)
         members: list[_Member] = []
         for received, message in messages:
             # a copy of the same message twice in one batch is claimed once
@@ -139,10 +137,14 @@ class StepRunner:
             if result is None:
                 sent = time.monotonic()
                 result = claim(
-                    self.conn, message, self.worker, self.settings.lease_s, self.runnable
+                    self.conn,
+                    message,
+                    self.services.worker,
+                    self.services.settings.lease_s,
+                    self.runnable,
                 )
                 if isinstance(result, Claimed):
-                    self.executor.clock.claimed(result, self.settings.lease_s, sent)
+                    self.executor.clock.claimed(result, self.services.settings.lease_s, sent)
             if isinstance(result, ClaimRefused):
                 outcomes.append(self.refusals.refused(received, message, result))
                 continue
@@ -176,7 +178,7 @@ class StepRunner:
                 following += self._following(outcome.continuation)
             members = quick + slow[:1]
             for index, member in enumerate(members):
-                if not self.executor.may_continue():
+                if not self.services.may_continue():
                     group.commit()
                     for rest in members[index:]:
                         self._give_back_member(rest, "worker stopping")
@@ -213,7 +215,11 @@ class StepRunner:
         jobs, on the PostgreSQL transport; two at least, and none while the
         worker is stopping.
         """
-        if len(quick) < 2 or not self.transport.transactional or not self.executor.may_continue():
+        if (
+            len(quick) < 2
+            or not self.services.transport.transactional
+            or not self.services.may_continue()
+        ):
             return [], quick
         together: list[Attempt] = []
         rest: list[_Member] = []
@@ -221,7 +227,7 @@ class StepRunner:
         for member in quick:
             claimed = member.lease.claimed
             try:
-                flow = self.registry.get(member.flow)
+                flow = self.services.registry.get(member.flow)
                 step = flow.steps[member.step]
             except (UnknownFlow, KeyError):
                 rest.append(member)  # given back on the one-by-one path
@@ -234,7 +240,9 @@ class StepRunner:
             ):
                 rest.append(member)
             else:
-                together.append(Attempt(flow, step, member.lease, member.known, self.worker))
+                together.append(
+                    Attempt(flow, step, member.lease, member.known, self.services.worker)
+                )
                 jobs.add(claimed.job_id)
         if len(together) < 2:
             return [], quick
@@ -262,7 +270,7 @@ class StepRunner:
             self.executor.heartbeat.unwatch(member.lease)
             return Outcome("released", "claimed in a group that was rolled back", claimed.id)
         try:
-            flow = self.registry.get(claimed.flow)
+            flow = self.services.registry.get(claimed.flow)
             step = flow.steps[claimed.step]
         except (UnknownFlow, KeyError) as exc:
             # a worker deployed without this flow must not hold it: give it back
@@ -271,13 +279,13 @@ class StepRunner:
             log.error("cannot run %s/%s here: %s", claimed.flow, claimed.step, exc)
             self.give_back(member.lease, reason=f"flow or step not registered here: {exc}")
             return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
-        attempt = Attempt(flow, step, member.lease, member.known, self.worker)
+        attempt = Attempt(flow, step, member.lease, member.known, self.services.worker)
         if member.check_lease:
             # An external transport's publish and delete came between the
             # commit that claimed it and now, and may have outlasted its lease
             # (invariant 9): renew it, or leave it to whoever reclaimed it.
             expires = store.lease_extend_if_owner(
-                self.conn, claimed.id, claimed.token, self.settings.lease_s
+                self.conn, claimed.id, claimed.token, self.services.settings.lease_s
             )
             if expires is None:
                 self.executor.heartbeat.unwatch(member.lease)

@@ -64,14 +64,10 @@ class Executor:
 
     def __init__(self, services: SlotServices) -> None:
         self.services = services
-        self.settings = services.settings
-        self.registry = services.registry
-        self.transport = services.transport
-        self.worker = services.worker
         self.conn = services.conn
         self.heartbeat = services.heartbeat
-        self.may_continue = services.may_continue
-        self.children = ChildSubmitter(self.settings, self.registry, self.transport)
+        self.worker = services.worker
+        self.children = ChildSubmitter(services.settings, services.registry, services.transport)
         self.current: Attempt | None = None
         # when its steps ran, on the database's clock (the events ending their attempts)
         self.clock = DbClock()
@@ -81,8 +77,8 @@ class Executor:
         # the transaction quick step runs share (open only while the slot runs a group)
         self.group = GroupCommit(
             self.conn,
-            self.transport,
-            self.settings.group_commit_ms / 1000,
+            services.transport,
+            services.settings.group_commit_ms / 1000,
             give_back=self._give_back_lost,
         )
         # a step in a group without a transaction of its own: its savepoint is set
@@ -128,7 +124,7 @@ class Executor:
             self.current = None
 
     def render_after_end(self, job_id: uuid.UUID) -> None:
-        render_report(self.settings, job_id, self.registry)
+        render_report(self.services.settings, job_id, self.services.registry)
 
     def _give_back_lost(self, attempts: list[Attempt]) -> None:
         """The members of a group that was rolled back: each again at once, at no charge.
@@ -254,7 +250,7 @@ class Executor:
         """Eager successors created pending, committed now: announced if their key has a
         slot free (their key's lock was only busy), else left to its holder's end."""
         try:
-            announce_if_slot_free(self.conn, self.transport, step_run_ids)
+            announce_if_slot_free(self.conn, self.services.transport, step_run_ids)
         except Exception:
             # committed pending: the sweeper's backstop announces them
             log.warning("could not announce %d waiting successor(s)", len(step_run_ids))
@@ -333,7 +329,7 @@ class Executor:
         # group its neighbours commit first; then its checkpoint alone is written
         # again (_execute) if the step wrote nothing through ctx, else it is
         # released, counted.
-        retries = 0 if self.group.open else self.settings.checkpoint_retries
+        retries = 0 if self.group.open else self.services.settings.checkpoint_retries
         tried = 0
         while True:
             try:
@@ -362,7 +358,7 @@ class Executor:
         faults.hit("after_commit")
         # an external queue's publish and delete come between this commit and the
         # successor's start, and may outlast its lease: it is checked first
-        return follow, follow.continuation(check_lease=not self.transport.transactional)
+        return follow, follow.continuation(check_lease=not self.services.transport.transactional)
 
     def _write_checkpoint(
         self,
@@ -390,7 +386,7 @@ class Executor:
         # the COMMIT; messages out and the delivery gone in the same commit as
         # the checkpoint. An external queue gets outbox rows (their ids are read
         # back) and the publish and delete come after the commit.
-        batch = store.Batch(conn) if self.transport.transactional else None
+        batch = store.Batch(conn) if self.services.transport.transactional else None
         follow = self.follow_up(attempt, done, batch)
         faults.hit("in_commit")
         if batch is not None:
@@ -404,14 +400,14 @@ class Executor:
         delivery's delete, in its transaction (not committed)."""
         follow = follow_up(
             self.conn,
-            self.settings,
-            self.transport,
+            self.services.settings,
+            self.services.transport,
             self.worker,
             attempt.flow,
             attempt.claimed,
             done,
             batch,
-            may_continue=self.may_continue(),
+            may_continue=self.services.may_continue(),
         )
         self.failures.ack_in_commit(attempt, batch if batch is not None else self.conn)
         return follow

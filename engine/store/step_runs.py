@@ -62,6 +62,11 @@ __all__ = [
 _q = load("step_runs")
 
 
+def _fenced(claimed: Claimed, **params: Any) -> dict[str, Any]:
+    """The parameters of a write guarded by ``claimed``'s lease (its row, job and token)."""
+    return {"id": claimed.id, "job_id": claimed.job_id, "token": claimed.token, **params}
+
+
 def _runs_params(
     job_id: uuid.UUID, runs: Sequence[NewStepRun], *, published: bool
 ) -> dict[str, Any]:
@@ -218,14 +223,7 @@ def step_retry_if_leased(
 ) -> datetime | None:
     """Back to pending after ``delay_s``; the time it becomes due, or ``None`` (lease lost)."""
     row = conn.execute(
-        _q["step_retry_if_leased"],
-        {
-            "id": claimed.id,
-            "job_id": claimed.job_id,
-            "token": claimed.token,
-            "delay_s": delay_s,
-            "error": Jsonb(error),
-        },
+        _q["step_retry_if_leased"], _fenced(claimed, delay_s=delay_s, error=Jsonb(error))
     ).fetchone()
     return None if row is None else column(row, "available_at")
 
@@ -241,7 +239,7 @@ def step_release_charged_if_leased(
     releases are spent); when it becomes due, or ``None`` (lease lost, or at its cap)."""
     row = conn.execute(
         _q["step_release_charged_if_leased"],
-        {"id": claimed.id, "token": claimed.token, "delay_s": delay_s, "error": Jsonb(error)},
+        _fenced(claimed, delay_s=delay_s, error=Jsonb(error)),
     ).fetchone()
     return None if row is None else column(row, "available_at")
 
@@ -251,10 +249,7 @@ def step_dead_if_leased(
     conn: psycopg.Connection[Any], claimed: Claimed, error: dict[str, Any]
 ) -> bool:
     """Dead-letter the step run while our lease is current; ``False``: the lease was lost."""
-    cur = conn.execute(
-        _q["step_dead_if_leased"],
-        {"id": claimed.id, "job_id": claimed.job_id, "token": claimed.token, "error": Jsonb(error)},
-    )
+    cur = conn.execute(_q["step_dead_if_leased"], _fenced(claimed, error=Jsonb(error)))
     return cur.rowcount == 1
 
 

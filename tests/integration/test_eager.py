@@ -232,7 +232,7 @@ def test_eager__a_stopping_worker_publishes_every_successor(
 ) -> None:
     job = submit("chain", {}, settings=fast, registry=flows_registry())
     with one_runner(fast, may_continue=False) as runner:
-        (delivery,) = runner.transport.receive(1, 60, 0)
+        (delivery,) = runner.services.transport.receive(1, 60, 0)
         assert runner.handle(delivery).kind == "done"
         assert runner.continuation is None
     b = run_of(conn, job.job_id, "b")
@@ -245,7 +245,7 @@ def test_eager__a_fan_out_keeps_one_item_and_publishes_the_others(
 ) -> None:
     job = submit("fan", {"n": 5}, settings=fast, registry=flows_registry())
     with one_runner(fast, may_continue=True) as runner:
-        (delivery,) = runner.transport.receive(1, 60, 0)
+        (delivery,) = runner.services.transport.receive(1, 60, 0)
         assert runner.handle(delivery).kind == "done"  # plan
         assert runner.continuation is not None
         kept = runner.continuation.claimed

@@ -66,7 +66,7 @@ def one_runner(
             )
         )
         for flow in quick:
-            for step in runner.registry.get(flow).steps:
+            for step in runner.services.registry.get(flow).steps:
                 runner.executor.group.times.record(flow, step, 0.001)
         yield runner, transport
     finally:
