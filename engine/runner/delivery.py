@@ -59,17 +59,21 @@ class _Member:
     check_lease: bool = False  # see Continuation
 
     @property
+    def claimed(self) -> Claimed:
+        return self.lease.claimed
+
+    @property
     def flow(self) -> str:
-        return self.lease.claimed.flow
+        return self.claimed.flow
 
     @property
     def step(self) -> str:
-        return self.lease.claimed.step
+        return self.claimed.step
 
 
 def keyed(member: _Member) -> bool:
     """Does ``member`` hold a concurrency key's slot (so its checkpoint commits alone)?"""
-    return member.lease.claimed.concurrency_key is not None
+    return member.claimed.concurrency_key is not None
 
 
 class StepRunner:
@@ -166,7 +170,7 @@ class StepRunner:
         while members:
             quick = [m for m in members if group.quick(m.flow, m.step)]
             slow = [m for m in members if not group.quick(m.flow, m.step)]
-            quick.sort(key=lambda m: m.lease.claimed.job_id.bytes)
+            quick.sort(key=lambda m: m.claimed.job_id.bytes)
             for member in slow[1:]:
                 self._give_back_member(member, "claimed in a batch behind a step that is not quick")
             following: list[_Member] = []
@@ -192,7 +196,7 @@ class StepRunner:
                     # key's lock until it commits, so it never waits for a neighbour)
                     group.commit()
                 outcomes.append(self._run_member(member))
-                ran.append(member.lease.claimed)
+                ran.append(member.claimed)
                 continuation, self.continuation = self.continuation, None
                 following += self._following(continuation)
             group.commit()
@@ -225,7 +229,7 @@ class StepRunner:
         rest: list[_Member] = []
         jobs: set[Any] = set()
         for member in quick:
-            claimed = member.lease.claimed
+            claimed = member.claimed
             try:
                 flow = self.services.registry.get(member.flow)
                 step = flow.steps[member.step]
@@ -261,7 +265,7 @@ class StepRunner:
         self.give_back(member.lease, reason=reason)
 
     def _run_member(self, member: _Member) -> Outcome:
-        claimed = member.lease.claimed
+        claimed = member.claimed
         lost = self.executor.group.lost
         if claimed.id in lost:
             # an eager successor claimed in a group that was rolled back: it was
