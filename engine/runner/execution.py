@@ -36,28 +36,23 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
-from pydantic import TypeAdapter, ValidationError
 
 from engine import store
-from engine.alerts import AlertRecorder
-from engine.config import Settings
 from engine.errors import Contention, JobCancelled, LeaseLost
-from engine.flow import Flow, Step
-from engine.flow.registry import Registry
-from engine.flow.retry import Cancel, Fail
+from engine.flow.retry import Cancel
 from engine.infra import faults, logs, metrics
 from engine.jobs.ending import render_report
-from engine.jobs.plan import Outputs, raw_inputs, sources, upstream_outputs
-from engine.runner.checkpoint import FollowUp, checkpoint_json, follow_up, put_checkpoint
-from engine.runner.context import StepContext
+from engine.jobs.plan import sources
+from engine.runner.attempt import Attempt
+from engine.runner.call import call_step
+from engine.runner.checkpoint import FollowUp, follow_up, put_checkpoint
 from engine.runner.failures import Failures
 from engine.runner.group import GroupCommit
-from engine.runner.lease import DbClock, Heartbeat, Lease
 from engine.runner.outcome import Continuation, Outcome
 from engine.runner.park import Park
-from engine.store.rows import Claimed
+from engine.runner.services import SlotServices
+from engine.runner.timing import DbClock
 from engine.transports.announce import announce_if_slot_free
-from engine.transports.base import Transport
 from engine.waits.children import ChildSubmitter
 from engine.waits.wait import Wait
 
@@ -67,75 +62,46 @@ log = logging.getLogger(__name__)
 class Executor:
     """Runs claimed step runs on one slot (one connection, one heartbeat)."""
 
-    def __init__(
-        self,
-        *,
-        settings: Settings,
-        registry: Registry,
-        transport: Transport,
-        worker: str,
-        conn: psycopg.Connection[Any],
-        heartbeat: Heartbeat,
-        alerts: AlertRecorder,
-        may_continue: Callable[[], bool] = lambda: True,
-        on_outage: Callable[[BaseException, str], None] | None = None,
-    ) -> None:
-        self.settings = settings
-        self.registry = registry
-        self.transport = transport
-        self.worker = worker
-        self.conn = conn
-        self.heartbeat = heartbeat
-        self.alerts = alerts
-        self.children = ChildSubmitter(settings, registry, transport)
-        self.current: Lease | None = None
+    def __init__(self, services: SlotServices) -> None:
+        self.services = services
+        self.conn = services.conn
+        self.heartbeat = services.heartbeat
+        self.worker = services.worker
+        self.children = ChildSubmitter(services.settings, services.registry, services.transport)
+        self.current: Attempt | None = None
         # when its steps ran, on the database's clock (the events ending their attempts)
         self.clock = DbClock()
-        # asked before claiming an eager successor (the worker says no once stopping)
-        self.may_continue = may_continue
         # a step run that ends short of its checkpoint, and one that waits
-        self.failures = Failures(
-            settings=settings,
-            transport=transport,
-            worker=worker,
-            conn=conn,
-            alerts=alerts,
-            on_outage=on_outage,
-        )
+        self.failures = Failures(services)
         self.park = Park(self.failures)
         # the transaction quick step runs share (open only while the slot runs a group)
         self.group = GroupCommit(
-            conn, transport, settings.group_commit_ms / 1000, give_back=self._give_back_lost
+            self.conn,
+            services.transport,
+            services.settings.group_commit_ms / 1000,
+            give_back=self._give_back_lost,
         )
         # a step in a group without a transaction of its own: its savepoint is set
         # with its checkpoint (_savepoint), and is to be rolled back to on failure
         self._savepoint = False
         self._savepoint_set = False
 
-    def run(
-        self,
-        flow: Flow,
-        step: Step,
-        lease: Lease,
-        known: Outputs,
-        output: dict[str, Any] | None = None,
-    ) -> Outcome:
-        """Run the step run of ``lease`` (which the heartbeat watches) to an outcome.
+    def run(self, attempt: Attempt, output: dict[str, Any] | None = None) -> Outcome:
+        """Run ``attempt`` (its lease watched by the heartbeat) to an outcome.
 
         ``output``: its step returned that already (a pure step whose round was
         rolled back): only its checkpoint is written, the body is not run again.
         """
-        claimed = lease.claimed
+        claimed = attempt.claimed
         with logs.step_run(claimed, lease_owner=self.worker):
             self._savepoint_set = False
-            self.current = lease
             metrics.step_started(claimed)
             started = time.monotonic()
-            try:
-                outcome = self._execute(flow, step, lease, known, output)
-            finally:
-                self.heartbeat.unwatch(lease)
-                self.current = None
+            with self.running(attempt):
+                try:
+                    outcome = self._execute(attempt, output)
+                finally:
+                    self.heartbeat.unwatch(attempt.lease)
             took = time.monotonic() - started
             metrics.step_ended(claimed, outcome.kind, took)
             if outcome.kind == "done":
@@ -149,31 +115,30 @@ class Executor:
             return outcome
 
     @contextmanager
-    def running(self, lease: Lease) -> Iterator[None]:
-        """``lease`` is the step run executing on this slot while in the block."""
-        self.current = lease
+    def running(self, attempt: Attempt) -> Iterator[None]:
+        """``attempt`` is the step run executing on this slot while in the block."""
+        self.current = attempt
         try:
             yield
         finally:
             self.current = None
 
     def render_after_end(self, job_id: uuid.UUID) -> None:
-        render_report(self.settings, job_id, self.registry)
+        render_report(self.services.settings, job_id, self.services.registry)
 
-    def _give_back_lost(self, leases: list[Lease]) -> None:
+    def _give_back_lost(self, attempts: list[Attempt]) -> None:
         """The members of a group that was rolled back: each again at once, at no charge.
 
         Their checkpoints were written and lost with the group through no
         fault of their own (a statement outside every savepoint failed).
         """
-        for lease in leases:
-            claimed = lease.claimed
+        for attempt in attempts:
+            claimed = attempt.claimed
             with logs.step_run(claimed, lease_owner=self.worker):
                 try:
                     # its body ran: a free release, counted (invariant 20)
                     self.failures.release_free(
-                        self.registry.get(claimed.flow).steps[claimed.step],
-                        lease,
+                        attempt,
                         "its group's commit was rolled back by a neighbour's failure",
                         lost="lease lost after its group was rolled back",
                     )
@@ -192,15 +157,8 @@ class Executor:
 
     # -- the step ----------------------------------------------------------------------
 
-    def _execute(
-        self,
-        flow: Flow,
-        step: Step,
-        lease: Lease,
-        known: Outputs,
-        kept: dict[str, Any] | None = None,
-    ) -> Outcome:
-        claimed = lease.claimed
+    def _execute(self, attempt: Attempt, kept: dict[str, Any] | None = None) -> Outcome:
+        claimed, step = attempt.claimed, attempt.step
         conn = self.conn
         followed: tuple[FollowUp, Continuation | None] | None = None
         # A step that takes no StepContext cannot write through the engine's
@@ -220,7 +178,7 @@ class Executor:
         # them in its savepoint: a read that fails (a statement timeout, a cancel)
         # is its own failure and must not abort the group's transaction under its
         # neighbours' checkpoints.
-        reads = grouped and kept is None and bool(sources(step) - known.keys())
+        reads = grouped and kept is None and bool(sources(step) - attempt.known.keys())
         own_transaction = sees_conn or reads
         self._savepoint = grouped and not own_transaction
         computed: dict[str, Any] | None = None  # what the step returned, once it did
@@ -239,18 +197,16 @@ class Executor:
                 if own_transaction:
                     begin()
                 try:
-                    output = self.compute(flow, step, lease, known) if kept is None else kept
+                    output = self.compute(attempt) if kept is None else kept
                     computed = output
                 except Wait as exc:
                     if not exc.children or conn.broken or conn.closed:
                         raise
                     # its children commit with the park, in this transaction
-                    return self.park.wait_children(lease, exc, commit_children)
+                    return self.park.wait_children(attempt, exc, commit_children)
                 followed = self._checkpoint(
-                    flow,
-                    claimed,
+                    attempt,
                     output,
-                    lease,
                     None if own_transaction or grouped else begin,
                     transaction.close,
                 )
@@ -260,15 +216,15 @@ class Executor:
                 # after a pause, a restart, a network cut): nothing committed,
                 # the group's neighbours neither
                 self.group.abandon()
-                return self.failures.disconnected(lease, exc)
+                return self.failures.disconnected(attempt, exc)
             if self._savepoint and self._savepoint_set:
                 store.step_savepoint_rollback(conn)  # its own checkpoint's writes
             self._group_first()
             if isinstance(exc, Contention) and grouped and computed is not None and not sees_conn:
                 # its checkpoint lost a lock wait in the group, and the step wrote nothing
                 # else: alone now, its checkpoint again (with its tries), the body not again
-                return self._execute(flow, step, lease, known, computed)
-            return self.not_checkpointed(step, lease, exc)
+                return self._execute(attempt, computed)
+            return self.not_checkpointed(attempt, exc)
         assert followed is not None, "a step that returned has its checkpoint"
         follow, continuation = followed
         done = Outcome(
@@ -278,14 +234,14 @@ class Executor:
         if self.group.open:
             self.group.after_commit(
                 follow.announced,
-                lease.receipt,
-                lease=lease,
+                attempt.receipt,
+                attempt=attempt,
                 successor=None if continuation is None else continuation.claimed.id,
                 then=None if waiting is None else lambda: self.announce_waiting([waiting]),
             )
             return done
         follow.announced.publish_after_commit(conn)
-        self.failures.ack_after_commit(lease)
+        self.failures.ack_after_commit(attempt)
         if waiting is not None:
             self.announce_waiting([waiting])
         return done
@@ -294,12 +250,12 @@ class Executor:
         """Eager successors created pending, committed now: announced if their key has a
         slot free (their key's lock was only busy), else left to its holder's end."""
         try:
-            announce_if_slot_free(self.conn, self.transport, step_run_ids)
+            announce_if_slot_free(self.conn, self.services.transport, step_run_ids)
         except Exception:
             # committed pending: the sweeper's backstop announces them
             log.warning("could not announce %d waiting successor(s)", len(step_run_ids))
 
-    def compute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> dict[str, Any]:
+    def compute(self, attempt: Attempt) -> dict[str, Any]:
         """Call the step with its inputs: its output as its checkpoint stores it, checked, and
         the lease still ours.
 
@@ -310,41 +266,18 @@ class Executor:
         # its attempt runs from here (its inputs read, then its call), not from its claim
         # (a batch's step runs wait their turn); a round sent back one by one runs it again,
         # and that run is the one its outcome records
-        lease.started, lease.stopped = time.monotonic(), None
+        attempt.timing.start()
         try:
-            return self._compute(flow, step, lease, known)
+            return self._compute(attempt)
         finally:
-            lease.stopped = time.monotonic()
+            attempt.timing.stop()
 
-    def _compute(self, flow: Flow, step: Step, lease: Lease, known: Outputs) -> dict[str, Any]:
-        claimed = lease.claimed
-        ctx = StepContext(
-            conn=self.conn,
-            job_id=claimed.job_id,
-            step_run_id=claimed.id,
-            step=claimed.step,
-            fanout_key=claimed.fanout_key,
-            attempt=claimed.attempt,
-            max_attempts=claimed.max_attempts,
-            fingerprint=claimed.fingerprint,
-            worker=self.worker,
-            stop=lease.stop,
-            children=self.children,
-            signals=flow.signals,
-            lease_token=claimed.token,
-        )
-        output = step.fn(**self._inputs(flow, step, claimed, ctx, known))
-        if not isinstance(output, step.output):
-            raise Fail(
-                f"step {step.name!r} returned {type(output).__name__}, "
-                f"expected {step.output.__name__}"
-            )
-        ctx.check()
-        data = checkpoint_json(output)
-        lease.finishing = True
+    def _compute(self, attempt: Attempt) -> dict[str, Any]:
+        data = call_step(self.conn, self.children, attempt)
+        attempt.timing.finish()
         return data
 
-    def not_checkpointed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
+    def not_checkpointed(self, attempt: Attempt, exc: Exception) -> Outcome:
         """The step stopped short of its checkpoint: fenced, cancelled, waiting or failed.
 
         A lock wait past ``lock_timeout`` or a deadlock, in the checkpoint that
@@ -354,61 +287,30 @@ class Executor:
         """
         if isinstance(exc, Contention):
             # the engine's statement (a checkpoint, a child submitted) lost a lock wait
-            return self.failures.contended(step, lease, exc)
+            return self.failures.contended(attempt, exc)
         try:
-            return self._short_of_checkpoint(step, lease, exc)
+            return self._short_of_checkpoint(attempt, exc)
         except Contention as busy:
-            return self.failures.contended(step, lease, busy)
+            return self.failures.contended(attempt, busy)
 
-    def _short_of_checkpoint(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
-        claimed = lease.claimed
+    def _short_of_checkpoint(self, attempt: Attempt, exc: Exception) -> Outcome:
         if isinstance(exc, LeaseLost):
             reason = str(exc) or "checkpoint refused: lease token changed"
-            return self.failures.fenced(lease, reason)
+            return self.failures.fenced(attempt, reason)
         if isinstance(exc, JobCancelled):
             # the heartbeat found the step run cancelled (and recorded it)
-            self.failures.delete_delivery(lease)
-            return Outcome("cancelled", str(exc), claimed.id)
+            self.failures.delete_delivery(attempt)
+            return Outcome("cancelled", str(exc), attempt.claimed.id)
         if isinstance(exc, Cancel):
-            return self.failures.cancel_job(lease, exc.reason)
+            return self.failures.cancel_job(attempt, exc.reason)
         if isinstance(exc, Wait):
-            return self.park.wait(lease, exc)
-        return self.failures.failed(step, lease, exc)
-
-    def _inputs(
-        self, flow: Flow, step: Step, claimed: Claimed, ctx: StepContext, known: Outputs
-    ) -> dict[str, Any]:
-        outputs = upstream_outputs(self.conn, claimed.job_id, sources(step), known)
-        kwargs: dict[str, Any] = {}
-        try:
-            raw = raw_inputs(step, claimed.params, outputs)
-            for param, source in step.inputs.items():
-                if source.kind == "params":
-                    kwargs[param] = flow.params.model_validate(raw[param])
-                elif source.kind == "context":
-                    kwargs[param] = ctx
-                elif source.kind == "item":
-                    kwargs[param] = TypeAdapter(source.annotation).validate_python(claimed.item)
-                elif source.step is not None:
-                    model = flow.steps[source.step].output
-                    value = raw[param]
-                    kwargs[param] = (
-                        [model.model_validate(v) for v in value]
-                        if source.kind == "gather"
-                        else model.model_validate(value)
-                    )
-        except (ValidationError, IndexError) as exc:
-            # a checkpoint that no longer fits its model (the flow changed under a
-            # running job) will not fit on the next attempt either
-            raise Fail(f"inputs of step {step.name!r} do not validate: {exc}") from exc
-        return kwargs
+            return self.park.wait(attempt, exc)
+        return self.failures.failed(attempt, exc)
 
     def _checkpoint(
         self,
-        flow: Flow,
-        claimed: Claimed,
+        attempt: Attempt,
         output: dict[str, Any],
-        lease: Lease,
         begin: Callable[[], None] | None,
         commit: Callable[[], None],
     ) -> tuple[FollowUp, Continuation | None]:
@@ -427,43 +329,41 @@ class Executor:
         # group its neighbours commit first; then its checkpoint alone is written
         # again (_execute) if the step wrote nothing through ctx, else it is
         # released, counted.
-        retries = 0 if self.group.open else self.settings.checkpoint_retries
+        retries = 0 if self.group.open else self.services.settings.checkpoint_retries
         tried = 0
         while True:
             try:
                 follow = self._write_checkpoint(
-                    flow, claimed, output, lease, begin, savepoint=self._savepoint or retries > 0
+                    attempt, output, begin, savepoint=self._savepoint or retries > 0
                 )
                 break
             except Contention as exc:
                 begin = None  # begun already: what it holds is rolled back to the savepoint
-                if tried >= retries or conn.broken or conn.closed or lease.stop.is_set():
+                if tried >= retries or conn.broken or conn.closed or attempt.stop.is_set():
                     raise
                 tried += 1
                 store.step_savepoint_rollback(conn)
                 log.info(
                     "checkpoint of step run %s not done (%s); trying it again (%d of %d), "
                     "its output in hand",
-                    claimed.id,
+                    attempt.claimed.id,
                     str(exc).strip().splitlines()[0][:200],
                     tried,
                     retries,
                 )
                 # backing off; a lease lost meanwhile stops the wait, and the fenced
                 # write then refuses the checkpoint
-                lease.stop.event.wait(min(0.1 * 2 ** (tried - 1), 2.0))
+                attempt.stop.event.wait(min(0.1 * 2 ** (tried - 1), 2.0))
         commit()
         faults.hit("after_commit")
         # an external queue's publish and delete come between this commit and the
         # successor's start, and may outlast its lease: it is checked first
-        return follow, follow.continuation(check_lease=not self.transport.transactional)
+        return follow, follow.continuation(check_lease=not self.services.transport.transactional)
 
     def _write_checkpoint(
         self,
-        flow: Flow,
-        claimed: Claimed,
+        attempt: Attempt,
         output: dict[str, Any],
-        lease: Lease,
         begin: Callable[[], None] | None,
         *,
         savepoint: bool,
@@ -472,13 +372,13 @@ class Executor:
         conn = self.conn
         done = put_checkpoint(
             conn,
-            flow,
-            claimed,
+            attempt.flow,
+            attempt.claimed,
             output,
             self.worker,
             begin=begin,
             savepoint=savepoint,
-            ran=lease.ran(),
+            ran=attempt.ran(),
         )
         # Inside a transport's own transaction nothing that follows needs an
         # answer: it goes as one batch, one message (not a pipeline, whose
@@ -486,33 +386,28 @@ class Executor:
         # the COMMIT; messages out and the delivery gone in the same commit as
         # the checkpoint. An external queue gets outbox rows (their ids are read
         # back) and the publish and delete come after the commit.
-        batch = store.Batch(conn) if self.transport.transactional else None
-        follow = self.follow_up(flow, claimed, lease, done, batch)
+        batch = store.Batch(conn) if self.services.transport.transactional else None
+        follow = self.follow_up(attempt, done, batch)
         faults.hit("in_commit")
         if batch is not None:
             batch.send()
         return follow
 
     def follow_up(
-        self,
-        flow: Flow,
-        claimed: Claimed,
-        lease: Lease,
-        done: store.Checkpointed,
-        batch: store.Batch | None,
+        self, attempt: Attempt, done: store.Checkpointed, batch: store.Batch | None
     ) -> FollowUp:
         """What the checkpoint leads to (:func:`engine.runner.checkpoint.follow_up`), and the
         delivery's delete, in its transaction (not committed)."""
         follow = follow_up(
             self.conn,
-            self.settings,
-            self.transport,
+            self.services.settings,
+            self.services.transport,
             self.worker,
-            flow,
-            claimed,
+            attempt.flow,
+            attempt.claimed,
             done,
             batch,
-            may_continue=self.may_continue(),
+            may_continue=self.services.may_continue(),
         )
-        self.failures.ack_in_commit(lease, batch if batch is not None else self.conn)
+        self.failures.ack_in_commit(attempt, batch if batch is not None else self.conn)
         return follow

@@ -26,26 +26,25 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from engine import store
-from engine.alerts import AlertRecorder
-from engine.config import Settings
 from engine.errors import Contention, DefinitionError, ReleasesSpent
-from engine.flow import Step
 from engine.flow.retry import Fail, Reject, Retry, RetryPolicy, attempt_label
 from engine.infra.outage import is_outage
 from engine.jobs.ending import Ended, job_ended
+from engine.runner.attempt import Attempt
+from engine.runner.dead_letter import dead_letter_step, fail_job
 from engine.runner.lease import Lease
 from engine.runner.outcome import Outcome
+from engine.runner.services import SlotServices
 from engine.store import db
-from engine.store.status import EventKind, JobStatus
+from engine.store.status import EventKind
 from engine.transports.announce import Announced, announce, announce_freed
-from engine.transports.base import Outgoing, Transport
+from engine.transports.base import Outgoing
 from engine.transports.message import StepMessage
 
 log = logging.getLogger(__name__)
@@ -77,69 +76,53 @@ def _recordable(text: str) -> str:
 class Failures:
     """How this slot's step runs end short of a checkpoint, and how their deliveries go.
 
-    One per slot, beside the executor (which holds it), sharing its connection.
+    One per slot, beside the executor (which holds it), sharing the slot's services.
     """
 
-    def __init__(
-        self,
-        *,
-        settings: Settings,
-        transport: Transport,
-        worker: str,
-        conn: psycopg.Connection[Any],
-        alerts: AlertRecorder,
-        on_outage: Callable[[BaseException, str], None] | None = None,
-    ) -> None:
-        self.settings = settings
-        self.transport = transport
-        self.worker = worker
-        self.conn = conn
-        self.alerts = alerts
-        # told when the database went away under a step (the worker pauses receiving)
-        self.on_outage = on_outage
+    def __init__(self, services: SlotServices) -> None:
+        self.services = services
+        self.settings = services.settings
+        self.transport = services.transport
+        self.worker = services.worker
+        self.conn = services.conn
+        self.alerts = services.alerts
         self.default_policy = RetryPolicy(
-            max_attempts=settings.max_attempts,
-            base_delay_s=settings.retry_base_delay_s,
-            max_delay_s=settings.retry_max_delay_s,
+            max_attempts=self.settings.max_attempts,
+            base_delay_s=self.settings.retry_base_delay_s,
+            max_delay_s=self.settings.retry_max_delay_s,
         )
 
-    def delete_delivery(self, lease: Lease, conn: store.Executes | None = None) -> None:
+    def delete_delivery(self, attempt: Attempt, conn: store.Executes | None = None) -> None:
         # an eager successor came with no message: nothing to delete
-        if lease.receipt is not None:
-            self.transport.delete([lease.receipt], conn)
+        if attempt.receipt is not None:
+            self.transport.delete([attempt.receipt], conn)
 
-    def ack_in_commit(self, lease: Lease, conn: store.Executes) -> None:
+    def ack_in_commit(self, attempt: Attempt, conn: store.Executes) -> None:
         """A queue in this database loses the delivery in the step's own commit."""
         if self.transport.transactional:
-            self.delete_delivery(lease, conn)
+            self.delete_delivery(attempt, conn)
 
-    def ack_after_commit(self, lease: Lease) -> None:
+    def ack_after_commit(self, attempt: Attempt) -> None:
         """An external queue's delivery goes once the commit is in."""
         if self.transport.transactional:
             return
         try:
-            self.delete_delivery(lease)
+            self.delete_delivery(attempt)
         except Exception:
             # committed: a copy left behind is refused as finished and deleted
             # when it comes back; an eager successor still runs
-            log.warning("delete after commit failed for %s", lease.claimed.id, exc_info=True)
+            log.warning("delete after commit failed for %s", attempt.claimed.id, exc_info=True)
 
-    def disconnected(self, lease: Lease, exc: Exception) -> Outcome:
-        claimed = lease.claimed
+    def disconnected(self, attempt: Attempt, exc: Exception) -> Outcome:
+        claimed = attempt.claimed
         self.conn.close()
         reason = f"connection lost before commit: {str(exc).strip()[:300]}"
-        if self.on_outage is not None and is_outage(exc):
-            self.on_outage(exc, f"slot {self.worker}")
+        on_outage = self.services.on_outage
+        if on_outage is not None and is_outage(exc):
+            on_outage(exc, f"slot {self.worker}")
         try:
             with db.connect(self.settings, autocommit=True) as conn:
-                store.attempt_event_insert(
-                    conn,
-                    EventKind.FENCED,
-                    claimed,
-                    worker=self.worker,
-                    ran=lease.ran(),
-                    detail={"reason": reason},
-                )
+                attempt.record(conn, EventKind.FENCED, reason=reason)
         except Exception as record_exc:
             # during an outage the worker has logged it once already
             log.log(
@@ -167,7 +150,7 @@ class Failures:
         the lease was lost already. The event says when its step ran, or that it never
         started (a step run of a batch given back before its turn).
         """
-        claimed, receipt = lease.claimed, lease.receipt
+        claimed = lease.claimed
         conn = conn if conn is not None else self.conn
         freed = Announced(self.transport)
         with conn.transaction():
@@ -185,6 +168,12 @@ class Failures:
             if claimed.concurrency_key is not None:
                 freed = announce_freed(conn, self.transport, [claimed.job_id])
         freed.publish_after_commit(conn)
+        self._visible_again(lease, visible_in_s)
+        return True
+
+    def _visible_again(self, lease: Lease, visible_in_s: float) -> None:
+        """A released step run's delivery visible after ``visible_in_s``, or a new message."""
+        claimed, receipt = lease.claimed, lease.receipt
         if receipt is None:
             message = StepMessage(job_id=claimed.job_id, step_run_id=claimed.id)
             self.transport.publish(None, [Outgoing(message, delay_s=visible_in_s)])
@@ -192,9 +181,8 @@ class Failures:
             self.transport.extend([receipt], visible_in_s)
         else:
             self.transport.release([receipt])
-        return True
 
-    def contended(self, step: Step, lease: Lease, exc: Contention) -> Outcome:
+    def contended(self, attempt: Attempt, exc: Contention) -> Outcome:
         """A lock wait timed out or a deadlock hit the engine's statement: not done, again.
 
         Nothing of the attempt committed (its transaction or savepoint was rolled
@@ -203,10 +191,10 @@ class Failures:
         bounded number of times (:meth:`release_free`, invariant 20).
         """
         reason = f"not done, try again: {str(exc).strip().splitlines()[0][:300]}"
-        return self.release_free(step, lease, reason, lost=f"lease lost after a lock wait: {exc}")
+        return self.release_free(attempt, reason, lost=f"lease lost after a lock wait: {exc}")
 
     def release_free(
-        self, step: Step, lease: Lease, reason: str, *, lost: str, visible_in_s: float = 1.0
+        self, attempt: Attempt, reason: str, *, lost: str, visible_in_s: float = 1.0
     ) -> Outcome:
         """Give back a step run whose body ran but did not commit, through no fault of its own.
 
@@ -217,36 +205,31 @@ class Failures:
         release charges the attempt instead (:meth:`_charge`). ``lost``: what the
         fenced event says if the lease was lost meanwhile.
         """
-        claimed, receipt = lease.claimed, lease.receipt
+        claimed = attempt.claimed
         conn = self.conn
         most = self.settings.free_releases_max
         freed = Announced(self.transport)
         with conn.transaction():
             count = store.lease_release_free_if_owner(conn, claimed.id, claimed.token, most)
             if count is not None:
-                store.attempt_event_insert(
+                attempt.record(
                     conn,
                     EventKind.RELEASED,
-                    claimed,
-                    worker=self.worker,
-                    ran=lease.ran(),
-                    detail={"reason": reason, "free_release": count, "free_releases_max": most},
+                    reason=reason,
+                    free_release=count,
+                    free_releases_max=most,
                 )
                 if claimed.concurrency_key is not None:
                     freed = announce_freed(conn, self.transport, [claimed.job_id])
         if count is None:
             # the lease was lost, or its free releases are spent: charged (fenced there too)
-            return self._charge(step, lease, reason, lost=lost)
+            return self._charge(attempt, reason, lost=lost)
         freed.publish_after_commit(conn)
-        if receipt is None:
-            message = StepMessage(job_id=claimed.job_id, step_run_id=claimed.id)
-            self.transport.publish(None, [Outgoing(message, delay_s=visible_in_s)])
-        else:
-            self.transport.extend([receipt], visible_in_s)
+        self._visible_again(attempt.lease, visible_in_s)
         log.info("step run %s released (%d of %d free): %s", claimed.id, count, most, reason)
         return Outcome("released", reason, claimed.id)
 
-    def _charge(self, step: Step, lease: Lease, reason: str, *, lost: str) -> Outcome:
+    def _charge(self, attempt: Attempt, reason: str, *, lost: str) -> Outcome:
         """Its free releases are spent: this release costs the attempt, with an alert saying why.
 
         Under the cap the step run goes back charged, due after its policy's
@@ -256,13 +239,13 @@ class Failures:
         that cannot take the job row either leaves the lease to lapse: a lapsed
         last attempt is dead-lettered by the sweeper, its body never run again.
         """
-        claimed = lease.claimed
+        claimed = attempt.claimed
         conn = self.conn
         most = self.settings.free_releases_max
         spent = ReleasesSpent(f"released {most} times without charge; then again: {reason}")
         if claimed.attempt >= claimed.max_attempts:
             try:
-                return self.failed(step, lease, spent)
+                return self.failed(attempt, spent)
             except Contention as busy:
                 log.warning(
                     "step run %s: its last attempt, charged, could not be dead-lettered (%s); "
@@ -271,7 +254,7 @@ class Failures:
                     busy,
                 )
                 return Outcome("charged", str(spent), claimed.id)
-        policy = step.retry or self.default_policy
+        policy = attempt.step.retry or self.default_policy
         delay = policy.delay_s(claimed.attempt)
         error = error_record(spent, claimed.attempt)
         announced = Announced(self.transport)
@@ -279,82 +262,68 @@ class Failures:
         with conn.transaction():
             due = store.step_release_charged_if_leased(conn, claimed, delay, error)
             if due is not None:
-                announced = self._retried(lease, due, delay, error, charged="free releases spent")
+                announced = self._retried(attempt, due, delay, error, charged="free releases spent")
                 alerted = self.alerts.record_release(
                     conn, claimed.id, error_line=f"ReleasesSpent: {spent}", reason=str(spent)
                 )
                 if claimed.concurrency_key is not None:
                     announced += announce_freed(conn, self.transport, [claimed.job_id])
-                self.ack_in_commit(lease, conn)
+                self.ack_in_commit(attempt, conn)
         if due is None:
-            return self.fenced(lease, lost)
-        announced.publish_after_commit(conn)
-        self.ack_after_commit(lease)
-        if alerted:
-            self.alerts.wake()
+            return self.fenced(attempt, lost)
+        self._committed(attempt, announced, alerted)
         log.warning("step run %s attempt %d charged: %s", claimed.id, claimed.attempt, spent)
         return Outcome("retried", str(spent), claimed.id)
 
+    def _committed(self, attempt: Attempt, announced: Announced, alerted: bool) -> None:
+        """After an outcome's commit: its messages out, its delivery gone, its alert told."""
+        announced.publish_after_commit(self.conn)
+        self.ack_after_commit(attempt)
+        if alerted:
+            self.alerts.wake()
+
     def _retried(
-        self, lease: Lease, due: datetime, delay: float, error: dict[str, Any], **detail: str
+        self, attempt: Attempt, due: datetime, delay: float, error: dict[str, Any], **detail: str
     ) -> Announced:
         """In the retry's transaction: its message due at ``due``, and its ``retried`` event."""
-        claimed = lease.claimed
         announced = announce(
             self.conn,
             self.transport,
-            outbox_ids=[store.outbox_insert_delayed(self.conn, claimed.id, due)],
+            outbox_ids=[store.outbox_insert_delayed(self.conn, attempt.claimed.id, due)],
         )
-        store.attempt_event_insert(
+        attempt.record(
             self.conn,
             EventKind.RETRIED,
-            claimed,
-            worker=self.worker,
-            ran=lease.ran(),
-            detail={"delay_s": round(delay, 3), "error": error["message"][:500], **detail},
+            delay_s=round(delay, 3),
+            error=error["message"][:500],
+            **detail,
         )
         return announced
 
-    def fenced(self, lease: Lease, reason: str) -> Outcome:
-        """Record that ``lease`` was lost (or its step run stopped with its cancelled job)."""
-        claimed = lease.claimed
+    def fenced(self, attempt: Attempt, reason: str) -> Outcome:
+        """Record that its lease was lost (or its step run stopped with its cancelled job)."""
+        claimed = attempt.claimed
         state = store.step_select_status(self.conn, claimed.id)
         if state is not None and state.cancelled:
             # not a lost lease: the job was cancelled (or failed) under it
-            return self._stopped_cancelled(lease, "step run cancelled with its job")
+            return self._stopped_cancelled(attempt, "step run cancelled with its job")
         with self.conn.transaction():
-            store.attempt_event_insert(
-                self.conn,
-                EventKind.FENCED,
-                claimed,
-                worker=self.worker,
-                ran=lease.ran(),
-                detail={"reason": reason},
-            )
+            attempt.record(self.conn, EventKind.FENCED, reason=reason)
         log.warning("step run %s fenced: %s", claimed.id, reason)
         # the message is not ours to delete any more: the new owner's copy
         return Outcome("fenced", reason, claimed.id)
 
-    def _stopped_cancelled(self, lease: Lease, reason: str) -> Outcome:
+    def _stopped_cancelled(self, attempt: Attempt, reason: str) -> Outcome:
         """The step stopped because its step run was cancelled: record it as such (once)."""
-        claimed = lease.claimed
-        recorded = lease.stop.cancelled  # by the heartbeat
-        with self.conn.transaction():
-            if not recorded:
-                store.attempt_event_insert(
-                    self.conn,
-                    EventKind.CANCELLED,
-                    claimed,
-                    worker=self.worker,
-                    ran=lease.ran(),
-                    detail={"reason": reason, "by": "job"},
-                )
-        self.delete_delivery(lease)
-        log.info("step run %s stopped: %s", claimed.id, reason)
-        return Outcome("cancelled", reason, claimed.id)
+        if not attempt.stop.cancelled:  # else the heartbeat recorded it
+            with self.conn.transaction():
+                attempt.record(self.conn, EventKind.CANCELLED, reason=reason, by="job")
+        self.delete_delivery(attempt)
+        log.info("step run %s stopped: %s", attempt.claimed.id, reason)
+        return Outcome("cancelled", reason, attempt.claimed.id)
 
-    def cancel_job(self, lease: Lease, reason: str) -> Outcome:
-        claimed = lease.claimed
+    def cancel_job(self, attempt: Attempt, reason: str) -> Outcome:
+        claimed = attempt.claimed
         ended: Ended | None = None
         with self.conn.transaction():
             # fenced like a checkpoint: a stale attempt cancels nothing (invariant 16)
@@ -363,30 +332,23 @@ class Failures:
                 ended = job_ended(
                     self.conn, self.transport, claimed.job_id, cancel_rest=False, free_slots=True
                 )
-                store.attempt_event_insert(
-                    self.conn,
-                    EventKind.CANCELLED,
-                    claimed,
-                    worker=self.worker,
-                    ran=lease.ran(),
-                    detail={"reason": reason, "by": "step"},
-                )
+                attempt.record(self.conn, EventKind.CANCELLED, reason=reason, by="step")
         if ended is None:
-            return self.fenced(lease, f"lease lost before cancelling the job: {reason}")
+            return self.fenced(attempt, f"lease lost before cancelling the job: {reason}")
         ended.announced.publish_after_commit(self.conn)
-        self.delete_delivery(lease)
+        self.delete_delivery(attempt)
         return Outcome("cancelled", reason, claimed.id, ended_job=claimed.job_id)
 
-    def failed(self, step: Step, lease: Lease, exc: Exception) -> Outcome:
+    def failed(self, attempt: Attempt, exc: Exception) -> Outcome:
         """The step raised: retry it (under its cap), or end it and fail the job.
 
         A step run ends ``dead``: dead-lettered with one alert when it failed
         (attempts exhausted, ``Fail``), or with no dead letter and no alert
         when it refused its input data (``Reject``, outcome ``rejected``).
         """
-        claimed = lease.claimed
+        claimed = attempt.claimed
         conn = self.conn
-        policy = step.retry or self.default_policy
+        policy = attempt.step.retry or self.default_policy
         error = error_record(exc, claimed.attempt)
         rejected = isinstance(exc, Reject)
         permanent = rejected or isinstance(exc, (Fail, DefinitionError))
@@ -404,10 +366,10 @@ class Failures:
                     raise_fenced = True
                 else:
                     raise_fenced = False
-                    announced = self._retried(lease, due, delay, error)
+                    announced = self._retried(attempt, due, delay, error)
                 kind = "retried"
             else:
-                ended = self._end_job(step, lease, error, rejected=rejected)
+                ended = self._end_job(attempt, error, rejected=rejected)
                 raise_fenced = ended is None
                 if ended is not None:
                     announced, alerted = ended
@@ -417,18 +379,15 @@ class Failures:
                     # the slot held by this step run is free in this commit (an
                     # ended job freed its slots already)
                     announced += announce_freed(conn, self.transport, [claimed.job_id])
-                self.ack_in_commit(lease, conn)
+                self.ack_in_commit(attempt, conn)
         if raise_fenced:
-            return self.fenced(lease, f"lease lost before recording failure: {exc}")
-        announced.publish_after_commit(conn)
-        self.ack_after_commit(lease)
-        if alerted:
-            self.alerts.wake()
+            return self.fenced(attempt, f"lease lost before recording failure: {exc}")
+        self._committed(attempt, announced, alerted)
         log.log(
             {"dead": logging.ERROR, "rejected": logging.WARNING}.get(kind, logging.INFO),
             "step run %s (%s) attempt %d failed (%s): %s",
             claimed.id,
-            step.name,
+            attempt.step.name,
             claimed.attempt,
             kind,
             # the first line: a driver's DETAIL lines may quote a row's values (a document's)
@@ -438,64 +397,48 @@ class Failures:
         return Outcome(kind, error["message"], claimed.id, ended_job=ended_job)
 
     def _end_job(
-        self, step: Step, lease: Lease, error: dict[str, Any], *, rejected: bool
+        self, attempt: Attempt, error: dict[str, Any], *, rejected: bool
     ) -> tuple[Announced, bool] | None:
         """End the step run and fail its job, in the caller's transaction.
 
-        A failure is dead-lettered with its alert (``True``: one was recorded);
+        A failure is dead-lettered with its alert (``True``: one was recorded,
+        :func:`~engine.runner.dead_letter.dead_letter_step`, as the sweeper's);
         a rejection of the step's input data records only that it was rejected.
         ``None``: the lease was lost and nothing was written (invariant 16).
         """
         conn = self.conn
-        claimed = lease.claimed
+        claimed = attempt.claimed
         if not store.step_dead_if_leased(conn, claimed, error):
             return None
         summary = f"{error['type']}: {error['message'][:500]}"
-        alerted = False
         if rejected:
-            reason = summary
-            store.attempt_event_insert(
+            attempt.record(conn, EventKind.REJECTED, reason=summary)
+            # the data's decision: `engine retry` refuses it, a parent sees Child.rejected
+            ended = fail_job(
                 conn,
-                EventKind.REJECTED,
-                claimed,
+                self.transport,
+                claimed.job_id,
                 worker=self.worker,
-                ran=lease.ran(),
-                detail={"reason": reason},
+                error=f"step {attempt.step.name}: {summary}",
+                free_slots=True,
+                rejected=True,
             )
+            alerted = False
         else:
-            attempt = attempt_label(
+            label = attempt_label(
                 claimed.attempt, claimed.max_attempts, claimed.attempt_base, claimed.retries
             )
-            reason = f"{summary} ({attempt})"
-            dead_letter = store.dead_letter_insert_step(
+            ended, alerted = dead_letter_step(
                 conn,
+                self.transport,
+                self.alerts,
                 job_id=claimed.job_id,
                 step_run_id=claimed.id,
-                reason=reason,
+                step=attempt.step.name,
+                reason=f"{summary} ({label})",
                 error=error,
-            )
-            # in this transaction: no dead letter commits without its alert
-            alerted = self.alerts.record(conn, dead_letter)
-            store.attempt_event_insert(
-                conn,
-                EventKind.DEAD_LETTERED,
-                claimed,
                 worker=self.worker,
-                ran=lease.ran(),
-                detail={"reason": reason},
+                record=attempt.record,
+                free_slots=True,
             )
-        store.job_finish_if_active_logged(
-            conn,
-            claimed.job_id,
-            JobStatus.FAILED,
-            event=EventKind.JOB_FAILED,
-            worker=self.worker,
-            error=f"step {step.name}: {reason}",
-        )
-        if rejected:
-            # the data's decision: `engine retry` refuses it, a parent sees Child.rejected
-            store.job_mark_rejected_if_failed(conn, claimed.job_id)
-        # a failed job leaves nothing running: its children and the step's
-        # siblings are cancelled, the slots they held freed
-        ended = job_ended(conn, self.transport, claimed.job_id, cancel_rest=True, free_slots=True)
-        return ended.announced, alerted
+        return (Announced(self.transport) if ended is None else ended.announced), alerted

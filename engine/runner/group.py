@@ -50,7 +50,7 @@ from engine.transports.announce import Announced
 from engine.transports.base import Transport
 
 if TYPE_CHECKING:
-    from engine.runner.lease import Lease
+    from engine.runner.attempt import Attempt
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class GroupCommit:
         conn: psycopg.Connection[Any],
         transport: Transport,
         window_s: float,
-        give_back: Callable[[list[Lease]], None] | None = None,
+        give_back: Callable[[list[Attempt]], None] | None = None,
     ) -> None:
         self.conn = conn
         self.transport = transport
@@ -88,7 +88,7 @@ class GroupCommit:
         self.times = StepTimes()
         # what releases, at no charge, the step runs a lost group had checkpointed
         self._give_back = give_back
-        self._checkpointed: list[Lease] = []
+        self._checkpointed: list[Attempt] = []
         # step runs of a group that was rolled back (their eager successors too):
         # none of them exists as the group left it, so none is to be run now
         self.lost: set[uuid.UUID] = set()
@@ -133,17 +133,17 @@ class GroupCommit:
         announced: Announced | None = None,
         receipt: str | None = None,
         then: Callable[[], None] | None = None,
-        lease: Lease | None = None,
+        attempt: Attempt | None = None,
         successor: uuid.UUID | None = None,
     ) -> None:
         """What a member's checkpoint leaves for after the group's commit.
 
-        ``lease``: the member whose checkpoint waits for this commit, given back
+        ``attempt``: the member whose checkpoint waits for this commit, given back
         (at no charge) should the group be rolled back; ``successor``: the eager
         successor its checkpoint claimed, which is then lost with it.
         """
-        if lease is not None:
-            self._checkpointed.append(lease)
+        if attempt is not None:
+            self._checkpointed.append(attempt)
         if successor is not None:
             self._successors.append(successor)
         if announced is not None:

@@ -10,11 +10,10 @@ raises) and its commit would be refused anyway (invariant 5). A visibility
 extension that fails only means "this copy of the message is lost": the
 database lease is the truth, and a redelivered copy finds it held.
 
-A :class:`Lease` is one attempt: it also keeps when its step started and
-stopped running (a step run claimed in a batch waits its turn first), which
-the events of the attempt record on the database's clock through the slot's
-:class:`DbClock` (a renewal says whether it has started yet; the event ending
-it, when it ran), for the run report's timeline.
+A :class:`Lease` is what the heartbeat renews, and only the heartbeat
+writes it; the attempt it belongs to (:mod:`engine.runner.attempt`) owns its
+timing (:mod:`engine.runner.timing`), which a renewal reads to say whether
+its step has started yet, for the run report's timeline.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -35,104 +33,37 @@ from engine.errors import Contention
 from engine.infra import logs, metrics
 from engine.infra.outage import is_outage
 from engine.runner.context import StopSignal
+from engine.runner.timing import DbClock, Timing
 from engine.store import Claimed, Ran, db
 from engine.store.status import EventKind
 from engine.transports.base import Transport
 
+__all__ = ["DbClock", "Heartbeat", "Lease"]
+
 log = logging.getLogger(__name__)
-
-
-class DbClock:
-    """The database's clock as one slot reads it, for when its steps ran (invariant 3).
-
-    One anchor: a moment of the database's clock the slot was told (a claim's
-    ``clock_timestamp()``, from its lease's expiry) and the worker's monotonic
-    moment just before it sent the claim. A monotonic moment of the slot maps
-    onto the database's clock by that one offset, so the moments of one slot
-    keep their order exactly (a batch's step runs, one after another, never
-    overlap), and no worker's wall clock is used. The anchor errs late, by
-    the claim's way there (a few milliseconds at most, so a bar may end a
-    little after the event that ended it): of the claims seen, the one that
-    errs least is kept (a step run's moments are converted one by one, so
-    the anchor only moves between them). It is taken afresh after
-    ``refresh_s``, so that drift between the two clocks stays negligible.
-    """
-
-    def __init__(self, refresh_s: float = 300.0) -> None:
-        self._refresh_s = refresh_s
-        self._anchor: tuple[datetime, float] | None = None
-        self._taken = 0.0
-        self._given: tuple[float, datetime] | None = None  # the latest moment converted
-        self._lock = threading.Lock()  # the slot and its heartbeat convert moments
-
-    def saw(self, db_time: datetime, sent: float) -> None:
-        """The database's clock read ``db_time`` after the monotonic moment ``sent``."""
-        with self._lock:
-            if self._anchor is None or sent - self._taken > self._refresh_s:
-                self._anchor, self._taken = (db_time, sent), sent
-                return
-            # the smaller the database's lead over the send, the closer to its true offset
-            anchor_db, anchor_mono = self._anchor
-            if db_time - timedelta(seconds=sent) < anchor_db - timedelta(seconds=anchor_mono):
-                self._anchor = (db_time, sent)
-
-    def claimed(self, claimed: Claimed, lease_s: float, sent: float) -> None:
-        """A claim sent at ``sent``: its lease expires ``lease_s`` after its database time."""
-        self.saw(claimed.lease_expires_at - timedelta(seconds=lease_s), sent)
-
-    def at(self, mono: float) -> datetime | None:
-        """``mono`` (a monotonic moment) on the database's clock; ``None``: no anchor yet.
-
-        A better anchor moves the offset back by the error it saves (tens of
-        milliseconds on a loaded machine): a moment later than one already
-        given is never put before it, so the bars of one slot never overlap.
-        """
-        with self._lock:
-            if self._anchor is None:
-                return None
-            db_time, anchor = self._anchor
-            at = db_time + timedelta(seconds=mono - anchor)
-            if self._given is not None and mono >= self._given[0]:
-                at = max(at, self._given[1])
-                self._given = (mono, at)
-            elif self._given is None:
-                self._given = (mono, at)
-            return at
 
 
 @dataclass
 class Lease:
-    """A claimed step run as the heartbeat sees it."""
+    """A claimed step run as the heartbeat sees it: written by the heartbeat alone.
+
+    ``timing`` is its attempt's (:class:`~engine.runner.timing.Timing`), which
+    the heartbeat only reads: whether the step started, whether it is finishing.
+    """
 
     claimed: Claimed
     # the delivery it came with; None for an eager successor (no message:
     # the lease alone keeps it, and the sweeper announces it if that lapses)
     receipt: str | None
+    timing: Timing = field(default_factory=Timing)
     stop: StopSignal = field(default_factory=StopSignal)
-    # set just before the checkpoint: a failed renewal then is the commit
-    # itself having cleared the token, not a lost lease
-    finishing: bool = False
     renewals: int = 0
     copy_lost: bool = False
     next_beat: float = 0.0
-    # when its step started and stopped running on this slot (monotonic): a step
-    # run claimed in a batch waits its turn first, and the timeline must not
-    # draw that wait as running (the event ending the attempt records them)
-    started: float | None = None
-    stopped: float | None = None
-    clock: DbClock | None = None  # its slot's, which turns those onto the database's clock
 
     def ran(self) -> Ran | None:
-        """When the step ran, for an event of this attempt; ``None``: no clock to tell it."""
-        if self.clock is None:
-            return None
-        if self.started is None:
-            return Ran()
-        started_at = self.clock.at(self.started)
-        if started_at is None:
-            return None
-        ran_s = None if self.stopped is None else max(self.stopped - self.started, 0.0)
-        return Ran(started_at, ran_s)
+        """When the step ran, for an event of this attempt (:meth:`Timing.ran`)."""
+        return self.timing.ran()
 
 
 class Heartbeat:
@@ -255,7 +186,7 @@ class Heartbeat:
             self._conn, claimed.id, claimed.token, self._settings.lease_s
         )
         with self._lock:
-            still_ours = self._watching(lease) and not lease.finishing
+            still_ours = self._watching(lease) and not lease.timing.finishing
         if expires is None:
             if still_ours:
                 state = store.step_select_status(self._conn, claimed.id)

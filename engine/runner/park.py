@@ -26,8 +26,8 @@ from typing import Any
 
 from engine import store
 from engine.errors import LeaseLost
+from engine.runner.attempt import Attempt
 from engine.runner.failures import Failures
-from engine.runner.lease import Lease
 from engine.runner.outcome import Outcome
 from engine.store.status import EventKind
 from engine.transports.announce import Announced, announce
@@ -45,7 +45,7 @@ class Park:
         self.transport = failures.transport
         self.worker = failures.worker
 
-    def _parked(self, lease: Lease, parked: store.Parked, detail: dict[str, Any]) -> Announced:
+    def _parked(self, attempt: Attempt, parked: store.Parked, detail: dict[str, Any]) -> Announced:
         """What follows a park, in its transaction: what it resumes or frees, its event, the ack.
 
         ``parked`` came back ``pending`` when what it waits for arrived meanwhile:
@@ -55,7 +55,7 @@ class Park:
         announced here; whatever ends the wait without a claim (a cancel, its
         job failing, the sweeper) announces them.
         """
-        claimed = lease.claimed
+        claimed = attempt.claimed
         conn = self.conn
         resumed = parked.status == "pending"
         if resumed:
@@ -65,19 +65,12 @@ class Park:
         else:
             announced = Announced(self.transport)
         until = parked.wait_until.isoformat() if parked.wait_until else None
-        store.attempt_event_insert(
-            conn,
-            EventKind.WAITING,
-            claimed,
-            worker=self.worker,
-            ran=lease.ran(),
-            detail={**detail, "until": until, "resumed": resumed},
-        )
-        self.failures.ack_in_commit(lease, conn)
+        attempt.record(conn, EventKind.WAITING, **detail, until=until, resumed=resumed)
+        self.failures.ack_in_commit(attempt, conn)
         return announced
 
-    def wait(self, lease: Lease, wait: Wait) -> Outcome:
-        claimed = lease.claimed
+    def wait(self, attempt: Attempt, wait: Wait) -> Outcome:
+        claimed = attempt.claimed
         conn = self.conn
         announced = Announced(self.transport)
         with conn.transaction():
@@ -97,21 +90,21 @@ class Park:
                 if wait.summary is not None:
                     # the history keeps what was shown to the approver, whatever comes after
                     detail["summary"] = wait.summary
-                announced = self._parked(lease, parked, detail)
+                announced = self._parked(attempt, parked, detail)
         if parked is None:
-            return self.failures.fenced(lease, f"lease lost before the step could wait: {wait}")
+            return self.failures.fenced(attempt, f"lease lost before the step could wait: {wait}")
         announced.publish_after_commit(conn)
-        self.failures.ack_after_commit(lease)
+        self.failures.ack_after_commit(attempt)
         log.info("step run %s (%s) %s", claimed.id, claimed.step, wait)
         return Outcome("waiting", str(wait), claimed.id)
 
-    def wait_children(self, lease: Lease, wait: Wait, commit: Callable[[], None]) -> Outcome:
+    def wait_children(self, attempt: Attempt, wait: Wait, commit: Callable[[], None]) -> Outcome:
         """Park for the children in the step's open transaction, then ``commit`` it.
 
         Raises :class:`LeaseLost` (the caller rolls back) when the job is no
         longer active or the lease token changed: the children go too.
         """
-        claimed = lease.claimed
+        claimed = attempt.claimed
         conn = self.conn
         # the one lock order: the job row, the children rows, then the step run
         if not store.job_lock_if_active(conn, claimed.job_id):
@@ -123,9 +116,9 @@ class Park:
         if parked is None:
             raise LeaseLost(f"lease lost before the step could wait: {wait}")
         # the last child may have ended between the step's look and now
-        announced = self._parked(lease, parked, {"children": True})
+        announced = self._parked(attempt, parked, {"children": True})
         commit()
         announced.publish_after_commit(conn)
-        self.failures.ack_after_commit(lease)
+        self.failures.ack_after_commit(attempt)
         log.info("step run %s (%s) %s", claimed.id, claimed.step, wait)
         return Outcome("waiting", str(wait), claimed.id)

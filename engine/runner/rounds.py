@@ -22,6 +22,11 @@ step returned (the body is not called again), on the path that gives each
 its own savepoint and its own tries; a connection lost loses the round, as
 it would lose one step.
 
+A :class:`Round` is one such round: made by the slot's runner
+(:mod:`engine.runner.delivery`) with its attempts, it holds what the round
+shares (the slot's connection, its group's transaction) and takes each
+attempt from its call to its outcome through the executor's collaborators.
+
 Only the PostgreSQL transport (whose messages and deletes commit in the same
 transaction) takes this path, and only one step run per job per round (a
 second one of the same job must see the first one's scheduling).
@@ -40,25 +45,16 @@ import psycopg
 
 from engine import store
 from engine.errors import StoreError
-from engine.flow import Flow, Step
+from engine.flow import Step
 from engine.infra import faults, logs, metrics
-from engine.jobs.plan import Outputs
+from engine.runner.attempt import Attempt
 from engine.runner.checkpoint import FollowUp, hands_on
 from engine.runner.execution import Executor
-from engine.runner.lease import Lease
 from engine.runner.outcome import Outcome
 
+__all__ = ["Round", "pure"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RoundMember:
-    """A claimed step run of the round, its lease watched until its outcome."""
-
-    flow: Flow
-    step: Step
-    lease: Lease
-    known: Outputs
 
 
 def pure(step: Step) -> bool:
@@ -68,7 +64,7 @@ def pure(step: Step) -> bool:
 
 @dataclass
 class _Computed:
-    member: RoundMember
+    attempt: Attempt
     output: dict[str, Any]  # as its checkpoint stores it, checked by its own attempt
     started: float
     ran: float  # the step's own call: what decides whether it is quick
@@ -76,171 +72,172 @@ class _Computed:
 
 @dataclass
 class _Followed:
-    member: RoundMember
+    attempt: Attempt
     follow: FollowUp
     started: float
     ran: float
 
 
-def run_round(executor: Executor, members: list[RoundMember]) -> list[Outcome]:
-    """Run ``members`` (pure, quick, of distinct jobs, in job order); an outcome for each.
+class Round:
+    """``attempts`` (pure, quick, of distinct jobs, in job order) checkpointed together.
 
-    Each outcome carries the eager successor its checkpoint claimed, if any.
+    Made once per round by the slot's runner; :meth:`run` returns an outcome
+    for each attempt, each carrying the eager successor its checkpoint
+    claimed, if any.
     """
-    conn = executor.conn
-    group = executor.group
-    group.commit()  # nothing of an earlier group shares this round's transaction
-    group.begin(members[0].flow.name, members[0].step.name)
-    computed: list[_Computed] = []
-    failed: list[tuple[RoundMember, Exception, float]] = []
-    for member in members:
-        claimed = member.lease.claimed
+
+    def __init__(self, executor: Executor, attempts: list[Attempt]) -> None:
+        self.executor = executor
+        self.attempts = attempts
+        self.conn = executor.conn
+        self.group = executor.group
+        self.worker = executor.worker
+        self.computed: list[_Computed] = []
+        self.failed: list[tuple[Attempt, Exception, float]] = []  # the step raised
+        self.results: dict[int, Outcome] = {}  # by id() of the attempt
+
+    def run(self) -> list[Outcome]:
+        self.group.commit()  # nothing of an earlier group shares this round's transaction
+        first = self.attempts[0]
+        self.group.begin(first.flow.name, first.step.name)
+        for attempt in self.attempts:
+            self._compute(attempt)
+        try:
+            followed, fenced = self._checkpoint()
+        except Exception as exc:
+            return self._failed(exc)
+        self.group.commit()
+        faults.hit("after_commit")
+        waiting: list[uuid.UUID] = []
+        for f in followed:
+            outcome = Outcome(
+                "done", step_run_id=f.attempt.claimed.id, continuation=f.follow.continuation()
+            )
+            if (successor := f.follow.waiting_successor()) is not None:
+                waiting.append(successor)
+            # quick or not by its own call: the round's shared statements are not its own
+            self._ended(f.attempt, outcome, f.started, f.ran)
+        if waiting:
+            self.executor.announce_waiting(waiting)
+        for attempt, started in fenced:
+            claimed = attempt.claimed
+            with logs.step_run(claimed, lease_owner=self.worker):
+                outcome = self.executor.failures.fenced(
+                    attempt, f"checkpoint of step run {claimed.id} refused: lease token changed"
+                )
+            self._ended(attempt, outcome, started)
+        return self._outcomes()
+
+    def _compute(self, attempt: Attempt) -> None:
+        """Call ``attempt``'s step in the round's transaction."""
         started = time.monotonic()
-        with logs.step_run(claimed, lease_owner=executor.worker):
-            metrics.step_started(claimed)
+        with logs.step_run(attempt.claimed, lease_owner=self.worker):
+            metrics.step_started(attempt.claimed)
             try:
-                with executor.running(member.lease):
-                    output = executor.compute(member.flow, member.step, member.lease, member.known)
+                with self.executor.running(attempt):
+                    output = self.executor.compute(attempt)
             except Exception as exc:
-                failed.append((member, exc, started))
-                if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                self.failed.append((attempt, exc, started))
+                if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                     # its input read failed (a statement timeout, a cancel) and took
                     # the round's transaction with it; nothing of the round is written
                     # yet (its members only read), so the rest go on in a fresh one
                     # and are charged nothing: only this one pays, as alone
-                    group.rollback()
-                    group.begin(member.flow.name, member.step.name)
+                    self.group.rollback()
+                    self.group.begin(attempt.flow.name, attempt.step.name)
             else:
-                computed.append(_Computed(member, output, started, time.monotonic() - started))
-    followed: list[_Followed] = []
-    fenced: list[tuple[RoundMember, float]] = []
-    try:
+                self.computed.append(
+                    _Computed(attempt, output, started, time.monotonic() - started)
+                )
+
+    def _checkpoint(self) -> tuple[list[_Followed], list[tuple[Attempt, float]]]:
+        """Every checkpoint in one message, then what each leads to in one batch (not
+        committed); the attempts followed up, and those whose checkpoint was refused."""
+        conn = self.conn
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
             raise StoreError("a statement reading a step's inputs failed")
         done = store.checkpoint_put_many_if_leased(
             conn,
             [
                 store.Checkpoint(
-                    step_run_id=c.member.lease.claimed.id,
-                    job_id=c.member.lease.claimed.job_id,
-                    token=c.member.lease.claimed.token,
+                    step_run_id=c.attempt.claimed.id,
+                    job_id=c.attempt.claimed.job_id,
+                    token=c.attempt.claimed.token,
                     output=c.output,
-                    with_output=hands_on(c.member.flow, c.member.lease.claimed),
-                    ran=c.member.lease.ran(),
+                    with_output=hands_on(c.attempt.flow, c.attempt.claimed),
+                    ran=c.attempt.ran(),
                 )
-                for c in computed
+                for c in self.computed
             ],
-            executor.worker,
+            self.worker,
         )
+        followed: list[_Followed] = []
+        fenced: list[tuple[Attempt, float]] = []
         batch = store.Batch(conn)
-        for c, checkpointed in zip(computed, done, strict=True):
-            claimed = c.member.lease.claimed
+        for c, checkpointed in zip(self.computed, done, strict=True):
             if checkpointed is None:
-                fenced.append((c.member, c.started))
+                fenced.append((c.attempt, c.started))
                 continue
-            with logs.step_run(claimed, lease_owner=executor.worker):
-                follow = executor.follow_up(
-                    c.member.flow, claimed, c.member.lease, checkpointed, batch
-                )
-                group.after_commit(follow.announced)
+            with logs.step_run(c.attempt.claimed, lease_owner=self.worker):
+                follow = self.executor.follow_up(c.attempt, checkpointed, batch)
+                self.group.after_commit(follow.announced)
                 if follow.ended_job is not None:
-                    group.after_commit(then=partial(executor.render_after_end, follow.ended_job))
-            followed.append(_Followed(c.member, follow, c.started, c.ran))
+                    self.group.after_commit(
+                        then=partial(self.executor.render_after_end, follow.ended_job)
+                    )
+            followed.append(_Followed(c.attempt, follow, c.started, c.ran))
         faults.hit("in_commit")
         batch.send()
-    except Exception as exc:
-        return _round_failed(executor, members, computed, failed, exc)
-    group.commit()
-    faults.hit("after_commit")
-    results: dict[int, Outcome] = {}
-    waiting: list[uuid.UUID] = []
-    for f in followed:
-        claimed = f.member.lease.claimed
-        outcome = Outcome("done", step_run_id=claimed.id, continuation=f.follow.continuation())
-        if (successor := f.follow.waiting_successor()) is not None:
-            waiting.append(successor)
-        # quick or not by its own call: the round's shared statements are not its own
-        _ended(executor, f.member, outcome, f.started, f.ran)
-        results[id(f.member)] = outcome
-    if waiting:
-        executor.announce_waiting(waiting)
-    for member, started in fenced:
-        claimed = member.lease.claimed
-        with logs.step_run(claimed, lease_owner=executor.worker):
-            outcome = executor.failures.fenced(
-                member.lease, f"checkpoint of step run {claimed.id} refused: lease token changed"
-            )
-        _ended(executor, member, outcome, started)
-        results[id(member)] = outcome
-    for member, raised, started in failed:
-        results[id(member)] = _not_checkpointed(executor, member, raised, started)
-    return [results[id(member)] for member in members]
+        return followed, fenced
 
+    def _outcomes(self) -> list[Outcome]:
+        """The failures of the steps that raised (after the commit, as alone), then every
+        outcome in the round's order."""
+        for attempt, step_exc, started in self.failed:
+            self._not_checkpointed(attempt, step_exc, started)
+        return [self.results[id(attempt)] for attempt in self.attempts]
 
-def _not_checkpointed(
-    executor: Executor, member: RoundMember, exc: Exception, started: float
-) -> Outcome:
-    """A step that raised: its failure handled after the round's commit, as alone."""
-    claimed = member.lease.claimed
-    with logs.step_run(claimed, lease_owner=executor.worker):
-        outcome = executor.not_checkpointed(member.step, member.lease, exc)
-        if outcome.ended_job is not None:
-            executor.render_after_end(outcome.ended_job)
-    _ended(executor, member, outcome, started)
-    return outcome
+    def _not_checkpointed(self, attempt: Attempt, exc: Exception, started: float) -> None:
+        """A step that raised: its failure handled after the round's commit, as alone."""
+        with logs.step_run(attempt.claimed, lease_owner=self.worker):
+            outcome = self.executor.not_checkpointed(attempt, exc)
+            if outcome.ended_job is not None:
+                self.executor.render_after_end(outcome.ended_job)
+        self._ended(attempt, outcome, started)
 
+    def _ended(
+        self, attempt: Attempt, outcome: Outcome, started: float, ran: float | None = None
+    ) -> None:
+        claimed = attempt.claimed
+        self.executor.heartbeat.unwatch(attempt.lease)
+        took = time.monotonic() - started
+        metrics.step_ended(claimed, outcome.kind, took)
+        if outcome.kind == "done":
+            self.group.times.record(claimed.flow, claimed.step, took if ran is None else ran)
+        self.results[id(attempt)] = outcome
 
-def _ended(
-    executor: Executor,
-    member: RoundMember,
-    outcome: Outcome,
-    started: float,
-    ran: float | None = None,
-) -> None:
-    claimed = member.lease.claimed
-    executor.heartbeat.unwatch(member.lease)
-    took = time.monotonic() - started
-    metrics.step_ended(claimed, outcome.kind, took)
-    if outcome.kind == "done":
-        executor.group.times.record(claimed.flow, claimed.step, took if ran is None else ran)
-
-
-def _round_failed(
-    executor: Executor,
-    members: list[RoundMember],
-    computed: list[_Computed],
-    failed: list[tuple[RoundMember, Exception, float]],
-    exc: Exception,
-) -> list[Outcome]:
-    """A statement of the round failed: nothing of it commits; each goes again alone."""
-    conn = executor.conn
-    results: dict[int, Outcome] = {}
-    if conn.broken or conn.closed:
-        # the server ended our session: nothing committed, as for a single step
-        executor.group.abandon()
-        lost = [(c.member, c.started) for c in computed] + [(m, s) for m, _, s in failed]
-        for member, started in lost:
-            claimed = member.lease.claimed
-            with logs.step_run(claimed, lease_owner=executor.worker):
-                outcome = executor.failures.disconnected(member.lease, exc)
-            _ended(executor, member, outcome, started)
-            results[id(member)] = outcome
-        return [results[id(member)] for member in members]
-    else:
-        executor.group.rollback()
+    def _failed(self, exc: Exception) -> list[Outcome]:
+        """A statement of the round failed: nothing of it commits; each goes again alone."""
+        conn = self.conn
+        if conn.broken or conn.closed:
+            # the server ended our session: nothing committed, as for a single step
+            self.group.abandon()
+            lost = [(c.attempt, c.started) for c in self.computed]
+            lost += [(a, s) for a, _, s in self.failed]
+            for attempt, started in lost:
+                with logs.step_run(attempt.claimed, lease_owner=self.worker):
+                    outcome = self.executor.failures.disconnected(attempt, exc)
+                self._ended(attempt, outcome, started)
+            return [self.results[id(attempt)] for attempt in self.attempts]
+        self.group.rollback()
         log.warning(
             "a round of %d checkpoints was rolled back (%s); its step runs go again one by one",
-            len(computed),
+            len(self.computed),
             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
         )
-        for c in computed:
+        for c in self.computed:
             # its output kept: only its checkpoint is written again, alone, the body is
             # not called again (invariant 20; a step without a context wrote nothing else)
-            outcome = executor.run(
-                c.member.flow, c.member.step, c.member.lease, c.member.known, c.output
-            )
-            results[id(c.member)] = outcome
-        executor.group.commit()
-    for member, step_exc, started in failed:
-        results[id(member)] = _not_checkpointed(executor, member, step_exc, started)
-    return [results[id(member)] for member in members]
+            self.results[id(c.attempt)] = self.executor.run(c.attempt, c.output)
+        self.group.commit()
+        return self._outcomes()

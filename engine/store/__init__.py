@@ -12,7 +12,8 @@ One module and one ``sql/<name>.sql`` per table or concept, holding every
 statement that writes it, whoever calls it (``claims`` and ``leases`` share
 ``sql/step_runs.sql``):
 
-- ``step_runs``: insert, checkpoint, retry, dead, park and wake, cancel;
+- ``step_runs``: insert, checkpoint, retry, dead, cancel;
+- ``step_waits``: park under the lease, wake by signal, deadline or child;
 - ``claims``: a step run taken by one worker (one delivery, a batch of them,
   an eager successor), with a fresh lease token and one attempt;
 - ``leases``: renewed or given back, only by the current token's holder;
@@ -96,5 +97,6 @@ from engine.store.search import *  # noqa: F403
 from engine.store.server import *  # noqa: F403
 from engine.store.signals import *  # noqa: F403
 from engine.store.step_runs import *  # noqa: F403
+from engine.store.step_waits import *  # noqa: F403
 from engine.store.tags import *  # noqa: F403
 from engine.store.workers import *  # noqa: F403

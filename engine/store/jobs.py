@@ -27,11 +27,8 @@ from engine.store.rows import (
     Reopen,
     column,
 )
-from engine.store.step_runs import (
-    step_cancel_by_job,
-    step_reopen_by_job,
-    step_wait_children_if_reopened,
-)
+from engine.store.step_runs import step_cancel_by_job, step_reopen_by_job
+from engine.store.step_waits import step_wait_children_if_reopened
 
 __all__ = [
     "job_cancel_descendants",

@@ -1,11 +1,12 @@
-"""Step runs: inserted (with their outbox rows), checkpointed, retried, parked, woken.
+"""Step runs: inserted (with their outbox rows), checkpointed, retried, dead, cancelled.
 
 Each guarded statement returns a typed outcome; zero rows is never a silent
 ``None`` for the caller to forget (``False`` or ``None`` from a fenced write
 means "lease lost"). A step run is checkpointed, retried, dead-lettered or
 parked only while its lease token is current (invariants 5 and 16). It is
 claimed in :mod:`engine.store.claims` and its lease renewed or released in
-:mod:`engine.store.leases`, whose statements share ``sql/step_runs.sql``.
+:mod:`engine.store.leases`, whose statements share ``sql/step_runs.sql``; it
+waits and is woken in :mod:`engine.store.step_waits` (``sql/step_waits.sql``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from engine.store import prepared
-from engine.store.batch import Batch, Executes, Reply
+from engine.store.batch import Executes
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
 from engine.store.rows import (
@@ -32,12 +33,9 @@ from engine.store.rows import (
     Claimed,
     ExpiredExhausted,
     NewStepRun,
-    Parked,
     Ran,
     StepCounts,
     StepState,
-    WaitingForSignal,
-    WaitState,
     column,
 )
 
@@ -46,7 +44,6 @@ __all__ = [
     "checkpoint_put_many_if_leased",
     "step_cancel_by_job",
     "step_cancel_if_job_ended_many",
-    "step_count_awaiting_signal",
     "step_count_by_status",
     "step_counts_by_job",
     "step_dead_if_expired_exhausted_many",
@@ -58,20 +55,16 @@ __all__ = [
     "step_run_insert_many_announced",
     "step_run_insert_many_with_outbox",
     "step_savepoint_rollback",
-    "step_select_awaiting_signal",
-    "step_select_children_timed_out",
     "step_select_queue_lag",
     "step_select_status",
-    "step_wait_children_if_leased",
-    "step_wait_children_if_reopened",
-    "step_wait_if_leased",
-    "step_wake_by_signal",
-    "step_wake_if_due_many",
-    "step_wake_parent",
-    "step_wake_parent_batched",
 ]
 
 _q = load("step_runs")
+
+
+def _fenced(claimed: Claimed, **params: Any) -> dict[str, Any]:
+    """The parameters of a write guarded by ``claimed``'s lease (its row, job and token)."""
+    return {"id": claimed.id, "job_id": claimed.job_id, "token": claimed.token, **params}
 
 
 def _runs_params(
@@ -230,14 +223,7 @@ def step_retry_if_leased(
 ) -> datetime | None:
     """Back to pending after ``delay_s``; the time it becomes due, or ``None`` (lease lost)."""
     row = conn.execute(
-        _q["step_retry_if_leased"],
-        {
-            "id": claimed.id,
-            "job_id": claimed.job_id,
-            "token": claimed.token,
-            "delay_s": delay_s,
-            "error": Jsonb(error),
-        },
+        _q["step_retry_if_leased"], _fenced(claimed, delay_s=delay_s, error=Jsonb(error))
     ).fetchone()
     return None if row is None else column(row, "available_at")
 
@@ -253,7 +239,7 @@ def step_release_charged_if_leased(
     releases are spent); when it becomes due, or ``None`` (lease lost, or at its cap)."""
     row = conn.execute(
         _q["step_release_charged_if_leased"],
-        {"id": claimed.id, "token": claimed.token, "delay_s": delay_s, "error": Jsonb(error)},
+        _fenced(claimed, delay_s=delay_s, error=Jsonb(error)),
     ).fetchone()
     return None if row is None else column(row, "available_at")
 
@@ -263,10 +249,7 @@ def step_dead_if_leased(
     conn: psycopg.Connection[Any], claimed: Claimed, error: dict[str, Any]
 ) -> bool:
     """Dead-letter the step run while our lease is current; ``False``: the lease was lost."""
-    cur = conn.execute(
-        _q["step_dead_if_leased"],
-        {"id": claimed.id, "job_id": claimed.job_id, "token": claimed.token, "error": Jsonb(error)},
-    )
+    cur = conn.execute(_q["step_dead_if_leased"], _fenced(claimed, error=Jsonb(error)))
     return cur.rowcount == 1
 
 
@@ -326,17 +309,6 @@ def step_reopen_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list
 
 
 @wrap_errors
-def step_wait_children_if_reopened(conn: psycopg.Connection[Any], step_run_id: uuid.UUID) -> bool:
-    """A reopened step run waits for its reopened children; ``False``: it stays pending.
-
-    It keeps its concurrency key's slot if one is free now (its children then
-    run inside it); it stays pending when none of its children is active.
-    """
-    row = conn.execute(_q["step_wait_children_if_reopened"], {"id": step_run_id}).fetchone()
-    return row is not None
-
-
-@wrap_errors
 def step_select_queue_lag(conn: psycopg.Connection[Any]) -> float:
     """Seconds the oldest step run claimable now has waited; 0.0 when none is."""
     row = conn.execute(_q["step_select_queue_lag"]).fetchone()
@@ -349,135 +321,3 @@ def step_count_by_status(conn: psycopg.Connection[Any]) -> dict[str, int]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_count_by_status"])
         return {str(r["status"]): int(r["n"]) for r in cur}
-
-
-@wrap_errors
-def step_wait_if_leased(
-    conn: psycopg.Connection[Any],
-    claimed: Claimed,
-    *,
-    signal: str | None,
-    timeout_s: float | None,
-    until: datetime | None,
-    past: tuple[datetime | None, ...] = (),
-    summary: dict[str, Any] | None = None,
-) -> Parked | None:
-    """Park the step run (lease gone, attempt back) until ``signal`` or ``until``/``timeout_s``.
-
-    Run after :func:`engine.store.job_lock_if_active` in the same transaction.
-    ``summary`` (JSON, checked by the caller) is stored with the wait, by the
-    same fenced statement. ``Parked.status`` is ``pending`` when the signal
-    had been recorded already (announce it); ``None``: the lease was lost
-    (invariant 16), and nothing is written.
-    """
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["step_wait_if_leased"],
-            {
-                "id": claimed.id,
-                "job_id": claimed.job_id,
-                "token": claimed.token,
-                "signal": signal,
-                "timeout_s": timeout_s,
-                "until": until,
-                "past": list(past),
-                "summary": None if summary is None else Jsonb(summary),
-            },
-        )
-        row = cur.fetchone()
-    return None if row is None else Parked(row["status"], row["wait_signal"], row["wait_until"])
-
-
-@wrap_errors
-def step_wake_by_signal(
-    conn: psycopg.Connection[Any], job_id: uuid.UUID, name: str
-) -> list[uuid.UUID]:
-    """Make the job's step runs waiting for ``name`` pending (job row locked before): their ids."""
-    rows = conn.execute(_q["step_wake_by_signal"], {"job_id": job_id, "name": name}).fetchall()
-    return [column(r, "id") for r in rows]
-
-
-@wrap_errors
-def step_wake_if_due_many(
-    conn: psycopg.Connection[Any], worker: str, limit: int = 100
-) -> list[uuid.UUID]:
-    """Make waiting step runs past their deadline pending (up to ``limit`` jobs): their ids."""
-    rows = conn.execute(_q["step_wake_if_due_many"], {"worker": worker, "limit": limit}).fetchall()
-    return [column(r, "id") for r in rows]
-
-
-@wrap_errors
-def step_wait_children_if_leased(
-    conn: psycopg.Connection[Any],
-    claimed: Claimed,
-    *,
-    timeout_s: float | None,
-    past: tuple[datetime | None, ...] = (),
-) -> Parked | None:
-    """Park the step run (lease gone, attempt back) until its children end or ``timeout_s``.
-
-    Run after :func:`engine.store.job_lock_if_active` and
-    :func:`engine.store.job_lock_children` in the same transaction.
-    ``Parked.status`` is ``pending`` when no child is active any more
-    (announce it); ``None``: the lease was lost (invariant 16).
-    """
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["step_wait_children_if_leased"],
-            {
-                "id": claimed.id,
-                "job_id": claimed.job_id,
-                "token": claimed.token,
-                "timeout_s": timeout_s,
-                "past": list(past),
-            },
-        )
-        row = cur.fetchone()
-    return None if row is None else Parked(row["status"], row["wait_signal"], row["wait_until"])
-
-
-@wrap_errors
-def step_wake_parent(conn: psycopg.Connection[Any], child_job_id: uuid.UUID) -> list[uuid.UUID]:
-    """Make the step run waiting for the children of ``child_job_id``'s parent pending: its id."""
-    rows = conn.execute(_q["step_wake_parent"], {"child_job_id": child_job_id}).fetchall()
-    return [column(r, "id") for r in rows]
-
-
-def step_wake_parent_batched(batch: Batch, child_job_id: uuid.UUID) -> Reply:
-    """:func:`step_wake_parent` in ``batch``: the woken id (if any) in its reply once sent."""
-    return batch.execute(_q["step_wake_parent"], {"child_job_id": child_job_id})
-
-
-@wrap_errors
-def step_select_children_timed_out(
-    conn: psycopg.Connection[Any], step_run_id: uuid.UUID
-) -> WaitState:
-    """Whether the step run's last wait for its children ran out, its deadline, the waits before."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["step_select_children_timed_out"], {"id": step_run_id})
-        row = cur.fetchone()
-    if row is None:
-        return WaitState(None, False, None)
-    return WaitState(None, bool(row["timed_out"]), row["wait_until"], tuple(row["wait_past"]))
-
-
-@wrap_errors
-def step_count_awaiting_signal(conn: psycopg.Connection[Any]) -> int:
-    """How many step runs of active jobs wait for a signal now."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["step_count_awaiting_signal"])
-        row = cur.fetchone()
-    return int(row["n"]) if row else 0
-
-
-@wrap_errors
-def step_select_awaiting_signal(
-    conn: psycopg.Connection[Any], limit: int = 100, job_id: uuid.UUID | None = None
-) -> list[WaitingForSignal]:
-    """Step runs of active jobs waiting for a signal now, oldest park first (at most ``limit``).
-
-    ``job_id``: only that job's and its child jobs'.
-    """
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["step_select_awaiting_signal"], {"limit": limit, "job_id": job_id})
-        return [WaitingForSignal(**row) for row in cur.fetchall()]

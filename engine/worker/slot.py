@@ -33,6 +33,7 @@ from engine.infra import logs
 from engine.infra.outage import is_outage
 from engine.runner import StepRunner
 from engine.runner.lease import Heartbeat
+from engine.runner.services import SlotServices
 from engine.store.leases import lease_owner
 from engine.transports.base import Received
 
@@ -60,6 +61,8 @@ class Slot:
             worker.settings, worker.transport, self.name, on_outage=worker.outage.failed
         )
         self.runner: StepRunner | None = None
+        # what the slot's collaborators share; its connection is opened in _runner
+        self._services: SlotServices | None = None
         self.busy = False
         self.thread = threading.Thread(
             target=logs.inheriting(self._loop), name=f"slot-{index}", daemon=True
@@ -71,18 +74,27 @@ class Slot:
             # a claim is one statement (one round trip); the step's own
             # transaction is begun explicitly by the runner
             conn.autocommit = True
-            self.runner = StepRunner(
-                settings=self.worker.settings,
-                registry=self.worker.registry,
-                transport=self.worker.transport,
+            self.runner = StepRunner(self._services_on(conn))
+        return self.runner
+
+    def _services_on(self, conn: psycopg.Connection[Any]) -> SlotServices:
+        """The slot's services, built once, on ``conn`` (a fresh one after one broke)."""
+        if self._services is None:
+            worker = self.worker
+            self._services = SlotServices(
+                settings=worker.settings,
+                registry=worker.registry,
+                transport=worker.transport,
                 worker=self.name,
                 conn=conn,
                 heartbeat=self.heartbeat,
-                alerts=self.worker.alerts,
-                may_continue=lambda: not self.worker.stop_event.is_set(),
-                on_outage=self.worker.outage.failed,
+                alerts=worker.alerts,
+                may_continue=lambda: not worker.stop_event.is_set(),
+                on_outage=worker.outage.failed,
             )
-        return self.runner
+        else:
+            self._services = self._services.evolve(conn=conn)
+        return self._services
 
     def _loop(self) -> None:
         inbox = self.worker.inbox

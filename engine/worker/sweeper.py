@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -37,8 +38,10 @@ from engine import store
 from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.infra import metrics
-from engine.jobs.ending import Ended, job_ended
-from engine.store.status import EventKind, JobStatus
+from engine.jobs.ending import Ended
+from engine.runner.dead_letter import dead_letter_step
+from engine.store.rows import ExpiredExhausted
+from engine.store.status import EventKind
 from engine.transports.announce import announce, announce_freed
 from engine.transports.base import Received, Transport
 from engine.transports.outbox import relay
@@ -79,32 +82,24 @@ class Sweeper:
             if store.sweep_lock_try(conn):
                 dead = store.step_dead_if_expired_exhausted_many(conn)
                 for d in dead:
-                    reason = f"lease expired during the last allowed attempt ({d.attempts})"
-                    dead_letter = store.dead_letter_insert_step(
-                        conn, job_id=d.job_id, step_run_id=d.id, reason=reason, error=None
-                    )
-                    alerted += self.alerts.record(conn, dead_letter)
-                    store.event_insert(
+                    # as a slot dead-letters its step run's last failure (one function)
+                    end, alert = dead_letter_step(
                         conn,
-                        EventKind.DEAD_LETTERED,
+                        self.transport,
+                        self.alerts,
                         job_id=d.job_id,
                         step_run_id=d.id,
+                        step=d.step,
+                        reason=f"lease expired during the last allowed attempt ({d.attempts})",
+                        error=None,
                         worker=self.worker,
-                        attempt=d.attempts,
-                        detail={"reason": reason, "by": "sweeper"},
-                    )
-                    if store.job_finish_if_active(
-                        conn, d.job_id, JobStatus.FAILED, f"step {d.step}: {reason}"
-                    ):
-                        store.event_insert(
-                            conn, EventKind.JOB_FAILED, job_id=d.job_id, worker=self.worker
-                        )
+                        record=partial(self._record_dead, d),
                         # its slots are freed with the others' below
-                        ended.append(
-                            job_ended(
-                                conn, self.transport, d.job_id, cancel_rest=True, free_slots=False
-                            )
-                        )
+                        free_slots=False,
+                    )
+                    alerted += alert
+                    if end is not None:
+                        ended.append(end)
                 for c in store.step_cancel_if_job_ended_many(conn):
                     cancelled_jobs.append(c.job_id)
                     orphans += 1
@@ -155,6 +150,20 @@ class Sweeper:
                 orphans,
             )
         return SweepReport(len(dead), len(announced), published, orphans, len(woken))
+
+    def _record_dead(
+        self, dead: ExpiredExhausted, conn: psycopg.Connection[Any], kind: EventKind, **detail: Any
+    ) -> None:
+        """The sweeper's event about a step run it dead-lettered (no attempt of its own)."""
+        store.event_insert(
+            conn,
+            kind,
+            job_id=dead.job_id,
+            step_run_id=dead.id,
+            worker=self.worker,
+            attempt=dead.attempts,
+            detail={**detail, "by": "sweeper"},
+        )
 
     def _alert_orphaned_versions(self, conn: psycopg.Connection[Any]) -> int:
         made = self.alerts.record_orphaned_versions(

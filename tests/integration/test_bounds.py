@@ -27,12 +27,11 @@ from test_group_commit import group_order, one_runner, receive_all
 
 from engine import StepContext, submit
 from engine.config import Settings
-from engine.flow import Flow, Step
 from engine.flow.registry import Registry
 from engine.jobs import admin
-from engine.jobs.plan import Outputs
+from engine.runner.attempt import Attempt
 from engine.runner.execution import Executor
-from engine.runner.lease import Heartbeat, Lease
+from engine.runner.lease import Heartbeat
 from engine.store import db
 from engine.transports.postgres import PostgresTransport
 from engine.waits.signals import signal
@@ -316,14 +315,14 @@ def test_round__a_lock_wait_in_the_rounds_checkpoints_charges_nobody(
         batch = receive_all(transport, 3)
         victim = group_order(batch)[1]
 
-        def hooked(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
-            if step.name == "plan":
-                computed.append(lease.claimed.job_id)
-            if step.name == "plan" and lease.claimed.job_id == victim and not holders:
+        def hooked(self: Executor, attempt: Attempt) -> Any:
+            if attempt.step.name == "plan":
+                computed.append(attempt.claimed.job_id)
+            if attempt.step.name == "plan" and attempt.claimed.job_id == victim and not holders:
                 holder = db.connect(settings)
                 holder.execute("SELECT 1 FROM engine_jobs WHERE id = %s FOR UPDATE", (victim,))
                 holders.append(holder)
-            return compute(self, flow, step, lease, known)
+            return compute(self, attempt)
 
         monkeypatch.setattr(Executor, "compute", hooked)
         try:

@@ -30,6 +30,7 @@ from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.runner import Outcome, StepRunner
 from engine.runner.lease import Heartbeat
+from engine.runner.services import SlotServices
 from engine.transports.postgres import PostgresTransport
 from engine.worker.worker import connect_worker
 
@@ -75,14 +76,16 @@ def one_runner(settings: Settings, *, may_continue: bool) -> Iterator[StepRunner
     conn.autocommit = True
     try:
         yield StepRunner(
-            settings=settings,
-            registry=flows_registry(),
-            transport=transport,
-            worker="slot",
-            conn=conn,
-            heartbeat=heartbeat,
-            alerts=AlertRecorder(["log"]),
-            may_continue=lambda: may_continue,
+            SlotServices(
+                settings=settings,
+                registry=flows_registry(),
+                transport=transport,
+                worker="slot",
+                conn=conn,
+                heartbeat=heartbeat,
+                alerts=AlertRecorder(["log"]),
+                may_continue=lambda: may_continue,
+            )
         )
     finally:
         heartbeat.close()
@@ -229,7 +232,7 @@ def test_eager__a_stopping_worker_publishes_every_successor(
 ) -> None:
     job = submit("chain", {}, settings=fast, registry=flows_registry())
     with one_runner(fast, may_continue=False) as runner:
-        (delivery,) = runner.transport.receive(1, 60, 0)
+        (delivery,) = runner.services.transport.receive(1, 60, 0)
         assert runner.handle(delivery).kind == "done"
         assert runner.continuation is None
     b = run_of(conn, job.job_id, "b")
@@ -242,7 +245,7 @@ def test_eager__a_fan_out_keeps_one_item_and_publishes_the_others(
 ) -> None:
     job = submit("fan", {"n": 5}, settings=fast, registry=flows_registry())
     with one_runner(fast, may_continue=True) as runner:
-        (delivery,) = runner.transport.receive(1, 60, 0)
+        (delivery,) = runner.services.transport.receive(1, 60, 0)
         assert runner.handle(delivery).kind == "done"  # plan
         assert runner.continuation is not None
         kept = runner.continuation.claimed

@@ -25,13 +25,11 @@ from test_group_commit import group_order, one_runner, receive_all
 
 from engine import submit
 from engine.config import Settings
-from engine.flow import Flow, Step
 from engine.flow.registry import Registry
-from engine.jobs.plan import Outputs
 from engine.runner import StepRunner
+from engine.runner.attempt import Attempt
 from engine.runner.execution import Executor
 from engine.runner.group import GroupCommit
-from engine.runner.lease import Lease
 
 MODULES = ["testflows", "childflows"]
 
@@ -229,14 +227,14 @@ def test_group__a_members_checkpoint_that_waits_is_written_again_alone_not_its_b
     computed: list[uuid.UUID] = []
     compute, commit = Executor.compute, GroupCommit.commit
 
-    def hooked(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
-        if step.name == "plan":
-            computed.append(lease.claimed.job_id)
-            if lease.claimed.job_id == victim and not holders:
+    def hooked(self: Executor, attempt: Attempt) -> Any:
+        if attempt.step.name == "plan":
+            computed.append(attempt.claimed.job_id)
+            if attempt.claimed.job_id == victim and not holders:
                 holder = psycopg.connect(conn.info.dsn)
                 holder.execute("SELECT 1 FROM engine_jobs WHERE id = %s FOR UPDATE", (victim,))
                 holders.append(holder)
-        return compute(self, flow, step, lease, known)
+        return compute(self, attempt)
 
     def committed(self: GroupCommit) -> None:
         commit(self)

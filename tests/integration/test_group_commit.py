@@ -30,6 +30,7 @@ from engine.runner import Outcome, StepRunner
 from engine.runner.claim import claim_many
 from engine.runner.group import GroupCommit
 from engine.runner.lease import Heartbeat
+from engine.runner.services import SlotServices
 from engine.store import db
 from engine.transports.base import Received
 from engine.transports.message import StepMessage
@@ -54,16 +55,18 @@ def one_runner(
     conn.autocommit = True
     try:
         runner = StepRunner(
-            settings=settings,
-            registry=registry or flows_registry(),
-            transport=transport,
-            worker="slot",
-            conn=conn,
-            heartbeat=heartbeat,
-            alerts=AlertRecorder(["log"]),
+            SlotServices(
+                settings=settings,
+                registry=registry or flows_registry(),
+                transport=transport,
+                worker="slot",
+                conn=conn,
+                heartbeat=heartbeat,
+                alerts=AlertRecorder(["log"]),
+            )
         )
         for flow in quick:
-            for step in runner.registry.get(flow).steps:
+            for step in runner.services.registry.get(flow).steps:
                 runner.executor.group.times.record(flow, step, 0.001)
         yield runner, transport
     finally:

@@ -25,11 +25,9 @@ from test_group_commit import effects, group_order, one_runner, receive_all
 
 from engine import InvalidParameters, submit
 from engine.config import Settings
-from engine.flow import Flow, Step
 from engine.flow.registry import Registry
-from engine.jobs.plan import Outputs
+from engine.runner.attempt import Attempt
 from engine.runner.execution import Executor
-from engine.runner.lease import Lease
 
 REGISTRY = Registry.load(["testflows", "jsonflows"])
 KINDS = ["nan", "inf", "nul", "surrogate"]
@@ -58,9 +56,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[uuid.UUID]:
     counted: Counter[uuid.UUID] = Counter()
     compute = Executor.compute
 
-    def counting(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
-        counted[lease.claimed.job_id] += 1
-        return compute(self, flow, step, lease, known)
+    def counting(self: Executor, attempt: Attempt) -> Any:
+        counted[attempt.claimed.job_id] += 1
+        return compute(self, attempt)
 
     monkeypatch.setattr(Executor, "compute", counting)
     return counted

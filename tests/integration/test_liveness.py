@@ -37,6 +37,7 @@ from engine.jobs import admin
 from engine.reports.links import report_link
 from engine.runner import StepRunner, claim
 from engine.runner.lease import Heartbeat
+from engine.runner.services import SlotServices
 from engine.store import Claimed, ClaimRefused, db
 from engine.transports.message import StepMessage
 from engine.transports.postgres import PostgresTransport
@@ -172,14 +173,16 @@ def test_refusal__a_claimed_step_this_worker_cannot_run_is_given_back_and_logged
     worker_conn.autocommit = True
     try:
         runner = StepRunner(
-            settings=fast,
-            registry=Registry([testflows.fan]),
-            transport=transport,
-            worker="slot",
-            conn=worker_conn,
-            heartbeat=heartbeat,
-            alerts=AlertRecorder(["log"]),
-            may_continue=lambda: False,
+            SlotServices(
+                settings=fast,
+                registry=Registry([testflows.fan]),
+                transport=transport,
+                worker="slot",
+                conn=worker_conn,
+                heartbeat=heartbeat,
+                alerts=AlertRecorder(["log"]),
+                may_continue=lambda: False,
+            )
         )
         runner.runnable = ALL  # as if `chain` of this version were loaded
         [received] = transport.receive(1, 30, 1)

@@ -23,11 +23,10 @@ from test_group_commit import fast, group_order, one_runner, receive_all
 
 from engine import store, submit
 from engine.config import Settings
-from engine.flow import Flow, Step
 from engine.infra import faults
-from engine.jobs.plan import Outputs
 from engine.reports.timeline import attempts
 from engine.runner import rounds
+from engine.runner.attempt import Attempt
 from engine.runner.execution import Executor
 from engine.runner.lease import Lease
 from engine.store.models import Event
@@ -72,10 +71,10 @@ def before_plan(
     """``then(lease)`` before the plan of ``job_id`` (``None``: of every job) is called."""
     compute = Executor.compute
 
-    def hooked(self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs) -> Any:
-        if step.name == "plan" and job_id in (None, lease.claimed.job_id):
-            then(lease)
-        return compute(self, flow, step, lease, known)
+    def hooked(self: Executor, attempt: Attempt) -> Any:
+        if attempt.step.name == "plan" and job_id in (None, attempt.claimed.job_id):
+            then(attempt.lease)
+        return compute(self, attempt)
 
     monkeypatch.setattr(Executor, "compute", hooked)
 
@@ -313,14 +312,12 @@ def test_round__each_member_s_events_record_when_its_own_step_ran(
 
         step_call = Executor._compute
 
-        def slow_or_fail(
-            self: Executor, flow: Flow, step: Step, lease: Lease, known: Outputs
-        ) -> Any:
-            if step.name == "plan":  # the step's own run: long enough to tell them apart
+        def slow_or_fail(self: Executor, attempt: Attempt) -> Any:
+            if attempt.step.name == "plan":  # the step's own run: long enough to tell them apart
                 time.sleep(0.05)
-                if lease.claimed.job_id == failing:
-                    fail_plan(lease)
-            return step_call(self, flow, step, lease, known)
+                if attempt.claimed.job_id == failing:
+                    fail_plan(attempt.lease)
+            return step_call(self, attempt)
 
         monkeypatch.setattr(Executor, "_compute", slow_or_fail)
         outcomes = runner.handle_batch(batch)

@@ -26,6 +26,7 @@ from engine.flow.registry import Registry
 from engine.runner import StepRunner
 from engine.runner.delivery import HANDOFF_S
 from engine.runner.lease import Heartbeat
+from engine.runner.services import SlotServices
 from engine.store import db
 from engine.store.rows import ClaimedDelivery
 from engine.transports.postgres import PostgresTransport
@@ -99,14 +100,16 @@ def runner_of(fast: Settings) -> Iterator[Any]:
         conn.autocommit = True
         opened.append((transport, heartbeat, conn))
         runner = StepRunner(
-            settings=settings,
-            registry=registry,
-            transport=transport,
-            worker="slot",
-            conn=conn,
-            heartbeat=heartbeat,
-            alerts=AlertRecorder(["log"]),
-            may_continue=lambda: False,
+            SlotServices(
+                settings=settings,
+                registry=registry,
+                transport=transport,
+                worker="slot",
+                conn=conn,
+                heartbeat=heartbeat,
+                alerts=AlertRecorder(["log"]),
+                may_continue=lambda: False,
+            )
         )
         return runner, transport
 

@@ -35,7 +35,8 @@ ROLE = "engine_worker"
 # only an operator or the submitting ERP runs (with the owner's role).
 WORKER_SQL: dict[str, set[str]] = {
     # a retry (and the children it retries with the job) is an operator's
-    "engine/store/sql/step_runs.sql": {"step_reopen_by_job", "step_wait_children_if_reopened"},
+    "engine/store/sql/step_runs.sql": {"step_reopen_by_job"},
+    "engine/store/sql/step_waits.sql": {"step_wait_children_if_reopened"},
     # firing a schedule submits its job (0010): the worker inserts pending jobs
     "engine/store/sql/jobs.sql": {
         "job_select_active_by_fingerprint",

@@ -6,6 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from engine.runner.lease import DbClock, Lease
+from engine.runner.timing import Timing
 from engine.store import Claimed, Ran
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -59,10 +60,12 @@ def _claimed() -> Claimed:
 def test_lease__tells_when_its_step_ran_or_that_it_never_started() -> None:
     clock = DbClock()
     clock.claimed(_claimed(), lease_s=30, sent=50.0)  # the claim's database time: T0
-    lease = Lease(_claimed(), None, clock=clock)
+    # the attempt owns its timing; its lease (the heartbeat's) reads it
+    timing = Timing(clock)
+    lease = Lease(_claimed(), None, timing)
     assert lease.ran() == Ran(None, None), "claimed, not started"
-    lease.started = 52.0
+    timing.started = 52.0
     assert lease.ran() == Ran(T0 + timedelta(seconds=2), None), "running"
-    lease.stopped = 52.25
+    timing.stopped = 52.25
     assert lease.ran() == Ran(T0 + timedelta(seconds=2), 0.25)
     assert Lease(_claimed(), None).ran() is None, "no clock: nothing recorded"
