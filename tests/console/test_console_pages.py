@@ -173,3 +173,28 @@ def test_periods__the_page_counts_every_document_and_a_close_over_the_limit_is_r
     assert "3 rejected document(s) dated in it have no approval" in refused
     status = conn.execute("SELECT status FROM erp_periods WHERE period = '2026-11'").fetchone()
     assert status == {"status": "open"}
+
+
+_NAV_LINK = re.compile(r'<a href="([^"]+)"( class="here")?>')
+
+
+def _nav(html: str) -> list[tuple[str, bool]]:
+    nav = html.split('<nav class="top noprint">', 1)[1].split('<span class="who">', 1)[0]
+    return [(href, bool(here)) for href, here in _NAV_LINK.findall(nav)]
+
+
+def test_nav__is_the_areas_entries_then_the_domains_pages_as_the_role_allows(
+    client_for: Any,
+) -> None:
+    from engine.console.areas import NAV
+    from engine.console.roles import allowed
+
+    for name, role in (("adam", "admin"), ("vera", "viewer")):
+        client = client_for(name)
+        expected = [n.path for n in NAV if allowed(role, n.permission)] + ["/x/periods"]
+        assert [href for href, _ in _nav(client.get("/").text)] == expected, name
+        # the page's own entry is marked current
+        for path in ("/", "/approvals", "/workers", "/x/periods"):
+            assert [h for h, here in _nav(client.get(path).text) if here] == [path], (name, path)
+    assert "/users" in [n.path for n in NAV]
+    assert "/users" not in [h for h, _ in _nav(client_for("vera").get("/").text)]

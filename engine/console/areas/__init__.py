@@ -21,6 +21,7 @@ from engine.console.areas import (
     runs,
     schedules,
     signin,
+    users,
     workers,
 )
 from engine.console.shared import NavEntry
@@ -36,6 +37,7 @@ AREAS = (
     schedules,
     workers,
     audit,
+    users,
     extensions,
 )
 
