@@ -198,3 +198,21 @@ def test_nav__is_the_areas_entries_then_the_domains_pages_as_the_role_allows(
             assert [h for h, here in _nav(client.get(path).text) if here] == [path], (name, path)
     assert "/users" in [n.path for n in NAV]
     assert "/users" not in [h for h, _ in _nav(client_for("vera").get("/").text)]
+
+
+def test_areas__read_through_the_engines_api_never_the_store() -> None:
+    """An area opens a connection (``engine.store.db``) at most: its reads are the CLI's API."""
+    import ast
+    from pathlib import Path
+
+    from engine.console import areas
+
+    for path in sorted(Path(areas.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine.store"):
+                assert node.module == "engine.store", (path.name, node.module)
+                assert [a.name for a in node.names] == ["db"], path.name
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("engine.store") for a in node.names), path.name
+            if isinstance(node, ast.ImportFrom) and node.module == "engine":
+                assert "store" not in [a.name for a in node.names], path.name
