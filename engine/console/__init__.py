@@ -1,6 +1,11 @@
 """``engine console``: the reports, live, behind sign-in, with the actions people take.
 
-- :mod:`.app`: the Starlette app (pages and actions), served by uvicorn;
+- :mod:`.app`: the Starlette app, assembled from the areas, served by uvicorn;
+- :mod:`.areas`: one module per area (runs, a job, approvals, dead letters,
+  schedules, workers, audit, users, sign-in, the domain's pages), each with
+  its handlers, routes and nav entry;
+- :mod:`.shared`: what the areas share (settings, templates, the nav);
+  :mod:`.actions`: how an action answers (its outcome flashed, audited);
 - :mod:`.auth`: who is asking (a session, the load balancer's header), CSRF, permissions;
 - :mod:`.sessions`: sessions kept on the server, and when they end;
 - :mod:`.users`: local users (argon2 hashes) and sign-in with a lockout;

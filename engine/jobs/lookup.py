@@ -36,6 +36,7 @@ __all__ = [
     "active_jobs",
     "job_id_or_prefix",
     "job_info",
+    "job_version",
     "resolve_job_id",
     "wait_for_job",
 ]
@@ -86,6 +87,14 @@ def job_info(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> JobInfo | None
     """The job with this id, or ``None``."""
     row = store.job_select_info(conn, job_id)
     return None if row is None else JobInfo._of(row)
+
+
+def job_version(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
+    """A token that changes whenever the job's status, events or audit entries do.
+
+    ``None``: no such job. What a page showing the job live polls, cheaply.
+    """
+    return store.job_select_version(conn, job_id)
 
 
 MIN_JOB_ID_PREFIX = 4

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from engine import store
 
-__all__ = ["Awaiting", "awaiting_approval"]
+__all__ = ["Awaiting", "awaiting_approval", "awaiting_count"]
 
 
 class Awaiting(BaseModel):
@@ -75,3 +75,8 @@ def awaiting_approval(
         )
         for w in store.step_select_awaiting_signal(conn, limit, job_id)
     ]
+
+
+def awaiting_count(conn: psycopg.Connection[Any]) -> int:
+    """How many step runs of active jobs wait for a signal now (the inbox's size)."""
+    return store.step_count_awaiting_signal(conn)

@@ -6,7 +6,8 @@ the database clock at every sweep (the beat), and marks it stopped when it
 shuts down cleanly. A worker is *live* while its row is running and was seen
 within ``ENGINE_WORKER_LIVE_S``; one that crashed simply stops being seen.
 What is live is read by ``engine workers``, ``engine flows show`` and the
-sweeper's orphaned-version alert (:mod:`engine.worker.roster`).
+sweeper's orphaned-version alert (:mod:`engine.worker.roster`); the console's
+Workers page reads the last hour's, dead and stopped ones too.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from engine.config import Settings
 from engine.store import db
 from engine.store.workers import LiveWorker, VersionInFlight
 
-__all__ = ["Roster", "VersionsReport", "live_workers", "versions_in_flight"]
+__all__ = ["Roster", "VersionsReport", "live_workers", "recent_workers", "versions_in_flight"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,15 @@ def live_workers(settings: Settings) -> list[LiveWorker]:
     """The workers live now (seen within ``worker_live_s``), by id."""
     with db.connect(settings, autocommit=True) as conn:
         return store.worker_select_live(conn, live_s=settings.worker_live_s)
+
+
+def recent_workers(settings: Settings, since_s: float = 3600.0) -> list[dict[str, Any]]:
+    """Workers running or seen within ``since_s``, each with its ``state``: live, dead, stopped.
+
+    Dead: running, but unseen for ``worker_live_s``.
+    """
+    with db.connect(settings, autocommit=True) as conn:
+        return store.worker_select_recent(conn, live_s=settings.worker_live_s, since_s=since_s)
 
 
 @dataclass(frozen=True)

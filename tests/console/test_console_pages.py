@@ -173,3 +173,46 @@ def test_periods__the_page_counts_every_document_and_a_close_over_the_limit_is_r
     assert "3 rejected document(s) dated in it have no approval" in refused
     status = conn.execute("SELECT status FROM erp_periods WHERE period = '2026-11'").fetchone()
     assert status == {"status": "open"}
+
+
+_NAV_LINK = re.compile(r'<a href="([^"]+)"( class="here")?>')
+
+
+def _nav(html: str) -> list[tuple[str, bool]]:
+    nav = html.split('<nav class="top noprint">', 1)[1].split('<span class="who">', 1)[0]
+    return [(href, bool(here)) for href, here in _NAV_LINK.findall(nav)]
+
+
+def test_nav__is_the_areas_entries_then_the_domains_pages_as_the_role_allows(
+    client_for: Any,
+) -> None:
+    from engine.console.areas import NAV
+    from engine.console.roles import allowed
+
+    for name, role in (("adam", "admin"), ("vera", "viewer")):
+        client = client_for(name)
+        expected = [n.path for n in NAV if allowed(role, n.permission)] + ["/x/periods"]
+        assert [href for href, _ in _nav(client.get("/").text)] == expected, name
+        # the page's own entry is marked current
+        for path in ("/", "/approvals", "/workers", "/x/periods"):
+            assert [h for h, here in _nav(client.get(path).text) if here] == [path], (name, path)
+    assert "/users" in [n.path for n in NAV]
+    assert "/users" not in [h for h, _ in _nav(client_for("vera").get("/").text)]
+
+
+def test_areas__read_through_the_engines_api_never_the_store() -> None:
+    """An area opens a connection (``engine.store.db``) at most: its reads are the CLI's API."""
+    import ast
+    from pathlib import Path
+
+    from engine.console import areas
+
+    for path in sorted(Path(areas.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine.store"):
+                assert node.module == "engine.store", (path.name, node.module)
+                assert [a.name for a in node.names] == ["db"], path.name
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("engine.store") for a in node.names), path.name
+            if isinstance(node, ast.ImportFrom) and node.module == "engine":
+                assert "store" not in [a.name for a in node.names], path.name
