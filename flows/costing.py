@@ -140,6 +140,7 @@ flow = Flow(
     # 6: step recost: a costed period's stale pairs (backdated documents) recosted forward
     version=6,
     description="Periodic weighted average per store, solved exactly across stores; journals.",
+    searchable=("period", "store"),  # engine runs --period, --store (flows.tools.search)
     concurrency=periods.PERIOD_KEY,
 )
 

@@ -60,7 +60,7 @@ from engine.infra.outage import is_outage
 from engine.jobs import admin
 from engine.jobs.audit import audit_trail
 from engine.jobs.lookup import resolve_job_id
-from engine.jobs.search import RunQuery, parse_run_query, search_runs
+from engine.jobs.search import RunQuery, SearchField, parse_run_query, search_runs
 from engine.reports.context import RunReport, build_run_report
 from engine.reports.render import TEMPLATES_DIR, environment, render_run_html
 from engine.schedules import schedules
@@ -312,12 +312,15 @@ def create_app(
         with db.connect(settings, autocommit=True) as conn:
             return store.step_count_awaiting_signal(conn)
 
+    # the search fields the flow modules add (the ERP's period, store, document)
+    fields = [f for f in (registry.search_fields if registry else []) if isinstance(f, SearchField)]
+
     @guarded(Permission.READ)
     async def runs_page(request: Request) -> Response:
         values = {k: v for k, v in request.query_params.items() if v}
         error = None
         try:
-            query = parse_run_query(values)
+            query = parse_run_query(values, fields)
         except BadInput as exc:
             query, error = RunQuery(), str(exc)
 
@@ -343,6 +346,9 @@ def create_app(
             title="Runs",
             nav="runs",
             q=query,
+            search_fields=fields,
+            field_values=values,
+            searchable={n: registry.get(n).searchable for n in flows} if registry else {},
             rows=rows,
             error=error,
             flows=flows,

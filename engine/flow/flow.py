@@ -69,6 +69,7 @@ __all__ = [
 
 NAME_PATTERN = "^[a-z][a-z0-9_-]*$"
 _NAME = re.compile(r"[a-z][a-z0-9_-]*")
+_SEARCHABLE = re.compile(r"[a-z][a-z0-9_]{0,55}")  # its tag, "param." + name, is a tag name
 SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
 """A signal's name: what ``engine_signals.name`` and ``Flow(signals=...)`` accept."""
 
@@ -186,6 +187,12 @@ class Flow:
     the whole graph; :meth:`freeze` validates and forbids further steps. The
     query helpers (:attr:`steps`, :meth:`roots`, ...) validate first, so they
     only ever show a consistent graph.
+
+    ``searchable=("region",)`` names the parameters a job of the flow is found
+    by: each is tagged ``param.NAME`` with its value (each element of a list)
+    in the submit's transaction, and ``engine runs --param region=north``
+    finds the jobs submitted with it (an index lookup, whatever the flow). A
+    parameter not declared searchable is not tagged and not found that way.
     """
 
     def __init__(
@@ -198,6 +205,7 @@ class Flow:
         concurrency: Concurrency | None = None,
         signals: Sequence[str] = (),
         approvals: Sequence[str] = (),
+        searchable: Sequence[str] = (),
     ) -> None:
         if not _valid_name(name):
             raise DefinitionError(
@@ -220,6 +228,7 @@ class Flow:
                 raise DefinitionError(str(exc), flow=name) from None
         self._signals = _check_signals(name, signals)
         self._approvals = _check_approvals(name, approvals, self._signals)
+        self._searchable = _check_searchable(name, params, searchable)
         self._concurrency = concurrency
         self._name = name
         self._params = params
@@ -269,6 +278,11 @@ class Flow:
     def approvals(self) -> tuple[str, ...]:
         """The declared signals that are approvals (segregation of duties applies to them)."""
         return self._approvals
+
+    @property
+    def searchable(self) -> tuple[str, ...]:
+        """The parameters a job of the flow is found by (``engine runs --param NAME=VALUE``)."""
+        return self._searchable
 
     @property
     def admission(self) -> Callable[..., None] | None:
@@ -793,6 +807,36 @@ def _check_approvals(
             )
     if len(set(names)) != len(names):
         raise DefinitionError(f"approvals {names!r} names one twice", flow=flow)
+    return names
+
+
+def _check_searchable(
+    flow: str, params: type[BaseModel], searchable: Sequence[str]
+) -> tuple[str, ...]:
+    """The searchable parameters: each a field of ``params``, named as a tag's name may be."""
+    if isinstance(searchable, str):
+        raise DefinitionError(
+            f"searchable must be a sequence of parameter names, got the string {searchable!r}"
+            f" (write searchable=({searchable!r},))",
+            flow=flow,
+        )
+    names = tuple(searchable)
+    fields = sorted(params.model_fields)
+    for name in names:
+        if name not in params.model_fields:
+            raise DefinitionError(
+                f"searchable parameter {name!r} is not a field of {params.__name__} "
+                f"(its fields: {', '.join(fields) or 'none'})",
+                flow=flow,
+            )
+        if not _SEARCHABLE.fullmatch(name):
+            raise DefinitionError(
+                f"searchable parameter {name!r}: expected a name of lower-case letters, "
+                "digits and '_', starting with a letter, at most 56 characters",
+                flow=flow,
+            )
+    if len(set(names)) != len(names):
+        raise DefinitionError(f"searchable names a parameter twice: {names!r}", flow=flow)
     return names
 
 
