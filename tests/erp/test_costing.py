@@ -333,12 +333,12 @@ def test_costing__status_and_report_label_each_store_run_by_its_code(
     assert all(code in text for code in codes), text
 
 
-@pytest.mark.usefixtures("small_erp")
 def _store(code: str) -> Any:
     """The ERP's ``--store`` as the engine's match (flows.tools.search)."""
     return next(f for f in search_fields if f.name == "store").match(code)
 
 
+@pytest.mark.usefixtures("small_erp")
 def test_costing__each_store_costed_tags_its_job_for_the_runs_search(
     fast: Settings, conn: psycopg.Connection[Any], registry: Registry
 ) -> None:

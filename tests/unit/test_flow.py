@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from engine import DefinitionError, Flow, InvalidParameters, MapOver, StepInput
 from engine.flow import register_injectable
-from engine.flow.flow import INJECTABLE_TYPES, type_name
+from engine.flow.step import INJECTABLE_TYPES, type_name
 from flows import example
 
 
