@@ -46,6 +46,7 @@ def _blocks(prefix: str) -> list[tuple[str, frozenset[str]]]:
 
 
 _FILTERS = _blocks("job_search_where_")
+_WALK = _body("job_search_from_tag")
 _SOURCES = _blocks("job_search_source_")
 _MATCH = {"tag": _body("job_search_match_tag"), "key": _body("job_search_match_key")}
 
@@ -76,9 +77,19 @@ def job_search_statement(
     """The statement :func:`job_search` runs and its parameters (to EXPLAIN it, say)."""
     given = {k: v for k, v in filters.items() if v is not None and k != "matches"}
     clauses = [sql.SQL("(" + body + ")") for body, params in _FILTERS if params <= given.keys()]
-    where = sql.SQL("\n      AND ").join(clauses) if clauses else sql.SQL("true")
     sources = [sql.SQL("(" + body + ")") for body, params in _SOURCES if params <= given.keys()]
-    for i, match in enumerate(filters.get("matches") or ()):
+    matches = list(filters.get("matches") or ())
+    order = sql.SQL("j.created_at DESC, j.id DESC")
+    jobs: sql.Composable = sql.SQL("engine_jobs AS j")
+    if not sources and len(matches) == 1 and len(matches[0]) == 1 and matches[0][0][0] == "tag":
+        # one tag alone: walk its index newest first, as a flow's index is walked
+        _, given["tag_name"], given["tag_value"] = matches[0][0]
+        jobs, order = sql.SQL(_WALK), sql.SQL("t.job_created_at DESC, t.job_id DESC")
+        clauses.append(sql.SQL("(" + _body("job_search_from_tag_where") + ")"))
+        if "before_at" in given:
+            clauses.append(sql.SQL("(" + _body("job_search_from_tag_before") + ")"))
+        matches = []
+    for i, match in enumerate(matches):
         union: list[str] = []
         for j, (kind, name, value) in enumerate(match):
             # each alternative binds its own parameters: m<match>_<alternative>_<name>
@@ -86,11 +97,11 @@ def job_search_statement(
             given[f"m{i}_{j}_name"], given[f"m{i}_{j}_value"] = name, value
         if union:
             sources.append(sql.SQL("(" + "\nUNION\n".join(union) + ")"))
-    jobs: sql.Composable = sql.SQL("engine_jobs AS j")
+    where = sql.SQL("\n      AND ").join(clauses) if clauses else sql.SQL("true")
     if sources:
         candidates = sql.SQL("\nINTERSECT\n").join(sources)
         jobs = sql.SQL(_body("job_search_from_candidates")).format(candidates=candidates)
-    statement = sql.SQL(_q["job_search"]).format(jobs=jobs, where=where)
+    statement = sql.SQL(_q["job_search"]).format(jobs=jobs, where=where, order=order)
     return statement, {**given, "limit": limit}
 
 

@@ -1,11 +1,11 @@
 -- job_search --
--- Read only: jobs newest first, by the keyset (created_at, id). The FROM is engine_jobs, or, when a filter names a set of jobs (a match of tags or fan-out keys, free text), the jobs of that set (the INTERSECT of the sets given), each fetched by its primary key (OFFSET 0 keeps it a lookup per candidate, never a hash join over all jobs); the WHERE is the AND of the filter blocks whose parameters are given ("true" when none). A filter not given is not in the statement; what a job waits for is read for the page's rows only.
+-- Read only: jobs newest first, by the keyset (created_at, id). The FROM is engine_jobs, or, when a filter names a set of jobs (a match of tags or fan-out keys, free text), the jobs of that set (the INTERSECT of the sets given), each fetched by its primary key (OFFSET 0 keeps it a lookup per candidate, never a hash join over all jobs); the WHERE is the AND of the filter blocks whose parameters are given ("true" when none). A search by one tag alone walks that tag's index in the page's order instead (job_search_from_tag), ordered by the tag's copy of (created_at, id). A filter not given is not in the statement; what a job waits for is read for the page's rows only.
 WITH page AS (
     SELECT j.id, j.flow, j.status, j.params, j.submitted_by, j.created_at, j.started_at,
            j.finished_at, j.parent_job_id, j.error
     FROM {jobs}
     WHERE {where}
-    ORDER BY j.created_at DESC, j.id DESC
+    ORDER BY {order}
     LIMIT %(limit)s
 )
 SELECT page.*,
@@ -58,8 +58,21 @@ j.status = ANY(%(statuses)s::text[])
 (SELECT DISTINCT cand.id FROM ({candidates}) AS cand (id)) AS c
 CROSS JOIN LATERAL (SELECT * FROM engine_jobs AS one WHERE one.id = c.id OFFSET 0) AS j
 
+-- job_search_from_tag --
+-- The jobs carrying one tag, newest first (a search by one parameter, one tag): engine_job_tags_value (name, value, job_created_at DESC, job_id DESC) walked in the page's order, each job by its primary key (OFFSET 0), so a page of a value many jobs carry costs a page; the ORDER BY is the tag's copy of (created_at, id), which is the job's (0030's trigger).
+engine_job_tags AS t
+CROSS JOIN LATERAL (SELECT * FROM engine_jobs AS one WHERE one.id = t.job_id OFFSET 0) AS j
+
+-- job_search_from_tag_where --
+-- The one tag a walk follows (job_search_from_tag).
+t.name = %(tag_name)s::text AND t.value = %(tag_value)s::text
+
+-- job_search_from_tag_before --
+-- Keyset paging on the tag's copy of the job's (created_at, id), so the walk starts at the cursor.
+(t.job_created_at, t.job_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid)
+
 -- job_search_match_tag --
--- One alternative of a match: the jobs carrying this tag (engine_job_tags_value (name, value, job_id)); a flow's searchable parameters are tags too, written at submit.
+-- One alternative of a match: the jobs carrying this tag (engine_job_tags_value (name, value, ...)); a flow's searchable parameters are tags too, written at submit.
 SELECT t.job_id FROM engine_job_tags AS t
 WHERE t.name = %(name)s::text AND t.value = %(value)s::text
 
