@@ -617,3 +617,23 @@ def test_flow_searchable__names_fields_of_its_params_only() -> None:
     with pytest.raises(DefinitionError, match="names a parameter twice"):
         Flow("bad", params=Region, searchable=("region", "region"))
     assert Flow("good", params=Region).searchable == ()
+
+
+def test_erp_migration_1015__tags_the_jobs_submitted_before_it_as_submit_would(
+    conn: psycopg.Connection[Any],
+) -> None:
+    costing = _job(
+        conn, flow="costing", params={"period": "2026-11", "store": "ST001"}, at=_minutes(1)
+    )
+    whole = _job(conn, flow="costing", params={"period": "2026-11", "store": None}, at=_minutes(2))
+    posting = _job(conn, flow="posting", params={"period": "2026-10"})
+    other = _job(conn, flow="migration", params={"period": "2026-11"})  # not searchable by it
+    conn.execute("DELETE FROM engine_job_tags")  # jobs of before 0030: no parameter tags
+    backfill = Path(__file__).resolve().parents[2] / "flows/migrations/1015_erp_search_tags.sql"
+    for _ in range(2):  # as an interrupted migration run again: nothing twice
+        conn.execute(backfill.read_text())
+    assert sorted(_tags(conn, costing)) == [("param.period", "2026-11"), ("param.store", "ST001")]
+    assert _tags(conn, whole) == [("param.period", "2026-11")]
+    assert _tags(conn, posting) == [("param.period", "2026-10")]
+    assert _tags(conn, other) == []
+    assert _ids(search_runs(conn, _query(period="2026-11"))) == [whole, costing]
