@@ -26,7 +26,6 @@ from pydantic import BaseModel
 
 from engine import BadInput, Flow, Registry, RetryPolicy, RunMatch, StepContext, submit
 from engine.config import Settings
-from engine.errors import DefinitionError
 from engine.jobs.search import (
     MAX_LIMIT,
     RunPage,
@@ -607,16 +606,6 @@ def test_submit__tags_the_searchable_parameters_in_its_transaction(
         rolled = submit(regional, {"region": "east"}, conn=caller, settings=settings).job_id
         caller.rollback()
     assert _tags(conn, rolled) == [] and found(("region", "east")) == []
-
-
-def test_flow_searchable__names_fields_of_its_params_only() -> None:
-    with pytest.raises(DefinitionError, match="'nowhere' is not a field of Region"):
-        Flow("bad", params=Region, searchable=("nowhere",))
-    with pytest.raises(DefinitionError, match="write searchable=\\('region',\\)"):
-        Flow("bad", params=Region, searchable="region")
-    with pytest.raises(DefinitionError, match="names a parameter twice"):
-        Flow("bad", params=Region, searchable=("region", "region"))
-    assert Flow("good", params=Region).searchable == ()
 
 
 def test_erp_migration_1015__tags_the_jobs_submitted_before_it_as_submit_would(
