@@ -4,10 +4,13 @@ Seeds a scratch database with set-based statements (``bench/runs_search.sql``):
 jobs of a mix of flows, periods, stores and statuses (three per minute, so
 pages cut through equal ``created_at``), step runs spread over them (a
 costing's fan-out keyed by store code, a running job's last run running or
-waiting for a signal), a few thousand document tags; then ANALYZE, and times
+waiting for a signal), a few thousand document tags, and the tags of the
+searchable parameters (period; a costing's store) as submit writes them; then ANALYZE, and times
 ``BENCH_RUNS_N`` calls of :func:`engine.jobs.search.search_runs` per kind: the
 first page, a page halfway down through its cursor, by flow, by the derived
-state ``waiting``, by period, by store, by document number, by id prefix.
+state ``waiting``, by period, by store, by document number (the ERP's search
+fields, ``flows.tools.search``: a searchable parameter, a tag, a fan-out key),
+by id prefix.
 Each kind's plan is checked for a sequential scan of ``engine_jobs`` or
 ``engine_step_runs`` (reported, never failed). Figures are reported, never failed, on time.
 
@@ -21,7 +24,6 @@ Each kind's plan is checked for a sequential scan of ``engine_jobs`` or
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -40,16 +42,37 @@ from bench.common import drop_database, emit, env_int, fresh_database, log
 from engine import store
 from engine.jobs.search import RunQuery, encode_cursor, search_filters, search_runs
 from engine.store import queries
+from flows.tools.search import search_fields
 
 _q = queries.load(str(Path(__file__).with_name("runs_search.sql")))
 
 KINDS = ("first_page", "deep_page", "flow", "waiting", "period", "store", "document", "id_prefix")
 
 
+def _erp(**given: Any) -> RunQuery:
+    """A query with the ERP's search fields (``flows.tools.search``: period, store, document)."""
+    fields = {f.name: f for f in search_fields}
+    matches = tuple(fields[k].match(given.pop(k)) for k in list(given) if k in fields)
+    return RunQuery(**given, matches=matches)
+
+
+def _form(query: RunQuery) -> dict[str, str]:
+    """The console's form values of a query of :func:`_erp` (its fields by name)."""
+    values = {k: str(getattr(query, k)) for k in ("text", "flow", "status", "before")}
+    for m in query.matches:
+        if m.keys:
+            values["store"] = m.keys[0]
+        elif m.params:
+            values["period"] = m.params[0][1]
+        else:
+            values["document"] = m.tags[0][1]
+    return {k: v for k, v in values.items() if v and v != "None"}
+
+
 def seed(conn: psycopg.Connection[Any], jobs: int, steps: int, tags: int) -> None:
     """Jobs, step runs and tags, each in one statement; then ANALYZE."""
     sizes = {"jobs": jobs, "runs": steps, "tags": tags}
-    for name in ("runs_seed_jobs", "runs_seed_step_runs", "runs_seed_tags"):
+    for name in ("runs_seed_jobs", "runs_seed_step_runs", "runs_seed_tags", "runs_seed_params"):
         started = time.monotonic()
         count = conn.execute(_q[name], sizes).rowcount
         log(f"{name}: {count} rows in {time.monotonic() - started:.1f} s")
@@ -81,9 +104,9 @@ def queries_by_kind(conn: psycopg.Connection[Any], n: int) -> dict[str, list[Run
         "deep_page": lambda: RunQuery(before=pick(deep)),
         "flow": lambda: RunQuery(flow=pick(flows)),
         "waiting": lambda: RunQuery(status="waiting"),
-        "period": lambda: RunQuery(period=pick(periods)),
-        "store": lambda: RunQuery(store=pick(stores)),
-        "document": lambda: RunQuery(document=pick(docs)),
+        "period": lambda: _erp(period=pick(periods)),
+        "store": lambda: _erp(store=pick(stores)),
+        "document": lambda: _erp(document=pick(docs)),
         "id_prefix": lambda: RunQuery(text=str(pick(ids))[:6]),
     }
     return {kind: [make[kind]() for _ in range(n)] for kind in KINDS}
@@ -123,14 +146,15 @@ def other_queries(deep: str) -> dict[str, RunQuery]:
         "status_failed_deep": RunQuery(status="failed", before=deep),
         "waiting_deep": RunQuery(status="waiting", before=deep),
         "flow_deep": RunQuery(flow="close", before=deep),
-        "period_deep": RunQuery(period="2025-03", before=deep),
-        "store_deep": RunQuery(store="ST004", before=deep),
+        "period_deep": _erp(period="2025-03", before=deep),
+        "store_deep": _erp(store="ST004", before=deep),
+        "param_and_tag": RunQuery(params=(("period", "2025-03"),), tags=(("store", "ST004"),)),
         "text_flow": RunQuery(text="posting"),
         "text_store": RunQuery(text="ST011"),
         "text_document": RunQuery(text="SI-000077"),
         "text_nothing": RunQuery(text="zzz-nothing"),
-        "combined": RunQuery(flow="costing", period="2025-03", status="done", store="ST004"),
-        "flow_and_store": RunQuery(flow="posting", store="ST001"),
+        "combined": _erp(flow="costing", period="2025-03", status="done", store="ST004"),
+        "flow_and_store": _erp(flow="posting", store="ST001"),
         "limit_200": RunQuery(flow="migration", limit=200),
     }
 
@@ -199,11 +223,13 @@ def console_pages(info: str, by_kind: dict[str, list[RunQuery]], n: int) -> None
     from engine.console.app import create_app
     from engine.console.settings import ConsoleSettings
     from engine.console.users import add_user
+    from engine.flow.registry import Registry
 
     settings = Settings(database_url=SecretStr(info), flow_modules=[])
+    registry = Registry.load(["flows.tools"])  # the ERP's search fields on the runs page
     add_user(settings, "bench", "viewer", "bench-password-1", actor="bench")
     # plain http on 127.0.0.1, as `engine console` serves it there (no Secure cookie)
-    app = create_app(settings, ConsoleSettings(secret="b" * 40, secure_cookie=False), None)
+    app = create_app(settings, ConsoleSettings(secret="b" * 40, secure_cookie=False), registry)
     with TestClient(app, base_url="http://127.0.0.1") as client:
         page = client.get("/signin").text
         token = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
@@ -213,9 +239,7 @@ def console_pages(info: str, by_kind: dict[str, list[RunQuery]], n: int) -> None
         for kind, searches in by_kind.items():
             times: list[float] = []
             for query in searches[:n]:
-                values = {
-                    k: str(v) for k, v in dataclasses.asdict(query).items() if v and k != "limit"
-                }
+                values = _form(query)
                 t0 = time.perf_counter()
                 r = client.get("/", params=values)
                 times.append((time.perf_counter() - t0) * 1000)

@@ -82,10 +82,20 @@ SELECT md5('job' || (1 + ((t * 10) %% %(jobs)s)))::uuid, 'document', 'SI-' || lp
 FROM generate_series(1, %(tags)s) AS t
 ON CONFLICT DO NOTHING;
 
+-- runs_seed_params --
+-- Set-based: the tags submit gives a job of its flow's searchable parameters (the ERP's: period for costing, posting and close, a costing's store), as engine.jobs.submit writes them.
+INSERT INTO engine_job_tags (job_id, name, value)
+SELECT j.id, 'param.' || p.key, p.value
+FROM engine_jobs AS j
+CROSS JOIN LATERAL jsonb_each_text(j.params) AS p
+WHERE (p.key = 'period' AND j.flow IN ('costing', 'posting', 'close'))
+   OR (p.key = 'store' AND j.flow = 'costing')
+ON CONFLICT DO NOTHING;
+
 -- runs_sample --
 -- Read only: values the searches ask for, drawn from the seeded rows (jobs' ids, rows halfway down for a deep cursor, document tags).
 SELECT (SELECT array_agg(id) FROM (SELECT id FROM engine_jobs ORDER BY random() LIMIT 200) AS a) AS ids,
-       (SELECT array_agg(value) FROM (SELECT value FROM engine_job_tags ORDER BY random() LIMIT 200) AS b) AS documents,
+       (SELECT array_agg(value) FROM (SELECT value FROM engine_job_tags WHERE name = 'document' ORDER BY random() LIMIT 200) AS b) AS documents,
        (SELECT array_agg(created_at ORDER BY n) FROM (
             SELECT created_at, row_number() OVER () AS n FROM (
                 SELECT created_at FROM engine_jobs ORDER BY created_at DESC, id DESC

@@ -19,6 +19,8 @@ Run jobs (the API install: ``pip install erp-engine``)
     JobInfo, active_jobs, Schedule, add_schedule, list_schedules,
     remove_schedule, pause_schedule, resume_schedule, run_schedule_now,
     Registry, Settings, migrate, MigrationReport
+Find runs (a domain's ``engine runs`` options: a registered module's ``search_fields``)
+    SearchField, RunMatch
 Record an operator's action (the audit trail, in the action's transaction)
     record_action, Audited, audit_trail
 A flow's own SQL and files
@@ -55,6 +57,7 @@ from engine.flow.registry import Registry
 from engine.flow.retry import Cancel, Fail, Reject, Retry, RetryPolicy
 from engine.jobs.audit import Audited, audit_trail, record_action
 from engine.jobs.lookup import JobInfo, active_jobs, job_info, wait_for_job
+from engine.jobs.search import RunMatch, SearchField
 from engine.jobs.submit import Submitted, submit
 from engine.reports.storage import write_report_file
 from engine.runner.context import StepContext
@@ -107,7 +110,9 @@ __all__ = [
     "Reject",
     "Retry",
     "RetryPolicy",
+    "RunMatch",
     "Schedule",
+    "SearchField",
     "Settings",
     "Signal",
     "SignalTimeout",

@@ -157,6 +157,7 @@ flow = Flow(
     # 4: periods close in order; the month end lists documents dated in closed months
     version=4,
     description="Month-end close: post, then cost (child jobs), check the books, close the period.",
+    searchable=("period",),  # engine runs --period (flows.tools.search)
     concurrency=periods.PERIOD_KEY,
 )
 

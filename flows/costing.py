@@ -147,6 +147,7 @@ flow = Flow(
     # 7: stores costed before are read in one step (costed_before), not one step each
     version=7,
     description="Periodic weighted average per store, solved exactly across stores; journals.",
+    searchable=("period", "store"),  # engine runs --period, --store (flows.tools.search)
     concurrency=periods.PERIOD_KEY,
 )
 

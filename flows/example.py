@@ -59,6 +59,7 @@ flow = Flow(
     "example",
     params=ExampleParams,
     description="Demo flow: plan chunks, sum each one in parallel, add the sums up.",
+    searchable=("period",),  # engine runs --param period=2026-11
 )
 
 

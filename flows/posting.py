@@ -278,6 +278,7 @@ flow = Flow(
     #    ChunkResult/PostingSummary.value_corrections
     version=8,
     description="Post a period's documents to journals in chunks; reject invalid ones.",
+    searchable=("period",),  # engine runs --period (flows.tools.search)
     concurrency=periods.PERIOD_KEY,
     signals=(APPROVAL_SIGNAL,),  # an accountant's go-ahead when too many were rejected
     approvals=(APPROVAL_SIGNAL,),  # segregation of duties: engine.waits.approvals

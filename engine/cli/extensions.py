@@ -1,10 +1,17 @@
-"""How flow modules add command groups to ``engine`` (``engine books``, ``seed``, ``demo``).
+"""How flow modules add to ``engine``: command groups (``engine books``, ``seed``, ``demo``)
+and options of ``engine runs`` (the ERP's ``--period``, ``--store``, ``--document``).
 
 A module the registry loads may export ``commands``, a list of click commands;
 each one becomes a top-level command under its own name. They run inside the
 root group like the engine's own, so they signal outcomes the same way: raise
 :class:`~engine.BadInput` (exit 2), another :class:`~engine.EngineError`
 (exit 3) or :class:`~engine.JobFailed` (exit 1), and never exit themselves.
+
+A module may also export ``search_fields``, a list of
+:class:`engine.SearchField`: each becomes an option ``--NAME VALUE`` of
+``engine runs`` (and a field of the console's runs search) whose value the
+field turns into a :class:`engine.RunMatch`. A field named as one of
+``engine runs``' own options is left out.
 """
 
 from __future__ import annotations
@@ -13,8 +20,9 @@ import click
 
 from engine.cli.state import State
 from engine.errors import EngineError
+from engine.jobs.search import SearchField
 
-__all__ = ["commands"]
+__all__ = ["commands", "search_fields"]
 
 
 def commands(ctx: click.Context) -> dict[str, click.Command]:
@@ -25,3 +33,12 @@ def commands(ctx: click.Context) -> dict[str, click.Command]:
         # a broken flow module must not take `engine --help` or `engine migrate` down
         return {}
     return {c.name: c for c in registry.commands if isinstance(c, click.Command) and c.name}
+
+
+def search_fields(ctx: click.Context, taken: frozenset[str] = frozenset()) -> list[SearchField]:
+    """The search fields the loaded flow modules export, but those named as one of ``taken``."""
+    try:
+        registry = ctx.ensure_object(State).registry
+    except EngineError:
+        return []  # `engine runs --help` without its domain's options, not a traceback
+    return [f for f in registry.search_fields if isinstance(f, SearchField) and f.name not in taken]

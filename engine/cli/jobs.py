@@ -1,10 +1,8 @@
-"""Jobs: ``engine submit FLOW``, ``status``, ``runs``, ``cancel`` and ``retry``."""
+"""Jobs: ``engine submit FLOW``, ``status``, ``cancel`` and ``retry`` (``runs``: :mod:`.runs`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import click
@@ -14,21 +12,21 @@ from rich.table import Table
 from engine.cli.args import option_type, parse_job_id
 from engine.cli.audit import by_option, reason_option
 from engine.cli.output import out, print_json, print_table
+from engine.cli.runs import show_runs
 from engine.cli.state import State, current
 from engine.cli.watching import wait_and_show
 from engine.errors import EngineError, JobFailed, NoSuchJob
 from engine.flow import Flow
 from engine.jobs import admin
 from engine.jobs.audit import operator
-from engine.jobs.search import MAX_LIMIT, STATES, RunQuery, RunRow, search_runs
+from engine.jobs.search import RunQuery
 from engine.jobs.submit import Submitted, submit
 from engine.reports.counts import read_counts
-from engine.store import db
 from engine.store.models import Job, StepRun
 from engine.store.read import JobView, job_view, sqlalchemy_engine, waits_for
 from engine.store.status import JobStatus, StepStatus
 
-__all__ = ["cancel", "retry", "runs", "status", "submit_group"]
+__all__ = ["cancel", "retry", "status", "submit_group"]
 
 
 class SubmitGroup(click.Group):
@@ -162,7 +160,7 @@ def status(job_id: str | None, as_json: bool) -> None:
     state = current()
     if job_id is None:
         # for scripts: the metrics' counts, from the database, beside the recent jobs
-        _runs(state, RunQuery(), (), as_json, extra=lambda: {"counts": _counts(state)})
+        show_runs(state, RunQuery(), (), as_json, extra=lambda: {"counts": _counts(state)})
         return
     view = job_view(sqlalchemy_engine(state.settings), parse_job_id(state.settings, job_id))
     if view is None:
@@ -172,6 +170,10 @@ def status(job_id: str | None, as_json: bool) -> None:
         print_json(_view_json(view, flow))
     else:
         _print_view(view, flow)
+
+
+def _counts(state: State) -> dict[str, Any]:
+    return read_counts(state.settings).model_dump(mode="json")
 
 
 def _flow_or_none(state: State, name: str) -> Flow | None:
@@ -268,109 +270,6 @@ def _print_view(view: JobView, flow: Flow | None) -> None:
         print_table(kids)
     if view.unpublished:
         out.print(f"{view.unpublished} message(s) not published yet")
-
-
-@click.command()
-@click.option("--flow", default=None, help="only this flow")
-@click.option(
-    "--status",
-    "statuses",
-    multiple=True,
-    type=click.Choice(list(STATES)),
-    help="only these statuses (repeatable); waiting: running, every unfinished step waiting",
-)
-@click.option("--period", default=None, help="only jobs submitted for this period (YYYY-MM)")
-@click.option(
-    "--store", default=None, help="only jobs for this store: a parameter, a fan-out key or a tag"
-)
-@click.option(
-    "--document", default=None, help="only the jobs that posted or rejected this document number"
-)
-@click.option(
-    "--search",
-    "text",
-    default=None,
-    help="a job id or unique prefix, else a document number, store code or flow name",
-)
-@click.option("--limit", default=50, type=click.IntRange(1, 10_000))
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def runs(
-    flow: str | None,
-    statuses: tuple[str, ...],
-    period: str | None,
-    store: str | None,
-    document: str | None,
-    text: str | None,
-    limit: int,
-    as_json: bool,
-) -> None:
-    """List recent jobs, newest first (the console's runs search)."""
-    state = current()
-    if flow is not None:
-        state.registry.get(flow)  # an unknown flow is bad input, not an empty list
-    query = RunQuery(
-        text=text or "", flow=flow, period=period, store=store, document=document, limit=1
-    )
-    _runs(state, query, statuses, as_json, limit)
-
-
-def _counts(state: State) -> dict[str, Any]:
-    return read_counts(state.settings).model_dump(mode="json")
-
-
-def _search(state: State, query: RunQuery, statuses: tuple[str, ...], limit: int) -> list[RunRow]:
-    """The ``limit`` newest jobs ``query`` finds in any of ``statuses`` (all when none), page
-    by page (a search per status, merged)."""
-    found: list[RunRow] = []
-    with db.connect(state.settings, autocommit=True) as conn:
-        for status in statuses or (None,):
-            page: RunQuery | None = replace(query, status=status, limit=min(limit, MAX_LIMIT))
-            got: list[RunRow] = []
-            while page is not None and len(got) < limit:
-                result = search_runs(conn, page)
-                got.extend(result.rows)
-                page = result.next_query
-            found.extend(got[:limit])
-    found.sort(key=lambda r: (r.created_at, r.job_id.int), reverse=True)
-    return found[:limit]
-
-
-def _run_json(row: RunRow) -> dict[str, Any]:
-    """A listed job: ``id``, the stored ``status`` and the ``state`` people read."""
-    shown = row.as_json()
-    return {
-        "id": shown.pop("job_id"),
-        **shown,
-        "status": row.stored_status,
-        "state": row.status,
-    }
-
-
-def _runs(
-    state: State,
-    query: RunQuery,
-    statuses: tuple[str, ...],
-    as_json: bool,
-    limit: int = 50,
-    extra: Callable[[], dict[str, Any]] | None = None,
-) -> None:
-    rows = _search(state, query, statuses, limit)
-    if as_json:
-        print_json({"jobs": [_run_json(r) for r in rows], **(extra() if extra else {})})
-        return
-    table = Table("job", "flow", "status", "params", "created")
-    for row in rows:
-        shown = row.status
-        if row.waiting_for:
-            shown += f" ({', '.join(row.waiting_for)})"
-        table.add_row(
-            str(row.job_id),
-            row.flow,
-            shown,
-            json.dumps(row.params, sort_keys=True),
-            f"{row.created_at:%Y-%m-%d %H:%M:%S}",
-        )
-    print_table(table)
 
 
 @click.command()

@@ -24,10 +24,11 @@ from engine.cli.console import console, users
 from engine.cli.database import db
 from engine.cli.dlq import dlq
 from engine.cli.flows import flows, workers
-from engine.cli.jobs import cancel, retry, runs, status, submit_group
+from engine.cli.jobs import cancel, retry, status, submit_group
 from engine.cli.migrate import migrate
 from engine.cli.queues import queues
 from engine.cli.reports import report, reports
+from engine.cli.runs import runs
 from engine.cli.schedules import schedule
 from engine.cli.signals import signal
 from engine.cli.simulate import simulate

@@ -9,7 +9,13 @@ fails at import, never halfway through a job. A process knows the flows it
 loaded explicitly into a :class:`~engine.flow.registry.Registry`; nothing is
 registered by an import's side effect.
 
-- :mod:`.flow`: ``Flow``, ``Step``, ``StepInput``, ``MapOver``, injectables;
+- :mod:`.flow`: ``Flow``, the graph of steps, checked whole;
+- :mod:`.step`: ``Step``, ``StepInput``, ``MapOver``, injectables (a step declared, resolved);
+- :mod:`.declare`: a function read into a declared step, each mistake named;
+- :mod:`.inputs`: each parameter of a step matched to the one input that provides it;
+- :mod:`.signals`: the signals a flow declares, waits for and approves by;
+- :mod:`.params`: parsing a job's parameters, and which are searchable;
+- :mod:`.describe`: a flow in words (``engine flows show``);
 - :mod:`.registry`: which flows (and versions) this process knows;
 - :mod:`.concurrency`: declaring and rendering keys (the claim SQL enforces them);
 - :mod:`.label`: how a fan-out's runs are named for people (``label="{code}"``);

@@ -23,39 +23,42 @@ ancestor job's), from an unknown sender, or without a reason.
 
 ``map_over="plan.chunks"`` makes a step run once per element of the list field
 ``chunks`` of step ``plan``'s output; ``plan`` is added to ``after`` implicitly.
+
+The flow keeps its steps and checks the whole graph; the parts have a module
+each: a step as declared and resolved (:mod:`.step`), reading a function into
+a step (:mod:`.declare`), matching its inputs (:mod:`.inputs`), signals
+(:mod:`.signals`), parameters (:mod:`.params`), the text of ``engine flows
+show`` (:mod:`.describe`).
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import inspect
-import re
 import sys
-import textwrap
-import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType, UnionType
-from typing import (
-    Any,
-    Literal,
-    TypeGuard,
-    TypeVar,
-    Union,
-    get_args,
-    get_origin,
-    get_type_hints,
-    overload,
-)
+from types import MappingProxyType
+from typing import Any, TypeVar, overload
 
 import networkx as nx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from engine.errors import DefinitionError, InvalidParameters
+from engine.errors import DefinitionError
 from engine.flow.concurrency import Concurrency
-from engine.flow.label import Label
+from engine.flow.declare import NAME_PATTERN, declare_step, failer, valid_name
+from engine.flow.describe import describe
+from engine.flow.inputs import Graph, resolve
+from engine.flow.params import check_searchable, parse_params
 from engine.flow.retry import RetryPolicy
+from engine.flow.signals import check_approvals, check_signals
+from engine.flow.step import (
+    INJECTABLE_TYPES,
+    Declared,
+    InputKind,
+    MapOver,
+    Step,
+    StepInput,
+    is_model,
+    register_injectable,
+)
 
 __all__ = [
     "INJECTABLE_TYPES",
@@ -67,116 +70,8 @@ __all__ = [
     "register_injectable",
 ]
 
-NAME_PATTERN = "^[a-z][a-z0-9_-]*$"
-_NAME = re.compile(r"[a-z][a-z0-9_-]*")
-SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
-"""A signal's name: what ``engine_signals.name`` and ``Flow(signals=...)`` accept."""
-
-INJECTABLE_TYPES: set[type[Any]] = set()
-"""Types the runtime supplies by annotation (kind ``context``); see :func:`register_injectable`."""
-
-InputKind = Literal["params", "upstream", "gather", "item", "context"]
 StepFn = TypeVar("StepFn", bound=Callable[..., BaseModel])
 AdmitFn = TypeVar("AdmitFn", bound=Callable[..., None])
-
-
-def register_injectable(tp: type[Any]) -> None:
-    """Let steps receive an instance of ``tp`` (e.g. the runtime's StepContext) by annotation."""
-    INJECTABLE_TYPES.add(tp)
-
-
-@dataclass(frozen=True)
-class StepInput:
-    """Where one parameter of a step gets its value.
-
-    ``step`` names the upstream step for kinds ``upstream`` and ``gather``, and
-    the step whose list is mapped for kind ``item``; it is ``None`` otherwise.
-    """
-
-    kind: InputKind
-    annotation: Any
-    step: str | None = None
-
-
-@dataclass(frozen=True)
-class MapOver:
-    """Fan-out: one step run per element of ``step``'s output field ``field``."""
-
-    step: str
-    field: str
-
-    def __str__(self) -> str:
-        return f"{self.step}.{self.field}"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One resolved node of a flow: typed inputs to one typed (pydantic) output."""
-
-    name: str
-    fn: Callable[..., BaseModel]
-    after: tuple[str, ...]
-    output: type[BaseModel]
-    inputs: Mapping[str, StepInput] = dataclasses.field(hash=False)
-    map_over: MapOver | None = None
-    retry: RetryPolicy | None = None
-    concurrency: Concurrency | None = None  # the step's own, else the flow's
-    label: Label | None = None  # how people read a fan-out's runs (engine.flow.label)
-
-    @property
-    def is_mapped(self) -> bool:
-        """True when the step runs once per item of an upstream list (fan-out)."""
-        return self.map_over is not None
-
-    def label_of(self, fanout_key: str, item: Any) -> str:
-        """How people name one run of this step: its label from ``item``, else its fan-out key."""
-        if self.label is None or not fanout_key:
-            return fanout_key
-        return self.label.render(item) or fanout_key
-
-
-@dataclass(frozen=True)
-class _Declared:
-    """A step as declared, before its inputs are resolved against the whole flow."""
-
-    name: str
-    fn: Callable[..., BaseModel]
-    after: tuple[str, ...]
-    output: type[BaseModel]
-    hints: tuple[tuple[str, Any], ...]
-    map_over: MapOver | None
-    retry: RetryPolicy | None = None
-    concurrency: Concurrency | None = None
-    label: Label | None = None
-
-
-def _valid_name(name: object) -> bool:
-    return isinstance(name, str) and _NAME.fullmatch(name) is not None
-
-
-def type_name(tp: Any) -> str:
-    """Short human name of an annotation: ``Plan``, ``list[ChunkResult]``, ``int``."""
-    args = get_args(tp)
-    origin = get_origin(tp)
-    if origin in (Union, UnionType) and args:  # int | None, Optional[int]
-        return " | ".join("None" if a is type(None) else type_name(a) for a in args)
-    if origin is not None and args:
-        return f"{type_name(origin)}[{', '.join(type_name(a) for a in args)}]"
-    return str(getattr(tp, "__name__", tp))
-
-
-def _same_type(a: Any, b: Any) -> bool:
-    # typing.List[X] and list[X] are different objects that mean the same thing.
-    if a == b:
-        return True
-    return get_origin(a) is not None and (get_origin(a), get_args(a)) == (
-        get_origin(b),
-        get_args(b),
-    )
-
-
-def _is_model(tp: Any) -> TypeGuard[type[BaseModel]]:
-    return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
 class Flow:
@@ -186,6 +81,12 @@ class Flow:
     the whole graph; :meth:`freeze` validates and forbids further steps. The
     query helpers (:attr:`steps`, :meth:`roots`, ...) validate first, so they
     only ever show a consistent graph.
+
+    ``searchable=("region",)`` names the parameters a job of the flow is found
+    by: each is tagged ``param.NAME`` with its value (each element of a list)
+    in the submit's transaction, and ``engine runs --param region=north``
+    finds the jobs submitted with it (an index lookup, whatever the flow). A
+    parameter not declared searchable is not tagged and not found that way.
     """
 
     def __init__(
@@ -198,12 +99,13 @@ class Flow:
         concurrency: Concurrency | None = None,
         signals: Sequence[str] = (),
         approvals: Sequence[str] = (),
+        searchable: Sequence[str] = (),
     ) -> None:
-        if not _valid_name(name):
+        if not valid_name(name):
             raise DefinitionError(
                 f"invalid flow name {name!r}: expected {NAME_PATTERN}, e.g. 'costing'"
             )
-        if not _is_model(params):
+        if not is_model(params):
             raise DefinitionError(
                 f"params must be a pydantic BaseModel subclass, got {params!r}", flow=name
             )
@@ -218,14 +120,15 @@ class Flow:
                 concurrency.check(params, None)
             except DefinitionError as exc:
                 raise DefinitionError(str(exc), flow=name) from None
-        self._signals = _check_signals(name, signals)
-        self._approvals = _check_approvals(name, approvals, self._signals)
+        self._signals = check_signals(name, signals)
+        self._approvals = check_approvals(name, approvals, self._signals)
+        self._searchable = check_searchable(name, params, searchable)
         self._concurrency = concurrency
         self._name = name
         self._params = params
         self._version = version
         self._description = description
-        self._declared: dict[str, _Declared] = {}
+        self._declared: dict[str, Declared] = {}
         self._steps: Mapping[str, Step] | None = None
         self._order: tuple[str, ...] = ()  # topological, computed with _steps
         self._graph: nx.DiGraph[str] | None = None
@@ -269,6 +172,11 @@ class Flow:
     def approvals(self) -> tuple[str, ...]:
         """The declared signals that are approvals (segregation of duties applies to them)."""
         return self._approvals
+
+    @property
+    def searchable(self) -> tuple[str, ...]:
+        """The parameters a job of the flow is found by (``engine runs --param NAME=VALUE``)."""
+        return self._searchable
 
     @property
     def admission(self) -> Callable[..., None] | None:
@@ -369,86 +277,26 @@ class Flow:
         label: str | None = None,
     ) -> None:
         step_name = name if name is not None else getattr(fn, "__name__", "")
-        fail = self._failer(step_name)
         if self._frozen:
-            raise fail(f"cannot add step {step_name!r}: the flow is frozen")
-        if not _valid_name(step_name):
-            raise fail(f"invalid step name {step_name!r}: expected {NAME_PATTERN}")
+            raise self._failer(step_name)(f"cannot add step {step_name!r}: the flow is frozen")
         if step_name in self._declared:
-            raise fail(f"duplicate step name {step_name!r}")
-        if concurrency is not None and not isinstance(concurrency, Concurrency):
-            raise fail(
-                f"step {step_name!r}: concurrency must be an engine.Concurrency, "
-                f"got {concurrency!r}"
-            )
-        deps = (after,) if isinstance(after, str) else tuple(after)
-        mapping = self._parse_map_over(step_name, map_over)
-        if label is not None and mapping is None:
-            raise fail(
-                f"step {step_name!r}: label={label!r} names the runs of a fan-out; "
-                "the step has no map_over"
-            )
-        try:
-            parsed_label = None if label is None else Label(label)
-        except DefinitionError as exc:
-            raise fail(f"step {step_name!r}: {exc}") from None
-        if mapping is not None and mapping.step not in deps:
-            deps = (*deps, mapping.step)
-        try:
-            hints = get_type_hints(fn, localns=dict(localns))
-        except (NameError, TypeError) as exc:
-            raise fail(
-                f"step {step_name!r}: cannot resolve its annotations ({exc}); "
-                "define the types before the step"
-            ) from exc
-        params: list[tuple[str, Any]] = []
-        for param in inspect.signature(fn).parameters.values():
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise fail(f"step {step_name!r}: *{param.name} is not allowed; name each input")
-            if param.name not in hints:
-                raise fail(
-                    f"step {step_name!r}: parameter {param.name!r} has no type annotation; "
-                    "annotate it with the params model, an upstream output or list[Output]"
-                )
-            params.append((param.name, hints[param.name]))
-        output = hints.get("return")
-        if not _is_model(output):
-            raise fail(
-                f"step {step_name!r}: return annotation must be a pydantic BaseModel subclass, "
-                f"got {type_name(output) if 'return' in hints else 'none'}"
-            )
-        for waited in _signals_waited_for(fn):
-            if waited not in self._signals:
-                raise fail(
-                    f"step {step_name!r} waits for signal {waited!r}, which the flow does not "
-                    f"declare: {_declared_signals(self._signals)} "
-                    "(declare it: Flow(..., signals=(...)))"
-                )
-        self._declared[step_name] = _Declared(
-            step_name,
+            raise self._failer(step_name)(f"duplicate step name {step_name!r}")
+        self._declared[step_name] = declare_step(
+            self._name,
+            self._signals,
             fn,
-            tuple(dict.fromkeys(deps)),
-            output,
-            tuple(params),
-            mapping,
+            name,
+            after,
+            map_over,
+            localns,
             retry,
             concurrency,
-            parsed_label,
+            label,
         )
         self._steps = self._graph = None
 
-    def _parse_map_over(self, step: str, map_over: str | None) -> MapOver | None:
-        if map_over is None:
-            return None
-        source, dot, field = map_over.partition(".")
-        if not dot or not source or not field or "." in field:
-            raise self._failer(step)(
-                f"step {step!r}: map_over={map_over!r} must be 'step.field', e.g. 'plan.chunks'"
-            )
-        return MapOver(source, field)
-
     def _failer(self, *steps: str) -> Callable[[str], DefinitionError]:
-        return lambda message: DefinitionError(message, flow=self._name, steps=steps)
+        return failer(self._name, *steps)
 
     # -- validation ------------------------------------------------------------------
 
@@ -483,7 +331,8 @@ class Flow:
             raise self._failer(*path[:-1])(
                 "cycle between steps " + " -> ".join(repr(p) for p in path)
             )
-        steps = {d.name: self._resolve(d) for d in declared.values()}
+        graph_of = Graph(self._params, self._concurrency, declared, self._failer)
+        steps = {d.name: resolve(graph_of, d) for d in declared.values()}
         for step in steps.values():
             graph.nodes[step.name]["step"] = step
         self._steps = MappingProxyType(steps)
@@ -498,117 +347,6 @@ class Flow:
         self.validate()
         self._frozen = True
         return self
-
-    def _item_type(self, decl: _Declared, mapping: MapOver) -> Any:
-        fail = self._failer(decl.name, mapping.step)
-        source = self._declared[mapping.step]
-        if source.map_over is not None:
-            raise fail(
-                f"step {decl.name!r}: cannot map over {str(mapping)!r}: step {mapping.step!r} "
-                "is itself mapped (nested fan-out is not supported; gather it first)"
-            )
-        field = source.output.model_fields.get(mapping.field)
-        if field is None:
-            raise fail(
-                f"step {decl.name!r}: map_over {str(mapping)!r}: {type_name(source.output)} "
-                f"has no field {mapping.field!r}; fields: {', '.join(source.output.model_fields)}"
-            )
-        args = get_args(field.annotation)
-        if get_origin(field.annotation) is not list or len(args) != 1 or not _is_model(args[0]):
-            raise fail(
-                f"step {decl.name!r}: map_over {str(mapping)!r} is "
-                f"{type_name(field.annotation)}, expected list[SomeModel]"
-            )
-        if not any(_same_type(ann, args[0]) for _, ann in decl.hints):
-            raise fail(
-                f"step {decl.name!r}: map_over {str(mapping)!r} yields {type_name(args[0])} "
-                f"items, but no parameter of {decl.name!r} is annotated {type_name(args[0])}"
-            )
-        return args[0]
-
-    def _resolve(self, decl: _Declared) -> Step:
-        providers: list[tuple[str, StepInput]] = [
-            (f"the flow parameters ({type_name(self.params)})", StepInput("params", self.params))
-        ]
-        providers += [
-            (f"the runtime ({type_name(t)})", StepInput("context", t))
-            for t in sorted(INJECTABLE_TYPES, key=type_name)
-        ]
-        item: Any = None
-        if decl.map_over is not None:
-            item = self._item_type(decl, decl.map_over)
-            label = f"one item of {str(decl.map_over)!r} ({type_name(item)})"
-            providers.append((label, StepInput("item", item, decl.map_over.step)))
-        concurrency = decl.concurrency if decl.concurrency is not None else self._concurrency
-        if decl.concurrency is not None:
-            try:
-                decl.concurrency.check(self.params, item)
-            except DefinitionError as exc:
-                raise self._failer(decl.name)(f"step {decl.name!r}: {exc}") from None
-        if decl.label is not None and _is_model(item):
-            try:
-                decl.label.check(item)
-            except DefinitionError as exc:
-                raise self._failer(decl.name)(f"step {decl.name!r}: {exc}") from None
-        for dep in decl.after:
-            up = self._declared[dep]
-            if up.map_over is not None:
-                gathered = types.GenericAlias(list, (up.output,))
-                label = f"step {dep!r}, gathered ({type_name(gathered)})"
-                providers.append((label, StepInput("gather", gathered, dep)))
-            else:
-                label = f"step {dep!r} ({type_name(up.output)})"
-                providers.append((label, StepInput("upstream", up.output, dep)))
-        inputs: dict[str, StepInput] = {}
-        for param, ann in decl.hints:
-            found = [(label, si) for label, si in providers if _same_type(si.annotation, ann)]
-            if len(found) > 1:
-                raise self._failer(decl.name, *(si.step for _, si in found if si.step))(
-                    f"step {decl.name!r}: parameter {param!r} ({type_name(ann)}) is ambiguous: "
-                    f"provided by {' and '.join(label for label, _ in found)}"
-                )
-            if not found:
-                raise self._failer(decl.name)(
-                    f"step {decl.name!r}: parameter {param!r} of type {type_name(ann)} is not "
-                    f"provided; available: {'; '.join(label for label, _ in providers)}"
-                    + self._hint(decl, ann)
-                )
-            inputs[param] = found[0][1]
-        return Step(
-            decl.name,
-            decl.fn,
-            decl.after,
-            decl.output,
-            MappingProxyType(inputs),
-            decl.map_over,
-            decl.retry,
-            concurrency,
-            decl.label,
-        )
-
-    def _hint(self, decl: _Declared, ann: Any) -> str:
-        args = get_args(ann)
-        for other in self._declared.values():
-            mapped = other.map_over is not None
-            plain = _same_type(ann, other.output)
-            listed = (
-                get_origin(ann) is list and len(args) == 1 and _same_type(args[0], other.output)
-            )
-            if other.name == decl.name or not (plain or listed):
-                continue
-            if mapped and plain:
-                return (
-                    f" (hint: step {other.name!r} is mapped and runs once per item; "
-                    f"annotate list[{type_name(ann)}] to gather its outputs)"
-                )
-            if listed and not mapped:
-                return (
-                    f" (hint: step {other.name!r} is not mapped and produces one "
-                    f"{type_name(args[0])}; annotate {type_name(args[0])})"
-                )
-            if other.name not in decl.after:
-                return f" (hint: step {other.name!r} produces it; add it to after)"
-        return ""
 
     # -- queries ---------------------------------------------------------------------
 
@@ -659,158 +397,8 @@ class Flow:
         Each problem names the option, the bad value and the expected form.
         Unknown keys are problems too.
         """
-        fields = self.params.model_fields
-        valid = {n for n, f in fields.items()} | {f.alias for f in fields.values() if f.alias}
-        problems = [
-            f"unknown parameter {key!r}; valid parameters: {', '.join(fields)}"
-            for key in values
-            if key not in valid
-        ]
-        known = {k: v for k, v in values.items() if k in valid}
-        try:
-            parsed = self.params.model_validate(known)
-        except ValidationError as exc:
-            problems += [_problem(error) for error in exc.errors()]
-        if problems:
-            raise InvalidParameters(self.name, problems)
-        return parsed
+        return parse_params(self._name, self._params, values)
 
     def describe(self) -> str:
         """Human text for ``engine flows show NAME``: parameters, steps and edges."""
-        lines = [f"flow {self.name} (version {self.version})"]
-        if self.description:
-            lines.append(f"  {self.description}")
-        lines.append(f"parameters ({type_name(self.params)}):")
-        for pname, info in self.params.model_fields.items():
-            default = "required" if info.is_required() else f"default {info.get_default()!r}"
-            about = f"  {info.description}" if info.description else ""
-            lines.append(
-                f"  --{pname.replace('_', '-')}: {type_name(info.annotation)}, {default}{about}"
-            )
-        if self._signals:
-            lines.append(f"signals: {', '.join(self._signals)}")
-        if self._approvals:
-            lines.append(
-                f"approvals: {', '.join(self._approvals)} (not by the submitter; a reason needed)"
-            )
-        if self._concurrency is not None:
-            lines.append(f"concurrency: {_describe_concurrency(self._concurrency)}")
-        if self._admission is not None:
-            doc = (inspect.getdoc(self._admission) or "").split("\n", 1)[0]
-            lines.append(f"admission: {getattr(self._admission, '__name__', '?')}  {doc}".rstrip())
-        lines.append("steps:")
-        for step in self.steps.values():
-            fanout = f", one run per item of {str(step.map_over)!r}" if step.map_over else ""
-            if step.label is not None:
-                fanout += f", labelled {step.label.template!r}"
-            lines.append(f"  {step.name} -> {type_name(step.output)}{fanout}")
-            own = self._declared[step.name].concurrency
-            if own is not None:
-                lines.append(f"    concurrency: {_describe_concurrency(own)}")
-            for pname, si in step.inputs.items():
-                source = {
-                    "params": "parameters",
-                    "upstream": f"step {si.step}",
-                    "gather": f"all runs of step {si.step}",
-                    "item": f"one item of {step.map_over}",
-                    "context": "runtime",
-                }[si.kind]
-                lines.append(f"    {pname}: {type_name(si.annotation)} <- {source}")
-        lines.append("edges:")
-        lines += [f"  {u} -> {v}" for u, v in self.graph.edges] or ["  (none)"]
-        return "\n".join(lines)
-
-
-def declared_signals(signals: Sequence[str] | None) -> str:
-    """``valid signals: 'approve'`` or ``it declares no signals``, for messages."""
-    return _declared_signals(signals or ())
-
-
-def _declared_signals(signals: Sequence[str]) -> str:
-    if not signals:
-        return "it declares no signals"
-    return "valid signals: " + ", ".join(map(repr, signals))
-
-
-def _signals_waited_for(fn: Callable[..., Any]) -> list[str]:
-    """The names ``fn`` passes to ``.wait_for_signal(...)`` that are known without running it.
-
-    A string literal, or a module constant holding one (``APPROVAL_SIGNAL``);
-    a name computed at run time is checked at the wait instead (the step
-    context raises :class:`DefinitionError` there). A function whose source
-    cannot be read is not checked here.
-    """
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return []
-    found: list[str] = []
-    for node in ast.walk(tree):
-        if not (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "wait_for_signal"
-        ):
-            continue
-        arg = node.args[0] if node.args else None
-        if arg is None:
-            arg = next((k.value for k in node.keywords if k.arg == "name"), None)
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-            found.append(arg.value)
-        elif isinstance(arg, ast.Name):
-            value = getattr(fn, "__globals__", {}).get(arg.id)
-            if isinstance(value, str):
-                found.append(value)
-    return found
-
-
-def _check_signals(flow: str, signals: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(signals, str):
-        signals = (signals,)
-    names = tuple(signals)
-    for name in names:
-        if not isinstance(name, str) or not SIGNAL_NAME.fullmatch(name):
-            raise DefinitionError(
-                f"invalid signal name {name!r} in signals: expected a lowercase letter, then "
-                "up to 62 lowercase letters, digits, '_', '.' or '-' (e.g. 'approve')",
-                flow=flow,
-            )
-    if len(set(names)) != len(names):
-        raise DefinitionError(f"signals {names!r} names one twice", flow=flow)
-    return names
-
-
-def _check_approvals(
-    flow: str, approvals: Sequence[str], signals: Sequence[str]
-) -> tuple[str, ...]:
-    names = (approvals,) if isinstance(approvals, str) else tuple(approvals)
-    for name in names:
-        if name not in signals:
-            raise DefinitionError(
-                f"approval {name!r} is not a declared signal: approvals name signals the flow "
-                f"declares ({_declared_signals(signals)})",
-                flow=flow,
-            )
-    if len(set(names)) != len(names):
-        raise DefinitionError(f"approvals {names!r} names one twice", flow=flow)
-    return names
-
-
-def _describe_concurrency(c: Concurrency) -> str:
-    held = "per job" if c.per_job else "per step run"
-    return f"key {c.key!r}, limit {c.limit} ({held})"
-
-
-def _problem(error: Mapping[str, Any]) -> str:
-    """One line per pydantic error: option, value given, expected form."""
-    # Spelled like the CLI option that ``engine submit`` generates for the field.
-    loc = ".".join(str(part) for part in error["loc"]).replace("_", "-")
-    option = f"--{loc}" if loc else "parameters"
-    if error["type"] == "missing":
-        return f"{option}: required, none given"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    message = message.replace("Input should be ", "expected ", 1)
-    given = error.get("input")
-    if repr(given) in message:
-        return f"{option}: {message}"
-    return f"{option}: invalid value {given!r}: {message}"
+        return describe(self, {n: d.concurrency for n, d in self._declared.items()})

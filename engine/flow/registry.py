@@ -4,8 +4,10 @@ A flow module exports a module attribute ``flow`` (a :class:`~engine.flow.flow.F
 or ``flows``, a list of them. A module may also export ``commands``: command
 line commands (click) that the ``engine`` CLI adds to its own, so a domain
 package brings its tools (``engine seed``) without the engine knowing it,
-and ``console_pages``: pages of ``engine console`` (the ERP's periods), built
-from :mod:`engine.console.extension`'s plain data types.
+``console_pages``: pages of ``engine console`` (the ERP's periods), built
+from :mod:`engine.console.extension`'s plain data types, and ``search_fields``:
+options of ``engine runs`` and fields of the console's runs search
+(:class:`engine.SearchField`: the ERP's ``--period``, ``--store``, ``--document``).
 :meth:`Registry.load` imports the named modules (by default every module of
 the ``flows`` package), freezes and validates each flow, and refuses two flows
 with the same name. There is no process-global registry and importing a module
@@ -34,6 +36,7 @@ class Registry:
         self._origins: dict[str, str] = {}
         self.commands: list[object] = []  # what modules export as `commands`
         self.console_pages: list[object] = []  # and as `console_pages`
+        self.search_fields: list[object] = []  # and as `search_fields`
         for flow in flows:
             self._add(flow, origin="(given directly)")
 
@@ -58,6 +61,7 @@ class Registry:
                 ) from exc
             registry.commands.extend(getattr(module, "commands", None) or [])
             registry.console_pages.extend(getattr(module, "console_pages", None) or [])
+            registry.search_fields.extend(getattr(module, "search_fields", None) or [])
             flow = getattr(module, "flow", None)
             many = getattr(module, "flows", None)
             if isinstance(flow, Flow):
@@ -65,8 +69,8 @@ class Registry:
             elif isinstance(many, list) and many and all(isinstance(f, Flow) for f in many):
                 for one in many:
                     registry._add(one, origin=module_name)
-            elif explicit and not (
-                getattr(module, "commands", None) or getattr(module, "console_pages", None)
+            elif explicit and not any(
+                getattr(module, a, None) for a in ("commands", "console_pages", "search_fields")
             ):
                 found = "none" if flow is None else type(flow).__name__
                 raise DefinitionError(

@@ -14,6 +14,6 @@ are written in one transaction, the caller's own when it passes one.
 - :mod:`.admin`: operator actions (cancel, retry, replay, purge, alerts);
 - :mod:`.lookup`: one job, the active jobs, and waiting for a job to end;
 - :mod:`.watch`: a job's state (``waiting`` derived) and progress, its descendants' included;
-- :mod:`.search`: the runs page: jobs by id prefix, flow, state, period, store or
-  document (a step's tag), newest first, a page at a time by a keyset cursor.
+- :mod:`.search`: the runs page: jobs by id prefix, flow, state, a flow's searchable
+  parameters or a step's tags, newest first, a page at a time by a keyset cursor.
 """

@@ -255,7 +255,7 @@ def _refuse_rejected(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> None:
     raise Refused(
         f"job {job_id} cannot be retried: {which} was rejected ({rejected['error']}); a "
         "rejection is the data's decision, not a fault, and a retry would only repeat it: "
-        "correct the data (e.g. the documents) and submit a new job"
+        "correct the data and submit a new job"
     )
 
 

@@ -2,7 +2,7 @@
 
 Every operator action (``engine cancel``, ``retry``, ``dlq replay``, ``dlq
 purge``, ``signal``, ``schedule add|remove|pause|resume|run``, and a flow's
-own, such as the books' close and reopen of a period) writes one row of ``engine_audit`` **in
+own, such as the books' close and reopen of a month) writes one row of ``engine_audit`` **in
 the transaction of the action itself**. An action that is refused (a cancel
 of a finished job: exit 2) or fails rolls back and records nothing: every
 entry is an action that took effect, and what was refused is the command's
@@ -154,7 +154,7 @@ def record_action(
     Call it on the connection of the transaction that does the action, so
     that the entry commits with it, or not at all. ``actor`` defaults to
     :func:`operator`; ``action`` and ``target_kind`` are lowercase words
-    (``close``, ``period``); ``detail`` any JSON object. A bad value raises
+    (``close``, ``month``); ``detail`` any JSON object. A bad value raises
     :class:`BadInput` before anything is written.
     """
     try:

@@ -3,8 +3,8 @@
 Also where a job id a person typed becomes a job (:func:`resolve_job_id`):
 a whole UUID, or a unique prefix of one, as ``engine runs`` shows them cut.
 
-A flow that changes the state its jobs depend on (closing an accounting
-period, say) must know whether such jobs are still running. It asks here,
+A flow that changes the state its jobs depend on (closing the books of a
+month, say) must know whether such jobs are still running. It asks here,
 in its own transaction, rather than reading the engine's tables: which
 jobs of these flows, with parameters containing these values, are pending
 or running.
@@ -74,8 +74,8 @@ def active_jobs(
 ) -> list[JobInfo]:
     """Pending or running jobs of ``flows`` whose parameters contain ``params``, oldest first.
 
-    ``params={"period": "2026-11"}`` matches every job submitted with that
-    period, whatever its other parameters; ``exclude`` leaves one job out
+    ``params={"month": "2026-11"}`` matches every job submitted with that
+    month, whatever its other parameters; ``exclude`` leaves one job out
     (the caller's own).
     """
     wanted = jsonb.checked(dict(params or {}), "params")

@@ -1,16 +1,23 @@
 """Searching runs: the console's runs page and ``engine runs``, newest first, a page at a time.
 
 A :class:`RunQuery` names what to find: a job id or a unique prefix of one
-(else the text is matched as a document number, a store code or a flow
-name), a flow, a state (``waiting`` derived as everywhere: active, a step
-run waiting and none pending or running), a period and a store as submitted
-(``params``), a store as a fan-out's key, or a job's tags
-(:meth:`engine.StepContext.tag`: ``document`` is the document number a step
-posted). :func:`search_runs` answers one page of it, newest first by
-``(created_at, id)``; :attr:`RunPage.next_before` is an opaque cursor for the
-page after it (keyset paging: a page costs the same however deep, and a job
-submitted meanwhile neither repeats nor hides one). Every filter is an
-equality an index answers (migration 0021), never a scan of all jobs.
+(else the text is matched as any tag's value or a fan-out's key, or a flow's
+name), a flow, a state (``waiting`` derived as everywhere: active, a step run
+waiting and none pending or running), and *matches*: a searchable parameter
+as submitted (``params``), a tag a step gave its job (``tags``,
+:meth:`engine.StepContext.tag`), or any of several of these and fan-out keys
+(:class:`RunMatch`). The engine gives no parameter or tag a meaning: a flow
+declares which of its parameters are searchable (``Flow(searchable=...)``),
+and :mod:`engine.jobs.submit` tags them (``param.NAME``) in the submit's
+transaction, so every match is a lookup of one index, whatever the flow. A
+domain package adds its own options (``engine runs --NAME``) as
+:class:`SearchField`, each a value turned into a :class:`RunMatch`.
+
+:func:`search_runs` answers one page, newest first by ``(created_at, id)``;
+:attr:`RunPage.next_before` is an opaque cursor for the page after it
+(keyset paging: a page costs the same however deep, and a job submitted
+meanwhile neither repeats nor hides one). Every filter is an equality an
+index answers, never a scan of all jobs.
 
 :func:`parse_run_query` reads one from a web form or a query string; a bad
 value is :class:`~engine.errors.BadInput` naming it and what is valid.
@@ -20,9 +27,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -36,11 +44,15 @@ from engine.store.status import wait_text
 
 __all__ = [
     "MAX_LIMIT",
+    "PARAM_TAG",
     "STATES",
+    "RunMatch",
     "RunPage",
     "RunQuery",
     "RunRow",
+    "SearchField",
     "encode_cursor",
+    "parse_pair",
     "parse_run_query",
     "search_filters",
     "search_runs",
@@ -52,31 +64,64 @@ STATES = ("pending", "running", "waiting", "done", "failed", "cancelled")
 MAX_LIMIT = 200
 """Rows a page may ask for at most."""
 
+PARAM_TAG = "param."
+"""The tag of a searchable parameter ``NAME`` is ``param.NAME`` (written at submit)."""
+
 _FLOW = re.compile(r"[a-z][a-z0-9_-]*")
-_PERIOD = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
-_MAX_KEY = 200  # a store code, a document number: as long as a tag's value may be
-_FIELDS = ("text", "flow", "status", "period", "store", "document", "before", "limit")
+_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,62}")  # a tag's name (engine_job_tags' CHECK)
+_MAX_VALUE = 200  # as long as a tag's value may be
+_FIELDS = ("text", "flow", "status", "before", "limit")
+
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class RunMatch:
+    """A job matches when it has any of these: a searchable parameter, a tag, a fan-out key.
+
+    ``params`` and ``tags`` are ``(name, value)`` pairs; ``keys`` are fan-out
+    keys (a step's run per item). A domain's option that finds a thing
+    however a job names it is ``RunMatch(params=(("x", v),), tags=(("x", v),),
+    keys=(v,))``.
+    """
+
+    params: tuple[Pair, ...] = ()
+    tags: tuple[Pair, ...] = ()
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SearchField:
+    """A search option a domain package adds to ``engine runs`` and the console's runs form.
+
+    A module the registry loads may export ``search_fields``, a list of these:
+    ``engine runs --NAME VALUE`` and the form's field ``NAME`` call
+    ``match(VALUE)``, which returns the :class:`RunMatch` it means or raises
+    :class:`~engine.errors.BadInput` naming the bad value.
+    """
+
+    name: str
+    help: str
+    match: Callable[[str], RunMatch]
+    placeholder: str = ""
 
 
 @dataclass(frozen=True)
 class RunQuery:
-    """What to search for; every filter given must hold (``None``, ``""``: any)."""
+    """What to search for; every filter given must hold (``None``, ``""``, ``()``: any)."""
 
-    text: str = ""  # a job id or unique id prefix, else a document number, store code or flow
+    text: str = ""  # a job id or unique id prefix, else any tag's value, a fan-out key or a flow
     flow: str | None = None
     status: str | None = None  # one of STATES; waiting is derived
-    period: str | None = None  # params->>'period', YYYY-MM
-    store: str | None = None  # params->>'store', a fan-out's key, or the job's tag 'store'
-    document: str | None = None  # a document number some step of the job tagged
+    params: tuple[Pair, ...] = ()  # searchable parameters as submitted, each must hold
+    tags: tuple[Pair, ...] = ()  # tags some step gave the job, each must hold
+    matches: tuple[RunMatch, ...] = ()  # each must hold (one of its alternatives)
     before: str | None = None  # the cursor of the previous page (RunPage.next_before)
     limit: int = 50  # 1..MAX_LIMIT
 
     def next_page(self, before: str) -> RunQuery:
         """The same search, from the cursor ``before`` on."""
-        return RunQuery(**{**self._values(), "before": before})
-
-    def _values(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _FIELDS}
+        return dataclasses.replace(self, before=before)
 
 
 @dataclass(frozen=True)
@@ -88,7 +133,6 @@ class RunRow:
     status: str  # the state people read: waiting derived, else the job's status
     waiting_for: list[str]  # what it waits for (each wait once), empty unless waiting
     params: dict[str, Any]
-    period: str  # params' period, "" when it has none
     submitted_by: str | None
     created_at: datetime
     started_at: datetime | None
@@ -110,7 +154,6 @@ class RunRow:
             "status": self.status,
             "waiting_for": self.waiting_for,
             "params": self.params,
-            "period": self.period,
             "submitted_by": self.submitted_by,
             "created_at": iso(self.created_at),
             "started_at": iso(self.started_at),
@@ -135,26 +178,49 @@ class RunPage:
         return None if self.next_before is None else self.query.next_page(self.next_before)
 
 
-def parse_run_query(values: Mapping[str, str]) -> RunQuery:
-    """A query from a web form's or query string's values (names as :class:`RunQuery`'s fields).
+def parse_run_query(values: Mapping[str, str], fields: Sequence[SearchField] = ()) -> RunQuery:
+    """A query from a web form's or query string's values (names as :class:`RunQuery`'s fields,
+    or a :class:`SearchField`'s name).
 
-    Empty values and names that are not fields (a CSRF token, a button) are
+    Empty values and names that are neither (a CSRF token, a button) are
     ignored; every given value is checked as :func:`search_runs` checks it,
     and ``limit`` must be a whole number. A bad one is
     :class:`~engine.errors.BadInput` naming it and what is valid.
     """
-    given = {k: v.strip() for k, v in values.items() if k in _FIELDS and v and v.strip()}
+    given = {k: v.strip() for k, v in values.items() if v and v.strip()}
     limit = 50
     if "limit" in given:
         try:
-            limit = int(given.pop("limit"))
+            limit = int(given["limit"])
         except ValueError:
             raise BadInput(
                 f"bad limit {values['limit']!r}: a whole number of rows, 1 to {MAX_LIMIT}"
             ) from None
-    query = RunQuery(**given, limit=limit)
+    plain = {k: v for k, v in given.items() if k in _FIELDS and k != "limit"}
+    matches = tuple(f.match(given[f.name]) for f in fields if f.name in given)
+    query = RunQuery(
+        text=plain.get("text", ""),
+        flow=plain.get("flow"),
+        status=plain.get("status"),
+        matches=matches,
+        before=plain.get("before"),
+        limit=limit,
+    )
     search_filters(query)  # the same checks as a search's
     return query
+
+
+def parse_pair(what: str, text: str) -> Pair:
+    """``NAME=VALUE`` as ``(name, value)``; :class:`BadInput` naming it when it is not one."""
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not _NAME.fullmatch(name) or not value or len(value) > _MAX_VALUE:
+        raise BadInput(
+            f"bad {what} {text[:60]!r}: NAME=VALUE, a name of lower-case letters, digits, "
+            f"'_', '.' and '-' starting with a letter, a value of 1 to {_MAX_VALUE} characters "
+            "(e.g. region=north)"
+        )
+    return name, value
 
 
 def search_runs(conn: psycopg.Connection[Any], query: RunQuery) -> RunPage:
@@ -189,10 +255,8 @@ def search_filters(query: RunQuery, conn: psycopg.Connection[Any] | None = None)
         "flow": None,
         "statuses": None,
         "waiting": None,
-        "period": None,
-        "store": None,
-        "document": None,
         "text": None,
+        "matches": None,
     }
     if query.before:
         filters["before_at"], filters["before_id"] = decode_cursor(query.before)
@@ -217,16 +281,11 @@ def search_filters(query: RunQuery, conn: psycopg.Connection[Any] | None = None)
         filters["flow"] = query.flow
     if query.status:
         filters.update(_status(query.status))
-    if query.period:
-        if not _PERIOD.fullmatch(query.period):
-            raise BadInput(
-                f"bad period {query.period!r}: a month as YYYY-MM, month 01 to 12 (e.g. 2026-11)"
-            )
-        filters["period"] = query.period
-    if query.store:
-        filters["store"] = _key("store", query.store)
-    if query.document:
-        filters["document"] = _key("document", query.document)
+    matches = [RunMatch(params=(p,)) for p in query.params]
+    matches += [RunMatch(tags=(t,)) for t in query.tags]
+    matches += query.matches
+    if matches:
+        filters["matches"] = [_alternatives(m) for m in matches]
     text = filters["text"]
     if (
         conn is not None
@@ -251,10 +310,27 @@ def _status(status: str) -> dict[str, Any]:
     return {"statuses": [status], "waiting": None}
 
 
+def _alternatives(match: RunMatch) -> list[tuple[str, str, str]]:
+    """A match as ``job_search``'s alternatives; a parameter is its tag ``param.NAME``."""
+    if not isinstance(match, RunMatch):
+        raise BadInput(f"bad match {match!r}: an engine.RunMatch")
+    found: list[tuple[str, str, str]] = []
+    for what, prefix, pairs in (("param", PARAM_TAG, match.params), ("tag", "", match.tags)):
+        for name, value in pairs:
+            name, value = parse_pair(what, f"{name}={value}")
+            if len(prefix + name) > 63:
+                raise BadInput(f"bad {what} {name!r}: a name of at most {63 - len(prefix)}")
+            found.append(("tag", prefix + name, value))
+    found += [("key", "", _key("fan-out key", k)) for k in match.keys]
+    if not found:
+        raise BadInput("bad match: it names no parameter, tag or fan-out key")
+    return found
+
+
 def _key(what: str, value: str) -> str:
     value = value.strip()
-    if not value or len(value) > _MAX_KEY:
-        raise BadInput(f"bad {what} {value[:40]!r}: 1 to {_MAX_KEY} characters")
+    if not value or len(value) > _MAX_VALUE:
+        raise BadInput(f"bad {what} {value[:40]!r}: 1 to {_MAX_VALUE} characters")
     return value
 
 
@@ -287,15 +363,12 @@ def _row(r: Mapping[str, Any]) -> RunRow:
         text = wait_text(w["signal"], until, bool(w["children"]))
         if text not in waits:
             waits.append(text)
-    params = dict(r["params"])
-    period = params.get("period")
     return RunRow(
         job_id=r["id"],
         flow=r["flow"],
         status="waiting" if waits else r["status"],
         waiting_for=waits,
-        params=params,
-        period=period if isinstance(period, str) else "",
+        params=dict(r["params"]),
         submitted_by=r["submitted_by"],
         created_at=r["created_at"],
         started_at=r["started_at"],

@@ -10,6 +10,7 @@ race is a normal outcome (invariant 7).
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from engine.flow import Flow
 from engine.flow.registry import Registry
 from engine.jobs.fingerprint import job_fingerprint
 from engine.jobs.plan import root_runs
+from engine.jobs.search import PARAM_TAG
 from engine.jobs.transaction import in_transaction
 from engine.store import jsonb
 from engine.store.status import EventKind, JobStatus
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 # Each lost race re-reads the winner; the winner can only vanish by finishing
 # in between, so a handful of rounds is plenty.
 _MAX_ROUNDS = 5
+_MAX_TAG = 200  # engine_job_tags.value
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ def submit_in(
         params, "params", error=lambda m: InvalidParameters(flow.name, [m])
     )
     admit(flow, params, conn)
+    searchable = search_tags(flow, params)
     child_of = None if parent is None else (parent.step_run_id, parent.key)
     fingerprint = job_fingerprint(flow.name, flow.version, params, scheduled_for, child_of)
     for _ in range(_MAX_ROUNDS):
@@ -170,6 +174,8 @@ def submit_in(
             approvals=flow.approvals,
         )
         if row is not None:
+            for name, values in searchable.items():
+                store.tag_insert_many(conn, job_id, name, values)
             runs = root_runs(flow, job_id, params_json, settings)
             announced = announce(conn, publisher, job_id=job_id, new_runs=runs, notify=notify)
             detail: dict[str, Any] = {"flow": flow.name, "params": params_json, "by": submitted_by}
@@ -187,6 +193,26 @@ def submit_in(
         f"submit of flow {flow.name!r} lost {_MAX_ROUNDS} races in a row for fingerprint "
         f"{fingerprint[:12]}...; the job keeps finishing between insert and lookup"
     )
+
+
+def search_tags(flow: Flow, params: BaseModel) -> dict[str, list[str]]:
+    """The tags of ``flow``'s searchable parameters (``Flow(searchable=...)``): ``param.NAME``
+    with the value as text (each element of a list; none for ``None`` or an empty value)."""
+    dumped = params.model_dump(mode="json", include=set(flow.searchable))
+    tags: dict[str, list[str]] = {}
+    for name in flow.searchable:
+        value = dumped.get(name)
+        values = [v for v in (value if isinstance(value, list) else [value]) if v is not None]
+        if any(isinstance(v, dict | list) for v in values):
+            raise InvalidParameters(flow.name, [f"{name}: a searchable parameter is one value"])
+        texts = [v if isinstance(v, str) else json.dumps(v) for v in values]
+        if any(len(t) > _MAX_TAG for t in texts):
+            raise InvalidParameters(
+                flow.name, [f"{name}: a searchable value is at most {_MAX_TAG} characters"]
+            )
+        if texts := [t for t in texts if t]:
+            tags[PARAM_TAG + name] = texts
+    return tags
 
 
 def admit(flow: Flow, params: BaseModel, conn: psycopg.Connection[Any]) -> None:

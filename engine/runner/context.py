@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from engine import store
 from engine.errors import BadInput, DefinitionError, EngineError, JobCancelled, LeaseLost
 from engine.flow import register_injectable
-from engine.flow.flow import declared_signals
+from engine.flow.signals import declared_signals
 from engine.store import jsonb
 from engine.waits.approvals import BARRED_TAG
 from engine.waits.children import Child, ChildrenTimeout, ChildSubmitter, wait_for_children

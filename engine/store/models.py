@@ -175,13 +175,15 @@ class JobSignal(SQLModel, table=True):
 
 
 class JobTag(SQLModel, table=True):
-    """A searchable key a step gave its job (``ctx.tag``), committed with its checkpoint."""
+    """A searchable key of a job: a step's (``ctx.tag``, with its checkpoint) or a searchable
+    parameter's (``param.NAME``, at submit); ``job_created_at`` is the job's, copied on insert."""
 
     __tablename__ = "engine_job_tags"
 
     job_id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), primary_key=True))
     name: str = Field(sa_column=Column(Text, primary_key=True))
     value: str = Field(sa_column=Column(Text, primary_key=True))
+    job_created_at: datetime = _ts(False)
 
 
 class OutboxRow(SQLModel, table=True):

@@ -2,12 +2,14 @@
 
 Read only. The statement is ``job_search`` with the AND of the filter blocks
 (``job_search_where_*``) whose parameters are given, over all jobs or, when
-a filter names a set of jobs (``job_search_source_*``: a store, a document,
-free text), over the jobs of that set, fetched one by one by their primary
-key: a filter not given is not in the statement at all, and none makes the
-plan scan every job. Never prepared: each search is planned with its values (a rare flow
-and a common one want different plans). The caller
-(:mod:`engine.jobs.search`) checks the values and makes the cursor.
+a filter names a set of jobs (free text, ``job_search_source_text``; a
+*match*: any of some tags and fan-out keys, ``job_search_match_*``), over
+the jobs of the sets' intersection, fetched one by one by their primary key.
+The engine gives no tag's name a meaning here. A filter not given is not in
+the statement at all, and none makes the plan scan every job. Never
+prepared: each search is planned with its values (a rare flow and a common
+one want different plans). The caller (:mod:`engine.jobs.search`) checks the
+values and makes the cursor.
 """
 
 from __future__ import annotations
@@ -44,7 +46,12 @@ def _blocks(prefix: str) -> list[tuple[str, frozenset[str]]]:
 
 
 _FILTERS = _blocks("job_search_where_")
+_WALK = _body("job_search_from_tag")
 _SOURCES = _blocks("job_search_source_")
+_MATCH = {"tag": _body("job_search_match_tag"), "key": _body("job_search_match_key")}
+
+Alternative = tuple[str, str, str]
+"""One way a job may match: ``("tag", name, value)`` or ``("key", "", value)`` (a fan-out key)."""
 
 
 @wrap_errors
@@ -55,8 +62,9 @@ def job_search(
 
     ``filters`` holds the blocks' parameters (``before_at`` and ``before_id``,
     ``job_id``, ``id_low`` and ``id_high``, ``flow``, ``statuses``,
-    ``waiting``, ``period``, ``store``, ``document``, ``text``); a block
-    applies when its parameters are all given.
+    ``waiting``, ``text``) and ``matches``: a list of matches, each a list of
+    :data:`Alternative` of which a job must meet one (every match must hold);
+    a block applies when its parameters are all given.
     """
     query, params = job_search_statement(filters, limit=limit)
     with conn.cursor(row_factory=dict_row) as cur:
@@ -67,15 +75,33 @@ def job_search_statement(
     filters: Mapping[str, Any], *, limit: int
 ) -> tuple[sql.Composed, dict[str, Any]]:
     """The statement :func:`job_search` runs and its parameters (to EXPLAIN it, say)."""
-    given = {k: v for k, v in filters.items() if v is not None}
+    given = {k: v for k, v in filters.items() if v is not None and k != "matches"}
     clauses = [sql.SQL("(" + body + ")") for body, params in _FILTERS if params <= given.keys()]
-    where = sql.SQL("\n      AND ").join(clauses) if clauses else sql.SQL("true")
     sources = [sql.SQL("(" + body + ")") for body, params in _SOURCES if params <= given.keys()]
+    matches = list(filters.get("matches") or ())
+    order = sql.SQL("j.created_at DESC, j.id DESC")
     jobs: sql.Composable = sql.SQL("engine_jobs AS j")
+    if not sources and len(matches) == 1 and len(matches[0]) == 1 and matches[0][0][0] == "tag":
+        # one tag alone: walk its index newest first, as a flow's index is walked
+        _, given["tag_name"], given["tag_value"] = matches[0][0]
+        jobs, order = sql.SQL(_WALK), sql.SQL("t.job_created_at DESC, t.job_id DESC")
+        clauses.append(sql.SQL("(" + _body("job_search_from_tag_where") + ")"))
+        if "before_at" in given:
+            clauses.append(sql.SQL("(" + _body("job_search_from_tag_before") + ")"))
+        matches = []
+    for i, match in enumerate(matches):
+        union: list[str] = []
+        for j, (kind, name, value) in enumerate(match):
+            # each alternative binds its own parameters: m<match>_<alternative>_<name>
+            union.append(_PARAM.sub(rf"%(m{i}_{j}_\1)s", _MATCH[kind]))
+            given[f"m{i}_{j}_name"], given[f"m{i}_{j}_value"] = name, value
+        if union:
+            sources.append(sql.SQL("(" + "\nUNION\n".join(union) + ")"))
+    where = sql.SQL("\n      AND ").join(clauses) if clauses else sql.SQL("true")
     if sources:
         candidates = sql.SQL("\nINTERSECT\n").join(sources)
         jobs = sql.SQL(_body("job_search_from_candidates")).format(candidates=candidates)
-    statement = sql.SQL(_q["job_search"]).format(jobs=jobs, where=where)
+    statement = sql.SQL(_q["job_search"]).format(jobs=jobs, where=where, order=order)
     return statement, {**given, "limit": limit}
 
 

@@ -1,11 +1,13 @@
-"""Tags: searchable keys a step gives its job (``ctx.tag("document", "SI-1")``).
+"""Tags: searchable keys a job carries, ``(name, value)``.
 
-Written in the step's fenced transaction, so a tag exists exactly when the
-step's checkpoint committed (invariant 5); a value the job carries already is
-ignored. The engine gives no tag a meaning but one: a search by
-``document`` is a search by the tag of that name (:mod:`engine.jobs.search`);
-``approval.barred`` holds the names a job barred from approving it
-(``ctx.bar_approvers``, read by :mod:`engine.waits.approvals`).
+A step gives its job tags (``ctx.tag("sku", "A-1")``) in the step's fenced
+transaction, so a tag exists exactly when the step's checkpoint committed
+(invariant 5); submit gives a job the tags of its flow's searchable
+parameters (``param.NAME``, ``Flow(searchable=...)``) in the submit's
+transaction. A value the job carries already is ignored. The engine gives
+no tag a meaning but one: ``approval.barred`` holds the names a job barred
+from approving it (``ctx.bar_approvers``, read by
+:mod:`engine.waits.approvals`); :mod:`engine.jobs.search` finds jobs by any.
 """
 
 from __future__ import annotations

@@ -44,8 +44,8 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from engine import store
 from engine.errors import BadInput, OutputRefused
-from engine.flow.flow import SIGNAL_NAME, declared_signals
 from engine.flow.retry import Fail
+from engine.flow.signals import SIGNAL_NAME, declared_signals
 from engine.waits.approvals import check_approval, record_self_approval
 from engine.waits.wait import Wait, timed_out
 

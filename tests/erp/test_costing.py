@@ -21,6 +21,7 @@ from engine.jobs.search import RunQuery, search_runs
 from engine.reports.context import build_run_report
 from engine.store.read import sqlalchemy_engine
 from flows.erp import inventory
+from flows.tools.search import search_fields
 
 PERIOD = "2026-11"
 
@@ -332,6 +333,11 @@ def test_costing__status_and_report_label_each_store_run_by_its_code(
     assert all(code in text for code in codes), text
 
 
+def _store(code: str) -> Any:
+    """The ERP's ``--store`` as the engine's match (flows.tools.search)."""
+    return next(f for f in search_fields if f.name == "store").match(code)
+
+
 @pytest.mark.usefixtures("small_erp")
 def test_costing__each_store_costed_tags_its_job_for_the_runs_search(
     fast: Settings, conn: psycopg.Connection[Any], registry: Registry
@@ -345,5 +351,7 @@ def test_costing__each_store_costed_tags_its_job_for_the_runs_search(
     ).fetchall()
     assert [t["value"] for t in tags] == ["ST001", "ST002", "ST003", "ST004"]
     for code in ("ST001", "ST004"):  # a costing of every store, found by any one
-        assert [r.job_id for r in search_runs(conn, RunQuery(store=code)).rows] == [job]
-    assert search_runs(conn, RunQuery(store="ST005")).rows == []
+        assert [r.job_id for r in search_runs(conn, RunQuery(matches=(_store(code),))).rows] == [
+            job
+        ]
+    assert search_runs(conn, RunQuery(matches=(_store("ST005"),))).rows == []

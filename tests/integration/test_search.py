@@ -1,8 +1,11 @@
 """Searching runs (the console's runs page): filters, keyset paging, the derived state, tags.
 
-Jobs are arranged as rows (their created_at chosen, several equal), except
-where a real job matters: a posting job's document tags, and a step that
-tags its job then fails (its tags roll back with it).
+Jobs are arranged as rows (their created_at chosen, several equal; the tags
+of their flows' searchable parameters written as submit writes them), except
+where a real job matters: a posting job's document tags, a step that tags its
+job then fails (its tags roll back with it), a submit that tags its job's
+searchable parameters. The ERP's words (period, store, document) are its own
+search fields (``flows.tools.search``), turned into the engine's matches.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import pytest
 from harness import engine_cli, fast_settings, thread_worker, wait_job_ended
 from pydantic import BaseModel
 
-from engine import BadInput, Flow, Registry, RetryPolicy, StepContext, submit
+from engine import BadInput, Flow, Registry, RetryPolicy, RunMatch, StepContext, submit
 from engine.config import Settings
 from engine.jobs.search import (
     MAX_LIMIT,
@@ -31,6 +34,12 @@ from engine.jobs.search import (
     parse_run_query,
     search_runs,
 )
+from engine.store import db
+from flows.tools.search import search_fields
+
+FIELDS = {f.name: f for f in search_fields}
+# what the ERP's flows declare searchable (Flow(searchable=...)): tagged as submit tags them
+SEARCHABLE = {"costing": ("period", "store"), "posting": ("period",), "close": ("period",)}
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 _n = itertools.count(1)
@@ -64,7 +73,16 @@ def _job(
             "it broke" if status == "failed" else None,
         ),
     )
+    for name in SEARCHABLE.get(flow, ()):
+        if (params or {}).get(name) is not None:
+            _tag(conn, jid, f"param.{name}", str((params or {})[name]))
     return jid
+
+
+def _query(**filters: Any) -> RunQuery:
+    """A query with the ERP's fields (period, store, document) among the engine's filters."""
+    erp = tuple(FIELDS[name].match(filters.pop(name)) for name in list(filters) if name in FIELDS)
+    return RunQuery(**{**filters, "matches": (*filters.get("matches", ()), *erp)})
 
 
 def _run(
@@ -129,7 +147,7 @@ def test_search_runs__newest_first_with_the_rows_the_page_shows(
     assert _ids(page) == [new, old]
     assert page.next_before is None
     row = page.rows[0]
-    assert (row.flow, row.status, row.period, row.error) == (
+    assert (row.flow, row.status, row.params["period"], row.error) == (
         "posting",
         "failed",
         "2026-11",
@@ -139,7 +157,7 @@ def test_search_runs__newest_first_with_the_rows_the_page_shows(
     assert row.duration_s == pytest.approx(30.0)
     assert row.created_at == _minutes(2)
     assert row.parent_id is None and row.waiting_for == []
-    assert page.rows[1].period == "2026-10"
+    assert page.rows[1].params["period"] == "2026-10"
     assert row.as_json()["job_id"] == str(new)
 
 
@@ -158,7 +176,7 @@ def test_search_runs__each_filter_finds_its_jobs(conn: psycopg.Connection[Any]) 
     _tag(conn, tagged, "store", "ST009")
 
     def found(**filters: Any) -> list[uuid.UUID]:
-        return _ids(search_runs(conn, RunQuery(**filters)))
+        return _ids(search_runs(conn, _query(**filters)))
 
     assert found(flow="posting") == [tagged, posting]
     assert found(flow="costing") == [costing_fan, costing_store]
@@ -174,7 +192,17 @@ def test_search_runs__each_filter_finds_its_jobs(conn: psycopg.Connection[Any]) 
     assert found(store="ST404") == []
     assert found(document="SI-000042") == [tagged]
     assert found(document="SI-000043") == []
-    # free text that is no job id: a document number, a store code, a flow's name
+    # the engine's own filters: a searchable parameter, a tag, any of several
+    assert found(params=(("period", "2026-11"),)) == [costing_store, posting]
+    assert found(params=(("period", "2026-11"), ("store", "ST002"))) == [costing_store]
+    assert found(tags=(("document", "SI-000042"),)) == [tagged]
+    assert found(tags=(("document", "SI-000042"), ("store", "ST001"))) == []
+    assert found(matches=(RunMatch(keys=("ST003",)),)) == [costing_fan]
+    assert found(matches=(RunMatch(tags=(("store", "ST009"),), keys=("ST001",)),)) == [
+        tagged,
+        costing_fan,
+    ]
+    # free text that is no job id: any tag's value, a fan-out key, a flow's name
     assert found(text="SI-000042") == [tagged]
     assert found(text="ST003") == [costing_fan]
     assert found(text="ST002") == [costing_store]
@@ -188,7 +216,7 @@ def test_search_runs__filters_combine(conn: psycopg.Connection[Any]) -> None:
     _job(conn, flow="costing", params={"period": "2026-10", "store": "ST001"})
     _job(conn, flow="costing", params={"period": "2026-11", "store": "ST002"})
     _job(conn, flow="posting", params={"period": "2026-11", "store": "ST001"})
-    query = RunQuery(flow="costing", status="done", period="2026-11", store="ST001")
+    query = _query(flow="costing", status="done", period="2026-11", store="ST001")
     assert _ids(search_runs(conn, query)) == [match]
     assert _ids(search_runs(conn, RunQuery(text=str(match)[:8], flow="posting"))) == []
 
@@ -270,8 +298,8 @@ def test_search_runs__waiting_is_derived_and_says_what_for(
     ("values", "message"),
     [
         ({"status": "stuck"}, "bad status 'stuck': one of pending, running, waiting, done"),
-        ({"period": "2026-13"}, "bad period '2026-13': a month as YYYY-MM, month 01 to 12"),
-        ({"period": "Nov 2026"}, "bad period 'Nov 2026'"),
+        ({"period": "2026-13"}, "invalid period '2026-13': expected YYYY-MM with a month"),
+        ({"period": "Nov 2026"}, "invalid period 'Nov 2026'"),
         ({"before": "not-a-cursor"}, "bad cursor 'not-a-cursor': not one this search gave"),
         ({"limit": "0"}, f"bad limit 0: a whole number of rows, 1 to {MAX_LIMIT}"),
         ({"limit": "201"}, f"bad limit 201: a whole number of rows, 1 to {MAX_LIMIT}"),
@@ -284,7 +312,7 @@ def test_parse_run_query__bad_values_are_named_with_what_is_valid(
     values: dict[str, str], message: str
 ) -> None:
     with pytest.raises(BadInput) as caught:
-        parse_run_query(values)
+        parse_run_query(values, search_fields)
     assert message in str(caught.value)
 
 
@@ -301,9 +329,10 @@ def test_parse_run_query__reads_a_form_and_ignores_empty_and_foreign_fields() ->
             "before": cursor,
             "limit": "20",
             "csrf": "token",
-        }
+        },
+        search_fields,
     )
-    assert query == RunQuery(
+    assert query == _query(
         text="SI-1",
         flow="posting",
         status="waiting",
@@ -313,6 +342,8 @@ def test_parse_run_query__reads_a_form_and_ignores_empty_and_foreign_fields() ->
         limit=20,
     )
     assert parse_run_query({}) == RunQuery()
+    # without the fields, the ERP's names are foreign fields: ignored
+    assert parse_run_query({"period": "2026-11"}) == RunQuery()
 
 
 def test_search_runs__bad_values_of_a_query_are_refused_too(conn: psycopg.Connection[Any]) -> None:
@@ -365,9 +396,9 @@ def test_tag__commits_with_the_step_only_and_once(
     # the failed attempt's tags rolled back with it; the one that committed, once
     assert _tags(conn, flaky) == [("document", "DOC-2"), ("document", "DOC-ALL")]
     assert _tags(conn, dead) == []
-    assert _ids(search_runs(conn, RunQuery(document="DOC-2"))) == [flaky]
-    assert _ids(search_runs(conn, RunQuery(document="DOC-1"))) == []
-    assert _ids(search_runs(conn, RunQuery(document="DOC-ALL"))) == [flaky]
+    assert _ids(search_runs(conn, _query(document="DOC-2"))) == [flaky]
+    assert _ids(search_runs(conn, _query(document="DOC-1"))) == []
+    assert _ids(search_runs(conn, _query(document="DOC-ALL"))) == [flaky]
 
 
 class Store(BaseModel):
@@ -408,7 +439,7 @@ def test_tag__runs_of_one_job_tagging_side_by_side_do_not_hold_each_other_up(
         "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'released'", (job,)
     ).fetchone()
     assert refused == {"n": 0}, "no run was sent round again"
-    assert _ids(search_runs(conn, RunQuery(store="ST005"))) == [job]
+    assert _ids(search_runs(conn, _query(store="ST005"))) == [job]
 
 
 def test_tag__a_bad_name_or_value_is_named() -> None:
@@ -452,12 +483,12 @@ def test_search_runs__by_document_finds_the_posting_job_that_posted_or_rejected_
     tagged = {value for name, value in _tags(conn, job) if name == "document"}
     assert tagged == {DOCUMENTS[i][0] for i in GOOD | set(REJECTED)}
     for number in ("SI-1", "SI-3", "ST-7"):  # posted, rejected, rejected
-        page = search_runs(conn, RunQuery(document=number))
+        page = search_runs(conn, _query(document=number))
         assert _ids(page) == [job], number
-        assert page.rows[0].period == "2026-11"
+        assert page.rows[0].params["period"] == "2026-11"
         assert _ids(search_runs(conn, RunQuery(text=number))) == [job]
     # another period's document (not posted by it) finds nothing
-    assert _ids(search_runs(conn, RunQuery(document="SI-10"))) == []
+    assert _ids(search_runs(conn, _query(document="SI-10"))) == []
 
 
 # -- engine runs: the same search on the command line -------------------------------------
@@ -501,4 +532,97 @@ def test_engine_runs__filters_by_period_store_document_and_text(
     )
     bad = engine_cli(settings, "runs", "--period", "2026-13")
     assert bad.returncode == 2, bad.stderr
-    assert "bad period '2026-13'" in bad.stderr
+    assert "invalid period '2026-13'" in bad.stderr
+    assert listed("--param", "period=2026-12") == [str(waiting)]
+    assert listed("--param", "period=2026-10", "--param", "store=ST001") == [str(store)]
+    assert listed("--tag", "document=SI-7") == [str(nov)]
+    assert listed("--tag", "document=SI-7", "--period", "2026-10") == []
+    unsearchable = engine_cli(settings, "runs", "--param", "approve_rejects_over=3")
+    assert unsearchable.returncode == 2, unsearchable.stderr
+    assert "bad --param 'approve_rejects_over': no loaded flow declares it searchable" in (
+        unsearchable.stderr
+    )
+    not_there = engine_cli(settings, "runs", "--flow", "posting", "--param", "store=ST001")
+    assert not_there.returncode == 2, not_there.stderr
+    assert "flow 'posting' does not declare it searchable" in not_there.stderr
+    malformed = engine_cli(settings, "runs", "--tag", "document")
+    assert malformed.returncode == 2, malformed.stderr
+    assert "bad --tag 'document': NAME=VALUE" in malformed.stderr
+    helped = engine_cli(settings, "runs", "--help")
+    assert all(f"--{name}" in helped.stdout for name in ("param", "tag", "period", "store"))
+
+
+# -- a flow's searchable parameters, tagged at submit ---------------------------------------
+
+
+class Region(BaseModel):
+    region: str
+    codes: list[str] = []
+    size: int | None = None
+    note: str = ""
+
+
+regional = Flow(
+    "regional",
+    params=Region,
+    searchable=("region", "codes", "size"),
+    description="found by its region, its codes and its size",
+)
+
+
+@regional.step()
+def only(params: Region) -> Tagged:
+    return Tagged(attempt=1)
+
+
+def test_submit__tags_the_searchable_parameters_in_its_transaction(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    registry = Registry([regional])
+    job = submit(
+        regional,
+        {"region": "north", "codes": ["A", "B"], "size": 3, "note": "not searchable"},
+        settings=settings,
+        registry=registry,
+    ).job_id
+    assert sorted(_tags(conn, job)) == [
+        ("param.codes", "A"),
+        ("param.codes", "B"),
+        ("param.region", "north"),
+        ("param.size", "3"),
+    ]
+    plain = submit(regional, {"region": "south"}, settings=settings, registry=registry).job_id
+    assert _tags(conn, plain) == [("param.region", "south")]  # no codes, no size: no tag
+
+    def found(*params: tuple[str, str]) -> list[uuid.UUID]:
+        return _ids(search_runs(conn, RunQuery(params=params)))
+
+    assert found(("region", "north")) == [job]
+    assert found(("codes", "B"), ("size", "3")) == [job]
+    assert found(("region", "south")) == [plain]
+    assert found(("note", "not searchable")) == []
+    # a submit that rolls back leaves no tag either
+    with db.connect(settings) as caller:
+        rolled = submit(regional, {"region": "east"}, conn=caller, settings=settings).job_id
+        caller.rollback()
+    assert _tags(conn, rolled) == [] and found(("region", "east")) == []
+
+
+def test_erp_migration_1015__tags_the_jobs_submitted_before_it_as_submit_would(
+    conn: psycopg.Connection[Any],
+) -> None:
+    costing = _job(
+        conn, flow="costing", params={"period": "2026-11", "store": "ST001"}, at=_minutes(1)
+    )
+    whole = _job(conn, flow="costing", params={"period": "2026-11", "store": None}, at=_minutes(2))
+    posting = _job(conn, flow="posting", params={"period": "2026-10"})
+    other = _job(conn, flow="migration", params={"period": "2026-11"})  # not searchable by it
+    conn.execute("DELETE FROM engine_job_tags")  # jobs of before 0030: no parameter tags
+    backfill = Path(__file__).resolve().parents[2] / "flows/migrations/1015_erp_search_tags.sql"
+    for _ in range(2):  # as an interrupted migration run again: nothing twice
+        conn.execute(backfill.read_text())
+    assert sorted(_tags(conn, costing)) == [("param.period", "2026-11"), ("param.store", "ST001")]
+    assert _tags(conn, whole) == [("param.period", "2026-11")]
+    assert _tags(conn, posting) == [("param.period", "2026-10")]
+    assert _tags(conn, other) == []
+    assert _ids(search_runs(conn, _query(period="2026-11"))) == [whole, costing]

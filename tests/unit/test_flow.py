@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from engine import DefinitionError, Flow, InvalidParameters, MapOver, StepInput
 from engine.flow import register_injectable
-from engine.flow.flow import INJECTABLE_TYPES, type_name
+from engine.flow.step import INJECTABLE_TYPES, type_name
 from flows import example
 
 
@@ -576,3 +576,18 @@ def test_parse_params__every_problem_is_reported() -> None:
 def test_type_name__optional_parameters_read_as_python(annotation: object, shown: str) -> None:
     # `engine flows show` printed `UnionType[int, NoneType]` for `int | None`
     assert type_name(annotation) == shown
+
+
+class Region(BaseModel):
+    region: str
+    codes: list[str] = []
+
+
+def test_flow_searchable__names_fields_of_its_params_only() -> None:
+    with pytest.raises(DefinitionError, match="'nowhere' is not a field of Region"):
+        Flow("bad", params=Region, searchable=("nowhere",))
+    with pytest.raises(DefinitionError, match="write searchable=\\('region',\\)"):
+        Flow("bad", params=Region, searchable="region")
+    with pytest.raises(DefinitionError, match="names a parameter twice"):
+        Flow("bad", params=Region, searchable=("region", "region"))
+    assert Flow("good", params=Region).searchable == ()

@@ -18,7 +18,7 @@ from engine.console.auth import guarded
 from engine.console.roles import Permission
 from engine.console.shared import NavEntry, shared
 from engine.errors import BadInput
-from engine.jobs.search import RunPage, RunQuery, parse_run_query, search_runs
+from engine.jobs.search import RunPage, RunQuery, SearchField, parse_run_query, search_runs
 from engine.store import db
 from engine.waits.inbox import awaiting_count
 
@@ -40,10 +40,14 @@ def _search(settings: Settings, query: RunQuery) -> tuple[RunPage | None, str | 
 @guarded(Permission.READ)
 async def runs_page(request: Request) -> Response:
     c = shared(request)
+    registry = c.registry
+    # the search fields the flow modules add (a domain's own words: the ERP's period, store)
+    fields = [f for f in (registry.search_fields if registry else []) if isinstance(f, SearchField)]
+    flows = sorted(registry.names()) if registry else []
     values = {k: v for k, v in request.query_params.items() if v}
     error = None
     try:
-        query = parse_run_query(values)
+        query = parse_run_query(values, fields)
     except BadInput as exc:
         query, error = RunQuery(), str(exc)
     page, refused, waiting = await run_in_threadpool(_search, c.settings, query)
@@ -58,9 +62,12 @@ async def runs_page(request: Request) -> Response:
         here="runs",
         counts={"approvals": waiting},
         q=query,
+        search_fields=fields,
+        field_values=values,
+        searchable={n: registry.get(n).searchable for n in flows} if registry else {},
         rows=page.rows if page else [],
         error=refused or error,
-        flows=sorted(c.registry.names()) if c.registry else [],
+        flows=flows,
         statuses=STATUSES,
         next_href=next_href,
         first_href=("/?" + urlencode(base)) if "before" in values else None,

@@ -1,11 +1,11 @@
 -- job_search --
--- Read only: jobs newest first, by the keyset (created_at, id). The FROM is engine_jobs, or, when a filter names a set of jobs (a store, a document, free text), the jobs of that set (the INTERSECT of the source blocks given), each fetched by its primary key (OFFSET 0 keeps it a lookup per candidate, never a hash join over all jobs); the WHERE is the AND of the filter blocks whose parameters are given ("true" when none). A filter not given is not in the statement; what a job waits for is read for the page's rows only.
+-- Read only: jobs newest first, by the keyset (created_at, id). The FROM is engine_jobs, or, when a filter names a set of jobs (a match of tags or fan-out keys, free text), the jobs of that set (the INTERSECT of the sets given), each fetched by its primary key (OFFSET 0 keeps it a lookup per candidate, never a hash join over all jobs); the WHERE is the AND of the filter blocks whose parameters are given ("true" when none). A search by one tag alone walks that tag's index in the page's order instead (job_search_from_tag), ordered by the tag's copy of (created_at, id). A filter not given is not in the statement; what a job waits for is read for the page's rows only.
 WITH page AS (
     SELECT j.id, j.flow, j.status, j.params, j.submitted_by, j.created_at, j.started_at,
            j.finished_at, j.parent_job_id, j.error
     FROM {jobs}
     WHERE {where}
-    ORDER BY j.created_at DESC, j.id DESC
+    ORDER BY {order}
     LIMIT %(limit)s
 )
 SELECT page.*,
@@ -53,41 +53,41 @@ j.status = ANY(%(statuses)s::text[])
     AND (SELECT 1 FROM engine_step_runs AS b
          WHERE b.job_id = j.id AND b.status IN ('pending', 'running') LIMIT 1) IS NULL)
 
--- job_search_where_period --
--- engine_jobs_period_created (params->>'period', created_at DESC, id DESC), partial on params ? 'period', which is restated.
-j.params ? 'period' AND j.params ->> 'period' = %(period)s::text
-
 -- job_search_from_candidates --
 -- The jobs of a set of candidate ids, each by its primary key: OFFSET 0 keeps the subquery a lookup per candidate, so a set of a few thousand jobs never becomes a scan of all of them.
 (SELECT DISTINCT cand.id FROM ({candidates}) AS cand (id)) AS c
 CROSS JOIN LATERAL (SELECT * FROM engine_jobs AS one WHERE one.id = c.id OFFSET 0) AS j
 
--- job_search_source_store --
--- A store as submitted (engine_jobs_store_created), as a fan-out's key (engine_step_runs_fanout_key, fan-out runs only) or as a step's tag (engine_job_tags_value): each source an index lookup.
-SELECT s.id FROM engine_jobs AS s
-WHERE s.params ? 'store' AND s.params ->> 'store' = %(store)s::text
-UNION
-SELECT r.job_id FROM engine_step_runs AS r
-WHERE r.fanout_key = %(store)s::text AND r.fanout_key <> ''
-UNION
-SELECT t.job_id FROM engine_job_tags AS t
-WHERE t.name = 'store' AND t.value = %(store)s::text
+-- job_search_from_tag --
+-- The jobs carrying one tag, newest first (a search by one parameter, one tag): engine_job_tags_value (name, value, job_created_at DESC, job_id DESC) walked in the page's order, each job by its primary key (OFFSET 0), so a page of a value many jobs carry costs a page; the ORDER BY is the tag's copy of (created_at, id), which is the job's (0030's trigger).
+engine_job_tags AS t
+CROSS JOIN LATERAL (SELECT * FROM engine_jobs AS one WHERE one.id = t.job_id OFFSET 0) AS j
 
--- job_search_source_document --
--- A document number some step of the job tagged (engine_job_tags_value).
+-- job_search_from_tag_where --
+-- The one tag a walk follows (job_search_from_tag).
+t.name = %(tag_name)s::text AND t.value = %(tag_value)s::text
+
+-- job_search_from_tag_before --
+-- Keyset paging on the tag's copy of the job's (created_at, id), so the walk starts at the cursor.
+(t.job_created_at, t.job_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid)
+
+-- job_search_match_tag --
+-- One alternative of a match: the jobs carrying this tag (engine_job_tags_value (name, value, ...)); a flow's searchable parameters are tags too, written at submit.
 SELECT t.job_id FROM engine_job_tags AS t
-WHERE t.name = 'document' AND t.value = %(document)s::text
+WHERE t.name = %(name)s::text AND t.value = %(value)s::text
+
+-- job_search_match_key --
+-- One alternative of a match: the jobs with a fan-out run of this key (engine_step_runs_fanout_key, fan-out runs only: a plain step's key is '').
+SELECT r.job_id FROM engine_step_runs AS r
+WHERE r.fanout_key = %(value)s::text AND r.fanout_key <> ''
 
 -- job_search_source_text --
--- Text that is no job id nor a flow's name (that is the flow filter): a store (as the store filter) or a document number; each source an index lookup.
-SELECT s.id FROM engine_jobs AS s
-WHERE s.params ? 'store' AND s.params ->> 'store' = %(text)s::text
+-- Text that is no job id nor a flow's name (that is the flow filter): any tag's value (engine_job_tags_text) or a fan-out's key; each source an index lookup.
+SELECT t.job_id FROM engine_job_tags AS t
+WHERE t.value = %(text)s::text
 UNION
 SELECT r.job_id FROM engine_step_runs AS r
 WHERE r.fanout_key = %(text)s::text AND r.fanout_key <> ''
-UNION
-SELECT t.job_id FROM engine_job_tags AS t
-WHERE t.name IN ('document', 'store') AND t.value = %(text)s::text
 
 -- job_search_flow_exists --
 -- Read only: whether any job is of this flow (one probe of engine_jobs_flow_created); search text naming a flow is a search by flow.
