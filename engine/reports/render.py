@@ -30,9 +30,10 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from engine.config import Settings, shipped_dir
+from engine.config import Settings
 from engine.errors import EngineError
 from engine.flow.registry import Registry
+from engine.infra.resources import shipped_dir
 from engine.reports.context import (
     IndexReport,
     RunReport,
