@@ -13,8 +13,8 @@ from html import escape
 
 from markupsafe import Markup
 
-from engine.reports.context import GraphNode, IndexRow
 from engine.reports.timeline import Attempt, WaitSpan
+from engine.reports.views import GraphNode, IndexRow
 
 __all__ = [
     "OUTCOME_COLOURS",
