@@ -13,7 +13,8 @@ import pytest
 
 from engine import BadInput, Settings
 from flows.posting import post_documents
-from flows.tools.seed import HOSTILE_MEMOS, SeedReport, seed
+from flows.tools.seed import SeedReport, seed
+from flows.tools.seed_paper import HOSTILE_MEMOS
 
 TINY: dict[str, Any] = {
     "stores": 5,
