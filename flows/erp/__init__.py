@@ -11,7 +11,8 @@ forward where they reach (:mod:`.recost`), value-only corrections of a closed
 period's receipts split between stock on hand and COGS
 (:mod:`.value_corrections`), the auditor's identities
 (:mod:`.checks`), the flags an accountant expects (:mod:`.flags`) and exports
-(:mod:`.exports`), the ``ERP_*`` settings
+(:mod:`.exports`), legacy CSV exports checked for migration (:mod:`.legacy_csv`),
+the ``ERP_*`` settings
 (:mod:`.config`) and the SQL they run (``sql/``). It uses ``engine``'s
 public API only and knows nothing of the command line: the operator's tools
 (seed, demo, ``engine books``) live in :mod:`flows.tools`, which imports this
