@@ -2,7 +2,8 @@
 
 The flows (``flows/costing.py``, ``flows/posting.py``, ``flows/migration.py``,
 ``flows/close.py``) run the heavy jobs on these tables; this package holds
-what they share: the one module that posts journals (:mod:`.ledger`), the
+what they share: the one module that posts journals (:mod:`.ledger`), a
+period's documents posted through it (:mod:`.document_posting`), the
 ledger read as a trial balance (:mod:`.books`), the lifecycle of a period
 (:mod:`.periods`), its documents counted (:mod:`.documents`) and the
 approvals that bind it (:mod:`.approvals`), inventory costing (:mod:`.inventory`) and its exact

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from engine import BadInput, Settings
-from flows.posting import post_documents
+from flows.erp.document_posting import post_documents
 from flows.tools.seed import SeedReport, seed
 from flows.tools.seed_paper import HOSTILE_MEMOS
 
