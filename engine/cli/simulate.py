@@ -24,47 +24,53 @@ __all__ = ["simulate"]
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
-def _sim_option(
-    name: str, kind: Any, default: Any, help: str, dest: str | None = None
-) -> Callable[[_Command], _Command]:
-    """An option of the run's shape, also read from ``ENGINE_SIM_<NAME>`` (shown in --help)."""
-    attribute = dest or name.removeprefix("--").replace("-", "_")
-    decls = [name] if dest is None else [name, dest]
-    return click.option(
-        *decls,
-        type=kind,
-        default=default,
-        show_default=True,
-        envvar=f"ENGINE_SIM_{attribute.upper()}",
-        show_envvar=True,
-        help=help,
-    )
+# name, type, default, help; each also read from ENGINE_SIM_<NAME> (--timeout: TIMEOUT_S)
+_OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
+    ("--workers", click.IntRange(1, 16), 2, "worker processes at once"),
+    ("--jobs", click.IntRange(1, 500), 8, "jobs to submit (3 steps each)"),
+    (
+        "--kill-rate",
+        click.FloatRange(0.0, 1.0),
+        0.3,
+        "share of step runs whose first attempt's worker is SIGKILLed mid-step",
+    ),
+    (
+        "--dup-rate",
+        click.FloatRange(0.0, 1.0),
+        0.5,
+        "share of step runs announced again, and of jobs submitted again",
+    ),
+    ("--seed", int, 1, "seed of the fault plan and step durations"),
+    ("--concurrency", click.IntRange(1, 8), 1, "slots per worker"),
+    (
+        "--timeout",
+        click.FloatRange(5, 3600),
+        120.0,
+        "seconds before the run is stopped (jobs not done then fail an oracle)",
+    ),
+)
+
+
+def _sim_options(command: _Command) -> _Command:
+    """The run's shape as options, in ``--help`` in the order of :data:`_OPTIONS`."""
+    for name, kind, default, help in reversed(_OPTIONS):
+        attribute = name.removeprefix("--").replace("-", "_")
+        attribute += "_s" if name == "--timeout" else ""
+        command = click.option(
+            name,
+            attribute,
+            type=kind,
+            default=default,
+            show_default=True,
+            envvar=f"ENGINE_SIM_{attribute.upper()}",
+            show_envvar=True,
+            help=help,
+        )(command)
+    return command
 
 
 @click.command("simulate")
-@_sim_option("--workers", click.IntRange(1, 16), 2, "worker processes at once")
-@_sim_option("--jobs", click.IntRange(1, 500), 8, "jobs to submit (3 steps each)")
-@_sim_option(
-    "--kill-rate",
-    click.FloatRange(0.0, 1.0),
-    0.3,
-    "share of step runs whose first attempt's worker is SIGKILLed mid-step",
-)
-@_sim_option(
-    "--dup-rate",
-    click.FloatRange(0.0, 1.0),
-    0.5,
-    "share of step runs announced again, and of jobs submitted again",
-)
-@_sim_option("--seed", int, 1, "seed of the fault plan and step durations")
-@_sim_option("--concurrency", click.IntRange(1, 8), 1, "slots per worker")
-@_sim_option(
-    "--timeout",
-    click.FloatRange(5, 3600),
-    120.0,
-    "seconds before the run is stopped (jobs not done then fail an oracle)",
-    dest="timeout_s",
-)
+@_sim_options
 @click.option("--keep-db", is_flag=True, help="keep the scratch database for inspection")
 def simulate(**kwargs: Any) -> None:
     """Run real workers with injected faults; check the oracles; render a replay page."""
