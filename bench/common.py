@@ -14,7 +14,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from engine.config import Settings, mask_url
+from engine.config import Settings
+from engine.infra.secrets import mask_url
 from engine.store import db, migrations
 from engine.worker.processes import WorkerProcess, start_worker, stop_all
 

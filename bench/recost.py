@@ -45,7 +45,7 @@ from bench.common import drop_database, emit, env_int, fresh_database, log
 from bench.erp import FlowWorkers, run_job
 from flows import costing
 from flows.erp import periods, recost
-from flows.posting import post_documents
+from flows.erp.document_posting import post_documents
 from flows.tools.seed import seed
 
 DATABASE = "engine_bench_recost"

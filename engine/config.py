@@ -1,141 +1,30 @@
 """Settings, read from ``ENGINE_*`` environment variables (pydantic-settings).
 
 Secrets (the database password) come only from the environment and are kept
-in :class:`pydantic.SecretStr`; anything printed goes through :func:`mask_url`.
-When ``ENGINE_DATABASE_URL`` is unset the engine starts (or reuses) an embedded
-PostgreSQL in ``ENGINE_PGDATA`` (see :mod:`engine.store.db`).
-
-Where the folders shipped beside the code are (``migrations/`` and
-``reports/``, :func:`shipped_dir`): in a source tree (a checkout, an editable
-install, ``make venv``) next to the ``engine`` package; a wheel installs them
-as data files under ``<prefix>/share/erp-engine/`` (``[tool.setuptools.data-files]``
-in ``pyproject.toml``), which the package's installed file list locates, so a
-non-editable install (the worker image) finds them wherever pip put them.
+in :class:`pydantic.SecretStr`; anything printed goes through
+:func:`engine.infra.secrets.mask_url`. When ``ENGINE_DATABASE_URL`` is unset
+the engine starts (or reuses) an embedded PostgreSQL in ``ENGINE_PGDATA`` (see
+:mod:`engine.store.db`). The folders shipped beside the code (``migrations/``,
+``reports/``) are found by :mod:`engine.infra.resources`. A setting refused at
+start-up is explained by :func:`bad_setting_message`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
-import re
-from collections.abc import Iterable
-from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
-from urllib.parse import unquote
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-DISTRIBUTION = "erp-engine"
-SHARE = f"share/{DISTRIBUTION}"  # where the wheel's data files go, under the install prefix
+from engine.infra.resources import SOURCE_ROOT, shipped_dir
+from engine.infra.secrets import mask_url
 
-_SOURCE_ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["Settings", "bad_setting_message", "settings_model"]
 
-
-def shipped_dir(name: str) -> Path:
-    """The folder ``name`` (``migrations``, ``reports``) of this installation.
-
-    The source tree's when the code runs from one (it has ``pyproject.toml``
-    beside the package), else the wheel's data files; when neither exists the
-    source-tree path is returned, so the error that follows names a path.
-    """
-    source = _SOURCE_ROOT / name
-    if (_SOURCE_ROOT / "pyproject.toml").is_file():
-        return source
-    return installed_dir(name) or source
-
-
-def installed_dir(name: str) -> Path | None:
-    """``<prefix>/share/erp-engine/<name>`` of the installed distribution, if it has one."""
-    try:
-        files = metadata.distribution(DISTRIBUTION).files or []
-    except metadata.PackageNotFoundError:
-        return None
-    marker = f"{SHARE}/{name}/"
-    for file in files:
-        posix = file.as_posix()
-        if marker in posix:
-            # RECORD paths are relative to site-packages (../../../share/...)
-            located = Path(str(file.locate()))
-            depth = posix[posix.index(marker) + len(marker) :].count("/") + 1
-            return located.parents[depth - 1].resolve()
-    return None
-
-
-_PROJECT_ROOT = _SOURCE_ROOT
-
-# userinfo of a URL (user:password@); the password part is what gets masked
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):(?P<pw>[^@\s]*)@")
-# key=value conninfo form
-_CONNINFO_PASSWORD = re.compile(r"(?P<key>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S+)")
-_QUERY_PASSWORD = re.compile(r"(?P<key>[?&]password=)(?P<pw>[^&\s]*)")
 # a role name that needs no quoting in libpq options (-c role=NAME), or empty
 _ROLE_NAME = r"^([A-Za-z_][A-Za-z0-9_]{0,62})?$"
-
-
-def mask_url(text: str) -> str:
-    """Replace every password in ``text`` (URLs, conninfo strings) by ``***``."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}:***@" if m["pw"] else m[0], text)
-    text = _CONNINFO_PASSWORD.sub(lambda m: f"{m['key']}***", text)
-    return _QUERY_PASSWORD.sub(lambda m: f"{m['key']}***", text)
-
-
-# botocore logs every request's headers at DEBUG: the access key id
-# (Credential=AKIA.../date/region/...) and, with temporary credentials (an ECS
-# task role), the whole session token
-_AWS_CREDENTIAL = re.compile(r"(?P<key>Credential=)(?P<pw>[A-Z0-9]{16,128})")
-_AWS_TOKEN = re.compile(
-    r"(?P<key>X-Amz-Security-Token['\"]?\s*[:=]\s*b?['\"]?)(?P<pw>[^'\"\s,}&]+)", re.IGNORECASE
-)
-_AWS_ENV_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-
-
-def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
-    """:func:`mask_url`, AWS credentials in logged requests, and each of ``secrets``."""
-    text = mask_url(text)
-    text = _AWS_CREDENTIAL.sub(lambda m: f"{m['key']}***", text)
-    text = _AWS_TOKEN.sub(lambda m: f"{m['key']}***", text)
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
-
-
-class SecretsFilter(logging.Filter):
-    """Masks secrets in every record a handler writes, its traceback included.
-
-    Installed on handlers (a logger's own filters miss records propagated from
-    other loggers, such as botocore's). The secrets are the database password
-    of ``database_url``, the AWS keys and the alert webhook URL of the
-    environment, besides the
-    patterns of :func:`mask_secrets`.
-    """
-
-    def __init__(self, database_url: SecretStr | None = None) -> None:
-        super().__init__()
-        found = [os.environ.get(name, "") for name in _AWS_ENV_SECRETS]
-        # a webhook URL (Slack's) is itself the credential
-        found.append(os.environ.get("ENGINE_ALERT_WEBHOOK_URL", "").strip())
-        if database_url is not None:
-            url = database_url.get_secret_value()
-            for pattern in (_URL_PASSWORD, _CONNINFO_PASSWORD, _QUERY_PASSWORD):
-                for m in pattern.finditer(url):
-                    found += [m["pw"].strip("'"), unquote(m["pw"].strip("'"))]
-        # longest first, so a secret containing another is masked whole; short
-        # values would mask ordinary words (and are no secret worth the name)
-        self._secrets = sorted({v for v in found if len(v) >= 4}, key=len, reverse=True)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        masked = mask_secrets(message, self._secrets)
-        if masked != message:
-            record.msg, record.args = masked, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = mask_secrets(record.exc_text, self._secrets)
-        return True
 
 
 class Settings(BaseSettings):
@@ -155,7 +44,7 @@ class Settings(BaseSettings):
         default="engine", description="database created inside the embedded server"
     )
     migration_dirs: Annotated[list[Path], NoDecode] = Field(
-        default=[shipped_dir("migrations"), _PROJECT_ROOT / "flows" / "migrations"],
+        default=[shipped_dir("migrations"), SOURCE_ROOT / "flows" / "migrations"],
         description=(
             "folders of numbered .sql migrations, applied as one sequence "
             "(the engine's, then the flows' own tables)"

@@ -64,7 +64,7 @@ stands for a bug (a plain ``Exception``) at a chaos run's fault point. Driver
 errors (psycopg) are translated into ``StoreError`` in :mod:`engine.store` only.
 
 Messages name the bad value and what would be valid. They never contain a
-secret: URLs are masked with :func:`engine.config.mask_url` before they are
+secret: URLs are masked with :func:`engine.infra.secrets.mask_url` before they are
 put in a message.
 """
 

@@ -64,10 +64,11 @@ from flows import costing, posting
 from flows.erp import checks, dated, period_order, periods
 from flows.erp.books import Money, TrialBalance, trial_balance
 from flows.erp.checks import BooksCheck
+from flows.erp.document_posting import MAX_REJECTIONS, Rejection, check_postable
 from flows.erp.documents import PeriodDocuments, period_documents
 from flows.erp.periods import PeriodEvent
 from flows.erp.types import Period
-from flows.posting import MAX_REJECTIONS, Approval, PostingSummary, Rejection
+from flows.posting import Approval, PostingSummary
 
 __all__ = ["Books", "CloseParams", "MonthEnd", "flow"]
 
@@ -166,7 +167,7 @@ flow = Flow(
 def admit(params: CloseParams, conn: psycopg.Connection[Any]) -> None:
     """The period is not closed, nor any earlier one open, its documents can be posted and
     every store can be costed."""
-    posting.check_postable(conn, params.period)
+    check_postable(conn, params.period)
     period_order.refuse_before_earlier(conn, params.period)  # periods close in order
     points = periods.starting_points(conn, params.period, None)
     why = periods.missing_starting_points(params.period, points)

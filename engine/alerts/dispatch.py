@@ -26,9 +26,10 @@ import psycopg
 
 from engine import store
 from engine.alerts import Alert, AlertSink
-from engine.config import Settings, mask_secrets
+from engine.config import Settings
 from engine.flow.retry import RetryPolicy
 from engine.infra.outage import Outage, is_outage
+from engine.infra.secrets import mask_secrets
 from engine.reports.links import report_link
 from engine.store import db
 from engine.store.rows import ClaimedDelivery

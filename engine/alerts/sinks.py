@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.alerts import Alert, AlertSink
-from engine.config import Settings, mask_secrets
+from engine.config import Settings
 from engine.errors import AlertSendFailed, ConfigError
+from engine.infra.secrets import mask_secrets
 
 __all__ = ["AlertSendFailed", "LogSink", "SnsSink", "WebhookSink", "sinks_for"]
 

@@ -13,15 +13,17 @@ from engine.reports.serve import make_server
 
 __all__ = ["report", "reports"]
 
-
-@click.command()
-@click.argument("job_id")
-@click.option(
+_out_option = click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="folder to write to [default: ENGINE_REPORTS_URL if set, else ENGINE_REPORTS_DIR]",
 )
+
+
+@click.command()
+@click.argument("job_id")
+@_out_option
 def report(job_id: str, out: Path | None) -> None:
     """Render one job's HTML report and print where it went (a path or an s3:// URI).
 
@@ -39,12 +41,7 @@ def reports() -> None:
 
 
 @reports.command("build")
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="folder to write to [default: ENGINE_REPORTS_URL if set, else ENGINE_REPORTS_DIR]",
-)
+@_out_option
 def build(out: Path | None) -> None:
     """Render the index and every job's report; print where the index went."""
     stored = render_all(Settings(), out_dir=out)

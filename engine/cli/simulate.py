@@ -6,85 +6,71 @@ Exit 0 when every oracle holds, 1 when one fails or the run timed out.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 import psycopg
 
-from engine.config import Settings, mask_url
+from engine.config import Settings
 from engine.errors import JobFailed, StoreError
+from engine.infra.secrets import mask_url
 from engine.simulate import SimOptions, run_simulation
 from engine.simulate.flow import STEPS
 from engine.simulate.oracles import oracle_lines
 
 __all__ = ["simulate"]
 
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+# name, type, default, help; each also read from ENGINE_SIM_<NAME> (--timeout: TIMEOUT_S)
+_OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
+    ("--workers", click.IntRange(1, 16), 2, "worker processes at once"),
+    ("--jobs", click.IntRange(1, 500), 8, "jobs to submit (3 steps each)"),
+    (
+        "--kill-rate",
+        click.FloatRange(0.0, 1.0),
+        0.3,
+        "share of step runs whose first attempt's worker is SIGKILLed mid-step",
+    ),
+    (
+        "--dup-rate",
+        click.FloatRange(0.0, 1.0),
+        0.5,
+        "share of step runs announced again, and of jobs submitted again",
+    ),
+    ("--seed", int, 1, "seed of the fault plan and step durations"),
+    ("--concurrency", click.IntRange(1, 8), 1, "slots per worker"),
+    (
+        "--timeout",
+        click.FloatRange(5, 3600),
+        120.0,
+        "seconds before the run is stopped (jobs not done then fail an oracle)",
+    ),
+)
+
+
+def _sim_options(command: _Command) -> _Command:
+    """The run's shape as options, in ``--help`` in the order of :data:`_OPTIONS`."""
+    for name, kind, default, help in reversed(_OPTIONS):
+        attribute = name.removeprefix("--").replace("-", "_")
+        attribute += "_s" if name == "--timeout" else ""
+        command = click.option(
+            name,
+            attribute,
+            type=kind,
+            default=default,
+            show_default=True,
+            envvar=f"ENGINE_SIM_{attribute.upper()}",
+            show_envvar=True,
+            help=help,
+        )(command)
+    return command
+
 
 @click.command("simulate")
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 16),
-    default=2,
-    show_default=True,
-    envvar="ENGINE_SIM_WORKERS",
-    show_envvar=True,
-    help="worker processes at once",
-)
-@click.option(
-    "--jobs",
-    type=click.IntRange(1, 500),
-    default=8,
-    show_default=True,
-    envvar="ENGINE_SIM_JOBS",
-    show_envvar=True,
-    help="jobs to submit (3 steps each)",
-)
-@click.option(
-    "--kill-rate",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.3,
-    show_default=True,
-    envvar="ENGINE_SIM_KILL_RATE",
-    show_envvar=True,
-    help="share of step runs whose first attempt's worker is SIGKILLed mid-step",
-)
-@click.option(
-    "--dup-rate",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.5,
-    show_default=True,
-    envvar="ENGINE_SIM_DUP_RATE",
-    show_envvar=True,
-    help="share of step runs announced again, and of jobs submitted again",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=1,
-    show_default=True,
-    envvar="ENGINE_SIM_SEED",
-    show_envvar=True,
-    help="seed of the fault plan and step durations",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 8),
-    default=1,
-    show_default=True,
-    envvar="ENGINE_SIM_CONCURRENCY",
-    show_envvar=True,
-    help="slots per worker",
-)
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(5, 3600),
-    default=120.0,
-    show_default=True,
-    envvar="ENGINE_SIM_TIMEOUT_S",
-    show_envvar=True,
-    help="seconds before the run is stopped (jobs not done then fail an oracle)",
-)
+@_sim_options
 @click.option("--keep-db", is_flag=True, help="keep the scratch database for inspection")
 def simulate(**kwargs: Any) -> None:
     """Run real workers with injected faults; check the oracles; render a replay page."""

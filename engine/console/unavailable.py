@@ -20,8 +20,8 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.config import mask_url
 from engine.infra.outage import is_outage
+from engine.infra.secrets import mask_url
 
 __all__ = ["UNREACHABLE", "DatabaseOutage"]
 

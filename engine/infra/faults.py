@@ -40,7 +40,7 @@ And where a worker fires a schedule (:mod:`engine.schedules.schedules`):
 
 SQS API errors are injected below botocore (``before-send`` hooks, so its
 retries see what they would see from SQS) in every client made by
-:func:`engine.transports.sqs.sqs_client` of a process started with
+:func:`engine.transports.sqs_client.sqs_client` of a process started with
 ``ENGINE_FAULT_SQS_ERRORS=<probability>``: each HTTP request is answered, with
 that probability, by a throttling error, a 500, a 503 or a connection reset.
 With ``ENGINE_FAULT_SQS_ERRORS_WHILE=<path>`` only while that file exists, so

@@ -11,7 +11,7 @@ id for the life of a thread (:func:`bind`), a slot binds the step run it
 executes for the length of it (:func:`step_run`), and threads started through
 :func:`inheriting` begin with their creator's context (a new thread otherwise
 begins with none). Only the fields named here are ever written: ids, names and
-numbers, never a step's inputs or outputs. The :class:`~engine.config.SecretsFilter`
+numbers, never a step's inputs or outputs. The :class:`~engine.infra.secrets.SecretsFilter`
 is installed on every handler and runs before the formatter, so what it masks
 (message, arguments, traceback) is masked in both formats.
 """
@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 
 from pydantic import SecretStr
 
-from engine.config import SecretsFilter
+from engine.infra.secrets import SecretsFilter
 
 if TYPE_CHECKING:
     from engine.store.rows import Claimed
@@ -187,7 +187,7 @@ def configure(
 ) -> logging.Handler | None:
     """Send every log record to one handler on ``stream`` (stderr), in ``log_format``.
 
-    The handler masks the secrets of :class:`~engine.config.SecretsFilter` (the
+    The handler masks the secrets of :class:`~engine.infra.secrets.SecretsFilter` (the
     password of ``database_url`` and the AWS keys of the environment), then adds
     the context; botocore's DEBUG requests included, as they propagate to root.
     A second call replaces the handler of the first. As ``logging.basicConfig``

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from engine.config import mask_url
 from engine.errors import ConfigError, DatabaseUnavailable
 from engine.infra import metrics
+from engine.infra.secrets import mask_url
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState

@@ -2,7 +2,7 @@
 
 A report is a *view* of rows, never a source of truth. :mod:`.context` reads a
 job, its step runs, events and dead letters through the SQLModel read models
-and builds a typed :class:`~engine.reports.context.RunReport`, its timeline of
+and builds a typed :class:`~engine.reports.views.RunReport`, its timeline of
 attempts and its event log built by :mod:`.timeline`; :mod:`.svg` draws the
 step graph, the timeline and the duration charts as escaped SVG;
 :mod:`.render` fills the jinja2 templates of the top-level ``reports/`` folder

@@ -1,9 +1,10 @@
 """The typed context of a run report and of the index, built from the database.
 
-Everything a template shows is computed here (templates hold no SQL and no
-logic beyond loops): the job header, the step graph's node states, errors
-with tracebacks, dead letters and the flow's business summary (the
-checkpoint of its last step); the timeline of attempts and the event log
+Everything a template shows is computed here, into the views of
+:mod:`engine.reports.views` (templates hold no SQL and no logic beyond
+loops): the job header, the step graph's node states, errors with
+tracebacks, dead letters and the flow's business summary (the checkpoint of
+its last step); the timeline of attempts and the event log
 come from :mod:`engine.reports.timeline`.
 """
 
@@ -16,7 +17,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import networkx as nx
-from pydantic import BaseModel
 from sqlalchemy import Engine
 
 from engine.errors import EngineError, NoSuchJob
@@ -24,230 +24,34 @@ from engine.flow import Flow
 from engine.flow.registry import Registry
 from engine.reports.links import run_href
 from engine.reports.timeline import (
-    Attempt,
-    EventView,
-    RenewalSummary,
-    WaitSpan,
     attempts,
     event_log,
     lanes,
     step_label,
     wait_spans,
 )
+from engine.reports.views import (
+    AuditView,
+    ChildWaitView,
+    DeadLetterView,
+    DecidedView,
+    ErrorView,
+    GraphNode,
+    IndexReport,
+    IndexRow,
+    JobLink,
+    RunReport,
+    SignalView,
+    StepRunView,
+    WaitView,
+)
 from engine.store.models import Job, JobSignal, StepRun, StepStatus
 from engine.store.read import job_history, recent_jobs
 
-__all__ = [
-    "ChildWaitView",
-    "DeadLetterView",
-    "DecidedView",
-    "ErrorView",
-    "GraphNode",
-    "IndexReport",
-    "IndexRow",
-    "RunReport",
-    "StepRunView",
-    "WaitView",
-    "build_index",
-    "build_run_report",
-]
+__all__ = ["IndexReport", "RunReport", "build_index", "build_run_report"]
 
 # worst first: the colour of a graph node with several runs
 _NODE_ORDER = ("dead", "running", "waiting", "pending", "cancelled", "done")
-
-
-class GraphNode(BaseModel):
-    """One step of the flow with the aggregate state of its step runs."""
-
-    name: str
-    status: str  # a StepStatus value, or "not_reached" when it has no step run
-    mapped: bool
-    runs: int
-    done: int
-    after: list[str]
-    column: int
-    row: int
-
-
-class ErrorView(BaseModel):
-    """The last error recorded for a step run (or a dead letter)."""
-
-    where: str
-    attempt: int | None
-    type: str
-    message: str
-    traceback: str
-
-
-class StepRunView(BaseModel):
-    """One step run row, as a person reads it.
-
-    ``started_at``: when its step first started running on a worker, as its
-    attempts record it; its first claim when they do not (an older engine's).
-    """
-
-    id: str
-    label: str
-    step: str
-    fanout_key: str
-    status: str
-    attempts: int
-    max_attempts: int
-    attempt_base: int = 0  # attempts before its retry round (``engine retry``)
-    retries: int = 0  # retry rounds: shown "1/5 (retry 2)", never a growing cap
-    lease_owner: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    duration_s: float | None
-
-
-class WaitView(BaseModel):
-    """A step run waiting now, for what, and the summary its wait published (if any).
-
-    ``flow`` is the flow of the job the step run belongs to (a child's, for a
-    parent's report): it picks the summary's template.
-    """
-
-    label: str
-    signal: str | None
-    until: datetime | None
-    children: bool = False
-    summary: dict[str, Any] | None = None
-    flow: str = ""
-
-
-class DecidedView(BaseModel):
-    """A wait that published a summary and is over: what was shown, and the signal that came.
-
-    ``signal_*`` are empty when no signal came (the wait timed out, or the
-    job was cancelled while it waited).
-    """
-
-    label: str
-    signal: str | None
-    summary: dict[str, Any]
-    flow: str
-    sent_by: str | None = None
-    at: datetime | None = None
-    data: str | None = None  # JSON
-
-
-class AuditView(BaseModel):
-    """An operator's action on the job, from the audit trail."""
-
-    at: datetime
-    actor: str
-    source: str
-    action: str
-    target: str
-    reason: str | None
-    detail: str  # JSON
-
-
-class SignalView(BaseModel):
-    """A signal the job received."""
-
-    name: str
-    data: str  # JSON
-    sent_by: str | None
-    at: datetime
-
-
-class JobLink(BaseModel):
-    """A parent or child job, linked from a run report (``href`` beside this report's).
-
-    ``key`` is the child's key: a child's own, or for a parent this job's.
-    """
-
-    job_id: str
-    flow: str
-    status: str
-    key: str | None
-    href: str
-
-
-class ChildWaitView(BaseModel):
-    """A child job's step run waiting now, shown on its parent's report, linked to the child."""
-
-    child: JobLink
-    wait: WaitView
-
-
-class DeadLetterView(BaseModel):
-    """A dead letter of this job."""
-
-    id: int
-    source: str
-    label: str
-    reason: str
-    created_at: datetime
-    replayed_at: datetime | None
-
-
-class RunReport(BaseModel):
-    """Everything a run report shows; built by :func:`build_run_report`."""
-
-    generated_at: datetime
-    job_id: str
-    flow: str
-    flow_version: int
-    flow_known: bool
-    flow_description: str
-    params: list[tuple[str, str]]  # name, JSON value
-    status: str  # its state: ``waiting`` when every unfinished step run waits
-    waiting_for: list[str]
-    fingerprint: str
-    submitted_by: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    duration_s: float | None
-    error: str | None
-    rejected: bool = False  # failed by a step's Reject: the data's decision, not retried
-    nodes: list[GraphNode]
-    steps: list[StepRunView]
-    attempts: list[Attempt]
-    wait_spans: list[WaitSpan] = []  # drawn as waits, in a lane of their own
-    lanes: list[str]
-    counts: dict[str, int]  # event kind -> how many
-    events: list[EventView]
-    renewals: list[RenewalSummary]
-    errors: list[ErrorView]
-    dead_letters: list[DeadLetterView]
-    summary_step: str | None
-    summary: dict[str, Any] | None
-    waits: list[WaitView]
-    signals: list[SignalView]
-    parent: JobLink | None = None
-    children: list[JobLink] = []
-    audit: list[AuditView] = []
-    child_waits: list[ChildWaitView] = []  # what the waiting children wait for, and show
-    decided: list[DecidedView] = []  # waits with a summary that are over: what was decided on
-
-
-class IndexRow(BaseModel):
-    """One job in the index; ``status`` is its state (``waiting`` derived, see JobState)."""
-
-    job_id: str
-    flow: str
-    status: str
-    waiting_for: list[str] = []
-    period: str
-    params: str
-    submitted_by: str | None
-    created_at: datetime
-    duration_s: float | None
-    href: str
-
-
-class IndexReport(BaseModel):
-    """The index of all runs, newest first."""
-
-    generated_at: datetime
-    rows: list[IndexRow]
-    flows: list[str]
-    statuses: list[str]
-    periods: list[str]
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:

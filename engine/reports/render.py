@@ -30,9 +30,10 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from engine.config import Settings, shipped_dir
+from engine.config import Settings
 from engine.errors import EngineError
 from engine.flow.registry import Registry
+from engine.infra.resources import shipped_dir
 from engine.reports.context import (
     IndexReport,
     RunReport,
@@ -131,19 +132,20 @@ def _columns(rows: Sequence[Any]) -> list[str]:
 
 def _wait_template(env: Environment, flow: str) -> str:
     """The block showing a wait's summary: ``flows/<flow>.waiting.html.j2`` or the generic one."""
-    if _FLOW_NAME.fullmatch(flow):
-        name = f"flows/{flow}.waiting.html.j2"
-        if name in env.list_templates():
-            return name
-    return "flows/_waiting.html.j2"
+    return _flow_template(env, flow, "waiting.html.j2", "flows/_waiting.html.j2")
 
 
 def _summary_template(env: Environment, flow: str) -> str:
+    return _flow_template(env, flow, "html.j2", "flows/_generic.html.j2")
+
+
+def _flow_template(env: Environment, flow: str, suffix: str, generic: str) -> str:
+    """``flows/<flow>.<suffix>`` if there is one (and ``flow`` is a safe name), else ``generic``."""
     if _FLOW_NAME.fullmatch(flow):
-        name = f"flows/{flow}.html.j2"
+        name = f"flows/{flow}.{suffix}"
         if name in env.list_templates():
             return name
-    return "flows/_generic.html.j2"
+    return generic
 
 
 def render_run_html(

@@ -13,8 +13,8 @@ from html import escape
 
 from markupsafe import Markup
 
-from engine.reports.context import GraphNode, IndexRow
 from engine.reports.timeline import Attempt, WaitSpan
+from engine.reports.views import GraphNode, IndexRow
 
 __all__ = [
     "OUTCOME_COLOURS",
@@ -69,6 +69,17 @@ def _markup(parts: list[str]) -> Markup:
 
 def _clip(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[: max(chars - 1, 1)] + "\u2026"
+
+
+def _bar_text(x1: float, x2: float, y: float, text: str, ink: str) -> str:
+    """A bar's label, clipped to the bar; nothing when fewer than 3 characters fit."""
+    chars = int((x2 - x1 - 6) / 6.2)
+    if chars < 3:
+        return ""
+    return (
+        f'<text x="{x1 + 3:.1f}" y="{y + 13}" font-size="10" fill="{ink}">'
+        f"{_t(_clip(text, chars))}</text>"
+    )
 
 
 def graph_svg(nodes: Sequence[GraphNode]) -> Markup:
@@ -255,14 +266,9 @@ def gantt_svg(
             f'<rect x="{x1:.1f}" y="{by}" width="{x2 - x1:.1f}" height="{bar_h}" rx="3" '
             f'fill="{colour}"{fade}/>'
         )
-        chars = int((x2 - x1 - 6) / 6.2)
-        if chars >= 3:
-            text = f"{a.label} #{a.attempt}" if a.attempt is not None else a.label
-            ink = QUEUED_COLOUR if a.outcome == "queued" else "#fff"
-            parts.append(
-                f'<text x="{x1 + 3:.1f}" y="{by + 13}" font-size="10" fill="{ink}">'
-                f"{_t(_clip(text, chars))}</text>"
-            )
+        text = f"{a.label} #{a.attempt}" if a.attempt is not None else a.label
+        ink = QUEUED_COLOUR if a.outcome == "queued" else "#fff"
+        parts.append(_bar_text(x1, x2, by, text, ink))
         if a.reclaimed_from is not None:
             parts.append(
                 f'<path d="M{x1:.1f},{by - 3} l6,0 l-3,6 z" fill="#000"><title>reclaimed from '
@@ -286,12 +292,7 @@ def gantt_svg(
             f'<rect x="{x1:.1f}" y="{by}" width="{x2 - x1:.1f}" height="{bar_h}" rx="3" '
             f'fill="{colour}" fill-opacity="0.15" stroke="{colour}" stroke-dasharray="4 3"/>'
         )
-        chars = int((x2 - x1 - 6) / 6.2)
-        if chars >= 3:
-            parts.append(
-                f'<text x="{x1 + 3:.1f}" y="{by + 13}" font-size="10" fill="{colour}">'
-                f"{_t(_clip(f'{w.label}: {w.what}', chars))}</text>"
-            )
+        parts.append(_bar_text(x1, x2, by, f"{w.label}: {w.what}", colour))
         parts.append("</g>")
     return _markup(parts)
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -123,6 +124,13 @@ def _wait_what(detail: dict[str, Any]) -> str:
     return wait_text(signal if isinstance(signal, str) else None, at, bool(detail.get("children")))
 
 
+def _of_step_runs(events: list[Event]) -> Iterator[tuple[Event, uuid.UUID, EventKind]]:
+    """The events of step runs (a job's own have none), with their step run and kind."""
+    for e in events:
+        if e.step_run_id is not None:
+            yield e, e.step_run_id, EventKind(e.kind)
+
+
 def wait_spans(
     events: list[Event],
     runs: dict[uuid.UUID, StepRun],
@@ -135,21 +143,18 @@ def wait_spans(
     """
     open_: dict[uuid.UUID, WaitSpan] = {}
     spans: list[WaitSpan] = []
-    for e in events:
-        if e.step_run_id is None:
-            continue
-        kind = EventKind(e.kind)
+    for e, run_id, kind in _of_step_runs(events):
         if kind == EventKind.WAITING and not e.detail.get("resumed"):
-            open_[e.step_run_id] = WaitSpan(
-                step_run_id=str(e.step_run_id),
-                label=step_label(runs.get(e.step_run_id), flow),
+            open_[run_id] = WaitSpan(
+                step_run_id=str(run_id),
+                label=step_label(runs.get(run_id), flow),
                 what=_wait_what(e.detail),
                 start=e.at,
                 end=None,
                 outcome="waiting",
             )
-        elif kind in _WAIT_ENDINGS and e.step_run_id in open_:
-            span = open_.pop(e.step_run_id)
+        elif kind in _WAIT_ENDINGS and run_id in open_:
+            span = open_.pop(run_id)
             span.end, span.outcome = e.at, _WAIT_ENDINGS[kind]
             spans.append(span)
     for span in open_.values():
@@ -249,19 +254,16 @@ def attempts(
     """Pair every claim with the event that ended it (same step run, next in order)."""
     open_: dict[uuid.UUID, Attempt] = {}
     done: list[Attempt] = []
-    for e in events:
-        if e.step_run_id is None:
-            continue
-        kind = EventKind(e.kind)
-        current = open_.get(e.step_run_id)
+    for e, run_id, kind in _of_step_runs(events):
+        current = open_.get(run_id)
         if kind in _STARTS:
             if current is not None:  # its worker vanished; the lease expired
                 current.outcome = "lost"
                 current.end = current.stopped = e.at
                 done.append(current)
-            open_[e.step_run_id] = Attempt(
-                step_run_id=str(e.step_run_id),
-                label=step_label(runs.get(e.step_run_id), flow),
+            open_[run_id] = Attempt(
+                step_run_id=str(run_id),
+                label=step_label(runs.get(run_id), flow),
                 attempt=e.attempt,
                 worker=e.worker or "?",
                 claimed_at=e.at,
@@ -280,7 +282,7 @@ def attempts(
             _started(current, e.detail)  # a live attempt: started yet, or queued
         elif kind in _ENDINGS and current is not None:
             _ended(current, e)
-            done.append(open_.pop(e.step_run_id))
+            done.append(open_.pop(run_id))
     for attempt in open_.values():
         run = runs.get(uuid.UUID(attempt.step_run_id))
         if run is not None and run.status != StepStatus.RUNNING:

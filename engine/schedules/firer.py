@@ -50,12 +50,13 @@ import psycopg
 
 from engine import store
 from engine.alerts import AlertRecorder
-from engine.config import Settings, mask_secrets
+from engine.config import Settings
 from engine.errors import BadInput, Contention
 from engine.flow import Flow
 from engine.flow.registry import Registry
 from engine.infra import faults, logs
 from engine.infra.outage import Outage, is_outage
+from engine.infra.secrets import mask_secrets
 from engine.jobs.submit import submit
 from engine.schedules.calendar import Calendar, resolve_params
 from engine.store import db

@@ -33,8 +33,9 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
-from engine.config import Settings, mask_url
+from engine.config import Settings
 from engine.errors import ConfigError
+from engine.infra.secrets import mask_url
 from engine.store import pooler, prepared
 from engine.store import server as server_store
 from engine.store.errors import connect_errors

@@ -9,8 +9,9 @@ from typing import ParamSpec, TypeVar
 
 import psycopg
 
-from engine.config import Settings, mask_url
+from engine.config import Settings
 from engine.errors import ConfigError, Contention, DatabaseUnavailable, StoreError
+from engine.infra.secrets import mask_url
 
 # lost a race, not a fault: a lock wait past lock_timeout, a deadlock, a
 # serialisation failure; and a prepared statement a pooler's server session

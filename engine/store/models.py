@@ -89,6 +89,10 @@ def _text(nullable: bool) -> Any:
     return Field(default=None, sa_column=Column(Text, nullable=nullable))
 
 
+def _uuid_or_none() -> Any:
+    return Field(default=None, sa_column=Column(UUID(as_uuid=True), nullable=True))
+
+
 class Job(SQLModel, table=True):
     """One run of a flow with its parameters."""
 
@@ -105,12 +109,8 @@ class Job(SQLModel, table=True):
     created_at: datetime = _ts(False)
     started_at: datetime | None = _ts(True)
     finished_at: datetime | None = _ts(True)
-    parent_job_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
-    parent_step_run_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    parent_job_id: uuid.UUID | None = _uuid_or_none()
+    parent_step_run_id: uuid.UUID | None = _uuid_or_none()
     child_key: str | None = _text(True)
     signals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
     approvals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
@@ -132,9 +132,7 @@ class StepRun(SQLModel, table=True):
     max_attempts: int = Field(sa_column=Column(Integer, nullable=False))
     available_at: datetime = _ts(False)
     lease_owner: str | None = _text(True)
-    lease_token: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    lease_token: uuid.UUID | None = _uuid_or_none()
     lease_expires_at: datetime | None = _ts(True)
     item: Any = _json(True)
     output: dict[str, Any] | None = _json(True)
@@ -206,12 +204,8 @@ class Event(SQLModel, table=True):
     id: int = Field(sa_column=Column(BigInteger, primary_key=True))
     at: datetime = _ts(False)
     kind: EventKind = Field(sa_column=Column(EnumText(EventKind), nullable=False))
-    job_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
-    step_run_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    job_id: uuid.UUID | None = _uuid_or_none()
+    step_run_id: uuid.UUID | None = _uuid_or_none()
     worker: str | None = _text(True)
     attempt: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
     detail: dict[str, Any] = _json(False)
@@ -229,9 +223,7 @@ class AuditEntry(SQLModel, table=True):
     action: str = _text(False)
     target_kind: str = _text(False)
     target_id: str | None = _text(True)
-    job_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    job_id: uuid.UUID | None = _uuid_or_none()
     reason: str | None = _text(True)
     detail: dict[str, Any] = _json(False)
     # the hash chain (migration 0026), set once at commit by the database
@@ -259,12 +251,8 @@ class DeadLetter(SQLModel, table=True):
 
     id: int = Field(sa_column=Column(BigInteger, primary_key=True))
     source: DeadLetterSource = Field(sa_column=Column(EnumText(DeadLetterSource), nullable=False))
-    job_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
-    step_run_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    job_id: uuid.UUID | None = _uuid_or_none()
+    step_run_id: uuid.UUID | None = _uuid_or_none()
     message_body: str | None = _text(True)
     reason: str = _text(False)
     error: dict[str, Any] | None = _json(True)
@@ -282,9 +270,7 @@ class QueueMessage(SQLModel, table=True):
     body: str = _text(False)
     visible_at: datetime = _ts(False)
     receive_count: int = Field(sa_column=Column(Integer, nullable=False))
-    receipt: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    receipt: uuid.UUID | None = _uuid_or_none()
     created_at: datetime = _ts(False)
 
 
@@ -296,12 +282,8 @@ class AlertRow(SQLModel, table=True):
     id: int = Field(sa_column=Column(BigInteger, primary_key=True))
     dead_letter_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     source: AlertSource = Field(sa_column=Column(EnumText(AlertSource), nullable=False))
-    job_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
-    step_run_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    job_id: uuid.UUID | None = _uuid_or_none()
+    step_run_id: uuid.UUID | None = _uuid_or_none()
     flow: str | None = _text(True)
     step: str | None = _text(True)
     attempts: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
@@ -328,9 +310,7 @@ class AlertDelivery(SQLModel, table=True):
     attempts: int = Field(sa_column=Column(Integer, nullable=False))
     next_attempt_at: datetime = _ts(False)
     claimed_by: str | None = _text(True)
-    claim_token: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    claim_token: uuid.UUID | None = _uuid_or_none()
     claimed_until: datetime | None = _ts(True)
     last_error: str | None = _text(True)
     delivered_at: datetime | None = _ts(True)
@@ -351,9 +331,7 @@ class ScheduleRow(SQLModel, table=True):
     next_fire_at: datetime = _ts(False)
     last_fired_for: datetime | None = _ts(True)
     last_fired_at: datetime | None = _ts(True)
-    last_job_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    last_job_id: uuid.UUID | None = _uuid_or_none()
     last_error: str | None = _text(True)
     created_by: str | None = _text(True)
     created_at: datetime = _ts(False)
@@ -369,9 +347,7 @@ class ScheduleFire(SQLModel, table=True):
 
     schedule_id: int = Field(sa_column=Column(BigInteger, primary_key=True))
     scheduled_for: datetime = Field(sa_column=Column(DateTime(timezone=True), primary_key=True))
-    job_id: uuid.UUID | None = Field(
-        default=None, sa_column=Column(UUID(as_uuid=True), nullable=True)
-    )
+    job_id: uuid.UUID | None = _uuid_or_none()
     error: str | None = _text(True)
     fired_by: str = _text(False)
     fired_at: datetime = _ts(False)

@@ -21,51 +21,54 @@ because emulators do not.
   logged and swallowed by ``delete``, ``release`` and ``extend``: a delete
   that failed only causes a redelivery, which the claim absorbs.
 - The dead-letter queue is fed by SQS itself (redrive after
-  ``maxReceiveCount`` receives); :meth:`SqsTransport.receive_dead_letters`
-  and :meth:`SqsTransport.delete_dead_letters` let the worker record those
+  ``maxReceiveCount`` receives); ``transport.dead_letters``
+  (:mod:`engine.transports.sqs_dead_letters`) lets the sweeper record those
   messages in ``engine_dead_letters``.
 - Creating the two queues and their redrive policy is not the transport's
   (nor the worker's, whose IAM role may not): :mod:`engine.transports.sqs_queues`.
 
-Settings come from ``ENGINE_SQS_*`` (:class:`SqsSettings`); boto3 reads
-credentials and ``AWS_ENDPOINT_URL`` (emulators) itself.
+Settings come from ``ENGINE_SQS_*`` (:class:`SqsSettings`, with the client,
+the limits and the error mapping in :mod:`engine.transports.sqs_client`);
+boto3 reads credentials and ``AWS_ENDPOINT_URL`` (emulators) itself.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import re
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlparse
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.errors import BadInput, ConfigError, SqsError
-from engine.infra import faults
 from engine.transports.base import Outgoing, QueueProbe, Received
-from engine.transports.message import MAX_BODY_BYTES
+from engine.transports.sqs_client import (
+    MAX_BATCH,
+    MAX_DELAY_S,
+    MAX_VISIBILITY_S,
+    MAX_WAIT_S,
+    MISSING_QUEUE_CODES,
+    RECEIVE_COUNT,
+    SqsSettings,
+    api_call,
+    check_body,
+    error_code,
+    received_from,
+    sqs_client,
+    whole_seconds,
+)
+from engine.transports.sqs_dead_letters import SqsDeadLetters
+
+__all__ = ["SqsSettings", "SqsTransport"]
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 10  # entries per SQS batch call, and messages per receive
-MAX_WAIT_S = 20  # longest WaitTimeSeconds of one receive
-MAX_DELAY_S = 900  # longest DelaySeconds
-MAX_VISIBILITY_S = 43_200  # 12 hours, counted from the receive
 # Asked-for visibility stays this far inside the 12 hours: our clock started
 # after SQS's (the receive's round trip), and a refused extension is a lost copy.
 _VISIBILITY_MARGIN_S = 30.0
-_RECEIVE_COUNT = "ApproximateReceiveCount"
 # Entry failures that mean "this receipt is not current": received again,
 # deleted, or past the 12 hours. A lost copy, never an error.
 _STALE_CODES = frozenset(
@@ -77,113 +80,7 @@ _STALE_CODES = frozenset(
         "InvalidParameterValue",
     }
 )
-# Error codes meaning "no such queue" (they differ between SQS API protocols and emulators).
-MISSING_QUEUE_CODES = frozenset(
-    {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue", "NonExistentQueue"}
-)
 _SEND_ENTRY_ATTEMPTS = 3  # partial batch failures are not retried by botocore
-# characters outside XML 1.0's Char production, which SQS refuses
-_NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_SQS_HOST = re.compile(r"^sqs[.-](?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
-
-
-class SqsSettings(BaseSettings):
-    """Settings of the SQS transport; each is read from ``ENGINE_SQS_<NAME>``."""
-
-    model_config = SettingsConfigDict(env_prefix="ENGINE_SQS_", extra="ignore")
-
-    queue_url: str | None = Field(
-        default=None, description="URL of the step queue (`engine queues create` prints it)"
-    )
-    dlq_url: str | None = Field(
-        default=None,
-        description="URL of its dead-letter queue; unset: read from the queue's redrive policy",
-    )
-    queue_name: str = Field(
-        default="engine-steps",
-        pattern=r"^[A-Za-z0-9_-]{1,76}$",
-        description="name `engine queues create` gives the queue (its DLQ: <name>-dlq)",
-    )
-    region: str | None = Field(
-        default=None,
-        description="AWS region; unset: the queue URL's region, else us-east-1",
-    )
-    max_receive_count: int = Field(
-        default=5,
-        ge=1,
-        le=1000,
-        description="receives after which SQS moves a message to the dead-letter queue",
-    )
-    api_max_attempts: int = Field(
-        default=5,
-        ge=1,
-        le=20,
-        description="attempts per SQS call (botocore standard retries: throttling, 5xx, resets)",
-    )
-    connect_timeout_s: float = Field(default=5.0, gt=0, description="SQS connect timeout")
-    read_timeout_s: float = Field(
-        default=30.0,
-        gt=MAX_WAIT_S,
-        description="SQS read timeout; longer than a 20 s long poll",
-    )
-    max_pool_connections: int = Field(
-        default=50,
-        ge=1,
-        description="HTTP connections per client (receiver, slots and heartbeats share it)",
-    )
-
-    def resolved_region(self) -> str:
-        """The configured region, else the queue URL's, else ``us-east-1``."""
-        if self.region:
-            return self.region
-        for url in (self.queue_url, self.dlq_url):
-            if url and (match := _SQS_HOST.match(urlparse(url).hostname or "")):
-                return match["region"]
-        return "us-east-1"
-
-
-def sqs_client(sqs: SqsSettings) -> Any:
-    """A boto3 SQS client with bounded retries and timeouts (thread-safe)."""
-    config = Config(
-        region_name=sqs.resolved_region(),
-        retries={"total_max_attempts": sqs.api_max_attempts, "mode": "standard"},
-        connect_timeout=sqs.connect_timeout_s,
-        read_timeout=sqs.read_timeout_s,
-        max_pool_connections=sqs.max_pool_connections,
-    )
-    # a session per client: boto3's default session is not thread-safe
-    return faults.sqs_errors(boto3.session.Session().client("sqs", config=config))
-
-
-def error_code(exc: BaseException) -> str:
-    """The AWS error code of a botocore ``ClientError`` (``""`` for anything else)."""
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    return ""
-
-
-@contextmanager
-def api_call(operation: str) -> Iterator[None]:
-    """Turn a botocore error (after its retries) into :class:`SqsError`."""
-    try:
-        yield
-    except (ClientError, BotoCoreError) as exc:
-        raise SqsError(f"SQS {operation} failed: {exc}") from exc
-
-
-def check_body(body: str) -> None:
-    """Refuse (``BadInput``) a body SQS would refuse or that is not ours: empty,
-    not XML-legal, or over :data:`~engine.transports.message.MAX_BODY_BYTES` UTF-8 bytes."""
-    if not body:
-        raise BadInput("empty message body: SQS needs at least one character")
-    if bad := _NOT_XML_CHAR.search(body):
-        raise BadInput(
-            f"message body has character {bad[0]!r} at offset {bad.start()}: SQS accepts only "
-            "XML characters (tab, newline, carriage return, U+0020 and above, no surrogates)"
-        )
-    size = len(body.encode("utf-8"))
-    if size > MAX_BODY_BYTES:
-        raise BadInput(f"message body of {size} bytes: at most {MAX_BODY_BYTES} bytes")
 
 
 def _chunks(items: Sequence[Any], size: int = MAX_BATCH) -> Iterator[Sequence[Any]]:
@@ -235,21 +132,6 @@ class _ReceiveTimes:
             return len(self._at)
 
 
-def whole_seconds(seconds: float, upper: int) -> int:
-    """SQS takes whole seconds: round up (never hide or delay less than asked), clamp."""
-    return max(0, min(upper, math.ceil(seconds)))
-
-
-def _received(message: dict[str, Any]) -> Received:
-    attributes = message.get("Attributes") or {}
-    return Received(
-        message_id=str(message["MessageId"]),
-        body=str(message.get("Body", "")),
-        receipt=str(message["ReceiptHandle"]),
-        receive_count=int(attributes.get(_RECEIVE_COUNT, 1)),
-    )
-
-
 class SqsTransport:
     """Step messages on an SQS standard queue; see the module docstring."""
 
@@ -266,12 +148,12 @@ class SqsTransport:
             )
         self.queue_url: str = self.settings.queue_url
         self.client: Any = client if client is not None else sqs_client(self.settings)
-        self._dlq_url: str | None = self.settings.dlq_url
         self._times = _ReceiveTimes()
         self._closed = False
         self._calls_lock = threading.Lock()
         self._calls: Counter[str] = Counter()
         self.client.meta.events.register("request-created.sqs", self._count_call)
+        self.dead_letters = SqsDeadLetters(self)
 
     # -- observability -----------------------------------------------------------------
 
@@ -285,7 +167,8 @@ class SqsTransport:
         with self._calls_lock:
             return dict(self._calls)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise :class:`SqsError` once :meth:`close` was called."""
         if self._closed:
             raise SqsError("the sqs transport is closed")
 
@@ -311,14 +194,14 @@ class SqsTransport:
             body = m.message.encode()
             check_body(body)
             entries.append((body, whole_seconds(m.delay_s, MAX_DELAY_S)))
-        self._check_open()
+        self.check_open()
         for chunk in _chunks(entries):
             self._send_batch(chunk)
 
     def send_raw(self, body: str) -> None:
         """Send ``body`` as is, visible at once (replays of dead letters, tests)."""
         check_body(body)
-        self._check_open()
+        self.check_open()
         self._send_batch([(body, 0)])
 
     def _send_batch(self, chunk: Sequence[tuple[str, int]]) -> None:
@@ -369,9 +252,9 @@ class SqsTransport:
                     MaxNumberOfMessages=min(max_messages, MAX_BATCH),
                     VisibilityTimeout=visibility,
                     WaitTimeSeconds=wait,
-                    MessageSystemAttributeNames=[_RECEIVE_COUNT],
+                    MessageSystemAttributeNames=[RECEIVE_COUNT],
                 )
-            received = [_received(m) for m in response.get("Messages", [])]
+            received = [received_from(m) for m in response.get("Messages", [])]
             self._times.add([r.receipt for r in received], time.monotonic())
             if received and self._closed:
                 # closed while polling: hand them back to the other receivers at once
@@ -390,7 +273,7 @@ class SqsTransport:
         left out of the result (the copy is lost). API errors that outlive
         botocore's retries are logged; their receipts are left out too.
         """
-        self._check_open()
+        self.check_open()
         now = time.monotonic()
         entries: list[tuple[str, int]] = []
         for receipt in _unique(receipts):
@@ -404,7 +287,7 @@ class SqsTransport:
 
     def release(self, receipts: Sequence[str]) -> None:
         """Make these deliveries visible at once (errors are logged, not raised)."""
-        self._check_open()
+        self.check_open()
         unique = _unique(receipts)
         self._change_visibility([(r, 0) for r in unique], "release")
         self._times.forget(unique)
@@ -435,12 +318,13 @@ class SqsTransport:
         Stale receipts delete nothing and raise nothing; any other failure is
         logged and swallowed: the message comes back and the claim absorbs it.
         """
-        self._check_open()
+        self.check_open()
         unique = _unique(receipts)
-        self._delete(self.queue_url, unique)
+        self.delete_from(self.queue_url, unique)
         self._times.forget(unique)
 
-    def _delete(self, queue_url: str, receipts: Sequence[str]) -> None:
+    def delete_from(self, queue_url: str, receipts: Sequence[str]) -> None:
+        """Batch-delete ``receipts`` from ``queue_url``; failures are logged, not raised."""
         for chunk in _chunks(receipts):
             try:
                 with api_call("DeleteMessageBatch"):
@@ -477,7 +361,8 @@ class SqsTransport:
 
     def queue_visibility_s(self) -> float:
         """The queue's own ``VisibilityTimeout`` attribute, read from SQS (seconds)."""
-        return float(self._attributes(self.queue_url, ["VisibilityTimeout"])["VisibilityTimeout"])
+        found = self.queue_attributes(self.queue_url, ["VisibilityTimeout"])
+        return float(found["VisibilityTimeout"])
 
     def probe(self) -> QueueProbe:
         """The queue answers ``GetQueueAttributes``: its visibility timeout and depth.
@@ -485,7 +370,7 @@ class SqsTransport:
         A queue that does not exist is a :class:`~engine.errors.ConfigError`
         naming its URL.
         """
-        found = self._attributes(
+        found = self.queue_attributes(
             self.queue_url, ["VisibilityTimeout", "ApproximateNumberOfMessages"]
         )
         visibility = float(found["VisibilityTimeout"])
@@ -496,82 +381,13 @@ class SqsTransport:
             visibility,
         )
 
-    def dead_letter_queue_url(self) -> str | None:
-        """``ENGINE_SQS_DLQ_URL``, else the target of the queue's redrive policy."""
-        if self._dlq_url is None:
-            policy = self._attributes(self.queue_url, ["RedrivePolicy"]).get("RedrivePolicy")
-            if not policy:
-                return None
-            arn = str(json.loads(policy)["deadLetterTargetArn"])
-            account, name = arn.split(":")[4], arn.split(":")[5]
-            with api_call("GetQueueUrl"):
-                response = self.client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)
-            self._dlq_url = str(response["QueueUrl"])
-        return self._dlq_url
-
-    def receive_dead_letters(
-        self, max_messages: int = MAX_BATCH, visibility_s: float = 60.0
-    ) -> list[Received]:
-        """Messages SQS moved to the dead-letter queue, hidden for ``visibility_s``.
-
-        Record them, then :meth:`delete_dead_letters`; a crash in between
-        shows them again after ``visibility_s`` (recorded twice, never lost).
-        """
-        self._check_open()
-        dlq = self.dead_letter_queue_url()
-        if dlq is None:
-            return []
-        with api_call("ReceiveMessage"):
-            response = self.client.receive_message(
-                QueueUrl=dlq,
-                MaxNumberOfMessages=max(1, min(max_messages, MAX_BATCH)),
-                VisibilityTimeout=whole_seconds(visibility_s, MAX_VISIBILITY_S),
-                WaitTimeSeconds=0,
-                MessageSystemAttributeNames=[_RECEIVE_COUNT],
-            )
-        return [_received(m) for m in response.get("Messages", [])]
-
-    def delete_dead_letters(self, receipts: Sequence[str]) -> None:
-        """Delete recorded messages from the dead-letter queue (errors are logged)."""
-        self._check_open()
-        dlq = self.dead_letter_queue_url()
-        if dlq is not None:
-            self._delete(dlq, _unique(receipts))
-
     def drain_dead_letters(self, record: Callable[[Received, str], None], limit: int = 100) -> int:
-        """Hand up to ``limit`` dead-letter-queue messages to ``record``, then delete them.
+        """The sweeper's seam: :meth:`SqsDeadLetters.drain` of this queue's dead letters."""
+        return self.dead_letters.drain(record, limit)
 
-        ``record(received, reason)`` must commit before it returns (the
-        sweeper inserts the dead letter and raises its alert). A message is
-        deleted only after it was recorded; if ``record`` raises, the
-        messages recorded so far are deleted, the rest come back after 60 s,
-        and the error propagates. Returns how many were recorded.
-        """
-        drained = 0
-        while drained < limit:
-            batch = self.receive_dead_letters(min(MAX_BATCH, limit - drained))
-            if not batch:
-                break
-            recorded: list[str] = []
-            try:
-                for received in batch:
-                    record(received, self.dead_letter_reason(received))
-                    recorded.append(received.receipt)
-            finally:
-                self.delete_dead_letters(recorded)
-                drained += len(recorded)
-        return drained
-
-    def dead_letter_reason(self, received: Received) -> str:
-        """The reason recorded for a message SQS moved to the dead-letter queue."""
-        return (
-            f"SQS moved message {received.message_id} to the dead-letter queue: received more "
-            f"than maxReceiveCount ({self.settings.max_receive_count}) times without being "
-            f"deleted (ApproximateReceiveCount {received.receive_count})"
-        )
-
-    def _attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
-        self._check_open()
+    def queue_attributes(self, queue_url: str, names: list[str]) -> dict[str, str]:
+        """``GetQueueAttributes``; a missing queue is a :class:`ConfigError` naming the fix."""
+        self.check_open()
         try:
             response = self.client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)
         except ClientError as exc:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import BadInput, SqsError
-from engine.transports.sqs import (
+from engine.transports.sqs_client import (
     MAX_VISIBILITY_S,
     MISSING_QUEUE_CODES,
     SqsSettings,

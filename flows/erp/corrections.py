@@ -269,7 +269,8 @@ def redate(
                 f"first open period of its store(s), {first}; give --into {first}"
             )
     # posting refuses a document that moves stock into a period while it (or a later one)
-    # is being costed (flows.posting.check_postable): redated there, posting could not take it
+    # is being costed (flows.erp.document_posting.check_postable): redated there, posting
+    # could not take it
     stock = periods.stock_state(conn, into)
     moving = [r["number"] for r in rows if r["moves_stock"]]
     busy = (

@@ -11,7 +11,7 @@ between would be costed with averages solved from the old ones. So:
   in flight and a writer that comes after sees the solve.
 - **Refuse.** Once a period is being costed (solved, not yet costed) its
   facts are frozen: documents that move stock are refused by posting
-  (:func:`flows.posting.check_postable`), opening balances by the migration
+  (:func:`flows.erp.document_posting.check_postable`), opening balances by the migration
   flow (the row's reason names the period), and a standard cost change by
   the items migration (:func:`refuse_cost_changes`).
 - **Fingerprint.** The solve keeps a fingerprint of what it read

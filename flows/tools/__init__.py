@@ -1,7 +1,8 @@
 """The ERP's tools: demo data, the demo and the ``engine books`` commands.
 
 These are for an operator at a terminal, not for a flow: :mod:`.seed` fills
-the ERP tables with a deterministic month (``engine seed``), :mod:`.demo`
+the ERP tables with a deterministic month (``engine seed``; its world and
+documents in :mod:`.seed_world` and :mod:`.seed_paper`), :mod:`.demo`
 runs a month end from an empty database (``engine demo``), :mod:`.books`
 reads and closes a period's books (``engine books``), :mod:`.exports` writes
 its auditor's exports, and :mod:`.session` holds what those commands share

@@ -291,7 +291,7 @@ def run_scenario(
 def _dlq_count(run: Run) -> int:
     if run.transport != "sqs" or run.dlq_url is None:
         return 0
-    from engine.transports.sqs import SqsSettings, sqs_client
+    from engine.transports.sqs_client import SqsSettings, sqs_client
 
     client = sqs_client(SqsSettings(queue_url=run.queue_url))
     attributes = client.get_queue_attributes(

@@ -10,7 +10,7 @@ import psycopg
 
 from flows import costing
 from flows.erp import periods, recost
-from flows.posting import post_documents
+from flows.erp.document_posting import post_documents
 from flows.tools.seed import seed
 
 

@@ -23,8 +23,8 @@ from click.testing import CliRunner, Result
 
 from engine.cli.main import EngineGroup
 from engine.config import Settings
-from flows import costing, posting
-from flows.erp import exports, periods
+from flows import costing
+from flows.erp import document_posting, exports, periods
 from flows.tools.exports import item_costs_command, stock_ledger_command
 from flows.tools.seed import seed
 
@@ -57,7 +57,7 @@ def month(conn: psycopg.Connection[Any]) -> None:
     """Four stores (one opened this month, stocked by transfers), items in loops, posted."""
     report = seed(conn, stores=4, brands=1, employees=4, items=6, period=NOV, seed=1, new_stores=1)
     assert report.stock_moves_by_kind.get("transfer_in", 0) > 0 and report.loop_items > 0
-    posting.post_documents(conn, NOV, 1, 10**9)
+    document_posting.post_documents(conn, NOV, 1, 10**9)
 
 
 def cost(conn: psycopg.Connection[Any], *, leave_out: Iterable[str] = ()) -> None:

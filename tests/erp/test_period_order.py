@@ -24,7 +24,7 @@ from engine.config import Settings
 from engine.reports import render_job_report
 from flows import costing
 from flows.erp import checks, dated, periods
-from flows.posting import select_chunks
+from flows.erp.document_posting import select_chunks
 from flows.tools.seed import seed
 
 OCT, NOV, DEC, JAN = "2026-10", "2026-11", "2026-12", "2027-01"

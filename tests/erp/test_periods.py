@@ -23,8 +23,7 @@ from harness import fast_settings, run_of, thread_worker, wait_job_ended, wait_u
 from engine import BadInput, Fail, Refused, Registry, submit
 from engine.config import Settings
 from engine.store.db import connect
-from flows import posting
-from flows.erp import checks, periods
+from flows.erp import checks, document_posting, periods
 from flows.tools.seed import seed
 
 NOV, DEC, JAN = "2026-11", "2026-12", "2027-01"
@@ -50,7 +49,7 @@ def books(conn: psycopg.Connection[Any]) -> None:
     """Four stores of two brands, November seeded (open, openings loaded) and its documents
     posted (costing values posted moves), October closed."""
     seed(conn, stores=4, brands=2, employees=8, items=10, period=NOV, seed=11)
-    posting.post_documents(conn, NOV, 1, 10**9)
+    document_posting.post_documents(conn, NOV, 1, 10**9)
 
 
 @pytest.fixture
@@ -270,7 +269,7 @@ def test_close__a_closed_period_refuses_every_writer_until_reopened_with_a_reaso
 
 def _costed_and_posted_but_one_chunk(
     fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
-) -> posting.Chunk:
+) -> document_posting.Chunk:
     """November posted and costed; three late service invoices (no stock lines) wait in
     one chunk, which the test posts itself."""
     with thread_worker(fast, registry):
@@ -278,7 +277,7 @@ def _costed_and_posted_but_one_chunk(
         run(fast, registry, conn, "costing", period=NOV)
     _late_service_invoices(conn)
     with connect(fast) as c:
-        selection = posting.select_chunks(c, NOV)
+        selection = document_posting.select_chunks(c, NOV)
     return selection.chunks[-1]
 
 
@@ -315,9 +314,9 @@ def test_close_racing_a_posting_chunk__close_waits_for_the_chunk_in_flight(
     chunk = _costed_and_posted_but_one_chunk(fast, registry, conn)
     chunk_written, close_waiting = threading.Event(), threading.Event()
 
-    def post() -> posting.ChunkResult:
+    def post() -> document_posting.ChunkResult:
         with connect(fast) as c:  # one transaction, as a step's fenced one
-            result = posting.post_one_chunk(c, NOV, chunk)
+            result = document_posting.post_one_chunk(c, NOV, chunk)
             chunk_written.set()
             assert close_waiting.wait(30)
             return result  # commits on leaving
@@ -359,7 +358,7 @@ def test_close_racing_a_posting_chunk__a_chunk_after_the_close_writes_nothing(
     before = snapshot(conn)
     last = conn.execute("SELECT max(id) AS m FROM erp_documents").fetchone()
     assert last is not None
-    chunk = posting.Chunk(first_id=last["m"] + 1, last_id=last["m"] + 3, count=3)
+    chunk = document_posting.Chunk(first_id=last["m"] + 1, last_id=last["m"] + 3, count=3)
     closed_uncommitted, chunk_waiting = threading.Event(), threading.Event()
 
     def close_period() -> None:
@@ -371,10 +370,10 @@ def test_close_racing_a_posting_chunk__a_chunk_after_the_close_writes_nothing(
             closed_uncommitted.set()
             assert chunk_waiting.wait(30)
 
-    def post() -> posting.ChunkResult:
+    def post() -> document_posting.ChunkResult:
         assert closed_uncommitted.wait(30)
         with connect(fast) as c:
-            return posting.post_one_chunk(c, NOV, chunk)
+            return document_posting.post_one_chunk(c, NOV, chunk)
 
     with ThreadPoolExecutor(2) as pool:
         closed, posted = pool.submit(close_period), pool.submit(post)

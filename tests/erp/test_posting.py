@@ -17,7 +17,7 @@ from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 
 from engine import Refused, Registry, connect, submit
 from engine.config import Settings
-from flows.posting import post_documents
+from flows.erp.document_posting import post_documents
 
 EVIL_MEMO = "'; DROP TABLE erp_documents; -- <script>alert(1)</script>"
 

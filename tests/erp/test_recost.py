@@ -38,7 +38,7 @@ from engine import Refused, Registry, submit
 from engine.config import Settings
 from engine.reports import render_job_report
 from flows.erp import checks, facts, recost
-from flows.posting import post_documents, select_chunks
+from flows.erp.document_posting import post_documents, select_chunks
 from flows.tools.seed import seed
 
 NOV, DEC, JAN = "2026-11", "2026-12", "2027-01"

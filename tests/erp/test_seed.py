@@ -12,8 +12,9 @@ import psycopg
 import pytest
 
 from engine import BadInput, Settings
-from flows.posting import post_documents
-from flows.tools.seed import HOSTILE_MEMOS, SeedReport, seed
+from flows.erp.document_posting import post_documents
+from flows.tools.seed import SeedReport, seed
+from flows.tools.seed_paper import HOSTILE_MEMOS
 
 TINY: dict[str, Any] = {
     "stores": 5,

@@ -27,8 +27,8 @@ from engine import Registry, submit
 from engine.config import Settings
 from engine.reports import render_job_report
 from flows.erp import checks
+from flows.erp.document_posting import post_documents
 from flows.erp.documents import period_documents
-from flows.posting import post_documents
 from flows.tools.seed import seed
 
 NOV, DEC, JAN = "2026-11", "2026-12", "2027-01"

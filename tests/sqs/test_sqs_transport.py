@@ -209,9 +209,9 @@ def test_redrive__past_max_receive_count_the_message_moves_to_the_dlq(
         assert [r.receive_count for r in got] == [count]
 
     assert transport.receive(10, 30, 0) == []  # the 4th receive moved it instead
-    [dead] = transport.receive_dead_letters()
+    [dead] = transport.dead_letters.receive()
     assert dead.body == "poison"
-    reason = transport.dead_letter_reason(dead)
+    reason = transport.dead_letters.reason(dead)
     assert "maxReceiveCount (3)" in reason
     assert f"ApproximateReceiveCount {dead.receive_count}" in reason
 
@@ -259,7 +259,7 @@ def test_dead_letter__removes_the_message_without_sending_it_to_the_dlq(
 def test_dead_letter_queue_url__read_from_the_redrive_policy(
     transport: SqsTransport, queues: Queues
 ) -> None:
-    assert transport.dead_letter_queue_url() == queues.dlq_url
+    assert transport.dead_letters.queue_url() == queues.dlq_url
 
 
 # -- queues and configuration ---------------------------------------------------------

@@ -18,8 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.cli.args import option_type
 from engine.cli.main import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK, main
-from engine.config import DISTRIBUTION, bad_setting_message
+from engine.config import bad_setting_message
 from engine.infra import logs
+from engine.infra.resources import DISTRIBUTION
 
 
 def invoke(*args: str, **env: str | None) -> Result:

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import Settings, mask_url
+from engine.config import Settings
 from engine.errors import MalformedMessage
+from engine.infra.secrets import mask_url
 from engine.store.queries import parse
 from engine.transports.message import StepMessage
 

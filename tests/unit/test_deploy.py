@@ -49,7 +49,7 @@ SECRET_EXAMPLES = {
 }
 # Functions that only `engine queues create` runs, with the operator's
 # credentials: their calls (CreateQueue, SetQueueAttributes) are not the worker's.
-ADMIN_ONLY = {"engine/transports/sqs.py": {"create_queues", "_ensure_queue"}}
+ADMIN_ONLY = {"engine/transports/sqs_queues.py": {"create_queues", "_ensure_queue", "_queue_arn"}}
 # boto3 operations authorised by another IAM action (AWS: the batch calls of
 # SQS need the single call's permission; S3 listing and HEAD need these)
 IAM_ACTION = {
@@ -131,14 +131,15 @@ def operations(service: str) -> dict[str, str]:
 def code_calls() -> tuple[dict[str, set[str]], set[str]]:
     """service -> IAM actions of every boto3 client call in engine/; and the services with a client.
 
-    A module that creates a client of a service (``.client("sqs", ...)``)
-    has each call of one of that service's operations counted, except in the
-    admin-only functions.
+    A module that creates a client of a service (``.client("sqs", ...)``),
+    or imports from one that does, has each call of one of that service's
+    operations counted, except in the admin-only functions.
     """
     actions: dict[str, set[str]] = defaultdict(set)
     with_client: set[str] = set()
-    for path in sorted(ENGINE.rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
+    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(ENGINE.rglob("*.py"))}
+    creates: dict[str, set[str]] = {}  # module -> the services it creates a client of
+    for path, tree in trees.items():
         services = {
             node.args[0].value
             for node in ast.walk(tree)
@@ -149,7 +150,16 @@ def code_calls() -> tuple[dict[str, set[str]], set[str]]:
             and isinstance(node.args[0], ast.Constant)
             and node.args[0].value in SERVICES
         }
+        if services:
+            creates[".".join(path.relative_to(ROOT).with_suffix("").parts)] = services
         with_client |= services
+    for path, tree in trees.items():
+        # a module that creates a client, or imports from one that does (the
+        # SQS transport's modules share one client factory), makes its calls
+        services = set(creates.get(".".join(path.relative_to(ROOT).with_suffix("").parts), ()))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in creates:
+                services |= creates[node.module]
         skip = ADMIN_ONLY.get(path.relative_to(ROOT).as_posix(), set())
         for service in services:
             ops = operations(service)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import config as resources
+from engine.infra import resources
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,7 +70,7 @@ def test_resources__wheel_install_found_through_its_record(
         "".join(f"../../../share/erp-engine/{name},,\n" for name in reversed(files))
     )
     monkeypatch.setattr(sys, "path", [str(site), *sys.path])
-    monkeypatch.setattr(resources, "_SOURCE_ROOT", site)  # no pyproject.toml: not a source tree
+    monkeypatch.setattr(resources, "SOURCE_ROOT", site)  # no pyproject.toml: not a source tree
 
     assert resources.shipped_dir("migrations") == share / "migrations"
     assert resources.shipped_dir("reports") == share / "reports"
@@ -79,6 +79,6 @@ def test_resources__wheel_install_found_through_its_record(
 def test_resources__missing_everywhere_gives_the_source_path(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(resources, "_SOURCE_ROOT", tmp_path)
+    monkeypatch.setattr(resources, "SOURCE_ROOT", tmp_path)
     monkeypatch.setattr(resources, "installed_dir", lambda name: None)
     assert resources.shipped_dir("migrations") == tmp_path / "migrations"

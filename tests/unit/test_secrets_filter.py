@@ -1,4 +1,4 @@
-"""Secrets are masked in every log record the worker writes (engine.config.SecretsFilter)."""
+"""Secrets are masked in every log record the worker writes (engine.infra.secrets.SecretsFilter)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from pydantic import SecretStr
 
-from engine.config import SecretsFilter, mask_secrets
+from engine.infra.secrets import SecretsFilter, mask_secrets
 
 # the shape botocore logs at DEBUG ("Sending http request: <AWSPreparedRequest ...>")
 BOTOCORE_LINE = (
