@@ -11,6 +11,9 @@ the next test, as river's ``riverdbtest`` does:
 - the tables a test wrote to are emptied (``TRUNCATE``), the rows the
   migrations seeded are copied back and every sequence is set back to where
   the template had it;
+- :func:`built_once` runs a costly arrangement (the ERP tests' seeded, posted
+  and costed month) once per worker and copies its rows into the next fresh
+  database that asks for it;
 - a database whose schema, grants or settings no longer match the template's
   (a test altered a table, revoked a grant, refused connections) is dropped
   rather than reset: the next test gets a fresh copy. So does one whose
@@ -31,8 +34,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from psycopg.rows import tuple_row
 
-__all__ = ["DatabasePool"]
+__all__ = ["DatabasePool", "built_once"]
 
 _USER_NS = "n.nspname <> 'information_schema' AND n.nspname !~ '^pg_'"
 
@@ -131,6 +135,12 @@ class DatabasePool:
         self.resets = 0
         self.recreated = 0
 
+    def fresh(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether ``conn``'s database holds what a new copy of the template holds."""
+        if _exists(conn, [t for t in self._tables if t not in self._seeded]):
+            return False
+        return all(_copy_out(conn, t) == rows for t, rows in self._seeded.items())
+
     def info(self, name: str) -> str:
         return make_conninfo(self.admin, dbname=name)
 
@@ -142,6 +152,8 @@ class DatabasePool:
         self._all.add(name)
         if self._reference is None:
             self._learn(name)
+        global _active
+        _active = self
         return name
 
     def release(self, name: str) -> None:
@@ -168,16 +180,11 @@ class DatabasePool:
         """What a fresh copy looks like: schema fingerprint, seeded rows, sequences."""
         with psycopg.connect(self.info(name), autocommit=True) as conn:
             self._reference = _one(conn, FINGERPRINT)
-            self._tables = [r[0] for r in conn.execute(TABLES).fetchall()]
+            self._tables = [r[0] for r in _rows(conn, TABLES)]
             for table in self._tables:
                 if _exists(conn, [table]):
                     self._seeded[table] = _copy_out(conn, table)
-            for seq in [r[0] for r in conn.execute(SEQUENCES).fetchall()]:
-                row = conn.execute(
-                    sql.SQL("SELECT last_value, is_called FROM {}").format(sql.SQL(seq))
-                ).fetchone()
-                assert row is not None
-                self._sequences[seq] = (int(row[0]), bool(row[1]))
+            self._sequences = _sequences(conn)
 
     def _reset(self, name: str) -> bool:
         with psycopg.connect(self.admin, autocommit=True) as admin:
@@ -212,25 +219,80 @@ class DatabasePool:
                     sql.SQL("COPY {} FROM STDIN").format(sql.SQL(table))
                 ) as copy:
                     copy.write(rows)
-            if self._sequences:
-                conn.execute(
-                    sql.SQL("SELECT {}").format(
-                        sql.SQL(", ").join(
-                            sql.SQL("setval({}, {}, {})").format(
-                                sql.Literal(seq), sql.Literal(value), sql.Literal(called)
-                            )
-                            for seq, (value, called) in self._sequences.items()
-                        )
-                    )
-                )
+            _setval(conn, self._sequences)
             conn.commit()
         return True
 
 
+_active: DatabasePool | None = None
+# (key, environment) -> (rows of every non-empty table, sequences)
+_built: dict[Any, tuple[dict[str, bytes], dict[str, tuple[int, bool]]]] = {}
+
+
+def built_once(conn: psycopg.Connection[Any], key: str, build: Any) -> None:
+    """``build(conn)`` on the test's database, once per worker for the same ``key``.
+
+    The first time, ``build`` runs and the rows it left (every table) and the
+    sequences are kept; later, on a database as fresh as a new copy, they are
+    copied in instead (in one transaction, triggers and keys off as in a
+    restore). Anywhere else (rows already there, the schema changed by the
+    build, no pool) ``build`` runs. The environment is part of the key: a
+    flag changed by a test builds anew. ``conn`` is an autocommit connection.
+    """
+    pool = _active
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("ERP_", "ENGINE_"))))
+    cached = _built.get((key, env))
+    if pool is None or not conn.autocommit or not pool.fresh(conn):
+        build(conn)
+        return
+    if cached is None:
+        build(conn)
+        if _one(conn, FINGERPRINT) == pool._reference:
+            rows = {t: _copy_out(conn, t) for t in _exists(conn, pool._tables)}
+            _built[(key, env)] = (rows, _sequences(conn))
+        return
+    rows, sequences = cached
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")
+        for table in pool._seeded:
+            conn.execute(sql.SQL("DELETE FROM {}").format(sql.SQL(table)))
+        for table, data in rows.items():
+            with conn.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(sql.SQL(table))) as copy:
+                copy.write(data)
+        _setval(conn, sequences)
+
+
+def _sequences(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, bool]]:
+    found = {}
+    for seq in [r[0] for r in _rows(conn, SEQUENCES)]:
+        row = _rows(conn, sql.SQL("SELECT last_value, is_called FROM {}").format(sql.SQL(seq)))[0]
+        assert row is not None
+        found[seq] = (int(row[0]), bool(row[1]))
+    return found
+
+
+def _setval(conn: psycopg.Connection[Any], sequences: dict[str, tuple[int, bool]]) -> None:
+    if sequences:
+        conn.execute(
+            sql.SQL("SELECT {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("setval({}, {}, {})").format(
+                        sql.Literal(seq), sql.Literal(value), sql.Literal(called)
+                    )
+                    for seq, (value, called) in sequences.items()
+                )
+            )
+        )
+
+
+def _rows(conn: psycopg.Connection[Any], query: Any) -> list[tuple[Any, ...]]:
+    """The rows of ``query`` as tuples, whatever ``conn``'s row factory."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        return cur.execute(query).fetchall()
+
+
 def _one(conn: psycopg.Connection[Any], query: str) -> str:
-    row = conn.execute(query).fetchone()  # type: ignore[call-overload]
-    assert row is not None
-    return str(row[0])
+    return str(_rows(conn, query)[0][0])
 
 
 def _exists(conn: psycopg.Connection[Any], tables: list[str]) -> list[str]:
@@ -240,7 +302,7 @@ def _exists(conn: psycopg.Connection[Any], tables: list[str]) -> list[str]:
         sql.SQL("SELECT {} WHERE EXISTS (SELECT 1 FROM {})").format(sql.Literal(t), sql.SQL(t))
         for t in tables
     )
-    return [r[0] for r in conn.execute(query).fetchall()]
+    return [r[0] for r in _rows(conn, query)]
 
 
 def _copy_out(conn: psycopg.Connection[Any], table: str) -> bytes:
