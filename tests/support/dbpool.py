@@ -237,10 +237,10 @@ def built_once(conn: psycopg.Connection[Any], key: str, build: Any) -> None:
     copied in instead (in one transaction, triggers and keys off as in a
     restore). Anywhere else (rows already there, the schema changed by the
     build, no pool) ``build`` runs. The environment is part of the key: a
-    flag changed by a test builds anew. ``conn`` is an autocommit connection.
+    flag (``ERP_*``) changed by a test builds anew. ``conn`` is an autocommit connection.
     """
     pool = _active
-    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("ERP_", "ENGINE_"))))
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("ERP_")))
     cached = _built.get((key, env))
     if pool is None or not conn.autocommit or not pool.fresh(conn):
         build(conn)
