@@ -3,7 +3,11 @@
 The server is the one the engine itself would use: ``ENGINE_DATABASE_URL``
 when set, otherwise the embedded server in ``ENGINE_PGDATA``. A template
 database is migrated once per session (per xdist worker); each test gets a
-fresh ``CREATE DATABASE ... TEMPLATE`` copy and its own ``Settings``.
+database copied from it and its own ``Settings``. The copies are pooled per
+worker and reset between tests (``tests/support/dbpool.py``): a test that
+changes the schema, a grant or the database's settings gets its database
+dropped after it instead, and tests that need a database of their own
+(``empty_db``, migrations) still create one.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ SUPPORT = Path(__file__).parent / "support"
 sys.path.insert(0, str(SUPPORT))  # flows and helpers of the runtime tests
 sys.path.insert(0, str(Path(__file__).parent / "erp"))  # the costing reference
 
+from dbpool import DatabasePool, pool_prefix  # noqa: E402
 from testflows import EFFECTS_DDL  # noqa: E402
 
 
@@ -93,13 +98,23 @@ def empty_db(pg_admin: str) -> Iterator[str]:
     drop_database(pg_admin, name)
 
 
+@pytest.fixture(scope="session")
+def db_pool(pg_admin: str, template_db: str) -> Iterator[DatabasePool]:
+    """This worker's migrated databases, reset between tests (see ``tests/support/dbpool.py``)."""
+    pool = DatabasePool(
+        pg_admin, template_db, pool_prefix(_worker()), create_database, drop_database
+    )
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def dbinfo(pg_admin: str, template_db: str) -> Iterator[str]:
-    """conninfo of a new, migrated database for this test alone."""
-    name = f"engine_t_{_worker()}_{uuid.uuid4().hex[:8]}"
-    info = create_database(pg_admin, name, template=template_db)
-    yield info
-    drop_database(pg_admin, name)
+def dbinfo(db_pool: DatabasePool) -> Iterator[str]:
+    """conninfo of a migrated database that only this test uses while it runs
+    (as fresh as a new copy of the template: rows, sequences and schema)."""
+    name = db_pool.acquire()
+    yield db_pool.info(name)
+    db_pool.release(name)
 
 
 @pytest.fixture
@@ -114,10 +129,35 @@ def conn(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
         yield c
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One PgBouncer and one Chromium per run: the tests that use the session's
+    ``pgbouncer`` or ``browser`` run on one xdist worker each (``--dist loadgroup``)."""
+    for item in items:
+        for shared in ("pgbouncer", "browser"):
+            if shared in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(shared))
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the run, driven by Playwright (every browser test)."""
+    from browser import CHROMIUM_MISSING, find_chromium
+    from playwright.sync_api import sync_playwright
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.fail(CHROMIUM_MISSING)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
 @pytest.fixture(scope="session")
 def pgbouncer(pg_admin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A PgBouncer in transaction pooling mode (2 server sessions per database) in front
-    of the test server, for the whole session (per xdist worker): any test database is
+    of the test server, for the whole run (its tests share one xdist worker): any test database is
     reachable through it with ``pgbouncer.url_for(dbname)`` (see ``tests/support/pooler.py``).
     """
     from pooler import PgBouncer

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from harness import wait_until
 
-pytestmark = pytest.mark.acceptance
+pytestmark = [pytest.mark.acceptance, pytest.mark.embedded]
 
 
 def _engine(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

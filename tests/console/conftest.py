@@ -2,7 +2,7 @@
 
 HTTP-level tests drive the ASGI app in process (Starlette's TestClient,
 httpx); the browser tests serve it with uvicorn on 127.0.0.1 and drive the
-Debian Chromium through Playwright (one browser per xdist worker).
+Debian Chromium through Playwright (``browser``, one for the run: tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import CHROMIUM_MISSING, find_chromium
 from consolesupport import PASSWORDS, SECRET, sign_in
-from playwright.sync_api import Browser, sync_playwright
 from starlette.testclient import TestClient
 
 from engine.config import Settings
@@ -69,18 +67,6 @@ def client_for(app_for: Any, people: dict[str, tuple[str, str]]) -> Iterator[Any
     yield make
     for c in clients:
         c.close()
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    """One Chromium per xdist worker, driven by Playwright (the browser tests)."""
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.fail(CHROMIUM_MISSING)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 @pytest.fixture

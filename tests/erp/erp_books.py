@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
+from dbpool import built_once
 
 from flows import costing
 from flows.erp import periods, recost
@@ -39,10 +40,17 @@ def close(conn: psycopg.Connection[Any], period: str) -> None:
 
 
 def seeded(conn: psycopg.Connection[Any], period: str = "2026-11") -> None:
-    """Three stores seeded for ``period`` (one transfer between two of them), posted and costed."""
-    seed(conn, stores=3, brands=1, employees=3, items=5, period=period, seed=9, new_stores=1)
-    post(conn, period)
-    cost(conn, period)
+    """Three stores seeded for ``period`` (one transfer between two of them), posted and costed.
+
+    Built once per xdist worker; later tests get its rows copied in (tests/support/dbpool.py).
+    """
+
+    def build(c: psycopg.Connection[Any]) -> None:
+        seed(c, stores=3, brands=1, employees=3, items=5, period=period, seed=9, new_stores=1)
+        post(c, period)
+        cost(c, period)
+
+    built_once(conn, f"erp_books.seeded {period}", build)
 
 
 def money(conn: psycopg.Connection[Any], sql: str, *params: Any) -> Decimal:

@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from dbpool import built_once
 from erp_books import cost, post
 from harness import engine_cli as engine
 
@@ -19,8 +20,11 @@ NOV = "2026-11"
 
 @pytest.fixture
 def books(conn: psycopg.Connection[Any]) -> None:
-    seed(conn, stores=3, brands=1, employees=3, items=5, period=NOV, seed=9, new_stores=1)
-    post(conn, NOV)
+    def build(c: psycopg.Connection[Any]) -> None:
+        seed(c, stores=3, brands=1, employees=3, items=5, period=NOV, seed=9, new_stores=1)
+        post(c, NOV)
+
+    built_once(conn, "test_books_cli.books", build)
 
 
 def cost_all(conn: psycopg.Connection[Any]) -> None:

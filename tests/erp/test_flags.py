@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from dbpool import built_once
 from erp_books import close, cost, post
 from harness import engine_cli as engine
 from harness import fast_settings, run_of, thread_worker, wait_job_ended
@@ -43,7 +44,13 @@ def default_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def seeded(conn: psycopg.Connection[Any]) -> None:
     """Three stores with a month of documents for November, not posted yet."""
-    seed(conn, stores=3, brands=1, employees=3, items=5, period=NOV, seed=9, new_stores=1)
+    built_once(
+        conn,
+        "test_flags.seeded",
+        lambda c: seed(
+            c, stores=3, brands=1, employees=3, items=5, period=NOV, seed=9, new_stores=1
+        ),
+    )
 
 
 def document(

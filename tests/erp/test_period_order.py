@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from dbpool import built_once
 from erp_books import close, cost, post
 from harness import engine_cli, fast_settings, run_of, thread_worker, wait_job_ended
 
@@ -35,8 +36,12 @@ FLOWS = ["flows.costing", "flows.posting", "flows.close", "flows.migration"]
 def books(conn: psycopg.Connection[Any]) -> None:
     """Three stores (the third opened this month, stocked by a transfer), November posted;
     October closed with a few sales invoices dated in it, unposted."""
-    seed(conn, stores=3, brands=1, employees=3, items=5, period=NOV, seed=9, new_stores=1)
-    post(conn, NOV)
+
+    def build(c: psycopg.Connection[Any]) -> None:
+        seed(c, stores=3, brands=1, employees=3, items=5, period=NOV, seed=9, new_stores=1)
+        post(c, NOV)
+
+    built_once(conn, "test_period_order.books", build)
 
 
 @pytest.fixture

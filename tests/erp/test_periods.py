@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from dbpool import built_once
 from harness import fast_settings, run_of, thread_worker, wait_job_ended, wait_until
 
 from engine import BadInput, Fail, Refused, Registry, submit
@@ -48,8 +49,12 @@ def fast(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def books(conn: psycopg.Connection[Any]) -> None:
     """Four stores of two brands, November seeded (open, openings loaded) and its documents
     posted (costing values posted moves), October closed."""
-    seed(conn, stores=4, brands=2, employees=8, items=10, period=NOV, seed=11)
-    document_posting.post_documents(conn, NOV, 1, 10**9)
+
+    def build(c: psycopg.Connection[Any]) -> None:
+        seed(c, stores=4, brands=2, employees=8, items=10, period=NOV, seed=11)
+        document_posting.post_documents(c, NOV, 1, 10**9)
+
+    built_once(conn, "test_periods.books", build)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from dbpool import built_once
 from erp_books import close, cost, post
 from erp_checks import assert_costs_equal_reference
 from harness import (
@@ -49,10 +50,14 @@ FLOWS = ["flows.costing", "flows.posting", "flows.close"]
 def books(conn: psycopg.Connection[Any]) -> None:
     """Three stores (the third opened in November, stocked by a transfer); November posted
     and costed, December costed (nothing moved in it)."""
-    seed(conn, stores=3, brands=1, employees=3, items=5, period=NOV, seed=9, new_stores=1)
-    post(conn, NOV)
-    cost(conn, NOV)
-    cost(conn, DEC)
+
+    def build(c: psycopg.Connection[Any]) -> None:
+        seed(c, stores=3, brands=1, employees=3, items=5, period=NOV, seed=9, new_stores=1)
+        post(c, NOV)
+        cost(c, NOV)
+        cost(c, DEC)
+
+    built_once(conn, "test_recost.books", build)
 
 
 def moving(conn: psycopg.Connection[Any]) -> dict[str, Any]:

@@ -27,6 +27,9 @@ from engine.store.db import EMBEDDED_MISSING
 from engine.transports.sqs import SqsSettings
 from engine.transports.sqs_queues import create_queues
 
+# CI runs these on the embedded server too: the API install reaches it without pgserver
+pytestmark = pytest.mark.embedded
+
 ROOT = Path(__file__).resolve().parents[2]
 # import names of the worker and dev extras' libraries (and what they pull in)
 BLOCKED = [

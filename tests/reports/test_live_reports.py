@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from browser import Browser, Tab
+from browser import evaluate
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
 
 from engine import submit
@@ -89,8 +89,8 @@ def test_serve__pages_reload_while_their_job_runs_and_stop_when_it_ended(
     assert "http-equiv" not in _get(server + "/")
 
 
-def _state(tab: Tab, expression: str, **expected: Any) -> dict[str, Any] | None:
-    state = tab.evaluate(expression)
+def _state(page: Any, expression: str, **expected: Any) -> dict[str, Any] | None:
+    state = evaluate(page, expression)
     if state is None or any(state[k] != v for k, v in expected.items()):
         return None
     return dict(state)
@@ -100,14 +100,16 @@ def test_browser__a_running_jobs_page_reloads_itself_until_it_shows_the_job_done
     conn: psycopg.Connection[Any],
     server: str,
     held: tuple[Any, Path],
-    chromium: str,
+    browser: Any,
     tmp_path: Path,
 ) -> None:
     job, hold = held
-    browser = Browser(chromium, tmp_path / "profile")
+    context = browser.new_context(viewport={"width": 1280, "height": 1400})
     try:
-        run = browser.open(f"{server}/runs/{job.job_id}.html")
-        index = browser.open(f"{server}/index.html?flow=chain")  # a filter kept by reloads
+        run = context.new_page()
+        run.goto(f"{server}/runs/{job.job_id}.html")
+        index = context.new_page()
+        index.goto(f"{server}/index.html?flow=chain")  # a filter kept by reloads
         first = wait_until(
             lambda: _state(run, RUN_STATE, status="running", refresh="1", live=True),
             what="the page to show the job running",
@@ -123,7 +125,7 @@ def test_browser__a_running_jobs_page_reloads_itself_until_it_shows_the_job_done
             ),
             what="the browser to reload the running job's page",
         )
-        run.screenshot(tmp_path / "live-running.png")
+        run.screenshot(path=tmp_path / "live-running.png")
 
         Path(f"{hold}.release").touch()
         assert wait_job_ended(conn, job.job_id) == "done"
@@ -136,8 +138,8 @@ def test_browser__a_running_jobs_page_reloads_itself_until_it_shows_the_job_done
             lambda: _state(index, INDEX_STATE, status="done"), what="the index to show it done"
         )
         assert ended["refresh"] is None and ended["live"] is False and ended["flow"] == "chain"
-        run.screenshot(tmp_path / "live-done.png")
+        run.screenshot(path=tmp_path / "live-done.png")
     finally:
-        browser.close()
+        context.close()
     for name in ("live-running.png", "live-done.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

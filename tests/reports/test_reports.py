@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import threading
 import urllib.error
 import urllib.request
@@ -15,7 +14,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from browser import FLAGS
 from click.testing import CliRunner
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
 
@@ -400,29 +398,22 @@ def test_cli__report_prints_the_path_and_build_writes_everything(
 # -- a real browser -----------------------------------------------------------------------
 
 
-def _open_in_chromium(chromium: str, page_path: Path, shot: Path, profile: Path) -> str:
-    proc = subprocess.run(
-        [
-            chromium,
-            *FLAGS,
-            f"--user-data-dir={profile}",
-            "--enable-logging=stderr",
-            "--v=0",
-            f"--screenshot={shot}",
-            "--window-size=1280,2000",
-            page_path.resolve().as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stderr
+def _open_in_chromium(browser: Any, page_path: Path, shot: Path) -> list[str]:
+    """Open a page from disk; what the browser's console said (messages, uncaught errors)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 2000})
+    said: list[str] = []
+    page.on("console", lambda m: said.append(f"CONSOLE {m.type}: {m.text}"))
+    page.on("pageerror", lambda e: said.append(f"Uncaught {e}"))
+    try:
+        page.goto(page_path.resolve().as_uri(), wait_until="load")
+        page.screenshot(path=shot)
+    finally:
+        page.close()
+    return said
 
 
 def test_browser__report_and_index_open_from_disk_without_console_errors(
-    erp: Settings, conn: psycopg.Connection[Any], tmp_path: Path, chromium: str
+    erp: Settings, conn: psycopg.Connection[Any], tmp_path: Path, browser: Any
 ) -> None:
     run_job(erp, conn, "posting", {"period": PERIOD})
     job_id = run_job(erp, conn, "costing", {"period": PERIOD})
@@ -430,8 +421,7 @@ def test_browser__report_and_index_open_from_disk_without_console_errors(
     index = Path(render_index(erp))
     for name, path in (("report", report), ("index", index)):
         shot = tmp_path / f"{name}.png"
-        stderr = _open_in_chromium(chromium, path, shot, tmp_path / f"profile-{name}")
-        console = [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+        console = _open_in_chromium(browser, path, shot)
         assert console == [], console
         assert shot.exists() and shot.stat().st_size > 10_000
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
