@@ -15,7 +15,3 @@ CREATE INDEX erp_opening_balances_item_period ON erp_opening_balances (item_id, 
 -- scanned every move of the month for the 2% that are counts.
 CREATE INDEX erp_stock_moves_adjustments ON erp_stock_moves (period, store_id, item_id)
     WHERE kind = 'adjustment';
-
--- The items with the largest COGS of each store (store_top_movers): a few index entries per
--- store, not a sort of the period's item costs (18 ms for 50 stores instead of 120-330 ms).
-CREATE INDEX erp_item_costs_store_cogs ON erp_item_costs (period, store_id, cogs_value);

@@ -182,7 +182,7 @@ FROM erp_store_periods AS sp
 WHERE sp.period = %(period)s AND sp.store_id = %(store_id)s;
 
 -- store_top_movers --
--- The items with the largest cost of goods sold in each given store, `limit` per store, ties by SKU: the `limit`-th largest COGS first (a few index entries), then the items at or above it.
+-- The items with the largest cost of goods sold in each given store, `limit` per store, ties by SKU: the `limit`-th largest COGS of the store first, then its items at or above it (no sort of every store's item costs at once; an index on COGS would make it a few entries per store, but cost a recost of every pair a sixth more in index upkeep).
 SELECT s.id AS store_id, t.sku, t.cogs_value
 FROM unnest(%(stores)s::int[]) WITH ORDINALITY AS s (id, n)
 LEFT JOIN LATERAL (
