@@ -70,6 +70,7 @@ put in a message.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 
@@ -97,6 +98,14 @@ class DefinitionError(EngineError):
 
 class BadInput(EngineError):
     """Input from a user or a caller was rejected (the CLI exits 2)."""
+
+
+def checked(value: object, pattern: re.Pattern[str], what: str, expected: str) -> str:
+    """``value`` if it is a string ``pattern`` matches whole; else :class:`BadInput`
+    ``invalid <what> <value>: expected <expected>``."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise BadInput(f"invalid {what} {value!r}: expected {expected}")
+    return value
 
 
 class UnknownFlow(BadInput):

@@ -17,16 +17,9 @@ from engine.cli.jobs import whoami
 from engine.cli.output import out, print_json, print_table
 from engine.cli.state import current
 from engine.errors import BadInput
+from engine.schedules import schedules as api
 from engine.schedules.calendar import CATCH_UP_LIMIT, TEMPLATES
-from engine.schedules.schedules import (
-    Schedule,
-    add_schedule,
-    list_schedules,
-    pause_schedule,
-    remove_schedule,
-    resume_schedule,
-    run_schedule_now,
-)
+from engine.schedules.schedules import Schedule
 from engine.store.status import AuditSource, CatchUp
 
 __all__ = ["schedule"]
@@ -90,7 +83,7 @@ def schedule_add(
     Recorded in the audit trail (and as the schedule's creator) with --by.
     """
     state = current()
-    added = add_schedule(
+    added = api.add_schedule(
         name,
         flow,
         cron,
@@ -117,7 +110,7 @@ def schedule_add(
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def schedule_list(as_json: bool) -> None:
     """List schedules: calendar, parameters, next time (UTC and local), last fire, paused."""
-    rows = list_schedules(current().settings)
+    rows = api.list_schedules(current().settings)
     if as_json:
         print_json({"schedules": [s.as_json() for s in rows]})
         return
@@ -150,7 +143,7 @@ def schedule_list(as_json: bool) -> None:
 @by_option
 def schedule_remove(name: str, by: str | None) -> None:
     """Remove schedule NAME (the jobs it submitted stay); recorded in the audit trail."""
-    remove_schedule(name, current().settings, actor=by or whoami(), source=AuditSource.CLI)
+    api.remove_schedule(name, current().settings, actor=by or whoami(), source=AuditSource.CLI)
     out.print(f"schedule {name} removed", highlight=False)
 
 
@@ -164,7 +157,7 @@ def schedule_pause(name: str, by: str | None, reason: str | None) -> None:
     Pausing a paused schedule changes and records nothing.
     """
     settings = current().settings
-    if pause_schedule(
+    if api.pause_schedule(
         name, settings=settings, actor=by or whoami(), source=AuditSource.CLI, reason=reason
     ):
         out.print(f"schedule {name} paused", highlight=False, markup=False)
@@ -188,7 +181,7 @@ def schedule_resume(name: str, by: str | None, reason: str | None) -> None:
     catch-up. Resuming an active schedule changes and records nothing.
     """
     settings = current().settings
-    resumed = resume_schedule(
+    resumed = api.resume_schedule(
         name, settings=settings, actor=by or whoami(), source=AuditSource.CLI, reason=reason
     )
     s = _one(name)
@@ -216,7 +209,7 @@ def schedule_run(name: str, by: str | None, reason: str | None, as_json: bool) -
     second job is submitted. The schedule's calendar (and a pause) is untouched.
     """
     state = current()
-    result = run_schedule_now(
+    result = api.run_schedule_now(
         name,
         settings=state.settings,
         registry=state.registry,
@@ -240,7 +233,7 @@ def schedule_run(name: str, by: str | None, reason: str | None, as_json: bool) -
 
 
 def _one(name: str) -> Schedule:
-    found = next((s for s in list_schedules(current().settings) if s.name == name), None)
+    found = next((s for s in api.list_schedules(current().settings) if s.name == name), None)
     if found is None:  # removed in between
         raise BadInput(f"no schedule named {name!r}")
     return found

@@ -24,49 +24,16 @@ from contextlib import AbstractAsyncContextManager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.config import Settings
 from engine.console import areas
+from engine.console.middleware import SecurityHeaders
 from engine.console.settings import ConsoleSettings
 from engine.console.shared import Console
 from engine.console.unavailable import DatabaseOutage
 from engine.flow.registry import Registry
 
-__all__ = ["SecurityHeaders", "create_app"]
-
-
-class SecurityHeaders:
-    """Headers every answer carries: no framing, no sniffing, no caching, a strict CSP."""
-
-    HEADERS = [
-        (b"x-frame-options", b"DENY"),
-        (b"x-content-type-options", b"nosniff"),
-        (b"referrer-policy", b"same-origin"),
-        (b"cache-control", b"no-store"),
-        (
-            b"content-security-policy",
-            b"default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; "
-            b"img-src 'self' data:; connect-src 'self'; form-action 'self'; "
-            b"frame-ancestors 'none'; base-uri 'none'",
-        ),
-    ]
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + self.HEADERS
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+__all__ = ["create_app"]
 
 
 def create_app(

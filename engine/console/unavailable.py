@@ -4,7 +4,7 @@ Every page and action reads the database (the guard itself reads the
 signed-in user), so while PostgreSQL cannot be reached any of them fails,
 wherever the failure happens: in the guard, in a handler, in a middleware
 inside this one. :class:`DatabaseOutage` wraps the whole app (inside
-:class:`~engine.console.app.SecurityHeaders`, so the answer carries the same
+:class:`~engine.console.middleware.SecurityHeaders`, so the answer carries the same
 headers as any other) and turns such a failure (:func:`engine.infra.outage.is_outage`:
 a refused or lost connection, a server shutting down) into ``503 Service
 Unavailable`` with :data:`UNREACHABLE`, a ``Retry-After`` and one log line
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
+from engine.console.middleware import HttpMiddleware
 from engine.infra.outage import is_outage
 from engine.infra.secrets import mask_url
 
@@ -32,16 +33,10 @@ _FAILED = "the console could not answer this request; its log says why"
 RETRY_AFTER_S = 5
 
 
-class DatabaseOutage:
+class DatabaseOutage(HttpMiddleware):
     """ASGI middleware: a database outage answers ``503``; see the module docstring."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def send_tracked(message: Message) -> None:

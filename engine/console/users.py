@@ -32,7 +32,7 @@ from engine import store
 from engine.config import Settings
 from engine.console.roles import Role
 from engine.console.settings import ConsoleSettings
-from engine.errors import BadInput, EngineError
+from engine.errors import BadInput, EngineError, checked
 from engine.jobs.audit import record_action
 from engine.store import db
 from engine.store.status import AuditSource
@@ -96,12 +96,11 @@ class UserRow:
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise BadInput(
-            f"invalid user name {name!r}: expected a letter or digit, then up to 127 letters, "
-            "digits or '_', '.', '@', '+', '-' (e.g. 'maria' or 'maria@example.com')"
-        )
-    return name
+    expected = (
+        "a letter or digit, then up to 127 letters, digits or '_', '.', '@', '+', '-' "
+        "(e.g. 'maria' or 'maria@example.com')"
+    )
+    return checked(name, _NAME, "user name", expected)
 
 
 def parse_role(role: str) -> Role:
@@ -151,10 +150,8 @@ def remove_user(
     source: AuditSource = AuditSource.CLI,
 ) -> None:
     with db.connect(settings) as conn, conn.transaction():
-        if not store.console_user_delete(conn, check_name(name)):
-            raise BadInput(f"no user {name!r}; `engine users list` shows them")
-        store.console_session_delete_user(conn, name)  # signed out at their next request
-        _audit(conn, "user-remove", name, actor, source)
+        found = store.console_user_delete(conn, check_name(name))
+        _after_change(conn, found, name, "user-remove", actor, source)
 
 
 def set_password(
@@ -168,10 +165,8 @@ def set_password(
     """A new password (``None``: none, OIDC only); it also unlocks the user."""
     hashed = None if password is None else _hasher.hash(check_password(password))
     with db.connect(settings) as conn, conn.transaction():
-        if not store.console_user_update_password(conn, check_name(name), hashed):
-            raise BadInput(f"no user {name!r}; `engine users list` shows them")
-        store.console_session_delete_user(conn, name)  # signed out at their next request
-        _audit(conn, "user-passwd", name, actor, source)
+        found = store.console_user_update_password(conn, check_name(name), hashed)
+        _after_change(conn, found, name, "user-passwd", actor, source)
 
 
 def set_role(
@@ -184,10 +179,25 @@ def set_role(
 ) -> None:
     parsed = parse_role(role)
     with db.connect(settings) as conn, conn.transaction():
-        if not store.console_user_update_role(conn, check_name(name), parsed.value):
-            raise BadInput(f"no user {name!r}; `engine users list` shows them")
-        store.console_session_delete_user(conn, name)  # signed out at their next request
-        _audit(conn, "user-role", name, actor, source, role=parsed.value)
+        found = store.console_user_update_role(conn, check_name(name), parsed.value)
+        _after_change(conn, found, name, "user-role", actor, source, role=parsed.value)
+
+
+def _after_change(
+    conn: Any,
+    found: Any,
+    name: str,
+    action: str,
+    actor: str | None,
+    source: AuditSource,
+    **detail: Any,
+) -> None:
+    """After user ``name`` was changed (``found``: it exists; else :class:`BadInput`): signed
+    out at their next request, and the change audited."""
+    if not found:
+        raise BadInput(f"no user {name!r}; `engine users list` shows them")
+    store.console_session_delete_user(conn, name)
+    _audit(conn, action, name, actor, source, **detail)
 
 
 def list_users(settings: Settings) -> list[UserRow]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel
@@ -23,7 +24,14 @@ from engine.flow.retry import RetryPolicy
 from engine.flow.signals import declared_signals, signals_waited_for
 from engine.flow.step import Declared, MapOver, is_model, type_name
 
-__all__ = ["NAME_PATTERN", "declare_step", "failer", "parse_map_over", "valid_name"]
+__all__ = [
+    "NAME_PATTERN",
+    "StepOptions",
+    "declare_step",
+    "failer",
+    "parse_map_over",
+    "valid_name",
+]
 
 NAME_PATTERN = "^[a-z][a-z0-9_-]*$"
 _NAME = re.compile(r"[a-z][a-z0-9_-]*")
@@ -39,21 +47,38 @@ def failer(flow: str, *steps: str) -> Callable[[str], DefinitionError]:
     return lambda message: DefinitionError(message, flow=flow, steps=steps)
 
 
+@dataclass(frozen=True)
+class StepOptions:
+    """What ``@flow.step(...)`` was given besides the function (see :meth:`engine.Flow.step`)."""
+
+    name: str | None = None
+    after: Sequence[str] = ()
+    map_over: str | None = None
+    retry: RetryPolicy | None = None
+    concurrency: Concurrency | None = None
+    label: str | None = None
+
+    def step_name(self, fn: Callable[..., Any]) -> str:
+        """The step's name: the one given, else the function's."""
+        return self.name if self.name is not None else getattr(fn, "__name__", "")
+
+
 def declare_step(
     flow: str,
     signals: Sequence[str],
     fn: Callable[..., BaseModel],
-    name: str | None,
-    after: Sequence[str],
-    map_over: str | None,
+    options: StepOptions,
     localns: Mapping[str, Any],
-    retry: RetryPolicy | None,
-    concurrency: Concurrency | None = None,
-    label: str | None = None,
 ) -> Declared:
     """The step ``fn`` as declared (its name, dependencies, typed parameters, output, fan-out,
     policy, key and label), each refused with a message naming it."""
-    step_name = name if name is not None else getattr(fn, "__name__", "")
+    after, map_over, concurrency, label = (
+        options.after,
+        options.map_over,
+        options.concurrency,
+        options.label,
+    )
+    step_name = options.step_name(fn)
     fail = failer(flow, step_name)
     if not valid_name(step_name):
         raise fail(f"invalid step name {step_name!r}: expected {NAME_PATTERN}")
@@ -111,7 +136,7 @@ def declare_step(
         output,
         tuple(params),
         mapping,
-        retry,
+        options.retry,
         concurrency,
         parsed_label,
     )

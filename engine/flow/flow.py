@@ -43,7 +43,7 @@ from pydantic import BaseModel
 
 from engine.errors import DefinitionError
 from engine.flow.concurrency import Concurrency
-from engine.flow.declare import NAME_PATTERN, declare_step, failer, valid_name
+from engine.flow.declare import NAME_PATTERN, StepOptions, declare_step, failer, valid_name
 from engine.flow.describe import describe
 from engine.flow.inputs import Graph, resolve
 from engine.flow.params import check_searchable, parse_params
@@ -254,45 +254,25 @@ class Flow:
         # function's local classes; get_type_hints only sees them through the
         # caller's frame (pydantic resolves forward references the same way).
         if callable(name):
-            self._register(name, None, (), None, sys._getframe(1).f_locals, None)
+            self._register(name, StepOptions(), sys._getframe(1).f_locals)
             return name
+        options = StepOptions(name, after, map_over, retry, concurrency, label)
 
         def decorator(fn: StepFn) -> StepFn:
-            self._register(
-                fn, name, after, map_over, sys._getframe(1).f_locals, retry, concurrency, label
-            )
+            self._register(fn, options, sys._getframe(1).f_locals)
             return fn
 
         return decorator
 
     def _register(
-        self,
-        fn: Callable[..., BaseModel],
-        name: str | None,
-        after: Sequence[str],
-        map_over: str | None,
-        localns: Mapping[str, Any],
-        retry: RetryPolicy | None,
-        concurrency: Concurrency | None = None,
-        label: str | None = None,
+        self, fn: Callable[..., BaseModel], options: StepOptions, localns: Mapping[str, Any]
     ) -> None:
-        step_name = name if name is not None else getattr(fn, "__name__", "")
+        step_name = options.step_name(fn)
         if self._frozen:
             raise self._failer(step_name)(f"cannot add step {step_name!r}: the flow is frozen")
         if step_name in self._declared:
             raise self._failer(step_name)(f"duplicate step name {step_name!r}")
-        self._declared[step_name] = declare_step(
-            self._name,
-            self._signals,
-            fn,
-            name,
-            after,
-            map_over,
-            localns,
-            retry,
-            concurrency,
-            label,
-        )
+        self._declared[step_name] = declare_step(self._name, self._signals, fn, options, localns)
         self._steps = self._graph = None
 
     def _failer(self, *steps: str) -> Callable[[str], DefinitionError]:

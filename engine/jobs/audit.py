@@ -56,7 +56,7 @@ import psycopg
 
 from engine import store
 from engine.config import Settings
-from engine.errors import BadInput
+from engine.errors import BadInput, checked
 from engine.store import db, jsonb
 from engine.store.status import AuditSource
 
@@ -129,12 +129,11 @@ class Audited:
 
 
 def _word(what: str, value: str) -> str:
-    if not isinstance(value, str) or not _WORD.fullmatch(value):
-        raise BadInput(
-            f"invalid audit {what} {value!r}: expected a lowercase letter, then up to 62 "
-            "lowercase letters, digits, '_', '.' or '-' (e.g. 'close')"
-        )
-    return value
+    expected = (
+        "a lowercase letter, then up to 62 lowercase letters, digits, '_', '.' or '-' "
+        "(e.g. 'close')"
+    )
+    return checked(value, _WORD, f"audit {what}", expected)
 
 
 def record_action(

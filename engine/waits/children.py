@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from engine import store
-from engine.errors import BadInput
+from engine.errors import checked
 from engine.flow.retry import Fail
 from engine.jobs.fingerprint import job_fingerprint
 from engine.jobs.submit import Submitted, parse_params, submit_in
@@ -70,12 +70,10 @@ _ENDED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
 
 def check_child_key(key: str) -> str:
     """``key`` if it is a valid child key; :class:`BadInput` naming it otherwise."""
-    if not isinstance(key, str) or not CHILD_KEY.fullmatch(key):
-        raise BadInput(
-            f"invalid child key {key!r}: expected a letter or digit, then up to 127 letters, "
-            "digits, '_', '.', ':' or '-' (e.g. 'store-7')"
-        )
-    return key
+    expected = (
+        "a letter or digit, then up to 127 letters, digits, '_', '.', ':' or '-' (e.g. 'store-7')"
+    )
+    return checked(key, CHILD_KEY, "child key", expected)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from engine import store
-from engine.errors import BadInput, OutputRefused
+from engine.errors import BadInput, OutputRefused, checked
 from engine.flow.retry import Fail
 from engine.flow.signals import SIGNAL_NAME, declared_signals
 from engine.waits.approvals import check_approval, record_self_approval
@@ -72,12 +72,11 @@ from engine.transports.outbox import Publisher
 
 def check_signal_name(name: str) -> str:
     """``name`` if it is a valid signal name; :class:`BadInput` naming it otherwise."""
-    if not isinstance(name, str) or not SIGNAL_NAME.fullmatch(name):
-        raise BadInput(
-            f"invalid signal name {name!r}: expected a lowercase letter, then up to 62 "
-            "lowercase letters, digits, '_', '.' or '-' (e.g. 'approve')"
-        )
-    return name
+    expected = (
+        "a lowercase letter, then up to 62 lowercase letters, digits, '_', '.' or '-' "
+        "(e.g. 'approve')"
+    )
+    return checked(name, SIGNAL_NAME, "signal name", expected)
 
 
 @dataclass(frozen=True)
