@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 from engine.store.batch import Executes
 from engine.store.dead_letters import dead_letter_mark_replayed_by_job
 from engine.store.errors import wrap_errors
+from engine.store.named import NamedQueries
 from engine.store.queries import load
 from engine.store.rows import (
     ChildOf,
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 _q = load("jobs")
+_rows = NamedQueries(_q)  # the reads that return rows as dicts
 
 
 @wrap_errors
@@ -118,19 +120,16 @@ def job_select_active_matching(
     exclude: uuid.UUID | None = None,
 ) -> list[dict[str, Any]]:
     """Active jobs of ``flows`` whose parameters contain ``params`` (``exclude`` left out)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["job_select_active_matching"],
-            {"flows": flows, "params": Jsonb(params), "exclude": exclude},
-        )
-        return cur.fetchall()
+    return _rows.rows(
+        conn,
+        "job_select_active_matching",
+        {"flows": flows, "params": Jsonb(params), "exclude": exclude},
+    )
 
 
 @wrap_errors
 def job_select_info(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["job_select_info"], {"job_id": job_id})
-        return cur.fetchone()
+    return _rows.first(conn, "job_select_info", {"job_id": job_id})
 
 
 @wrap_errors
@@ -138,33 +137,25 @@ def job_select_by_id_range(
     conn: psycopg.Connection[Any], low: uuid.UUID, high: uuid.UUID, *, limit: int
 ) -> list[dict[str, Any]]:
     """At most ``limit`` jobs (id, flow, status, created_at) with ``low <= id <= high``, by id."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["job_select_by_id_range"], {"low": low, "high": high, "limit": limit})
-        return cur.fetchall()
+    return _rows.rows(conn, "job_select_by_id_range", {"low": low, "high": high, "limit": limit})
 
 
 @wrap_errors
 def job_select_parent(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
     """The parent job (id, flow, status) of a child job; ``None`` for a job with none."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["job_select_parent"], {"job_id": job_id})
-        return cur.fetchone()
+    return _rows.first(conn, "job_select_parent", {"job_id": job_id})
 
 
 @wrap_errors
 def job_select_status(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["job_select_status"], {"job_id": job_id})
-        row = cur.fetchone()
+    row = _rows.first(conn, "job_select_status", {"job_id": job_id})
     return None if row is None else str(row["status"])
 
 
 @wrap_errors
 def job_select_version(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
     """A token that changes with the job's status, events or audit entries (``None``: no job)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["job_select_version"], {"job_id": job_id})
-        row = cur.fetchone()
+    row = _rows.first(conn, "job_select_version", {"job_id": job_id})
     if row is None:
         return None
     return f"{row['status']}.{row['last_event'] or 0}.{row['last_audit'] or 0}"

@@ -53,6 +53,13 @@ class NamedQueries:
             raise LookupError(f"query {name!r} of {self.queries.path.name} returned no row")
         return row
 
+    def first(
+        self, conn: psycopg.Connection[Any], name: str, params: Params = None
+    ) -> dict[str, Any] | None:
+        """The first row ``name`` returns, or ``None``."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(self.queries[name], params).fetchone()
+
     def rows(
         self, conn: psycopg.Connection[Any], name: str, params: Params = None
     ) -> list[dict[str, Any]]:
