@@ -89,6 +89,8 @@ _q = NamedQueries("recost")
 
 LISTED = 500
 """Pairs listed in a recost's report (the counts stay exact)."""
+BULK_PAIRS = 2_000
+"""Beyond this many pairs a period's carry joins by hashing (few pairs: the planner's probes)."""
 
 
 class Stale(BaseModel):
@@ -276,7 +278,12 @@ def _recost_period(
         ids = ledger.journal_ids(conn, [source_key])
         report.journals.append(journal.summary(ids[source_key]))
     following = next_period(period)
+    bulk = len(pairs) > BULK_PAIRS
+    if bulk:
+        _q.execute(conn, "hash_joins_only")
     changed = _q.rows(conn, "opening_carry_pairs", {**arrays, "next": following})
+    if bulk:
+        _q.execute(conn, "hash_joins_done")
     mark_pairs(conn, following, [(int(r["store_id"]), int(r["item_id"])) for r in changed])
     _q.execute(conn, "stale_clear_pairs", arrays)
     facts.refresh(conn, period, touched)

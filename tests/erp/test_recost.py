@@ -245,6 +245,25 @@ def test_recost__a_store_changed_behind_the_engine_is_still_named_after_a_recost
     assert why is not None and tampered["code"] in why, why
 
 
+def test_recost__a_carry_of_many_pairs_joins_by_hashing_then_gives_the_planner_back(
+    conn: psycopg.Connection[Any], books: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond BULK_PAIRS the carry runs with nested loops off (a just-carried period's
+    '1 row' statistics made a loop over its openings per pair run past the statement
+    timeout on a recost of every pair); the books are the same, and the setting is back
+    for the rest of the transaction."""
+    monkeypatch.setattr(recost, "BULK_PAIRS", 0)
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(7), Decimal("5.33"), "2026-11-02")
+    post(conn, NOV)
+    with conn.transaction():
+        report = recost.recost(conn, NOV, job=uuid.uuid4())
+        assert conn.execute("SHOW enable_nestloop").fetchone() == {"enable_nestloop": "on"}
+    assert report.periods == [NOV, DEC]
+    assert_books_check(conn, NOV, DEC)
+    assert_equal_to_full_recost(conn, NOV, DEC)
+
+
 def test_recost__a_store_with_nothing_journaled_in_its_first_costing_gets_only_the_delta(
     conn: psycopg.Connection[Any], books: None
 ) -> None:

@@ -2,6 +2,14 @@
 -- As the store's costing (costing.sql): the recost's statements are planned with inflated row estimates after a costing's churn and cross jit_optimize_above_cost, and LLVM then spent 3-5 s of a 0.4 s recost through a worker at ~1M moves. Off for the recost's transaction only.
 SET LOCAL jit = off;
 
+-- hash_joins_only --
+-- For a carry of many pairs: hash joins over the next period's openings, never a loop over them per pair. That period was just carried by a costing and its statistics may say '1 row': a nested loop over it for each of 100,000 pairs ran past the statement timeout. Undone by hash_joins_done.
+SET LOCAL enable_nestloop = off;
+
+-- hash_joins_done --
+-- The planner's own choice again after hash_joins_only.
+RESET enable_nestloop;
+
 -- stale_costed_periods_of_documents --
 -- The costed periods the stock moves of these (just posted) documents fall in: only those need stale marks; a posting into an open period marks nothing.
 SELECT DISTINCT m.period
