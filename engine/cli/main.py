@@ -33,9 +33,9 @@ from engine.cli.schedules import schedule
 from engine.cli.signals import signal
 from engine.cli.simulate import simulate
 from engine.cli.worker import worker
-from engine.config import bad_setting_message
 from engine.errors import BadInput, ChecksFailed, EngineError, JobFailed
 from engine.infra import logs
+from engine.infra.bad_settings import bad_setting_message
 from engine.infra.resources import DISTRIBUTION
 
 __all__ = [

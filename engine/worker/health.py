@@ -27,9 +27,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine import store
-from engine.config import Settings, bad_setting_message
+from engine.config import Settings
 from engine.errors import ConfigError, EngineError
 from engine.flow.registry import Registry
+from engine.infra.bad_settings import bad_setting_message
 from engine.store import db
 from engine.store.migrations import unapplied
 from engine.transports import transport_for

@@ -18,8 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.cli.args import option_type
 from engine.cli.main import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK, main
-from engine.config import bad_setting_message
 from engine.infra import logs
+from engine.infra.bad_settings import bad_setting_message
 from engine.infra.resources import DISTRIBUTION
 
 
