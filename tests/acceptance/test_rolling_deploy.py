@@ -43,6 +43,8 @@ JOBS_PER_VERSION = 4
 PARTS = 3
 # one plan, a work per part, a total (and, in v2, an audit)
 STEPS = {1: 1 + PARTS + 1, 2: 1 + PARTS + 2}
+# SQS visibility of a received copy (above the FAST heartbeat of 5 s)
+HELD_S = 10.0
 
 
 class Output:
@@ -136,9 +138,11 @@ def transport(
         return
     fast_moto_clock(monkeypatch)
     with moto_server() as endpoint, server_env(monkeypatch, endpoint):
-        made = create_queues(SqsSettings(), visibility_s=60, name=queue_name("rolling"))
+        # A copy received by a worker the test pauses (SIGSTOP below) is hidden until its
+        # visibility timeout ends: short, so that wait stays well inside the test's bound.
+        made = create_queues(SqsSettings(), visibility_s=HELD_S, name=queue_name("rolling"))
         sqs = SqsTransport(SqsSettings(queue_url=made.url))
-        yield {"transport": "sqs", "sqs_queue_url": made.url}, sqs
+        yield {"transport": "sqs", "sqs_queue_url": made.url, "visibility_s": HELD_S}, sqs
         sqs.close()
 
 
@@ -219,6 +223,10 @@ def test_rolling_deploy__jobs_of_both_versions_finish_each_on_its_version_at_one
             # polls start in step with the copies it sends round itself: it would
             # win every copy (SQS answers a long poll as soon as a copy is
             # visible). Paused until the v1 worker has claimed the job's first step.
+            # Paused while it holds the job's copy (received, not yet refused and sent
+            # round: a poll answered as it stopped, or mid-refusal), that copy comes back
+            # only when its visibility ends: HELD_S, well inside this wait (it was the
+            # whole 60 s once, and the wait timed out).
             os.kill(new.pid, signal.SIGSTOP)
             try:
                 claimed = (
