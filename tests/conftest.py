@@ -33,6 +33,7 @@ sys.path.insert(0, str(SUPPORT))  # flows and helpers of the runtime tests
 sys.path.insert(0, str(Path(__file__).parent / "erp"))  # the costing reference
 
 from dbpool import DatabasePool, pool_prefix  # noqa: E402
+from groups import group_by_shared_server  # noqa: E402
 from testflows import EFFECTS_DDL  # noqa: E402
 
 
@@ -133,10 +134,7 @@ def conn(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """One PgBouncer and one Chromium per run: the tests that use the session's
     ``pgbouncer`` or ``browser`` run on one xdist worker each (``--dist loadgroup``)."""
-    for item in items:
-        for shared in ("pgbouncer", "browser"):
-            if shared in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(shared))
+    group_by_shared_server(items)
 
 
 @pytest.fixture(scope="session")
