@@ -126,12 +126,12 @@ class AttemptSpan(AttemptTrace):
                 "engine.flow": claimed.flow,
                 "engine.step": claimed.step,
                 "engine.step_run.id": str(claimed.id),
-                "engine.fanout_key": claimed.fanout_key,
                 "engine.attempt": claimed.attempt,
-                "engine.max_attempts": claimed.max_attempts,
                 "engine.worker": self.worker,
             },
         )
+        if claimed.fanout_key:
+            span.set_attribute("engine.fanout_key", claimed.fanout_key)
         if claimed.reclaimed_from is not None:
             span.add_event("reclaimed", {"from": claimed.reclaimed_from})
         return span

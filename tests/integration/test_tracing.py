@@ -97,7 +97,8 @@ def test_tracing__a_jobs_attempts_are_spans_linked_to_its_submit(
     row = conn.execute("SELECT traceparent FROM engine_jobs WHERE id = %s", (job.job_id,))
     parent = row.fetchone()["traceparent"]  # type: ignore[index]
     assert tracing.trace_id(parent) == format(submitted.context.trace_id, "032x")
-    assert {s.name for s in children_of(spans, submitted)} >= {"INSERT", "WITH"}
+    statements = {s.name for s in children_of(spans, submitted)}
+    assert "job_insert_if_absent" in statements, statements
 
     attempts = attempts_of(spans, job.job_id)
     assert [s.name for s in attempts] == ["chain.a", "chain.b", "chain.c"]
@@ -116,8 +117,9 @@ def test_tracing__a_jobs_attempts_are_spans_linked_to_its_submit(
         # the step's own statements (its effect through ctx.conn): one chunk's span
         chunks = [c for c in children if c.name.startswith("chunk")]
         assert len(chunks) == 1 and (chunks[0].attributes or {})["db.statements"] >= 1
-        # the engine's statements (its checkpoint's message) are child spans of their own
-        assert any(c.name in ("EXECUTE", "WITH", "SELECT") for c in children)
+        # the engine's statements are child spans of their own, named by their query
+        engine = [c.name for c in children if not c.name.startswith("chunk")]
+        assert engine
     # the run report shows the trace id
     report = build_run_report(sqlalchemy_engine(fast), job.job_id, flows_registry())
     assert report.trace_id == format(submitted.context.trace_id, "032x")
