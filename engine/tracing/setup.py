@@ -6,12 +6,14 @@ by the provider, ``OTEL_BSP_*`` by the batch processor, the
 ``OTEL_EXPORTER_OTLP_*`` endpoint, headers and timeout by the OTLP exporter.
 ``OTEL_TRACES_EXPORTER`` names the exporters (comma-separated): ``otlp``
 (``http/protobuf``; ``grpc`` when its exporter package is installed) or
-``console``. A process whose global provider is set already (an ERP API that
-traces) keeps it: the engine's spans join the caller's.
+``console`` (on stderr, where it cannot mix with a command's ``--json``).
+A process whose global provider is set already (an ERP API that traces)
+keeps it: the engine's spans join the caller's.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 from opentelemetry import trace
@@ -61,7 +63,10 @@ def exporters(env: Mapping[str, str]) -> list[SpanExporter]:
         if not name or name == "none":
             continue
         if name == "console":
-            made.append(ConsoleSpanExporter(service_name=env.get("OTEL_SERVICE_NAME")))
+            # on stderr, not the SDK's stdout: `engine submit --json` prints its answer there
+            made.append(
+                ConsoleSpanExporter(service_name=env.get("OTEL_SERVICE_NAME"), out=sys.stderr)
+            )
         elif name == "otlp":
             made.append(_otlp(env))
         else:

@@ -10,6 +10,7 @@ checked in subprocesses here.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -22,6 +23,7 @@ import pytest
 from harness import (
     ROOT,
     SUPPORT,
+    engine_cli,
     fast_settings,
     flows_registry,
     run_of,
@@ -238,9 +240,28 @@ def test_tracing__otel_settings_switch_it_on_for_a_process(settings: Settings) -
     assert result["status"] == "done" and result["loaded"]
     trace_id = tracing.trace_id(result["traceparent"])
     assert trace_id is not None
-    assert '"name": "submit chain"' in done.stdout and '"name": "chain.c"' in done.stdout
-    assert f'"trace_id": "0x{trace_id}"' in done.stdout
-    assert '"service.name": "erp-test"' in done.stdout
+    # on stderr: a command's --json answer on stdout stays machine-readable
+    assert '"name": "submit chain"' in done.stderr and '"name": "chain.c"' in done.stderr
+    assert f'"trace_id": "0x{trace_id}"' in done.stderr
+    assert '"service.name": "erp-test"' in done.stderr
+
+
+def test_tracing__engine_submit_traces_with_the_otel_settings(settings: Settings) -> None:
+    env = {
+        "OTEL_TRACES_EXPORTER": "console",
+        "ENGINE_FLOW_MODULES": "testflows",
+        "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT)]),
+    }
+    done = engine_cli(settings, "submit", "chain", "--n", "5", "--json", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout)  # nothing but its answer on stdout
+    with psycopg.connect(settings.database_url.get_secret_value()) as conn:  # type: ignore[union-attr]
+        row = conn.execute(
+            "SELECT traceparent FROM engine_jobs WHERE id = %s", (answer["job_id"],)
+        ).fetchone()
+    assert row is not None and row[0] is not None
+    assert f'"trace_id": "0x{tracing.trace_id(row[0])}"' in done.stderr
+    assert '"name": "submit chain"' in done.stderr
 
 
 def test_tracing__an_exporter_not_known_is_named_with_the_valid_ones(settings: Settings) -> None:
