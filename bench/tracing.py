@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -125,14 +126,20 @@ def _claimed(traceparent: str | None) -> Claimed:
     )
 
 
-def per_attempt_us(traces: Traces, traceparent: str | None, n: int) -> float:
+def per_attempt_us(traces: Traces, traceparent: str | None, n: int, hooked: bool) -> float:
     """Microseconds of tracing work per attempt, without the database: the runner's calls for
-    one attempt (made, current, its call, two engine statements through the hook, ended)."""
-    execute = statements._traced(lambda cursor, query, *a, **k: None)
+    one attempt (made, current, its call, two engine statements, ended); ``hooked``: the
+    statements through the psycopg hook (installed only when tracing is on)."""
+
+    def bare(cursor: Any, query: str) -> None:
+        return None
+
+    execute = statements._traced(bare) if hooked else bare
     query = queries.load("step_runs")["step_claim_if_available"]
+    claims = [_claimed(traceparent) for _ in range(n)]
     started = time.perf_counter()
-    for _ in range(n):
-        trace = traces.attempt(_claimed(traceparent), "bench")
+    for claimed in claims:
+        trace = traces.attempt(claimed, "bench")
         with trace.current():
             with trace.body():
                 pass
@@ -144,8 +151,7 @@ def per_attempt_us(traces: Traces, traceparent: str | None, n: int) -> float:
 
 def overhead(n: int) -> None:
     """The tracing work one attempt costs, off, sampled out and recorded (in-process)."""
-    base = per_attempt_us(NO_TRACES, None, n)
-    # the bare loop: the Claimed values and the statement hook's frame, untraced
+    base = per_attempt_us(NO_TRACES, None, n, hooked=False)
     emit("tracing", "work_per_attempt_off", base, "us")
     provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.0)))
     provider.add_span_processor(BatchSpanProcessor(_Discard()))
@@ -153,9 +159,9 @@ def overhead(n: int) -> None:
     recorded = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
     tracing.use(provider)
     try:
-        out = per_attempt_us(tracing.traces(), sampled_out, n)
+        out = per_attempt_us(tracing.traces(), sampled_out, n, hooked=True)
         emit("tracing", "work_per_attempt_sampled_out", out, "us")
-        on = per_attempt_us(tracing.traces(), recorded, n)
+        on = per_attempt_us(tracing.traces(), recorded, n, hooked=True)
         emit("tracing", "work_per_attempt_recorded", on, "us")
     finally:
         tracing.use(None)

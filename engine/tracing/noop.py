@@ -8,8 +8,8 @@ it ended. Off, every call is an empty method of one shared object.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,15 +21,13 @@ __all__ = ["NO_TRACE", "NO_TRACES", "AttemptTrace", "Traces"]
 class AttemptTrace:
     """One attempt's span; this base does nothing (tracing off)."""
 
-    @contextmanager
-    def current(self) -> Iterator[None]:
+    def current(self) -> AbstractContextManager[None]:
         """The span begun (the first time) and current in this thread while in the block."""
-        yield
+        return _NOTHING
 
-    @contextmanager
-    def body(self) -> Iterator[None]:
+    def body(self) -> AbstractContextManager[None]:
         """The step's own call: its statements fold into one child span per chunk."""
-        yield
+        return _NOTHING
 
     def event(self, name: str, detail: Mapping[str, Any]) -> None:
         """An event the attempt recorded (``detail`` as the event row's)."""
@@ -46,5 +44,7 @@ class Traces:
         return NO_TRACE
 
 
+# one shared, reusable block that does nothing: off, an attempt allocates nothing for it
+_NOTHING: AbstractContextManager[None] = nullcontext()
 NO_TRACE = AttemptTrace()
 NO_TRACES = Traces()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -136,8 +136,11 @@ class AttemptSpan(AttemptTrace):
             span.add_event("reclaimed", {"from": claimed.reclaimed_from})
         return span
 
+    def current(self) -> AbstractContextManager[None]:
+        return self._current()
+
     @contextmanager
-    def current(self) -> Iterator[None]:
+    def _current(self) -> Iterator[None]:
         with self._lock:
             if self.span is None:
                 self.span = self._begin()
@@ -148,8 +151,11 @@ class AttemptSpan(AttemptTrace):
         finally:
             otel_context.detach(token)
 
+    def body(self) -> AbstractContextManager[None]:
+        return self._body()
+
     @contextmanager
-    def body(self) -> Iterator[None]:
+    def _body(self) -> Iterator[None]:
         token = _body.set(self)
         try:
             yield
