@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin
+    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -50,6 +50,11 @@ on a seeded history, and whether any plan scans the jobs or step runs sequential
 
     BENCH_RUNS_JOBS=100000 BENCH_RUNS_STEPS=1000000 BENCH_RUNS_TAGS=5000 BENCH_RUNS_N=200
 
+Tracing's cost (``tracing``, see ``bench/tracing.py``): no-op steps/s with tracing off
+and on (OTLP to a collector on 127.0.0.1), alternating; medians and their ratio.
+
+    BENCH_TRACING_JOBS=300 BENCH_TRACING_ROUNDS=3 BENCH_TRACING_CONCURRENCY=2
+
 Sign-in under attack (``signin``, see ``bench/signin.py``): the console process's RSS and
 a real user's sign-in time while wrong attempts hit it from one address, from many, and
 with the limits lifted (``BENCH_ONLY=signin make bench``).
@@ -76,6 +81,7 @@ from bench import (
     sqs,
     throughput,
 )
+from bench import tracing as tracing_bench
 from bench.common import (
     SCRATCH_DB,
     drop_database,
@@ -121,7 +127,7 @@ def main() -> int:
     only = set(
         (
             os.environ.get("BENCH_ONLY")
-            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin"
+            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing"
         ).split(",")
     )
     started = time.monotonic()
@@ -168,10 +174,14 @@ def main() -> int:
             runs_search.run()
         if "signin" in only:  # the console under a sign-in flood; BENCH_SIGNIN_* (bench/signin.py)
             signin.run()
+        if (
+            "tracing" in only
+        ):  # off vs on with a local collector; BENCH_TRACING_* (bench/tracing.py)
+            tracing_bench.run()
     finally:
         try:
             # erp drops its own (engine_bench_erp)
-            if only & {"floor", "engine", "single", "recovery"}:
+            if only & {"floor", "engine", "single", "recovery", "tracing"}:
                 drop_database()
         except Exception as exc:
             log(f"could not drop the scratch database: {exc}")

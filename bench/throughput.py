@@ -77,7 +77,7 @@ class Result:
     jobs_done: int
 
 
-def submit_jobs(info: str, jobs: int) -> None:
+def submit_jobs(info: str, jobs: int, bench: str = "submit") -> None:
     """Submit in one transaction on our connection, then relay the outbox ourselves."""
     settings = settings_for(info)
     flow = Registry([noop.flow]).get("noop")
@@ -95,8 +95,8 @@ def submit_jobs(info: str, jobs: int) -> None:
         relayed = time.monotonic()
     finally:
         transport.close()
-    emit("submit", "jobs_per_s", jobs / (submitted - started), "jobs/s")
-    emit("submit", "relay_messages_per_s", published / (relayed - submitted), "messages/s")
+    emit(bench, "jobs_per_s", jobs / (submitted - started), "jobs/s")
+    emit(bench, "relay_messages_per_s", published / (relayed - submitted), "messages/s")
     log(
         f"submitted {jobs} jobs in {submitted - started:.2f} s (one transaction), "
         f"relayed {published} messages in {relayed - submitted:.2f} s"
@@ -107,10 +107,20 @@ def bench_name(procs: int, concurrency: int, eager: bool) -> str:
     return f"engine/procs={procs},concurrency={concurrency}" + ("" if eager else ",eager=false")
 
 
-def run(jobs: int, procs: int, concurrency: int, timeout_s: float, *, eager: bool = True) -> Result:
-    bench = bench_name(procs, concurrency, eager)
+def run(
+    jobs: int,
+    procs: int,
+    concurrency: int,
+    timeout_s: float,
+    *,
+    eager: bool = True,
+    env: dict[str, str] | None = None,
+    name: str | None = None,
+) -> Result:
+    """Drain ``jobs`` with ``procs`` workers (``env`` added to theirs); figures as ``name``."""
+    bench = name or bench_name(procs, concurrency, eager)
     info = fresh_database()
-    submit_jobs(info, jobs)
+    submit_jobs(info, jobs, "submit" if name is None else f"{name}/submit")
     log(f"{bench}: draining {jobs} jobs ...")
     done = ended = 0
     with psycopg.connect(info, autocommit=True) as conn:
@@ -119,7 +129,7 @@ def run(jobs: int, procs: int, concurrency: int, timeout_s: float, *, eager: boo
             count=procs,
             concurrency=concurrency,
             modules="bench.noop",
-            env={"ENGINE_EAGER_SUCCESSORS": "true" if eager else "false"},
+            env={"ENGINE_EAGER_SUCCESSORS": "true" if eager else "false", **(env or {})},
         ) as workers:
             deadline = time.monotonic() + timeout_s
             while True:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from pydantic import BaseModel
 
-from engine import store
+from engine import store, tracing
 from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters, StoreError
 from engine.flow import Flow
@@ -115,7 +115,11 @@ def submit(
             scheduled_for=scheduled_for,
         )
 
-    return in_transaction(conn, settings, publisher, work, after_commit_fault="after_submit_commit")
+    # traced, the submit is a span, and its context goes on the job row (engine.tracing)
+    with tracing.submit_span(declared.name):
+        return in_transaction(
+            conn, settings, publisher, work, after_commit_fault="after_submit_commit"
+        )
 
 
 def parse_params(flow: Flow, params: Mapping[str, Any] | BaseModel) -> BaseModel:
@@ -172,8 +176,10 @@ def submit_in(
             parent=parent,
             signals=flow.signals,
             approvals=flow.approvals,
+            traceparent=tracing.traceparent(),
         )
         if row is not None:
+            tracing.submitted(job_id, created=True)
             for name, values in searchable.items():
                 store.tag_insert_many(conn, job_id, name, values)
             runs = root_runs(flow, job_id, params_json, settings)
@@ -188,6 +194,7 @@ def submit_in(
             return Submitted(row.id, row.flow, row.status, True, fingerprint, announced.outbox_ids)
         existing = store.job_select_active_by_fingerprint(conn, fingerprint)
         if existing is not None:
+            tracing.submitted(existing.id, created=False)
             return Submitted(existing.id, existing.flow, existing.status, False, fingerprint)
     raise EngineError(
         f"submit of flow {flow.name!r} lost {_MAX_ROUNDS} races in a row for fingerprint "

@@ -19,6 +19,7 @@ from typing import Any
 import networkx as nx
 from sqlalchemy import Engine
 
+from engine import tracing
 from engine.errors import EngineError, NoSuchJob
 from engine.flow import Flow
 from engine.flow.registry import Registry
@@ -158,6 +159,7 @@ def build_run_report(engine: Engine, job_id: uuid.UUID, registry: Registry | Non
         waiting_for=history.waiting_for,
         fingerprint=job.fingerprint,
         submitted_by=job.submitted_by,
+        trace_id=tracing.trace_id(job.traceparent),
         created_at=job.created_at,
         started_at=job.started_at,
         finished_at=job.finished_at,

@@ -180,6 +180,7 @@ class RunReport(BaseModel):
     finished_at: datetime | None
     duration_s: float | None
     error: str | None
+    trace_id: str | None = None  # its submit's trace (engine.tracing), when traced
     rejected: bool = False  # failed by a step's Reject: the data's decision, not retried
     nodes: list[GraphNode]
     steps: list[StepRunView]

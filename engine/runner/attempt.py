@@ -7,12 +7,14 @@ knows, and its timing (when its step ran, which it alone writes). The
 collaborators of the slot (:mod:`.execution`, :mod:`.failures`, :mod:`.park`,
 :mod:`.rounds`) take the attempt rather than ``(flow, step, lease, known)``,
 and it records its own events (:meth:`Attempt.record`), each saying when its
-step ran.
+step ran. Its ``trace`` (:mod:`engine.tracing`: a no-op unless tracing is on)
+is its span: current while its step runs, told each event it records and
+how it ended (:meth:`Attempt.ended`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -22,9 +24,11 @@ from engine.flow import Flow, Step
 from engine.jobs.plan import Outputs
 from engine.runner.context import StopSignal
 from engine.runner.lease import Lease
+from engine.runner.outcome import Outcome
 from engine.runner.timing import Timing
 from engine.store import Claimed, Ran
 from engine.store.status import EventKind
+from engine.tracing import NO_TRACE, AttemptTrace
 
 __all__ = ["Attempt"]
 
@@ -38,6 +42,7 @@ class Attempt:
     lease: Lease
     known: Outputs
     worker: str
+    trace: AttemptTrace = field(default=NO_TRACE, compare=False)
 
     @property
     def claimed(self) -> Claimed:
@@ -63,4 +68,12 @@ class Attempt:
         """An event of this attempt (``detail`` its detail), with when its step ran."""
         store.attempt_event_insert(
             conn, kind, self.claimed, worker=self.worker, ran=self.ran(), detail=detail
+        )
+        self.trace.event(kind.value, detail)
+
+    def ended(self, outcome: Outcome) -> None:
+        """The attempt came to ``outcome``: its span ends (a lost lease one of its events)."""
+        stop = self.stop
+        self.trace.ended(
+            outcome.kind, outcome.detail, lease_lost=stop.reason if stop.lease_lost else ""
         )

@@ -205,6 +205,7 @@ def follow_up(
             params=claimed.params,
             worker=worker,
             lease_s=settings.lease_s,
+            traceparent=claimed.traceparent,
         )
     announced += announce(sink, transport, job_id=claimed.job_id, new_runs=published)
     return FollowUp(announced, queued, known, ended_job, None if eager is None else eager.id)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from pydantic import BaseModel
 
-from engine import store
+from engine import store, tracing
 from engine.errors import BadInput, DefinitionError, EngineError, JobCancelled, LeaseLost
 from engine.flow import register_injectable
 from engine.flow.signals import declared_signals
@@ -54,10 +54,12 @@ class StopSignal:
     event: threading.Event = field(default_factory=threading.Event)
     reason: str = ""
     cancelled: bool = False
+    lease_lost: bool = False  # the heartbeat found the lease gone (a span event)
 
-    def set(self, reason: str, *, cancelled: bool = False) -> None:
+    def set(self, reason: str, *, cancelled: bool = False, lease_lost: bool = False) -> None:
         self.reason = reason
         self.cancelled = cancelled
+        self.lease_lost = lease_lost
         self.event.set()
 
     def is_set(self) -> bool:
@@ -92,7 +94,12 @@ class StepContext:
         return self.stop.is_set()
 
     def check(self) -> None:
-        """Raise :class:`LeaseLost` or :class:`JobCancelled` if the step must stop."""
+        """Raise :class:`LeaseLost` or :class:`JobCancelled` if the step must stop.
+
+        Long steps call it between chunks of work: traced, each chunk's statements are
+        one child span of the attempt's, which ends here (:mod:`engine.tracing`).
+        """
+        tracing.chunk_checked()
         if self.stop.is_set():
             if self.stop.cancelled:
                 raise JobCancelled(self.stop.reason)

@@ -30,6 +30,7 @@ import psycopg
 
 from engine import store
 from engine.errors import MalformedMessage, UnknownFlow
+from engine.flow import Flow, Step
 from engine.infra import faults
 from engine.jobs.plan import Outputs
 from engine.runner.attempt import Attempt
@@ -244,9 +245,7 @@ class StepRunner:
             ):
                 rest.append(member)
             else:
-                together.append(
-                    Attempt(flow, step, member.lease, member.known, self.services.worker)
-                )
+                together.append(self._attempt(flow, step, member))
                 jobs.add(claimed.job_id)
         if len(together) < 2:
             return [], quick
@@ -283,7 +282,7 @@ class StepRunner:
             log.error("cannot run %s/%s here: %s", claimed.flow, claimed.step, exc)
             self.give_back(member.lease, reason=f"flow or step not registered here: {exc}")
             return Outcome("refused", f"flow or step not registered: {exc}", claimed.id)
-        attempt = Attempt(flow, step, member.lease, member.known, self.services.worker)
+        attempt = self._attempt(flow, step, member)
         if member.check_lease:
             # An external transport's publish and delete came between the
             # commit that claimed it and now, and may have outlasted its lease
@@ -299,6 +298,11 @@ class StepRunner:
         outcome = self.executor.run(attempt)
         self.continuation = outcome.continuation
         return outcome
+
+    def _attempt(self, flow: Flow, step: Step, member: _Member) -> Attempt:
+        worker = self.services.worker
+        trace = self.services.traces.attempt(member.claimed, worker)
+        return Attempt(flow, step, member.lease, member.known, worker, trace)
 
     def held(self) -> list[Lease]:
         """The leases this slot holds now: the step running and those waiting their turn."""

@@ -104,6 +104,7 @@ class Executor:
                     self.heartbeat.unwatch(attempt.lease)
             took = time.monotonic() - started
             metrics.step_ended(claimed, outcome.kind, took)
+            attempt.ended(outcome)
             if outcome.kind == "done":
                 self.group.times.record(claimed.flow, claimed.step, took)
             if outcome.ended_job is not None:
@@ -119,7 +120,8 @@ class Executor:
         """``attempt`` is the step run executing on this slot while in the block."""
         self.current = attempt
         try:
-            yield
+            with attempt.trace.current():
+                yield
         finally:
             self.current = None
 
@@ -268,7 +270,8 @@ class Executor:
         # and that run is the one its outcome records
         attempt.timing.start()
         try:
-            return self._compute(attempt)
+            with attempt.trace.body():
+                return self._compute(attempt)
         finally:
             attempt.timing.stop()
 

@@ -204,7 +204,10 @@ class Heartbeat:
                         detail={"during": "renewal", "by": "job"},
                     )
                     return False
-                lease.stop.set(f"lease on step run {claimed.id} lost (attempt {claimed.attempt})")
+                lease.stop.set(
+                    f"lease on step run {claimed.id} lost (attempt {claimed.attempt})",
+                    lease_lost=True,
+                )
                 metrics.lease_lost(claimed)
                 store.step_event_insert(
                     self._conn,

@@ -212,6 +212,7 @@ class Round:
         self.executor.heartbeat.unwatch(attempt.lease)
         took = time.monotonic() - started
         metrics.step_ended(claimed, outcome.kind, took)
+        attempt.ended(outcome)
         if outcome.kind == "done":
             self.group.times.record(claimed.flow, claimed.step, took if ran is None else ran)
         self.results[id(attempt)] = outcome

@@ -21,6 +21,7 @@ from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.runner.lease import Heartbeat
+from engine.tracing import NO_TRACES, Traces
 from engine.transports.base import Transport
 
 __all__ = ["SlotServices"]
@@ -45,6 +46,8 @@ class SlotServices:
     may_continue: Callable[[], bool] = _always
     # told when the database went away under a step (the worker pauses receiving)
     on_outage: Callable[[BaseException, str], None] | None = None
+    # each attempt's span (engine.tracing; the no-op one unless tracing is on)
+    traces: Traces = NO_TRACES
 
     def evolve(self, **changes: Any) -> SlotServices:
         """A copy with ``changes`` (a fresh connection after one broke)."""

@@ -143,6 +143,7 @@ def step_run_insert_claimed(
     params: dict[str, Any],
     worker: str,
     lease_s: float,
+    traceparent: str | None = None,
 ) -> QueuedClaim:
     """Insert ``run`` already leased to ``worker``, in the caller's transaction (batchable).
 
@@ -167,7 +168,9 @@ def step_run_insert_claimed(
         "lease_s": lease_s,
     }
     if isinstance(conn, Batch):
-        return QueuedClaim(conn.execute(_q["step_run_insert_claimed"], values), flow, params)
+        return QueuedClaim(
+            conn.execute(_q["step_run_insert_claimed"], values), flow, params, traceparent
+        )
     cur = conn.cursor(row_factory=dict_row)
     cur.execute(_q["step_run_insert_claimed"], values)
-    return QueuedClaim(cur, flow, params)
+    return QueuedClaim(cur, flow, params, traceparent)

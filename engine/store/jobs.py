@@ -74,9 +74,10 @@ def job_insert_if_absent(
     parent: ChildOf | None = None,
     signals: tuple[str, ...] = (),
     approvals: tuple[str, ...] = (),
+    traceparent: str | None = None,
 ) -> JobRow | None:
     """Insert a job (a child of ``parent``) receiving ``signals`` (its flow's, declared),
-    of which ``approvals`` are approvals.
+    of which ``approvals`` are approvals, submitted under the W3C ``traceparent``.
 
     ``None``: an active job has this fingerprint.
     """
@@ -95,6 +96,7 @@ def job_insert_if_absent(
                 "child_key": None if parent is None else parent.key,
                 "signals": list(signals),
                 "approvals": list(approvals),
+                "traceparent": traceparent,
             },
         )
         row = cur.fetchone()

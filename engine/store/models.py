@@ -115,6 +115,7 @@ class Job(SQLModel, table=True):
     signals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
     approvals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
     rejected: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
+    traceparent: str | None = _text(True)  # the submit's W3C trace context (engine.tracing)
 
 
 class StepRun(SQLModel, table=True):

@@ -17,6 +17,13 @@ from functools import cache
 from pathlib import Path
 
 _HEADER = re.compile(r"^-- ([a-z][a-z0-9_]*) --\s*$", re.MULTILINE)
+# every loaded block's text -> its name: a traced statement is named by it (engine.tracing)
+_NAMES: dict[str, str] = {}
+
+
+def name_of(text: str) -> str | None:
+    """The name of the loaded block whose text is ``text``; ``None`` for SQL of no block."""
+    return _NAMES.get(text)
 
 
 class Queries:
@@ -25,6 +32,8 @@ class Queries:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._blocks = parse(path.read_text(encoding="utf-8"), str(path))
+        for name, text in self._blocks.items():
+            _NAMES.setdefault(text, name)
 
     def __getitem__(self, name: str) -> str:
         try:

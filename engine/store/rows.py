@@ -92,6 +92,8 @@ class Claimed:
     concurrency_key: str | None = None  # the slot this claim holds, if its step declares one
     attempt_base: int = 0  # attempts used before this retry round (engine retry)
     retries: int = 0  # retry rounds so far
+    # the W3C trace context its job was submitted under (engine.tracing); None untraced
+    traceparent: str | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Claimed:
@@ -113,6 +115,7 @@ class Claimed:
             concurrency_key=row.get("concurrency_key"),
             attempt_base=row.get("attempt_base") or 0,
             retries=row.get("retries") or 0,
+            traceparent=row.get("traceparent"),
         )
 
 
@@ -154,10 +157,14 @@ class QueuedClaim:
     """
 
     def __init__(
-        self, cur: psycopg.Cursor[dict[str, Any]] | Reply, flow: str, params: dict[str, Any]
+        self,
+        cur: psycopg.Cursor[dict[str, Any]] | Reply,
+        flow: str,
+        params: dict[str, Any],
+        traceparent: str | None = None,
     ):
         self._cur = cur
-        self._job = {"flow": flow, "params": params}
+        self._job = {"flow": flow, "params": params, "traceparent": traceparent}
         # read by result(): created pending (its key's lock busy or no slot free)
         self.created_pending = False
 

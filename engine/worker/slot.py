@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from engine import tracing
 from engine.infra import logs
 from engine.infra.outage import is_outage
 from engine.runner import StepRunner
@@ -91,6 +92,7 @@ class Slot:
                 alerts=worker.alerts,
                 may_continue=lambda: not worker.stop_event.is_set(),
                 on_outage=worker.outage.failed,
+                traces=tracing.traces(),
             )
         else:
             self._services = self._services.evolve(conn=conn)

@@ -74,13 +74,13 @@ def test_dockerfile__builder_then_slim_runtime() -> None:
     assert [s.name for s in found] == ["builder", "runtime"]
     assert all("slim" in s.image for s in found)  # the full python image carries gcc
     wheel = " ".join(found[0].values("RUN"))
-    assert "pip wheel" in wheel and "'.[worker]'" in wheel
+    assert "pip wheel" in wheel and "'.[worker,tracing]'" in wheel
 
 
 def test_dockerfile__runtime_installs_worker_wheels_only() -> None:
     run = " ".join(runtime().values("RUN"))
     assert "from=builder" in run
-    assert "pip install --no-index --find-links=/wheels 'erp-engine[worker]'" in run
+    assert "pip install --no-index --find-links=/wheels 'erp-engine[worker,tracing]'" in run
     assert "dev]" not in run and "pgserver" not in run
     env = " ".join(runtime().values("ENV"))
     assert "PIP_NO_CACHE_DIR=1" in env

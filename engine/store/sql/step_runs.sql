@@ -21,7 +21,7 @@ RETURNING id, step_run_id;
 -- step_claim_if_available --
 -- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap, with a slot of its concurrency key free) takes a fresh token and attempts + 1 (a woken wait's slot, kept by status, is held by the lease from here on); the job row is locked first (the one lock order: job, then its key's advisory lock, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
 WITH job AS (
-    SELECT j.id, j.flow, j.params
+    SELECT j.id, j.flow, j.params, j.traceparent
     FROM engine_jobs AS j
     WHERE j.id = %(job_id)s
       AND j.status IN ('pending', 'running')
@@ -51,6 +51,7 @@ WITH job AS (
     RETURNING s.id, s.job_id, s.step, s.fanout_key, s.fingerprint, s.attempts, s.max_attempts,
               s.attempt_base, s.retries,
               s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
+              j.traceparent,
               prev.status AS previous_status, prev.lease_owner AS previous_owner
 ), started AS (
     UPDATE engine_jobs
@@ -71,7 +72,7 @@ SELECT * FROM claimed;
 WITH wanted AS (
     SELECT m.id, m.job_id FROM unnest(%(ids)s::uuid[], %(job_ids)s::uuid[]) AS m (id, job_id)
 ), jobs AS (
-    SELECT j.id, j.flow, j.params
+    SELECT j.id, j.flow, j.params, j.traceparent
     FROM engine_jobs AS j
     WHERE j.id IN (SELECT w.job_id FROM wanted AS w)
       AND j.status IN ('pending', 'running')
@@ -99,6 +100,7 @@ WITH wanted AS (
     RETURNING s.id, s.job_id, s.step, s.fanout_key, s.fingerprint, s.attempts, s.max_attempts,
               s.attempt_base, s.retries,
               s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
+              j.traceparent,
               prev.status AS previous_status, prev.lease_owner AS previous_owner
 ), started AS (
     UPDATE engine_jobs

@@ -1,0 +1,53 @@
+"""Traces from submit to checkpoint (OpenTelemetry), off unless the ``OTEL_*`` settings say so.
+
+A job's path is one trace. ``engine.submit`` opens a span (a child of the
+caller's, if the caller traces) and writes its W3C ``traceparent`` on the
+job row (migration 0033); every claim reads that row, so each attempt finds
+its submit's context whichever transport delivered it and whoever reclaims
+it. Each attempt is a span, a child of and linked to the submit's, with the
+job, flow, step, attempt and the fence's outcome as attributes; reclaims,
+lease losses and releases (every event the attempt records) are its span
+events. The engine's psycopg statements under a span are its child spans;
+the step's own statements are folded into one child span per chunk (the
+work between two ``ctx.check()`` calls), however many it runs.
+
+Switched on by the standard settings, read as the OpenTelemetry SDK reads
+them: ``OTEL_TRACES_EXPORTER`` (``otlp``, ``console`` or ``none``; unset is
+off), ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``,
+``OTEL_SDK_DISABLED``. Off, nothing of OpenTelemetry is imported: the
+runner's seams (:class:`~engine.runner.attempt.Attempt`'s ``trace``, the
+slot's ``traces``) hold the no-op values of :mod:`.noop`.
+
+- :mod:`.switch`: on or off, and the one tracer of the process;
+- :mod:`.noop`: what the seams hold when tracing is off;
+- :mod:`.spans`: an attempt's span and the submit's (imports OpenTelemetry);
+- :mod:`.statements`: psycopg statements as child spans;
+- :mod:`.setup`: the SDK's provider and exporter from the ``OTEL_*`` settings.
+"""
+
+from engine.tracing.noop import NO_TRACE, NO_TRACES, AttemptTrace, Traces
+from engine.tracing.switch import (
+    chunk_checked,
+    enabled,
+    submit_span,
+    submitted,
+    trace_id,
+    traceparent,
+    traces,
+    use,
+)
+
+__all__ = [
+    "NO_TRACE",
+    "NO_TRACES",
+    "AttemptTrace",
+    "Traces",
+    "chunk_checked",
+    "enabled",
+    "submit_span",
+    "submitted",
+    "trace_id",
+    "traceparent",
+    "traces",
+    "use",
+]
