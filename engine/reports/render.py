@@ -23,7 +23,7 @@ import logging
 import re
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,9 @@ from engine.store.read import sqlalchemy_engine
 
 __all__ = [
     "TEMPLATES_DIR",
+    "amount",
     "environment",
+    "instant",
     "render_after_end",
     "render_all",
     "render_index",
@@ -72,10 +74,26 @@ log = logging.getLogger(__name__)
 _FLOW_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
 
-def _ts(value: datetime | None) -> str:
-    if value is None:
-        return "\u2013"
-    return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d} UTC"
+def instant(value: datetime | str | None) -> datetime | None:
+    """A moment as a UTC ``datetime``: a ``datetime`` or its ISO text (a summary's JSON)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _ts(value: datetime | str | None) -> str:
+    """One date style: ``2026-11-30 18:04:05.123 UTC`` (text that is no moment as it is)."""
+    moment = instant(value)
+    if moment is None:
+        return "\u2013" if value in (None, "") else str(value)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
 
 
 def _duration(seconds: float | None) -> str:
@@ -90,7 +108,7 @@ def _duration(seconds: float | None) -> str:
     return f"{int(hours)} h {int(minutes):02d} min"
 
 
-def _amount(value: Any) -> str:
+def amount(value: Any) -> str:
     """Money and counts with thousands separators; anything else as text."""
     try:
         number = Decimal(str(value))
@@ -112,7 +130,7 @@ def environment() -> Environment:
     )
     env.filters["ts"] = _ts
     env.filters["duration"] = _duration
-    env.filters["amount"] = _amount
+    env.filters["amount"] = amount
     env.filters["columns"] = _columns
     env.globals["wait_template"] = lambda flow: _wait_template(env, flow)
     env.globals["status_colours"] = STATUS_COLOURS
