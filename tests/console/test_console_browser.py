@@ -26,6 +26,7 @@ from test_posting import REJECTED, insert_erp
 from engine import submit
 from engine.config import Settings
 from engine.flow.registry import Registry
+from engine.schedules.schedules import add_schedule
 
 
 def signed_in(browser: Browser, url: str, name: str, people: Any, **context: Any) -> Page:
@@ -189,6 +190,7 @@ def test_browser__an_operator_replays_a_dead_letter(
     people: Any,
     settings: Settings,
     conn: psycopg.Connection[Any],
+    shots: Path,
 ) -> None:
     registry = Registry.load(["testflows"])
     fast = fast_settings(settings, max_attempts=1)
@@ -207,6 +209,7 @@ def test_browser__an_operator_replays_a_dead_letter(
         expect(row.locator("button.copy")).to_have_text("copied")
         assert otto.evaluate("navigator.clipboard.readText()") == str(job)
         row.locator("input[name=reason]").fill("the lock timeout is raised")
+        otto.screenshot(path=str(shots / "dead-letters.png"), full_page=True)
         row.locator("button", has_text="Replay").click()
         expect(otto.locator(".flash.ok")).to_contain_text(f"job {job} resumed")
         assert wait_job_ended(conn, job) == "done"
@@ -253,14 +256,16 @@ def test_browser__a_viewer_sees_no_button_anywhere(
 
 
 def test_browser__moments_in_the_viewers_zone_short_ids_and_a_favicon(
-    browser: Browser, app_for: Any, people: Any, settings: Settings
+    browser: Browser, app_for: Any, people: Any, settings: Settings, shots: Path
 ) -> None:
     """One date style in the viewer's zone (UTC without scripts); nothing broken mid-word."""
     registry = Registry.load(["testflows"])
     job = submit("chain", {}, settings=settings, registry=registry).job_id
+    add_schedule("nightly", "chain", "0 2 * * *", settings=settings, registry=registry)
     with Served(app_for(registry)) as web:
-        tokyo = signed_in(browser, web.url, "vera", people, timezone_id="Asia/Tokyo")
+        tokyo = signed_in(browser, web.url, "otto", people, timezone_id="Asia/Tokyo")
         tokyo.goto(f"{web.url}/")
+        tokyo.screenshot(path=str(shots / "runs.png"), full_page=True)
         row = tokyo.locator("#runs tr", has=tokyo.locator(f"[data-copy='{job}']"))
         expect(row.locator(".jobid a")).to_have_attribute("href", f"/runs/{job}.html")
         expect(row.locator(".jobid code")).to_have_text(str(job)[:8])
@@ -274,7 +279,11 @@ def test_browser__moments_in_the_viewers_zone_short_ids_and_a_favicon(
         icon = tokyo.request.get(f"{web.url}/favicon.ico")
         assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg+xml")
         # words wrap whole; only a long token (an id, JSON) may wrap inside
+        tokyo.goto(f"{web.url}/schedules")  # each action with its reason
+        expect(tokyo.locator("#schedule-nightly input[name=reason]")).to_be_visible()
+        tokyo.screenshot(path=str(shots / "schedules.png"), full_page=True)
         tokyo.goto(f"{web.url}/runs/{job}.html")
+        tokyo.screenshot(path=str(shots / "job.png"), full_page=True)
         dd = tokyo.locator("dl.header dd").first
         expect(dd).to_have_css("word-break", "normal")
         expect(dd).to_have_css("overflow-wrap", "break-word")
