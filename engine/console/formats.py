@@ -16,6 +16,7 @@ Everything is escaped: the only markup built here is from escaped parts.
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -27,6 +28,8 @@ from engine.console.extension import Link
 from engine.reports.render import amount, instant
 
 __all__ = ["SHORT_ID", "install", "is_number", "moment", "short_id"]
+
+_DAY_OR_MONTH = re.compile(r"\d{4}-\d{2}(-\d{2})?")
 
 SHORT_ID = 8
 """Characters of a job id shown (a prefix ``engine status`` and the console resolve)."""
@@ -62,13 +65,15 @@ def is_number(value: Any) -> bool:
 def _cell(value: Any) -> Markup:
     """A domain page's cell, by its type, as the ``<td>`` it is."""
     if isinstance(value, Link):
-        return Markup('<td><a href="{}">{}</a></td>').format(value.href, value.text)
+        return Markup('<td class="nw"><a href="{}">{}</a></td>').format(value.href, value.text)
     if isinstance(value, datetime):
         return Markup('<td class="mono">{}</td>').format(moment(value))
     if isinstance(value, date):
-        return Markup('<td class="mono">{}</td>').format(value.isoformat())
+        return Markup('<td class="nw">{}</td>').format(value.isoformat())
     if is_number(value):
         return Markup('<td class="num">{}</td>').format(amount(value))
+    if isinstance(value, str) and _DAY_OR_MONTH.fullmatch(value):
+        return Markup('<td class="nw">{}</td>').format(value)  # never 2026-⏎11
     return Markup("<td>{}</td>").format(escape(value))
 
 

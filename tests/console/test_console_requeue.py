@@ -84,6 +84,8 @@ def test_console__an_accountant_requeues_a_fixed_rejected_document_from_the_post
         close = anna.locator("form[action='/x/periods/close']")
         expect(close.locator("button")).to_have_text(f"Close {NOV}")
         expect(close.locator(".beside")).to_contain_text("books check")
+        # a month or a day is never wrapped at its hyphen
+        expect(anna.locator("td", has_text="2026-11-15").first).to_have_css("white-space", "nowrap")
         anna.screenshot(path=str(shots / "period.png"), full_page=True)
     trail = conn.execute(
         "SELECT actor, source, action, target_id, reason FROM engine_audit WHERE action = 'requeue'"

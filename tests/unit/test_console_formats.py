@@ -24,9 +24,11 @@ def test_money_is_grouped_and_right_aligned_text_is_escaped_and_links_link() -> 
     assert _cell(12345) == '<td class="num">12,345</td>'
     assert _cell("<b>SI-3</b>") == "<td>&lt;b&gt;SI-3&lt;/b&gt;</td>"
     assert _cell(Link("2026-11", "/x/periods?period=2026-11&a=<")) == (
-        '<td><a href="/x/periods?period=2026-11&amp;a=&lt;">2026-11</a></td>'
+        '<td class="nw"><a href="/x/periods?period=2026-11&amp;a=&lt;">2026-11</a></td>'
     )
-    assert _cell(date(2026, 11, 15)) == '<td class="mono">2026-11-15</td>'
+    # a day, a month and a link are never wrapped at their hyphens
+    assert _cell(date(2026, 11, 15)) == '<td class="nw">2026-11-15</td>'
+    assert _cell("2026-11") == '<td class="nw">2026-11</td>'
 
 
 def test_a_moment_is_its_utc_iso_for_the_browser_and_utc_text_without_a_script() -> None:
