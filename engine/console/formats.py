@@ -81,5 +81,6 @@ def install(env: Environment) -> None:
     """The console's filters on the reports' environment (``ts`` becomes a ``<time>``)."""
     env.filters["ts"] = moment
     env.filters["short_id"] = short_id
+    env.filters["job_ref"] = short_id  # the job page's ids (run.html.j2) too
     env.filters["cell"] = _cell
     env.tests["number"] = is_number

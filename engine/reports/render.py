@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 
 from engine.config import Settings
 from engine.errors import EngineError
@@ -119,6 +120,13 @@ def amount(value: Any) -> str:
     return f"{number:,.2f}"
 
 
+def _job_ref(job_id: Any, href: str | None = None) -> Markup:
+    """A job's whole id, linked to ``href`` when given."""
+    if href:
+        return Markup('<a href="{}">{}</a>').format(href, str(job_id))
+    return Markup("{}").format(str(job_id))
+
+
 def environment() -> Environment:
     """The jinja2 environment of the reports: autoescape, StrictUndefined, our filters."""
     env = Environment(
@@ -131,6 +139,7 @@ def environment() -> Environment:
     env.filters["ts"] = _ts
     env.filters["duration"] = _duration
     env.filters["amount"] = amount
+    env.filters["job_ref"] = _job_ref  # the console's: a short id with a copy button
     env.filters["columns"] = _columns
     env.globals["wait_template"] = lambda flow: _wait_template(env, flow)
     env.globals["status_colours"] = STATUS_COLOURS

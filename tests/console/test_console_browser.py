@@ -284,6 +284,9 @@ def test_browser__moments_in_the_viewers_zone_short_ids_and_a_favicon(
         tokyo.screenshot(path=str(shots / "schedules.png"), full_page=True)
         tokyo.goto(f"{web.url}/runs/{job}.html")
         tokyo.screenshot(path=str(shots / "job.png"), full_page=True)
+        expect(tokyo.locator("dl.header .jobid button.copy")).to_have_attribute(
+            "data-copy", str(job)
+        )
         dd = tokyo.locator("dl.header dd").first
         expect(dd).to_have_css("word-break", "normal")
         expect(dd).to_have_css("overflow-wrap", "break-word")
