@@ -325,7 +325,14 @@ def reconcile(
             threshold=threshold,
             unapproved=len(unapproved),
             rejections=[
-                Rejection(id=d.id, number=d.number, reason=d.reason)
+                Rejection(
+                    id=d.id,
+                    number=d.number,
+                    reason=d.reason,
+                    amount=d.amount,
+                    store=d.store,
+                    date=d.issued_on,
+                )
                 for d in unapproved[:MAX_REJECTIONS]
             ],
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import click
@@ -47,12 +48,28 @@ def reason_option(f: F) -> F:
     return click.option("--reason", default=None, help="why (recorded in the audit trail)")(f)
 
 
+_DAY = click.DateTime(["%Y-%m-%d"])
+
+
 @click.group(invoke_without_command=True)
 @click.option("--job", "job_id", default=None, help="only the entries of this job (id or prefix)")
+@click.option("--by", "actor", default=None, help="only the entries of this person (exact)")
+@click.option("--action", default=None, help="only this action (e.g. cancel, close, signal)")
+@click.option("--from", "first", type=_DAY, default=None, help="from this UTC day (YYYY-MM-DD)")
+@click.option("--to", "last", type=_DAY, default=None, help="to this UTC day, inclusive")
 @click.option("--limit", default=50, type=click.IntRange(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.pass_context
-def audit(ctx: click.Context, job_id: str | None, limit: int, as_json: bool) -> None:
+def audit(
+    ctx: click.Context,
+    job_id: str | None,
+    actor: str | None,
+    action: str | None,
+    first: datetime | None,
+    last: datetime | None,
+    limit: int,
+    as_json: bool,
+) -> None:
     """List the audit trail, newest first: who did what, on what, when and why.
 
     `engine audit verify` checks that no entry was deleted, changed or reordered.
@@ -61,7 +78,15 @@ def audit(ctx: click.Context, job_id: str | None, limit: int, as_json: bool) -> 
         return
     settings = current().settings
     job = None if job_id is None else parse_job_id(settings, job_id)
-    entries = audit_trail(settings, job_id=job, limit=limit)
+    entries = audit_trail(
+        settings,
+        job_id=job,
+        actor=actor,
+        action=action,
+        since=None if first is None else first.replace(tzinfo=UTC),
+        until=None if last is None else last.replace(tzinfo=UTC) + timedelta(days=1),
+        limit=limit,
+    )
     if as_json:
         print_json({"entries": [e.as_json() for e in entries]})
         return

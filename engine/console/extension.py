@@ -22,15 +22,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
 
 from engine.config import Settings
 from engine.console.roles import Permission
 
 __all__ = [
     "ActionRequest",
+    "Cell",
     "ConsoleAction",
     "ConsolePage",
     "FormField",
+    "Link",
     "PageForm",
     "PageRequest",
     "Section",
@@ -65,14 +69,34 @@ class FormField:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A cell that links to a page of the console (``href``: a path, e.g. ``/x/periods?...``)."""
+
+    text: str
+    href: str
+
+
+Cell = str | int | Decimal | datetime | date | Link
+"""A table cell: text; a number (grouped with separators, right-aligned); a moment (in the
+viewer's time zone); a date; a link."""
+
+
+@dataclass(frozen=True)
 class PageForm:
-    """A button (with fields) that POSTs to the page's action ``action``."""
+    """A button (with fields) that POSTs to the page's action ``action``.
+
+    ``confirm``: asked before it is sent (a destructive action); ``beside``:
+    a line shown next to the button (what the action depends on, e.g. the
+    period's books check), ``beside_ok`` colouring it (``None``: plain).
+    """
 
     action: str
     label: str
     permission: Permission
     fields: Sequence[FormField] = ()
     confirm: str | None = None
+    beside: str = ""
+    beside_ok: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +104,7 @@ class Section:
     title: str
     text: str = ""
     columns: Sequence[str] = ()
-    rows: Sequence[Sequence[str]] = ()
+    rows: Sequence[Sequence[Cell]] = ()
     forms: Sequence[PageForm] = ()
 
 

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from engine.config import Settings
+from engine.console import formats
 from engine.console.auth import csrf_token
 from engine.console.extension import ConsolePage
 from engine.console.roles import Permission, allowed
@@ -100,6 +101,7 @@ class Console:
         self.registry = registry
         self.env: Environment = environment()
         self.env.filters["columns"] = _columns
+        formats.install(self.env)  # moments in the viewer's zone, short ids, typed cells
         self.read: Engine = sqlalchemy_engine(settings)
         self.versions = VersionCache(settings, ttl_s=console.refresh_s)
         self.signins = SignInThrottle.from_settings(console)

@@ -181,11 +181,30 @@ def record_action(
 
 
 def audit_trail(
-    settings: Settings | None = None, *, job_id: uuid.UUID | None = None, limit: int = 50
+    settings: Settings | None = None,
+    *,
+    job_id: uuid.UUID | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 50,
 ) -> list[Audited]:
-    """The newest ``limit`` entries, newest first: all, or those concerning ``job_id``."""
+    """The newest ``limit`` entries, newest first: all, or those matching every filter given.
+
+    ``actor`` and ``action`` match exactly; ``since`` (inclusive) and ``until``
+    (exclusive) bound the entry's time.
+    """
     with db.connect(settings or Settings(), autocommit=True) as conn:
-        rows = store.audit_select_recent(conn, job_id=job_id, limit=limit)
+        rows = store.audit_select_recent(
+            conn,
+            job_id=job_id,
+            actor=actor,
+            action=action,
+            since=since,
+            until=until,
+            limit=limit,
+        )
     return [Audited.from_row(r) for r in rows]
 
 

@@ -23,12 +23,13 @@ import logging
 import re
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 
 from engine.config import Settings
 from engine.errors import EngineError
@@ -55,7 +56,9 @@ from engine.store.read import sqlalchemy_engine
 
 __all__ = [
     "TEMPLATES_DIR",
+    "amount",
     "environment",
+    "instant",
     "render_after_end",
     "render_all",
     "render_index",
@@ -72,10 +75,26 @@ log = logging.getLogger(__name__)
 _FLOW_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
 
-def _ts(value: datetime | None) -> str:
-    if value is None:
-        return "\u2013"
-    return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d} UTC"
+def instant(value: datetime | str | None) -> datetime | None:
+    """A moment as a UTC ``datetime``: a ``datetime`` or its ISO text (a summary's JSON)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _ts(value: datetime | str | None) -> str:
+    """One date style: ``2026-11-30 18:04:05.123 UTC`` (text that is no moment as it is)."""
+    moment = instant(value)
+    if moment is None:
+        return "\u2013" if value in (None, "") else str(value)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
 
 
 def _duration(seconds: float | None) -> str:
@@ -90,7 +109,7 @@ def _duration(seconds: float | None) -> str:
     return f"{int(hours)} h {int(minutes):02d} min"
 
 
-def _amount(value: Any) -> str:
+def amount(value: Any) -> str:
     """Money and counts with thousands separators; anything else as text."""
     try:
         number = Decimal(str(value))
@@ -99,6 +118,13 @@ def _amount(value: Any) -> str:
     if number == number.to_integral_value() and "." not in str(value):
         return f"{number:,.0f}"
     return f"{number:,.2f}"
+
+
+def _job_ref(job_id: Any, href: str | None = None) -> Markup:
+    """A job's whole id, linked to ``href`` when given."""
+    if href:
+        return Markup('<a href="{}">{}</a>').format(href, str(job_id))
+    return Markup("{}").format(str(job_id))
 
 
 def environment() -> Environment:
@@ -112,7 +138,8 @@ def environment() -> Environment:
     )
     env.filters["ts"] = _ts
     env.filters["duration"] = _duration
-    env.filters["amount"] = _amount
+    env.filters["amount"] = amount
+    env.filters["job_ref"] = _job_ref  # the console's: a short id with a copy button
     env.filters["columns"] = _columns
     env.globals["wait_template"] = lambda flow: _wait_template(env, flow)
     env.globals["status_colours"] = STATUS_COLOURS

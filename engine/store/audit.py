@@ -11,6 +11,7 @@ what it recomputes.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -66,11 +67,28 @@ def audit_insert(
 
 @wrap_errors
 def audit_select_recent(
-    conn: psycopg.Connection[Any], *, job_id: uuid.UUID | None = None, limit: int = 50
+    conn: psycopg.Connection[Any],
+    *,
+    job_id: uuid.UUID | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 50,
 ) -> list[dict[str, Any]]:
-    """Entries newest first: all, or those concerning ``job_id``."""
+    """Entries newest first: all, or those matching every filter given."""
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["audit_select_recent"], {"job_id": job_id, "limit": limit})
+        cur.execute(
+            _q["audit_select_recent"],
+            {
+                "job_id": job_id,
+                "actor": actor,
+                "action": action,
+                "since": since,
+                "until": until,
+                "limit": limit,
+            },
+        )
         return cur.fetchall()
 
 

@@ -372,8 +372,16 @@ def operator_signal(
                     actor=who,
                     source=source,
                     job_id=job_id,
+                    # a decision's reason is the entry's why (the audit's "why" column)
+                    reason=_reason(data),
                     detail={"signal": name, "data": sent.data, "woken": sent.woken},
                 )
         # committed: send the wake-ups now rather than at the relay's next round
         Announced(publisher, sent.outbox_ids).publish_after_commit(conn)
     return sent
+
+
+def _reason(data: Any) -> str | None:
+    """The ``reason`` a signal's data carries (a decision's why), else ``None``."""
+    why = data.get("reason") if isinstance(data, Mapping) else None
+    return why.strip() or None if isinstance(why, str) else None

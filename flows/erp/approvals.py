@@ -34,7 +34,8 @@ close job) refuse while they are over the limit.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
+from decimal import Decimal
 from typing import Any, Literal
 
 import psycopg
@@ -72,6 +73,9 @@ class UnapprovedRejection(BaseModel):
     reason: str
     rejection: int
     decision: Decision | None = None
+    amount: Decimal | None = None  # the document's debit total
+    store: str | None = None  # the store's code
+    issued_on: date | None = None
 
 
 def _row(conn: psycopg.Connection[Any], period: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ the others with their reasons, all or nothing, and posts nothing twice.
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Callable, Sequence
 from decimal import Decimal
@@ -69,11 +70,14 @@ class Selection(BaseModel):
 
 
 class Rejection(BaseModel):
-    """A document posting refused, and why."""
+    """A document posting refused, and why; what an approver reads it by (the wait's)."""
 
     id: int
     number: str
     reason: str
+    amount: Money | None = Field(default=None, description="the document's debit total")
+    store: str | None = Field(default=None, description="the store's code")
+    date: datetime.date | None = Field(default=None, description="the day it was issued")
 
 
 class ChunkResult(BaseModel):

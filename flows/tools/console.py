@@ -30,12 +30,13 @@ from engine.console.extension import (
     ConsoleAction,
     ConsolePage,
     FormField,
+    Link,
     PageForm,
     PageRequest,
     Section,
 )
 from engine.console.roles import Permission
-from flows.erp import corrections, dated, period_order, periods
+from flows.erp import checks, corrections, dated, period_order, periods
 from flows.erp.documents import period_documents
 from flows.erp.types import parse_period
 from flows.tools.books import audited
@@ -62,10 +63,10 @@ def _view(req: PageRequest) -> list[Section]:
                     columns=("period", "status", "costed", "closed"),
                     rows=[
                         (
-                            r["period"],
+                            Link(r["period"], f"/x/periods?period={r['period']}"),
                             r["status"],
-                            f"{r['costed_at']:%Y-%m-%d %H:%M}" if r["costed_at"] else "",
-                            f"{r['closed_at']:%Y-%m-%d %H:%M}" if r["closed_at"] else "",
+                            r["costed_at"] or "",
+                            r["closed_at"] or "",
                         )
                         for r in rows
                     ],
@@ -76,6 +77,9 @@ def _view(req: PageRequest) -> list[Section]:
         events = periods.history(conn, period)
         docs = None if info is None else period_documents(conn, period)
         later = period_order.closed_after(conn, period)
+        # what the close would be refused for, read beside its button (engine books check)
+        open_ = info is not None and info.status != "closed"
+        check = checks.check_period(conn, period) if open_ else None
     if info is None:
         return [Section(f"Period {period}", text="No such period in the books.")]
     keep = FormField("period", "period", kind="hidden", value=period)
@@ -99,7 +103,18 @@ def _view(req: PageRequest) -> list[Section]:
                 )
             )
     else:
-        forms.append(PageForm("close", f"Close {period}", Permission.APPROVE, (keep,)))
+        assert check is not None
+        forms.append(
+            PageForm(
+                "close",
+                f"Close {period}",
+                Permission.APPROVE,
+                (keep,),
+                confirm=f"Close {period}? Its books are final until it is reopened.",
+                beside=_check_line(check),
+                beside_ok=check.ok,
+            )
+        )
     assert docs is not None
     return [
         *waits,
@@ -113,15 +128,40 @@ def _view(req: PageRequest) -> list[Section]:
             "Documents",
             text=docs.sentence(),
             columns=("documents", "count"),
-            rows=[(what, str(n)) for what, n in docs.lines()],
+            rows=[(what, n) for what, n in docs.lines()],
         ),
+        *([] if check is None else [_check_section(check)]),
         Section(
             "History",
             columns=("at", "what", "who", "why"),
-            rows=[(f"{e.at:%Y-%m-%d %H:%M:%S %Z}", e.action, e.actor, e.reason) for e in events],
+            rows=[(e.at, e.action, e.actor, e.reason) for e in events],
         ),
         *_document_history(docs.history),
     ]
+
+
+def _check_line(check: checks.BooksCheck) -> str:
+    """The books check in a line, as ``engine books check`` ends."""
+    held = sum(1 for c in check.checks if c.ok and not c.skipped)
+    if check.ok:
+        return (
+            f"\u2713 books check: {held} identities hold ({check.stores_costed} of "
+            f"{check.stores} stores costed)"
+        )
+    problems = check.problems
+    return f"\u2717 books check: {len(problems)} problem(s), the close is refused: {problems[0]}"
+
+
+def _check_section(check: checks.BooksCheck) -> Section:
+    return Section(
+        f"Books check of {check.period}",
+        text=_check_line(check),
+        columns=("identity", "result", "detail"),
+        rows=[
+            (c.name, "skipped" if c.skipped else ("holds" if c.ok else "BROKEN"), c.detail)
+            for c in check.checks
+        ],
+    )
 
 
 def _document_history(history: corrections.Corrected | None) -> list[Section]:
@@ -151,7 +191,7 @@ def _waiting(waiting: list[dated.Waiting]) -> list[Section]:
             "Documents waiting in closed months",
             text="; ".join(w.text for w in waiting),
             columns=("dated in", "documents", "for example", "what to do"),
-            rows=[(w.period, str(w.documents), ", ".join(w.examples), w.todo) for w in waiting],
+            rows=[(w.period, w.documents, ", ".join(w.examples), w.todo) for w in waiting],
         )
     ]
 

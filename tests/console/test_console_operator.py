@@ -77,7 +77,12 @@ def test_workers__a_worker_holding_two_step_runs_shows_two_running(
 
 # what every page and action answers while the database cannot be reached
 UNREACHABLE = "the engine's database is unreachable; try again in a moment"
-NEEDS_NO_DATABASE = {("GET", "/signin"), ("GET", "/console.js")}
+NEEDS_NO_DATABASE = {
+    ("GET", "/signin"),
+    ("GET", "/console.js"),
+    ("GET", "/favicon.svg"),
+    ("GET", "/favicon.ico"),
+}
 PASSWORD_IN_URL = "hunter2-not-for-pages"
 
 

@@ -92,22 +92,29 @@ def test_schedules__an_operator_pauses_resumes_and_runs_one_now_each_audited(
         registry=Registry.load(["testflows"]),
     )
     otto = client_for("otto")
-    for action, says in (
-        ("pause", "paused"),
-        ("pause", "already paused"),
-        ("resume", "resumed"),
-        ("run", "submitted job"),
+    for action, says, active in (
+        ("pause", "paused", True),
+        ("pause", "already paused", False),
+        ("resume", "resumed", False),
+        ("run", "submitted job", True),
     ):
-        token = csrf_of(otto.get("/schedules").text)
-        page = otto.post(f"/schedules/nightly/{action}", data={"csrf": token}).text
+        listed = otto.get("/schedules").text
+        # each action takes a reason, as `engine schedule ... --reason`; pausing asks first
+        assert 'name="reason"' in listed
+        assert ('data-confirm="Pause schedule nightly?' in listed) == active
+        page = otto.post(
+            f"/schedules/nightly/{action}",
+            data={"csrf": csrf_of(listed), "reason": f"why {action}"},
+        ).text
         assert says in page, (action, page[-2000:])
     trail = conn.execute(
-        "SELECT action, actor, source FROM engine_audit WHERE target_kind = 'schedule' ORDER BY id"
+        "SELECT action, actor, source, reason FROM engine_audit WHERE target_kind = 'schedule' "
+        "ORDER BY id"
     ).fetchall()
-    assert [(t["action"], t["actor"], t["source"]) for t in trail][-3:] == [
-        ("schedule_pause", "otto", "console"),
-        ("schedule_resume", "otto", "console"),
-        ("schedule_run", "otto", "console"),
+    assert [(t["action"], t["actor"], t["source"], t["reason"]) for t in trail][-3:] == [
+        ("schedule_pause", "otto", "console", "why pause"),
+        ("schedule_resume", "otto", "console", "why resume"),
+        ("schedule_run", "otto", "console", "why run"),
     ]
     # a viewer sees the schedule and no button
     page = client_for("vera").get("/schedules").text
@@ -120,7 +127,9 @@ def test_periods__an_accountant_reopens_with_a_reason_and_a_close_is_refused_wit
     insert_erp(conn)  # 2026-10 closed, 2026-11 open with unposted documents
     anna = client_for("anna")
     listed = anna.get("/x/periods").text
-    assert "2026-11" in listed and "2026-10" in listed
+    # each period a link to its page
+    assert '<a href="/x/periods?period=2026-11">2026-11</a>' in listed
+    assert '<a href="/x/periods?period=2026-10">2026-10</a>' in listed
     page = anna.get("/x/periods?period=2026-10").text
     assert "Reopen 2026-10" in page
     token = csrf_of(page)
@@ -168,6 +177,13 @@ def test_periods__the_page_counts_every_document_and_a_close_over_the_limit_is_r
     assert "limit 0 rejected without an approval" in page
     assert "rejected, undecided" in page and "entered here, dated elsewhere" in page
     assert "approval threshold" in page  # the limit's change is in the history
+    # the books check's result beside Close (what `engine books check` says), which asks first
+    close = re.search(r'<form[^>]*action="/x/periods/close".*?</form>', page, re.S)
+    assert close is not None
+    assert 'data-confirm="Close 2026-11?' in close.group(0)
+    beside = re.search(r'<span class="beside (ok|bad)">([^<]*)</span>', close.group(0))
+    assert beside is not None and "books check" in beside.group(2), close.group(0)
+    assert "Books check of 2026-11" in page
     refused = anna.post("/x/periods/close", data={"csrf": csrf_of(page), "period": "2026-11"}).text
     assert "refused" in refused
     assert "3 rejected document(s) dated in it have no approval" in refused

@@ -77,6 +77,16 @@ def test_console__an_accountant_requeues_a_fixed_rejected_document_from_the_post
         history = anna.locator("section.job-extension", has_text="History of")
         expect(history).to_contain_text("requeued by anna")
         expect(history).to_contain_text(f"posted by job {again}")
+        # the periods: each a link to its page, where the books check is read beside Close
+        anna.goto(f"{web.url}/x/periods")
+        anna.screenshot(path=str(shots / "periods.png"), full_page=True)
+        anna.click(f"a[href='/x/periods?period={NOV}']")
+        close = anna.locator("form[action='/x/periods/close']")
+        expect(close.locator("button")).to_have_text(f"Close {NOV}")
+        expect(close.locator(".beside")).to_contain_text("books check")
+        # a month or a day is never wrapped at its hyphen
+        expect(anna.locator("td", has_text="2026-11-15").first).to_have_css("white-space", "nowrap")
+        anna.screenshot(path=str(shots / "period.png"), full_page=True)
     trail = conn.execute(
         "SELECT actor, source, action, target_id, reason FROM engine_audit WHERE action = 'requeue'"
     ).fetchall()

@@ -4,15 +4,18 @@ own transaction; a refused action writes none; nobody can change or delete an en
 from __future__ import annotations
 
 import getpass
+import json
 import socket
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from harness import flows_registry
 
 from engine import BadInput, audit_trail, record_action, submit
+from engine.cli.main import main
 from engine.config import Settings
 from engine.jobs import admin
 from engine.schedules.schedules import add_schedule, remove_schedule
@@ -251,6 +254,21 @@ def test_audit__trail_lists_newest_first_and_by_job(
     assert [e.actor for e in audit_trail(settings)] == ["c", "b", "a"]
     assert [e.actor for e in audit_trail(settings, limit=1)] == ["c"]
     assert [e.action for e in audit_trail(settings, job_id=first)] == ["retry", "cancel"]
+    # filtered by who, the action and a period (the console's audit page, `engine audit`)
+    assert [e.actor for e in audit_trail(settings, actor="b")] == ["b"]
+    assert [e.actor for e in audit_trail(settings, action="cancel")] == ["b", "a"]
+    at = audit_trail(settings, actor="b")[0].at
+    assert [e.actor for e in audit_trail(settings, since=at, action="cancel")] == ["b"]
+    assert [e.actor for e in audit_trail(settings, until=at)] == ["a"]
+    assert audit_trail(settings, actor="a", action="retry") == []
+    assert settings.database_url is not None
+    env = {"ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
+    argv = ["audit", "--by", "b", "--action", "cancel", "--json"]
+    out = CliRunner().invoke(main, argv, env=env)
+    assert out.exit_code == 0, out.output
+    assert [e["actor"] for e in json.loads(out.output)["entries"]] == ["b"]
+    bad = CliRunner().invoke(main, ["audit", "--from", "yesterday"], env=env)
+    assert bad.exit_code == 2 and "yesterday" in bad.output, bad.output
 
 
 def test_audit__entries_cannot_be_changed_or_deleted_by_anyone(

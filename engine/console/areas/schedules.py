@@ -34,18 +34,12 @@ def _row(s: schedules.Schedule) -> dict[str, Any]:
         "timezone": s.timezone,
         "params_text": json.dumps(s.params, sort_keys=True),
         "next_at": s.next_fire_at,
-        "last_text": _last_fire(s),
+        "last_at": s.last_fired_at,
+        "last_outcome": s.last_outcome,
         "paused": s.paused,
         "paused_by": s.paused_by,
         "paused_reason": s.paused_reason,
     }
-
-
-def _last_fire(s: schedules.Schedule) -> str:
-    if s.last_fired_at is None:
-        return "never"
-    what = s.last_outcome or ""
-    return f"{s.last_fired_at:%Y-%m-%d %H:%M} {what}".strip()
 
 
 @guarded(Permission.READ)
@@ -59,18 +53,21 @@ async def schedules_page(request: Request) -> Response:
 
 
 def _do(c: Console, name: str, action: str, by: str, fields: dict[str, str]) -> str:
-    settings = c.settings
+    """The action with the form's reason, as ``engine schedule pause|resume|run --reason``."""
+    settings, why = c.settings, reason(fields)
     if action == "pause":
         changed = schedules.pause_schedule(
-            name, settings=settings, actor=by, source=CONSOLE, reason=reason(fields)
+            name, settings=settings, actor=by, source=CONSOLE, reason=why
         )
         return f"schedule {name} " + ("paused" if changed else "was already paused")
     if action == "resume":
-        changed = schedules.resume_schedule(name, settings=settings, actor=by, source=CONSOLE)
+        changed = schedules.resume_schedule(
+            name, settings=settings, actor=by, source=CONSOLE, reason=why
+        )
         return f"schedule {name} " + ("resumed" if changed else "was not paused")
     if action == "run":
         sent = schedules.run_schedule_now(
-            name, settings=settings, registry=c.registry, actor=by, source=CONSOLE
+            name, settings=settings, registry=c.registry, actor=by, source=CONSOLE, reason=why
         )
         if not sent.created:
             return f"schedule {name}: job {sent.job_id} is already active; not submitted"

@@ -1,4 +1,4 @@
-"""Sign-in and sign-out, and the pages' one script: the routes a person reaches signed out.
+"""Sign-in and sign-out, the pages' one script and icon: the routes reached signed out.
 
 A sign-in is throttled by address before any password is hashed and every
 refusal answers alike (:data:`engine.console.users.REFUSED`); a good one
@@ -29,6 +29,7 @@ __all__ = ["nav", "routes"]
 log = logging.getLogger(__name__)
 
 _SCRIPT = (TEMPLATES_DIR / "console" / "console.js").read_text(encoding="utf-8")
+_ICON = (TEMPLATES_DIR / "console" / "favicon.svg").read_text(encoding="utf-8")
 
 
 async def signin_page(request: Request) -> Response:
@@ -84,6 +85,11 @@ async def console_js(request: Request) -> Response:
     return Response(_SCRIPT, media_type="text/javascript")
 
 
+async def favicon(request: Request) -> Response:
+    # /favicon.ico too: what a browser asks for by itself (an SVG is what it gets)
+    return Response(_ICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
+
 nav: list[NavEntry] = []  # reached signed out, or from the user's name in the nav
 
 routes = [
@@ -91,4 +97,6 @@ routes = [
     Route("/signin", signin, methods=["POST"]),
     Route("/signout", signout, methods=["POST"]),
     Route("/console.js", console_js, methods=["GET"]),
+    Route("/favicon.svg", favicon, methods=["GET"]),
+    Route("/favicon.ico", favicon, methods=["GET"]),
 ]

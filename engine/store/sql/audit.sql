@@ -6,10 +6,14 @@ VALUES (%(actor)s, %(source)s, %(action)s, %(target_kind)s, %(target_id)s, %(job
 RETURNING id, at, actor, source, action, target_kind, target_id, job_id, reason, detail;
 
 -- audit_select_recent --
--- Read-only, newest first (id follows commit order closely enough for people; `at` is the database clock); a job's entries through the partial index on job_id.
+-- Read-only, newest first (id follows commit order closely enough for people; `at` is the database clock); a job's entries through the partial index on job_id. Each filter left NULL matches every entry: who (exact), the action (exact), at or after `since`, before `until`.
 SELECT id, at, actor, source, action, target_kind, target_id, job_id, reason, detail
 FROM engine_audit
-WHERE %(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid
+WHERE (%(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid)
+  AND (%(actor)s::text IS NULL OR actor = %(actor)s::text)
+  AND (%(action)s::text IS NULL OR action = %(action)s::text)
+  AND (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR at < %(until)s::timestamptz)
 ORDER BY id DESC
 LIMIT %(limit)s;
 

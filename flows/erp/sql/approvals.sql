@@ -20,10 +20,13 @@ WHERE p.period = old.period
 RETURNING p.period, old.was;
 
 -- rejection_select_unapproved --
--- The rejected documents posting in the period (dated in it, or redated into it) whose current rejection has no approval (undecided, or whose latest decision is reject), rejected no later than `before` (NULL: any time), by id: what an accountant must decide on before the period closes.
+-- The rejected documents posting in the period (dated in it, or redated into it) whose current rejection has no approval (undecided, or whose latest decision is reject), rejected no later than `before` (NULL: any time), by id: what an accountant must decide on before the period closes; with each one's store, day and debit total (what the approver reads it by).
 SELECT d.id, d.number, d.reject_reason AS reason, d.rejections AS rejection,
-       last.decision
+       last.decision, s.code AS store, d.issued_on,
+       (SELECT coalesce(sum(l.debit), 0) FROM erp_document_lines AS l
+        WHERE l.document_id = d.id) AS amount
 FROM erp_documents AS d
+JOIN erp_stores AS s ON s.id = d.store_id
 LEFT JOIN LATERAL (
     SELECT r.decision FROM erp_rejection_decisions AS r
     WHERE r.document_id = d.id AND r.rejection = d.rejections
