@@ -16,11 +16,15 @@ field turns into a :class:`engine.RunMatch`. A field named as one of
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from engine.cli.state import State
 from engine.errors import EngineError
-from engine.jobs.search import SearchField
+
+if TYPE_CHECKING:
+    from engine.jobs.search import SearchField
 
 __all__ = ["commands", "search_fields"]
 
@@ -37,6 +41,8 @@ def commands(ctx: click.Context) -> dict[str, click.Command]:
 
 def search_fields(ctx: click.Context, taken: frozenset[str] = frozenset()) -> list[SearchField]:
     """The search fields the loaded flow modules export, but those named as one of ``taken``."""
+    from engine.jobs.search import SearchField  # `engine runs` only
+
     try:
         registry = ctx.ensure_object(State).registry
     except EngineError:

@@ -6,10 +6,13 @@ when the database or a flow module is broken.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from engine.config import Settings
-from engine.flow.registry import Registry
+if TYPE_CHECKING:
+    from engine.config import Settings
+    from engine.flow.registry import Registry
 
 __all__ = ["State", "current"]
 
@@ -24,12 +27,20 @@ class State:
     @property
     def settings(self) -> Settings:
         if self._settings is None:
+            from engine.config import (
+                Settings,
+            )  # pydantic-settings: only for a command that reads it
+
             self._settings = Settings()
         return self._settings
 
     @property
     def registry(self) -> Registry:
         if self._registry is None:
+            from engine.flow.registry import (
+                Registry,
+            )  # the flows: only for a command that needs them
+
             self._registry = Registry.load(self.settings.flow_modules)
         return self._registry
 
