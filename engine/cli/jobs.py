@@ -12,7 +12,7 @@ from engine.cli.audit import by_option, reason_option
 from engine.cli.output import out, print_json
 from engine.cli.state import State, current
 from engine.cli.watching import wait_and_show
-from engine.errors import EngineError, JobFailed
+from engine.errors import EngineError, JobFailed, UnknownFlow
 from engine.flow import Flow
 from engine.jobs import admin
 from engine.jobs.audit import operator
@@ -46,8 +46,9 @@ class SubmitGroup(click.Group):
         except EngineError as exc:
             raise click.UsageError(str(exc), ctx) from exc
         if name not in registry.names():
-            known = ", ".join(registry.names()) or "(none registered)"
-            raise click.UsageError(f"unknown flow {name!r}; known flows: {known}", ctx)
+            # the closest flow's name suggested (`postng`: did you mean 'posting'?); a
+            # usage error exits EXIT_BAD_INPUT (2), as click's own do
+            raise click.UsageError(str(UnknownFlow(name, registry.names())), ctx)
         return super().resolve_command(ctx, args)
 
 

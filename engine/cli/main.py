@@ -316,6 +316,17 @@ class EngineGroup(click.Group):
             or extensions.commands(ctx).get(cmd_name)
         )
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            # click suggests among the commands imported so far; these are all of them
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
+
     def _import(self, name: str) -> click.Command | None:
         """The engine's command ``name``, its module imported now (and kept)."""
         if name not in self.lazy:

@@ -23,6 +23,7 @@ class State:
     def __init__(self) -> None:
         self._settings: Settings | None = None
         self._registry: Registry | None = None
+        self._installed: Registry | None = None
 
     @property
     def settings(self) -> Settings:
@@ -43,6 +44,18 @@ class State:
 
             self._registry = Registry.load(self.settings.flow_modules)
         return self._registry
+
+    @property
+    def installed(self) -> Registry:
+        """The installed flows package's modules (their commands), empty if it does not load."""
+        if self._installed is None:
+            from engine.flow.registry import Registry
+
+            try:
+                self._installed = Registry.load()
+            except Exception:  # a broken or absent package: the list's own commands only
+                self._installed = Registry()
+        return self._installed
 
 
 def _state() -> State:

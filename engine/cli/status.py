@@ -1,5 +1,8 @@
-"""``engine status [JOB_ID]``: a job and its step runs (or the most recent jobs).
+"""``engine status [JOB_ID]``: a job, its step runs and its result (or the most recent jobs).
 
+A job's result is its last checkpoint: the output of the step run that
+finished last (for a finished job, its final step's). It is shown as the
+step's output model dumped to JSON, and ``--json`` gives it as ``result``.
 The flow is loaded only to label a fan-out's runs (``cost_store[ST001]``),
 so a job without fan-out shows without importing any flow module.
 """
@@ -85,6 +88,7 @@ def _view_json(view: JobView, flow: Flow | None) -> dict[str, Any]:
             {**s.model_dump(mode="json", exclude={"output"}), "label": _key(s, flow)}
             for s in view.steps
         ],
+        "result": _result(view, flow),
         "unpublished_messages": view.unpublished,
         "signals": [
             sig.model_dump(mode="json", include={"name", "data", "sent_by", "created_at"})
@@ -92,6 +96,20 @@ def _view_json(view: JobView, flow: Flow | None) -> dict[str, Any]:
         ],
         "parent": None if view.parent is None else _job_json(view.parent),
         "children": [_job_json(c) for c in view.children],
+    }
+
+
+def _result(view: JobView, flow: Flow | None) -> dict[str, Any] | None:
+    """The job's last checkpoint: the step run done last, its output; ``None`` before any."""
+    done = [s for s in view.steps if s.status == StepStatus.DONE and s.finished_at is not None]
+    if not done:
+        return None
+    last = max(done, key=lambda s: (s.finished_at, s.step, s.fanout_key))
+    return {
+        "step": last.step,
+        "key": _key(last, flow),
+        "finished_at": None if last.finished_at is None else last.finished_at.isoformat(),
+        "output": last.output,
     }
 
 
@@ -156,5 +174,13 @@ def _print_view(view: JobView, flow: Flow | None) -> None:
             finished = f"{c.finished_at:%Y-%m-%d %H:%M:%S}" if c.finished_at else ""
             kids.add_row(c.child_key or "", c.flow, str(c.id), str(c.status), finished)
         print_table(kids)
+    result = _result(view, flow)
+    if result is not None:
+        step = result["step"] + (f"[{result['key']}]" if result["key"] else "")
+        out.print(
+            f"result ({step}, the last checkpoint): {json.dumps(result['output'], sort_keys=True)}",
+            highlight=False,
+            markup=False,
+        )
     if view.unpublished:
         out.print(f"{view.unpublished} message(s) not published yet")
