@@ -4,8 +4,8 @@
 place that turns exceptions into them; commands raise and return, never exit.
 The group imports a command's module only when the command is named
 (:data:`engine.cli.main.COMMANDS`), so each command pays for its own imports only.
-Each other module is one command group: ``jobs`` (submit, status, runs, cancel,
-retry), ``schedules`` (``engine schedule``), ``signals`` (``engine signal``),
+Each other module is one command group: ``jobs`` (submit, cancel, retry),
+``status``, ``runs``, ``schedules`` (``engine schedule``), ``signals`` (``engine signal``),
 ``dlq``, ``flows``, ``queues``, ``reports``, ``worker``, ``migrate``,
 ``simulate``, ``audit`` (``engine audit``, and the ``--by`` of the commands
 that act), ``database`` (``engine db status|stop``). Flow modules add their
