@@ -70,6 +70,7 @@ put in a message.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable
 
@@ -115,7 +116,10 @@ class UnknownFlow(BadInput):
         self.name = name
         self.known = tuple(sorted(known))
         known_text = ", ".join(self.known) or "(none registered)"
-        super().__init__(f"unknown flow {name!r}; known flows: {known_text}")
+        close = difflib.get_close_matches(name, self.known, n=1)
+        self.suggestion = close[0] if close else None
+        hint = f" (did you mean {self.suggestion!r}?)" if self.suggestion else ""
+        super().__init__(f"unknown flow {name!r}{hint}; known flows: {known_text}")
 
 
 class InvalidParameters(BadInput):

@@ -1,32 +1,25 @@
-"""Jobs: ``engine submit FLOW``, ``status``, ``cancel`` and ``retry`` (``runs``: :mod:`.runs`)."""
+"""Jobs: ``engine submit FLOW``, ``cancel``, ``retry`` (``status`` and ``runs``: their own)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 from pydantic import BaseModel
-from rich.table import Table
 
 from engine.cli.args import option_type, parse_job_id
 from engine.cli.audit import by_option, reason_option
-from engine.cli.output import out, print_json, print_table
-from engine.cli.runs import show_runs
+from engine.cli.output import out, print_json
 from engine.cli.state import State, current
 from engine.cli.watching import wait_and_show
-from engine.errors import EngineError, JobFailed, NoSuchJob
+from engine.errors import EngineError, JobFailed, UnknownFlow
 from engine.flow import Flow
 from engine.jobs import admin
 from engine.jobs.audit import operator
-from engine.jobs.search import RunQuery
 from engine.jobs.submit import Submitted, submit
-from engine.reports.counts import read_counts
-from engine.store.models import Job, StepRun
-from engine.store.read import JobView, job_view, sqlalchemy_engine, waits_for
-from engine.store.status import JobStatus, StepStatus
+from engine.store.status import JobStatus
 
-__all__ = ["cancel", "retry", "status", "submit_group"]
+__all__ = ["cancel", "retry", "submit_group", "whoami"]
 
 
 class SubmitGroup(click.Group):
@@ -53,8 +46,9 @@ class SubmitGroup(click.Group):
         except EngineError as exc:
             raise click.UsageError(str(exc), ctx) from exc
         if name not in registry.names():
-            known = ", ".join(registry.names()) or "(none registered)"
-            raise click.UsageError(f"unknown flow {name!r}; known flows: {known}", ctx)
+            # the closest flow's name suggested (`postng`: did you mean 'posting'?); a
+            # usage error exits EXIT_BAD_INPUT (2), as click's own do
+            raise click.UsageError(str(UnknownFlow(name, registry.names())), ctx)
         return super().resolve_command(ctx, args)
 
 
@@ -147,129 +141,6 @@ def _report_submitted(result: Submitted, as_json: bool) -> None:
 
 
 submit_group = SubmitGroup("submit", help="Submit a job of a flow: engine submit FLOW --param")
-
-
-@click.command()
-@click.argument("job_id", required=False)
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def status(job_id: str | None, as_json: bool) -> None:
-    """Show a job and its step runs (or the most recent jobs).
-
-    JOB_ID may be a unique prefix of the id (4 hex digits at least), as `engine runs` shows it.
-    """
-    state = current()
-    if job_id is None:
-        # for scripts: the metrics' counts, from the database, beside the recent jobs
-        show_runs(state, RunQuery(), (), as_json, extra=lambda: {"counts": _counts(state)})
-        return
-    view = job_view(sqlalchemy_engine(state.settings), parse_job_id(state.settings, job_id))
-    if view is None:
-        raise NoSuchJob(job_id)
-    flow = _flow_or_none(state, view.job.flow)
-    if as_json:
-        print_json(_view_json(view, flow))
-    else:
-        _print_view(view, flow)
-
-
-def _counts(state: State) -> dict[str, Any]:
-    return read_counts(state.settings).model_dump(mode="json")
-
-
-def _flow_or_none(state: State, name: str) -> Flow | None:
-    """The job's flow when this process loads it (for its steps' labels); a status needs none."""
-    try:
-        return state.registry.get(name) if name in state.registry.names() else None
-    except EngineError:
-        return None
-
-
-def _key(run: StepRun, flow: Flow | None) -> str:
-    """A fan-out run's label (``ST001``) when its step declares one, else its fan-out key."""
-    step = flow.steps.get(run.step) if flow is not None else None
-    return run.fanout_key if step is None else step.label_of(run.fanout_key, run.item)
-
-
-def _view_json(view: JobView, flow: Flow | None) -> dict[str, Any]:
-    return {
-        "job": view.listed.as_json(),
-        # the job's step runs and its descendants' (a parent's children do its work)
-        "progress": {"done": view.done, "total": view.total},
-        "steps": [
-            {**s.model_dump(mode="json", exclude={"output"}), "label": _key(s, flow)}
-            for s in view.steps
-        ],
-        "unpublished_messages": view.unpublished,
-        "signals": [
-            sig.model_dump(mode="json", include={"name", "data", "sent_by", "created_at"})
-            for sig in view.signals
-        ],
-        "parent": None if view.parent is None else _job_json(view.parent),
-        "children": [_job_json(c) for c in view.children],
-    }
-
-
-def _job_json(job: Job) -> dict[str, Any]:
-    return {
-        "job_id": str(job.id),
-        "flow": job.flow,
-        "status": str(job.status),
-        "key": job.child_key,
-        "finished_at": None if job.finished_at is None else job.finished_at.isoformat(),
-    }
-
-
-def _print_view(view: JobView, flow: Flow | None) -> None:
-    job = view.job
-    waiting = f" for {', '.join(view.waiting_for)}" if view.waiting_for else ""
-    out.print(
-        f"job {job.id}  flow {job.flow} v{job.flow_version}  "
-        f"status [bold]{view.listed.state}[/bold]{waiting}",
-        highlight=False,
-    )
-    out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
-    out.print(f"created {job.created_at:%Y-%m-%d %H:%M:%S}  by {job.submitted_by or '-'}")
-    family = " (its child jobs' included)" if view.children else ""
-    out.print(f"progress {view.done}/{view.total} step runs done{family}", highlight=False)
-    if view.parent is not None:
-        p = view.parent
-        out.print(
-            f"child {job.child_key} of {p.flow} job {p.id} ({p.status})",
-            highlight=False,
-            markup=False,
-        )
-    table = Table("step", "key", "status", "attempts", "lease owner", "concurrency")
-    table.add_column("waits for", no_wrap=True)
-    table.add_column("error")
-    for s in view.steps:
-        error = (s.error or {}).get("message", "") if s.error else ""
-        table.add_row(
-            s.step,
-            _key(s, flow),
-            s.status,
-            f"{s.attempts - s.attempt_base}/{s.max_attempts - s.attempt_base}"
-            + (f" (retry {s.retries})" if s.retries else ""),
-            s.lease_owner or "",
-            f"{s.concurrency_key} (limit {s.concurrency_limit})" if s.concurrency_key else "",
-            waits_for(s) if s.status == StepStatus.WAITING else "",
-            str(error),
-        )
-    print_table(table)
-    for sig in view.signals:
-        out.print(
-            f"signal {sig.name} from {sig.sent_by or '-'} at {sig.created_at:%Y-%m-%d %H:%M:%S}: "
-            f"{json.dumps(sig.data, sort_keys=True)}",
-            highlight=False,
-            markup=False,
-        )
-    if view.children:
-        kids = Table("child", "flow", "job", "status", "finished")
-        for c in view.children:
-            finished = f"{c.finished_at:%Y-%m-%d %H:%M:%S}" if c.finished_at else ""
-            kids.add_row(c.child_key or "", c.flow, str(c.id), str(c.status), finished)
-        print_table(kids)
-    if view.unpublished:
-        out.print(f"{view.unpublished} message(s) not published yet")
 
 
 @click.command()

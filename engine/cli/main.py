@@ -9,36 +9,22 @@ with :func:`exit_code` and prints the one-line message. ``--json`` prints one JS
 
 from __future__ import annotations
 
+import importlib
 import os
-from importlib import metadata
+from collections.abc import Mapping
 from typing import Any
 
 import click
 from click.core import ParameterSource
 from pydantic import ValidationError
 
-from engine.cli import extensions
-from engine.cli.alerts import alerts
-from engine.cli.audit import audit
-from engine.cli.console import console, users
-from engine.cli.database import db
-from engine.cli.dlq import dlq
-from engine.cli.flows import flows, workers
-from engine.cli.jobs import cancel, retry, status, submit_group
-from engine.cli.migrate import migrate
-from engine.cli.queues import queues
-from engine.cli.reports import report, reports
-from engine.cli.runs import runs
-from engine.cli.schedules import schedule
-from engine.cli.signals import signal
-from engine.cli.simulate import simulate
-from engine.cli.worker import worker
-from engine.errors import BadInput, ChecksFailed, EngineError, JobFailed
+from engine.cli import WORKER_EXTRA, extensions, worker_extra_missing
+from engine.errors import BadInput, ChecksFailed, ConfigError, EngineError, JobFailed
 from engine.infra import logs
-from engine.infra.bad_settings import bad_setting_message
 from engine.infra.resources import DISTRIBUTION
 
 __all__ = [
+    "COMMANDS",
     "EXIT_BAD_INPUT",
     "EXIT_ENVIRONMENT",
     "EXIT_JOB_FAILED",
@@ -49,6 +35,112 @@ __all__ = [
 ]
 
 from engine.cli.exits import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_JOB_FAILED, EXIT_OK
+
+# The engine's commands, imported only when named (issue 37: a command pays only for
+# its own imports, not every other command's): name -> (module, attribute, the
+# first sentence of its help, which `engine --help` shows without importing it;
+# tests/unit/test_cli_lazy.py checks each against the command's own help).
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "alerts": (
+        "engine.cli.alerts",
+        "alerts",
+        "Alerts: one per dead letter (per orphaned flow version, per schedule time that did "
+        "not submit its job), delivered to every sink.",
+    ),
+    "audit": (
+        "engine.cli.audit",
+        "audit",
+        "List the audit trail, newest first: who did what, on what, when and why.",
+    ),
+    "cancel": (
+        "engine.cli.jobs",
+        "cancel",
+        "Cancel an active job; running steps stop at their next check or commit.",
+    ),
+    "console": (
+        "engine.cli.console",
+        "console",
+        "Serve the web console: runs, a live job page, approvals, dead letters, schedules, "
+        "workers.",
+    ),
+    "db": (
+        "engine.cli.database",
+        "db",
+        "The embedded PostgreSQL (ENGINE_PGDATA), used when ENGINE_DATABASE_URL is unset.",
+    ),
+    "dlq": (
+        "engine.cli.dlq",
+        "dlq",
+        "Dead letters: step runs past their attempts, and poison messages.",
+    ),
+    "flows": ("engine.cli.flows", "flows", "The registered flows."),
+    "migrate": (
+        "engine.cli.migrate",
+        "migrate",
+        "Apply the numbered SQL migrations not applied yet (safe to run concurrently).",
+    ),
+    "queues": ("engine.cli.queues", "queues", "SQS queues of the sqs transport."),
+    "report": (
+        "engine.cli.reports",
+        "report",
+        "Render one job's HTML report and print where it went (a path or an s3:// URI).",
+    ),
+    "reports": (
+        "engine.cli.reports",
+        "reports",
+        "HTML run reports: build them all, or serve them.",
+    ),
+    "retry": (
+        "engine.cli.jobs",
+        "retry",
+        "Resume a failed or cancelled job from its last checkpoints, with its children.",
+    ),
+    "runs": (
+        "engine.cli.runs",
+        "runs",
+        "List recent jobs, newest first (the console's runs search).",
+    ),
+    "schedule": (
+        "engine.cli.schedules",
+        "schedule",
+        "Schedules: a flow submitted on a cron calendar; any worker fires each time once.",
+    ),
+    "signal": (
+        "engine.cli.signals",
+        "signal",
+        "Send signal NAME to an active job: the steps waiting for it resume.",
+    ),
+    "simulate": (
+        "engine.cli.simulate",
+        "simulate",
+        "Run real workers with injected faults; check the oracles; render a replay page.",
+    ),
+    "status": (
+        "engine.cli.status",
+        "status",
+        "Show a job and its step runs (or the most recent jobs).",
+    ),
+    "submit": (
+        "engine.cli.jobs",
+        "submit_group",
+        "Submit a job of a flow: engine submit FLOW --param",
+    ),
+    "users": (
+        "engine.cli.console",
+        "users",
+        "The console's users: add, list, remove, change a password or a role.",
+    ),
+    "worker": (
+        "engine.cli.worker",
+        "worker",
+        "Run step runs until SIGTERM/SIGINT (then finish or release them; exit 0).",
+    ),
+    "workers": (
+        "engine.cli.flows",
+        "workers",
+        "List live workers (seen within ENGINE_WORKER_LIVE_S) and the flow versions each runs.",
+    ),
+}
 
 
 def exit_code(exc: BaseException) -> int | None:
@@ -64,7 +156,11 @@ def exit_code(exc: BaseException) -> int | None:
 
 def _is_bad_setting(exc: BaseException) -> bool:
     # a settings model's (Settings, SqsSettings, a flow package's own): an ENGINE_* value is bad
-    return isinstance(exc, ValidationError) and bad_setting_message(exc) is not None
+    if not isinstance(exc, ValidationError):
+        return False
+    from engine.infra.bad_settings import bad_setting_message  # pydantic_settings: on error only
+
+    return bad_setting_message(exc) is not None
 
 
 def _is_bad_environment_option(exc: BaseException) -> bool:
@@ -79,6 +175,8 @@ def _is_bad_environment_option(exc: BaseException) -> bool:
 def _message(exc: BaseException) -> str:
     """The one line printed for ``exc``: a bad setting names its variable, not the field."""
     if isinstance(exc, ValidationError):
+        from engine.infra.bad_settings import bad_setting_message
+
         return f"bad setting {bad_setting_message(exc)}"
     if isinstance(exc, click.BadParameter) and exc.ctx is not None and exc.param is not None:
         return f"bad setting {_envvar(exc.ctx, exc.param)}: {exc.message}"
@@ -106,6 +204,18 @@ class EngineGroup(click.Group):
     Every command, an extension's too, runs inside :meth:`invoke`: the one place
     where an exception or a command's own status becomes the process's exit code.
     """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        commands: Any = None,
+        *,
+        lazy: Mapping[str, tuple[str, str, str]] | None = None,
+        **attrs: Any,
+    ) -> None:
+        super().__init__(name, commands, **attrs)
+        self.lazy: Mapping[str, tuple[str, str, str]] = lazy or {}
+        """Commands imported when first named: name -> (module, attribute, summary for --help)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -197,14 +307,68 @@ class EngineGroup(click.Group):
         return names
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *extensions.commands(ctx)})
+        return sorted({*super().list_commands(ctx), *self.lazy, *extensions.commands(ctx)})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        return super().get_command(ctx, cmd_name) or extensions.commands(ctx).get(cmd_name)
+        return (
+            super().get_command(ctx, cmd_name)
+            or self._import(cmd_name)
+            or extensions.commands(ctx).get(cmd_name)
+        )
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            # click suggests among the commands imported so far; these are all of them
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
+
+    def _import(self, name: str) -> click.Command | None:
+        """The engine's command ``name``, its module imported now (and kept)."""
+        if name not in self.lazy:
+            return None
+        module, attribute, _ = self.lazy[name]
+        try:
+            command = getattr(importlib.import_module(module), attribute)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] not in WORKER_EXTRA:
+                raise
+            raise ConfigError(worker_extra_missing(exc.name or "")) from exc
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{module}.{attribute} is not a click command")
+        self.add_command(command, name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """``engine --help``'s list: a command not imported yet shows its help from the table."""
+        shown: list[tuple[str, str | click.Command]] = []
+        for name in self.list_commands(ctx):
+            loaded = super().get_command(ctx, name) or extensions.commands(ctx).get(name)
+            if loaded is None and name in self.lazy:
+                shown.append((name, self.lazy[name][2]))
+            elif loaded is not None and not loaded.hidden:
+                shown.append((name, loaded))
+        if not shown:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in shown)
+        rows: list[tuple[str, str]] = []
+        for name, command in shown:
+            if isinstance(command, str):
+                # click's own shortening, the same as the imported command's
+                rows.append((name, click.Command(name, help=command).get_short_help_str(limit)))
+            else:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(
     cls=EngineGroup,
+    lazy=COMMANDS,
     context_settings={"auto_envvar_prefix": "ENGINE", "show_default": True},
 )
 @click.option(
@@ -238,35 +402,11 @@ def main(log_level: str, log_format: logs.LogFormat) -> None:
 
 
 def _print_version(ctx: click.Context) -> None:
+    from importlib import metadata
+
     try:
         version = metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         version = f"unknown ({DISTRIBUTION} is not installed: run from a source tree)"
     click.echo(f"engine {version}")
     ctx.exit()
-
-
-for command in (
-    alerts,
-    audit,
-    cancel,
-    console,
-    db,
-    dlq,
-    flows,
-    migrate,
-    queues,
-    report,
-    reports,
-    retry,
-    runs,
-    schedule,
-    signal,
-    simulate,
-    status,
-    submit_group,
-    users,
-    worker,
-    workers,
-):
-    main.add_command(command)

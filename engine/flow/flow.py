@@ -36,9 +36,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-import networkx as nx
 from pydantic import BaseModel
 
 from engine.errors import DefinitionError
@@ -59,6 +58,9 @@ from engine.flow.step import (
     is_model,
     register_injectable,
 )
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "INJECTABLE_TYPES",
@@ -299,6 +301,8 @@ class Flow:
                         f"step {decl.name!r} depends on {dep!r}, which is not a step; "
                         f"steps: {', '.join(map(repr, declared))}"
                     )
+        import networkx as nx  # imported when a graph is first built, not by `import engine`
+
         graph: nx.DiGraph[str] = nx.DiGraph()
         graph.add_nodes_from(declared)
         graph.add_edges_from((dep, d.name) for d in declared.values() for dep in d.after)

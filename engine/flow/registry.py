@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Iterable, Sequence
+from types import ModuleType
 
 from engine.errors import DefinitionError, UnknownFlow
 from engine.flow import Flow
@@ -48,35 +49,40 @@ class Registry:
         starting with ``_`` excepted) is imported and those without a ``flow``
         attribute are skipped: they are domain helpers. A module named
         explicitly must import and export a ``flow``, else
-        :class:`DefinitionError`. Each flow is validated and frozen.
+        :class:`DefinitionError`; a package named that exports nothing itself
+        (``flows``) stands for its modules, loaded as the default loads them, so
+        ``ENGINE_FLOW_MODULES=flows,mymodule`` adds a module to the installed
+        flows. Each flow is validated and frozen.
         """
         registry = cls()
         explicit = modules is not None
         for module_name in modules if modules is not None else _default_modules():
-            try:
-                module = importlib.import_module(module_name)
-            except Exception as exc:
-                raise DefinitionError(
-                    f"cannot import flow module {module_name!r}: {type(exc).__name__}: {exc}"
-                ) from exc
-            registry.commands.extend(getattr(module, "commands", None) or [])
-            registry.console_pages.extend(getattr(module, "console_pages", None) or [])
-            registry.search_fields.extend(getattr(module, "search_fields", None) or [])
-            flow = getattr(module, "flow", None)
-            many = getattr(module, "flows", None)
-            if isinstance(flow, Flow):
-                registry._add(flow, origin=module_name)
-            elif isinstance(many, list) and many and all(isinstance(f, Flow) for f in many):
-                for one in many:
-                    registry._add(one, origin=module_name)
-            elif explicit and not any(
-                getattr(module, a, None) for a in ("commands", "console_pages", "search_fields")
-            ):
-                found = "none" if flow is None else type(flow).__name__
-                raise DefinitionError(
-                    f"module {module_name!r} does not export a Flow as 'flow' (found: {found})"
-                )
+            module = _import(module_name)
+            if explicit and _bare_package(module):
+                # a package listed (`flows,mymodule`): its modules, as the default loads them
+                for name in _default_modules(module_name):
+                    registry._take(_import(name), name, explicit=False)
+                continue
+            registry._take(module, module_name, explicit=explicit)
         return registry
+
+    def _take(self, module: ModuleType, module_name: str, *, explicit: bool) -> None:
+        """Register what ``module`` exports; a module named explicitly must export something."""
+        self.commands.extend(getattr(module, "commands", None) or [])
+        self.console_pages.extend(getattr(module, "console_pages", None) or [])
+        self.search_fields.extend(getattr(module, "search_fields", None) or [])
+        flow = getattr(module, "flow", None)
+        many = getattr(module, "flows", None)
+        if isinstance(flow, Flow):
+            self._add(flow, origin=module_name)
+        elif isinstance(many, list) and many and all(isinstance(f, Flow) for f in many):
+            for one in many:
+                self._add(one, origin=module_name)
+        elif explicit and not any(getattr(module, a, None) for a in _EXPORTS[2:]):
+            found = "none" if flow is None else type(flow).__name__
+            raise DefinitionError(
+                f"module {module_name!r} does not export a Flow as 'flow' (found: {found})"
+            )
 
     def _add(self, flow: Flow, *, origin: str) -> None:
         if self._flows.get(flow.name) is flow:
@@ -144,10 +150,29 @@ class Registry:
         return f"Registry({self.names()})"
 
 
-def _default_modules() -> list[str]:
-    package = importlib.import_module(DEFAULT_PACKAGE)
+# what a module may export for the registry
+_EXPORTS = ("flow", "flows", "commands", "console_pages", "search_fields")
+
+
+def _import(module_name: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:
+        raise DefinitionError(
+            f"cannot import flow module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _bare_package(module: ModuleType) -> bool:
+    """A package that exports nothing itself (``flows``): its modules are what it means."""
+    return hasattr(module, "__path__") and not any(getattr(module, a, None) for a in _EXPORTS)
+
+
+def _default_modules(package_name: str | None = None) -> list[str]:
+    name = package_name or DEFAULT_PACKAGE
+    package = importlib.import_module(name)
     return [
-        f"{DEFAULT_PACKAGE}.{info.name}"
+        f"{name}.{info.name}"
         for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name)
         if not info.name.startswith("_")
     ]

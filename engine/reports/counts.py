@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from engine import store
 from engine.config import Settings
 from engine.store import db
-from engine.store.models import StepStatus
+from engine.store.status import StepStatus
 
 __all__ = ["Counts", "StepOutcomes", "read_counts"]
 

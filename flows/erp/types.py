@@ -9,6 +9,7 @@ the same message.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Annotated, Any
 
@@ -19,6 +20,7 @@ from engine import BadInput
 
 __all__ = [
     "Period",
+    "closest_period",
     "fiscal_year_start",
     "next_period",
     "parse_period",
@@ -32,12 +34,36 @@ _PERIOD = re.compile(_PATTERN)
 
 def _check_period(value: str) -> str:
     if _PERIOD.fullmatch(value) is None:
+        meant = closest_period(value)
         raise PydanticCustomError(
             "period_format",
-            "invalid period {period}: expected YYYY-MM with a month from 01 to 12, e.g. 2026-11",
-            {"period": repr(value)},
+            "invalid period {period}: expected YYYY-MM with a month from 01 to 12, e.g. 2026-11"
+            + ("" if meant is None else "; did you mean {meant}?"),
+            {"period": repr(value), "meant": repr(meant)},
         )
     return value
+
+
+def closest_period(value: str) -> str | None:
+    """The period a typo most likely meant, or ``None``.
+
+    Its digits read as a year and a month first (``2026-1``, ``202611``,
+    ``26-11``, ``11/2026``); else the closest month of its year by spelling
+    (``2026-13``: 2026-12, by :func:`difflib.get_close_matches`).
+    """
+    parts = re.findall(r"[0-9]+", value)
+    if len(parts) == 1 and len(parts[0]) == 6:
+        parts = [parts[0][:4], parts[0][4:]]
+    if len(parts) == 2:
+        year, month = parts if len(parts[0]) >= len(parts[1]) else parts[::-1]
+        year = f"20{year}" if len(year) == 2 else year
+        guess = f"{year}-{int(month):02d}" if len(month) <= 2 else ""
+        if _PERIOD.fullmatch(guess):
+            return guess
+    year = next((p for p in parts if len(p) == 4), None)
+    months = [] if year is None else [f"{year}-{m:02d}" for m in range(1, 13)]
+    close = difflib.get_close_matches(value, months, n=1)
+    return close[0] if close else None
 
 
 def _period_schema(schema: dict[str, Any]) -> None:

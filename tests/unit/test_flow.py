@@ -539,14 +539,29 @@ def test_parse_params__valid_values_are_parsed() -> None:
     assert params == example.ExampleParams(period="2026-11", chunks=5)
 
 
-@pytest.mark.parametrize("period", ["2026-13", "26-11", "2026-1", "2026-00", "2026-11 "])
-def test_parse_params__bad_period_names_value_and_form(period: str) -> None:
+@pytest.mark.parametrize(
+    ("period", "meant"),
+    [
+        ("2026-13", "2026-12"),
+        ("26-11", "2026-11"),
+        ("2026-1", "2026-01"),
+        ("2026-00", "2026-10"),
+        ("2026-11 ", "2026-11"),
+    ],
+)
+def test_parse_params__bad_period_names_value_and_form(period: str, meant: str) -> None:
     with pytest.raises(InvalidParameters) as info:
         example.flow.parse_params({"period": period})
     assert info.value.problems == [
         f"--period: invalid period {period!r}: expected YYYY-MM with a month from 01 to 12, "
-        "e.g. 2026-11"
+        f"e.g. 2026-11; did you mean {meant!r}?"
     ]
+
+
+def test_parse_params__a_period_with_no_likely_meaning_suggests_nothing() -> None:
+    with pytest.raises(InvalidParameters) as info:
+        example.flow.parse_params({"period": "Nov"})
+    assert info.value.problems[0].endswith("e.g. 2026-11")
 
 
 def test_parse_params__unknown_key_is_named_with_the_valid_ones() -> None:

@@ -87,3 +87,16 @@ def test_registry__built_from_flows_directly_freezes_them() -> None:
         @flow.step()
         def late() -> Out:
             return Out()
+
+
+def test_load__a_listed_package_stands_for_its_modules() -> None:
+    # `ENGINE_FLOW_MODULES=flows,mymodule`: a user's module added to a package's flows
+    registry = Registry.load(["flowmods.default", "flows.example"])
+    assert registry.names() == ["example", "good"]
+    assert registry.origin("good") == "flowmods.default.good"
+
+
+def test_get__an_unknown_flow_suggests_the_closest_name() -> None:
+    registry = Registry.load(["flows.example", "flowmods.dup_a"])
+    with pytest.raises(UnknownFlow, match=r"unknown flow 'exmaple' \(did you mean 'example'\?\)"):
+        registry.get("exmaple")
