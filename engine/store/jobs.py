@@ -53,6 +53,7 @@ __all__ = [
     "job_select_parent",
     "job_select_rejected_in_retry",
     "job_select_signals",
+    "job_select_state_locked",
     "job_select_status",
     "job_select_version",
 ]
@@ -150,6 +151,14 @@ def job_select_parent(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[
 def job_select_status(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
     row = _rows.first(conn, "job_select_status", {"job_id": job_id})
     return None if row is None else str(row["status"])
+
+
+@wrap_errors
+def job_select_state_locked(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """The job's status and finished_at under its row lock (``None``: no such job)."""
+    return _rows.first(conn, "job_select_state_locked", {"job_id": job_id})
 
 
 @wrap_errors

@@ -243,3 +243,7 @@ SELECT j.status,
        (SELECT max(a.id) FROM engine_audit AS a WHERE a.job_id = j.id) AS last_audit
 FROM engine_jobs AS j
 WHERE j.id = %(job_id)s;
+
+-- job_select_state_locked --
+-- A bulk action re-checks each job against the state it was previewed in under the job's row lock (FOR NO KEY UPDATE, the lock order's first step), so nothing changes it between the check and the action.
+SELECT id, status, finished_at FROM engine_jobs WHERE id = %(job_id)s FOR NO KEY UPDATE;

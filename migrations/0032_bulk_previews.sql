@@ -1,0 +1,29 @@
+-- Bulk actions on a frozen preview (issue 38, item 2): `engine retry|cancel|dlq replay|dlq purge
+-- FILTER --dry-run` writes what the filter found now, and `--apply PREVIEW` acts on exactly
+-- that set, each item re-checked under its lock against the state it was previewed in.
+--
+-- One row per preview. `items` is the frozen set: a JSON array of [id, state, version, flow]
+-- (a job's id, its stored status and finished_at; a dead letter's id, open or replayed, and
+-- its job's status), `counts` the same set by flow and state as the dry run printed them.
+-- A preview is applied at most once (applied_at set under the row's lock) and never after
+-- expires_at (database clock).
+CREATE TABLE engine_bulk_previews (
+    id          uuid        PRIMARY KEY,
+    action      text        NOT NULL CHECK (action IN ('retry', 'cancel', 'replay', 'purge')),
+    filter      jsonb       NOT NULL,
+    items       jsonb       NOT NULL CHECK (jsonb_typeof(items) = 'array'),
+    counts      jsonb       NOT NULL,
+    total       integer     NOT NULL CHECK (total >= 0),
+    created_by  text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at  timestamptz NOT NULL,
+    applied_at  timestamptz,
+    applied_by  text,
+    CHECK (expires_at > created_at),
+    CHECK ((applied_at IS NULL) = (applied_by IS NULL))
+);
+CREATE INDEX engine_bulk_previews_created ON engine_bulk_previews (created_at DESC);
+
+-- the console previews and applies as its own role (0026)
+GRANT SELECT, INSERT ON engine_bulk_previews TO engine_console;
+GRANT UPDATE (applied_at, applied_by) ON engine_bulk_previews TO engine_console;
