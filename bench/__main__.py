@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin
+    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,bulk
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -55,6 +55,11 @@ a real user's sign-in time while wrong attempts hit it from one address, from ma
 with the limits lifted (``BENCH_ONLY=signin make bench``).
 
     BENCH_SIGNIN_RATE=50 BENCH_SIGNIN_S=10 BENCH_SIGNIN_USER_N=10
+
+Bulk actions on a frozen preview (``bulk``, see ``bench/bulk.py``): an outage's dead
+letters previewed and replayed in one action, with single replays racing it.
+
+    BENCH_BULK_N=10000 BENCH_BULK_RACE=100
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ import sys
 import time
 
 from bench import (
+    bulk,
     erp,
     floor,
     latency,
@@ -121,7 +127,7 @@ def main() -> int:
     only = set(
         (
             os.environ.get("BENCH_ONLY")
-            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin"
+            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,bulk"
         ).split(",")
     )
     started = time.monotonic()
@@ -168,6 +174,8 @@ def main() -> int:
             runs_search.run()
         if "signin" in only:  # the console under a sign-in flood; BENCH_SIGNIN_* (bench/signin.py)
             signin.run()
+        if "bulk" in only:  # an outage's dead letters in one action; BENCH_BULK_* (bench/bulk.py)
+            bulk.run()
     finally:
         try:
             # erp drops its own (engine_bench_erp)
