@@ -27,3 +27,8 @@ CREATE INDEX engine_bulk_previews_created ON engine_bulk_previews (created_at DE
 -- the console previews and applies as its own role (0026)
 GRANT SELECT, INSERT ON engine_bulk_previews TO engine_console;
 GRANT UPDATE (applied_at, applied_by) ON engine_bulk_previews TO engine_console;
+
+-- A replay closes its job's open step dead letters (dead_letter_mark_replayed_by_job): by this
+-- index, not a scan of every dead letter, so replaying 10,000 of them is not quadratic.
+CREATE INDEX engine_dead_letters_open_by_job
+    ON engine_dead_letters (job_id) WHERE source = 'step' AND replayed_at IS NULL;

@@ -7,7 +7,9 @@ lock timeout skips that item alone. A job is locked and compared
 row (the store's lock order). The action is the single one's
 (:func:`engine.jobs.admin.retry_in`, :func:`~engine.jobs.admin.cancel_in`),
 audited per item with the preview's id; what it publishes goes after the
-chunk commits.
+chunk commits. The preview is marked applied before its first item: an apply
+that stops half way (a crash, an outage) leaves the rest undone, and a new
+dry run finds what is left, in the state it is in now.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from engine.jobs import admin
 from engine.jobs.audit import operator, record_action
 from engine.jobs.bulk.filtering import DEAD_LETTER_ACTIONS
 from engine.jobs.bulk.previews import BulkItem, job_check
+from engine.store import db
 from engine.store.status import AuditSource
 from engine.transports import transport_for
 from engine.transports.base import Transport
@@ -92,7 +95,7 @@ def apply(
         admin.operator_action(
             settings, f"apply of bulk preview {preview_id}", "engine_bulk_previews"
         ),
-        admin._connect(settings) as conn,
+        _connect(settings) as conn,
     ):
         with conn.transaction():
             claimed = store.bulk_preview_claim_if_open(conn, preview_id, who)
@@ -255,6 +258,12 @@ class _Act:
                 reason=self.reason,
                 detail={"source": "message", **self._detail},
             )
-            body = row["message_body"]
-            after.append(lambda: self.transport.send_raw(body))
+            # sent before the commit, as a single replay sends it: a failed commit leaves a
+            # message sent twice at worst (delivery is at least once), never one lost
+            self.transport.send_raw(row["message_body"])
         return None
+
+
+def _connect(settings: Settings) -> psycopg.Connection[Any]:
+    """An operator command's connection: its shorter lock wait, as :mod:`engine.jobs.admin`'s."""
+    return db.connect(settings, lock_timeout_s=settings.admin_lock_timeout_s)

@@ -18,10 +18,10 @@ import psycopg
 from engine import store
 from engine.config import Settings
 from engine.errors import BadInput
-from engine.jobs import admin
 from engine.jobs.audit import operator
 from engine.jobs.bulk.filtering import DEAD_LETTER_ACTIONS, BulkFilter
 from engine.jobs.search import RunQuery, search_filters
+from engine.store import db
 
 __all__ = [
     "DEFAULT_TTL_S",
@@ -104,7 +104,7 @@ def preview(
     if not 0 < ttl_s <= 7 * 86400:
         raise BadInput(f"bad preview lifetime {ttl_s!r} s: more than 0, at most 7 days (604800)")
     who = (actor or "").strip() or operator()
-    with admin._connect(settings) as conn, conn.transaction():
+    with _connect(settings) as conn, conn.transaction():
         items = (
             _dead_letters(conn, action, where)
             if action in DEAD_LETTER_ACTIONS
@@ -144,7 +144,7 @@ def preview(
 
 def show(settings: Settings, preview_id: uuid.UUID) -> BulkPreview:
     """A preview as written (:class:`BadInput` when there is none with that id)."""
-    with admin._connect(settings) as conn:
+    with _connect(settings) as conn:
         row = store.bulk_preview_select_one(conn, preview_id)
     if row is None:
         raise BadInput(f"no bulk preview {preview_id}; `--dry-run` writes one and prints its id")
@@ -216,3 +216,8 @@ def _dead_letters(conn: psycopg.Connection[Any], action: str, where: BulkFilter)
         BulkItem(str(r["id"]), r["flow"], r["state"], f"{r['state']}|{r['job_status'] or ''}")
         for r in rows
     ]
+
+
+def _connect(settings: Settings) -> psycopg.Connection[Any]:
+    """An operator command's connection: its shorter lock wait, as :mod:`engine.jobs.admin`'s."""
+    return db.connect(settings, lock_timeout_s=settings.admin_lock_timeout_s)
