@@ -109,6 +109,13 @@ def run_bulk(
         )
         _print_applied(applied, as_json)
         return
+    if not values.get("dry_run") and not filters:
+        raise BadInput(
+            f"give {single.upper().replace('_', ' ')}, or filters with --dry-run (a preview to "
+            "check), or --apply PREVIEW --reason R"
+            if single != "none"
+            else "give filters with --dry-run (a preview to check), or --apply PREVIEW --reason R"
+        )
     if not values.get("dry_run"):
         raise BadInput(
             f"filters ({', '.join(filters)}) need --dry-run: it writes a preview to check, "

@@ -13,6 +13,7 @@ from engine.cli.main import EXIT_BAD_INPUT, main
     ("args", "said"),
     [
         (("retry", "--flow", "example"), "need --dry-run"),
+        (("cancel",), "give JOB ID, or filters with --dry-run"),
         (("retry", "--state", "done", "--dry-run"), "bad state 'done' for retry"),
         (("cancel", "--since", "yesterday", "--dry-run"), "bad --since 'yesterday'"),
         (("cancel", "--since", "2h", "--until", "3h", "--dry-run"), "bad time window"),
