@@ -171,6 +171,12 @@ def _print_applied(applied: bulk.BulkApplied, as_json: bool) -> None:
         f"{len(applied.refused)} refused",
         highlight=False,
     )
-    for what, skips in (("skipped", applied.skipped), ("refused", applied.refused)):
+    if applied.left():
+        out.print(applied.left(), highlight=False, markup=False)
+    for what, skips in (
+        ("skipped", applied.skipped),
+        ("refused", applied.refused),
+        ("busy", applied.busy),
+    ):
         for s in skips:
             out.print(f"{what} {s.id} (was {s.was}): {s.why}", highlight=False, markup=False)

@@ -3,13 +3,16 @@ re-checked under its lock, one audit entry per item; an expired or applied previ
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
-from harness import fast_settings, flows_registry, thread_worker, wait_job_ended
+from harness import fast_settings, flows_registry, thread_worker, wait_job_ended, wait_until
 
 from engine import (
     BadInput,
@@ -203,3 +206,102 @@ def test_bulk__a_rejected_job_in_the_set_is_refused_as_a_single_retry_is(
     assert "a rejection is the data's decision" in applied.refused[0].why
     assert _status(conn, job) == "failed"
     assert _bulk_entries(conn, "retry") == []
+
+
+_APPLIER = """
+import sys, uuid
+from engine import bulk_apply
+from engine.config import Settings
+
+preview, chunk = uuid.UUID(sys.argv[1]), int(sys.argv[2])
+seen = []
+
+def before_item(item):
+    seen.append(item.id)
+    if len(seen) == chunk + 1:  # the first chunk's transactions committed
+        print("chunk 1 committed", flush=True)
+
+bulk_apply(Settings(), preview, reason="db back", actor="kim", before_item=before_item, chunk=chunk)
+print("finished", flush=True)
+"""
+
+
+def test_bulk__an_apply_killed_half_way_is_finished_by_a_rerun_acting_once_per_job(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    chunk = int(os.environ.get("BULK_KILL_CHUNK", "5"))
+    jobs = _cancelled(settings, int(os.environ.get("BULK_KILL_N", "3")) * chunk, "outage 9")
+    made = bulk_preview(settings, "retry", BulkFilter(error="outage 9"))
+    order = [i.id for i in bulk_show_items(conn, made.id)]
+    assert settings.database_url is not None
+    env = {
+        **os.environ,
+        "ENGINE_DATABASE_URL": settings.database_url.get_secret_value(),
+        "ENGINE_ADMIN_LOCK_TIMEOUT_S": "120",  # waits for the held job past this test's kill
+    }
+    with psycopg.connect(conn.info.dsn, password=conn.info.password) as holder:
+        # a job of the second chunk held: the apply waits on it inside that chunk's transaction
+        holder.execute("SELECT 1 FROM engine_jobs WHERE id = %s FOR UPDATE", (order[chunk + 2],))
+        child = subprocess.Popen(
+            [sys.executable, "-c", _APPLIER, str(made.id), str(chunk)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().startswith("chunk 1 committed")
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                ).fetchone(),
+                what="the apply's wait for the held job",
+            )
+        finally:
+            child.kill()  # SIGKILL: no cleanup of any kind
+            child.wait()
+    assert child.returncode == -9
+    first = {e["target_id"] for e in _bulk_entries(conn, "retry")}
+    assert first == set(order[:chunk])  # the first chunk only: the second's rolled back
+    assert _outcomes(conn, made.id) == dict.fromkeys(order[:chunk], "done")
+
+    rerun = bulk_apply(settings, made.id, reason="db back", actor="kim")
+    assert sorted(rerun.done) == sorted(order[chunk:])  # exactly the rest
+    assert rerun.earlier == {"done": chunk} and rerun.complete
+    entries = _bulk_entries(conn, "retry")
+    assert sorted(e["target_id"] for e in entries) == sorted(map(str, jobs))  # one per job
+    assert all(_status(conn, j) != "cancelled" for j in jobs)
+    with pytest.raises(PreviewClosed, match="applied already, by kim"):
+        bulk_apply(settings, made.id, reason="again")
+
+
+def test_bulk__a_busy_item_is_left_without_an_outcome_and_a_rerun_finishes_it(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    jobs = _cancelled(settings, 3, "outage 10")
+    made = bulk_preview(settings, "retry", BulkFilter(error="outage 10"))
+    fast = fast_settings(settings, admin_lock_timeout_s=0.2)
+    with psycopg.connect(conn.info.dsn, password=conn.info.password) as holder:
+        holder.execute("SELECT 1 FROM engine_jobs WHERE id = %s FOR UPDATE", (jobs[1],))
+        first = bulk_apply(fast, made.id, reason="db back")
+    assert [b.id for b in first.busy] == [str(jobs[1])] and not first.complete
+    assert "run the same --apply again" in first.left()
+    again = bulk_apply(fast, made.id, reason="db back")
+    assert again.done == [str(jobs[1])] and again.complete
+    assert len(_bulk_entries(conn, "retry")) == 3
+
+
+def bulk_show_items(conn: psycopg.Connection[Any], preview: uuid.UUID) -> list[BulkItem]:
+    row = conn.execute("SELECT items FROM engine_bulk_previews WHERE id = %s", (preview,))
+    found = row.fetchone()
+    assert found is not None
+    return [BulkItem(*r) for r in found["items"]]
+
+
+def _outcomes(conn: psycopg.Connection[Any], preview: uuid.UUID) -> dict[str, str]:
+    rows = conn.execute(
+        "SELECT item, outcome FROM engine_bulk_preview_outcomes WHERE preview_id = %s",
+        (preview,),
+    ).fetchall()
+    return {r["item"]: r["outcome"] for r in rows}

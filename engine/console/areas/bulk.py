@@ -128,6 +128,8 @@ def _said(done: bulk.BulkApplied) -> str:
         f"{done.action} done for {len(done.done)} item(s); {len(done.skipped)} skipped "
         f"(changed since the preview), {len(done.refused)} refused"
     )
+    if done.left():
+        text += f"; {done.left()}"
     listed: list[Any] = [*done.skipped, *done.refused][:_SHOWN_SKIPS]
     if listed:
         text += ": " + "; ".join(f"{s.id} ({s.why})" for s in listed)

@@ -1,15 +1,21 @@
 """A bulk action applied: the preview's frozen set only, each item re-checked under its lock.
 
-The preview is claimed once (``bulk_preview_claim_if_open``); items are acted
-on a chunk per transaction, each in a savepoint of its own, so one refusal or
-lock timeout skips that item alone. A job is locked and compared
-(:func:`~engine.jobs.bulk.previews.job_check`); a dead letter after its job's
-row (the store's lock order). The action is the single one's
-(:func:`engine.jobs.admin.retry_in`, :func:`~engine.jobs.admin.cancel_in`),
+Resumable and exact under a crash: every transaction of an apply locks the
+preview's row first (``bulk_preview_lock``: two applies of one preview take
+turns), leaves out the items that have an outcome already, and records each
+item's outcome (done, skipped: changed since the preview, refused: the single
+action's rule, with why) in the transaction that acts on it. An apply that
+stops half way (a crash, a kill, an outage) committed its chunks and nothing
+of the one it was in; running it again acts on the items with no outcome yet,
+never twice on one. The preview is applied once every item has an outcome.
+
+A job is locked and compared (:func:`~engine.jobs.bulk.previews.job_check`);
+a dead letter after its job's row (the store's lock order). The action is the
+single one's (:func:`engine.jobs.admin.retry_in`,
+:func:`~engine.jobs.admin.cancel_in`), each item in a savepoint of its own,
 audited per item with the preview's id; what it publishes goes after the
-chunk commits. The preview is marked applied before its first item: an apply
-that stops half way (a crash, an outage) leaves the rest undone, and a new
-dry run finds what is left, in the state it is in now.
+transaction commits. An item locked by someone else past the operator's lock
+wait gets no outcome (``busy``): a re-run tries it again.
 """
 
 from __future__ import annotations
@@ -33,12 +39,15 @@ from engine.store.status import AuditSource
 from engine.transports import transport_for
 from engine.transports.base import Transport
 
-__all__ = ["BulkApplied", "BulkSkip", "apply"]
+__all__ = ["CHUNK", "BulkApplied", "BulkSkip", "apply"]
 
-# Items per transaction. Each item is a savepoint (and a retry's reopen one more): 25 keep
-# a transaction under the 64 subtransactions a backend caches, past which every other
-# session's snapshot must read pg_subtrans (the subtransaction overflow slowdown).
-_CHUNK = 25
+CHUNK = 500
+"""Items an apply takes at a time (the hooks called, then acted on)."""
+
+# Items per transaction acted on one by one. Each is a savepoint (and a retry's reopen one
+# more): 25 keep a transaction under the 64 subtransactions a backend caches, past which every
+# other session's snapshot must read pg_subtrans (the subtransaction overflow slowdown).
+_SAVEPOINTS = 25
 
 
 @dataclass(frozen=True)
@@ -50,15 +59,34 @@ class BulkSkip:
     why: str
 
 
-@dataclass(frozen=True)
+@dataclass
 class BulkApplied:
-    """What :func:`apply` did: the ids acted on, the ones skipped (changed) or refused."""
+    """What one run of :func:`apply` did: the ids acted on, the ones skipped (changed) or
+    refused; ``busy``, those locked by someone else (no outcome: a re-run tries them again);
+    ``earlier``, the outcomes earlier runs recorded, by kind; ``complete``, whether every item
+    of the preview has an outcome now (the preview is applied)."""
 
     preview_id: uuid.UUID
     action: str
     done: list[str] = field(default_factory=list)
     skipped: list[BulkSkip] = field(default_factory=list)
     refused: list[BulkSkip] = field(default_factory=list)
+    busy: list[BulkSkip] = field(default_factory=list)
+    earlier: dict[str, int] = field(default_factory=dict)
+    complete: bool = False
+
+    def left(self) -> str:
+        """What an earlier run did and what is left for a re-run, in words ("" when neither)."""
+        said = []
+        if self.earlier:
+            kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.earlier.items()))
+            said.append(f"an earlier run of this apply recorded {kinds}")
+        if self.busy:
+            said.append(
+                f"{len(self.busy)} item(s) locked by someone else were left: run the same "
+                "--apply again to finish them"
+            )
+        return "; ".join(said)
 
     def as_json(self) -> dict[str, Any]:
         def listed(skips: list[BulkSkip]) -> list[dict[str, str]]:
@@ -70,6 +98,9 @@ class BulkApplied:
             "done": len(self.done),
             "skipped": listed(self.skipped),
             "refused": listed(self.refused),
+            "busy": listed(self.busy),
+            "earlier": self.earlier,
+            "complete": self.complete,
         }
 
 
@@ -83,8 +114,9 @@ def apply(
     source: AuditSource = AuditSource.CLI,
     transport: Transport | None = None,
     before_item: Callable[[BulkItem], None] | None = None,
+    chunk: int = CHUNK,
 ) -> BulkApplied:
-    """Act on a preview's set only, each item re-checked under its lock; see the module.
+    """Act on a preview's items with no outcome yet, each re-checked under its lock; see the module.
 
     ``action``, when given, must be the preview's (``engine cancel --apply``
     of a retry's preview is refused). ``reason`` is required (audited per
@@ -92,6 +124,8 @@ def apply(
     """
     if not (reason or "").strip():
         raise BadInput("a bulk apply needs a reason (--reason R): it is audited with every item")
+    if chunk < 1:
+        raise BadInput(f"bad chunk size {chunk!r}: at least 1")
     who = (actor or "").strip() or operator()
     transport = transport or transport_for(settings)
     with (
@@ -101,43 +135,69 @@ def apply(
         _connect(settings) as conn,
     ):
         with conn.transaction():
-            claimed = store.bulk_preview_claim_if_open(conn, preview_id, who)
-            if claimed is None:
-                raise _closed(conn, preview_id)
-            if action is not None and claimed["action"] != action:
+            head = _lock_open(conn, preview_id)
+            if action is not None and head["action"] != action:
                 raise BadInput(
-                    f"bulk preview {preview_id} is a {claimed['action']} preview, not {action}: "
-                    f"apply it with the {claimed['action']} command"
+                    f"bulk preview {preview_id} is a {head['action']} preview, not {action}: "
+                    f"apply it with the {head['action']} command"
                 )
-        done = BulkApplied(preview_id, claimed["action"])
-        items = [BulkItem(*r) for r in claimed["items"]]
-        act = _Act(settings, conn, transport, claimed["action"], who, source, reason, preview_id)
-        for start in range(0, len(items), _CHUNK):
-            after: list[Callable[[], object]] = []
-            with conn.transaction():
-                for item in items[start : start + _CHUNK]:
-                    if before_item is not None:
-                        before_item(item)
-                    act.one(item, done, after)
-            for publish in after:
-                publish()
+            row = store.bulk_preview_select_one(conn, preview_id)
+            assert row is not None  # locked just now
+            earlier = store.bulk_outcome_counts(conn, preview_id)
+        done = BulkApplied(preview_id, head["action"], earlier=earlier)
+        items = [BulkItem(*r) for r in row["items"]]
+        act = _Act(settings, conn, transport, head["action"], who, source, reason, preview_id)
+        for start in range(0, len(items), chunk):
+            part = items[start : start + chunk]
+            if before_item is not None:
+                for item in part:
+                    before_item(item)
+            for sub in range(0, len(part), _SAVEPOINTS):
+                after: list[Callable[[], object]] = []
+                with conn.transaction():
+                    _lock_open(conn, preview_id)
+                    todo = _not_recorded(conn, preview_id, part[sub : sub + _SAVEPOINTS])
+                    outcomes = [act.one(item, done, after) for item in todo]
+                    store.bulk_outcome_insert_many(
+                        conn, preview_id, [o for o in outcomes if o is not None]
+                    )
+                for publish in after:
+                    publish()
+        with conn.transaction():
+            store.bulk_preview_lock(conn, preview_id)
+            done.complete = store.bulk_preview_mark_applied_if_complete(conn, preview_id, who)
     return done
 
 
-def _closed(conn: psycopg.Connection[Any], preview_id: uuid.UUID) -> BadInput:
-    row = store.bulk_preview_select_one(conn, preview_id)
-    if row is None:
-        return BadInput(f"no bulk preview {preview_id}; `--dry-run` writes one and prints its id")
-    if row["applied_at"] is not None:
-        return PreviewClosed(
-            f"bulk preview {preview_id} was applied already, by {row['applied_by']} at "
-            f"{row['applied_at']:%Y-%m-%d %H:%M:%S %Z}; a preview is applied once: "
+def _lock_open(conn: psycopg.Connection[Any], preview_id: uuid.UUID) -> dict[str, Any]:
+    """Lock the preview's row; its row if it may be applied now, else why not (raised).
+
+    An apply begins before the preview expires; one begun (an outcome recorded) may be
+    finished after, each item re-checked against its previewed state all the same.
+    """
+    head = store.bulk_preview_lock(conn, preview_id)
+    if head is None:
+        raise BadInput(f"no bulk preview {preview_id}; `--dry-run` writes one and prints its id")
+    if head["applied_at"] is not None:
+        raise PreviewClosed(
+            f"bulk preview {preview_id} was applied already, by {head['applied_by']} at "
+            f"{head['applied_at']:%Y-%m-%d %H:%M:%S %Z}; a preview is applied once: "
             "run --dry-run again for what the filter finds now"
         )
-    return PreviewClosed(
-        f"bulk preview {preview_id} expired at {row['expires_at']:%Y-%m-%d %H:%M:%S %Z}; "
-        "run --dry-run again for what the filter finds now, and apply that"
-    )
+    if head["expired"] and not head["begun"]:
+        raise PreviewClosed(
+            f"bulk preview {preview_id} expired at {head['expires_at']:%Y-%m-%d %H:%M:%S %Z}; "
+            "run --dry-run again for what the filter finds now, and apply that"
+        )
+    return head
+
+
+def _not_recorded(
+    conn: psycopg.Connection[Any], preview_id: uuid.UUID, items: list[BulkItem]
+) -> list[BulkItem]:
+    """Those of ``items`` with no outcome yet (read under the preview's lock)."""
+    recorded = store.bulk_outcome_select_recorded(conn, preview_id, [i.id for i in items])
+    return [i for i in items if i.id not in recorded]
 
 
 @dataclass
@@ -153,7 +213,10 @@ class _Act:
     reason: str
     preview_id: uuid.UUID
 
-    def one(self, item: BulkItem, done: BulkApplied, after: list[Callable[[], object]]) -> None:
+    def one(
+        self, item: BulkItem, done: BulkApplied, after: list[Callable[[], object]]
+    ) -> tuple[str, str, str | None] | None:
+        """Act on one item in a savepoint of its own; its outcome to record (``None``: busy)."""
         try:
             with self.conn.transaction():
                 changed = (
@@ -161,16 +224,17 @@ class _Act:
                     if self.action in DEAD_LETTER_ACTIONS
                     else self._job(item, after)
                 )
-        except Contention as exc:
-            done.skipped.append(BulkSkip(item.id, item.state, f"busy: {exc}"))
-            return
+        except Contention as exc:  # locked by someone else: no outcome, a re-run tries again
+            done.busy.append(BulkSkip(item.id, item.state, f"busy: {exc}"))
+            return None
         except BadInput as exc:  # the single action's refusal, Refused included
             done.refused.append(BulkSkip(item.id, item.state, str(exc)))
-            return
+            return (item.id, "refused", str(exc))
         if changed is not None:
             done.skipped.append(BulkSkip(item.id, item.state, changed))
-        else:
-            done.done.append(item.id)
+            return (item.id, "skipped", changed)
+        done.done.append(item.id)
+        return (item.id, "done", None)
 
     @property
     def _detail(self) -> dict[str, Any]:
