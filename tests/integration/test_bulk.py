@@ -305,3 +305,46 @@ def _outcomes(conn: psycopg.Connection[Any], preview: uuid.UUID) -> dict[str, st
         (preview,),
     ).fetchall()
     return {r["item"]: r["outcome"] for r in rows}
+
+
+def test_bulk__a_job_whose_fingerprint_is_active_is_refused_and_the_rest_retried(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    jobs = _cancelled(settings, 3, "outage 11")
+    made = bulk_preview(settings, "retry", BulkFilter(error="outage 11"))
+    again = submit("chain", {"n": 0}, settings=settings, registry=flows_registry()).job_id
+    applied = bulk_apply(settings, made.id, reason="db back")  # the set statement is refused
+    assert sorted(applied.done) == sorted(map(str, jobs[1:]))  # so each job is tried alone
+    assert [r.id for r in applied.refused] == [str(jobs[0])]
+    assert f"job {again} with the same flow and parameters is active" in applied.refused[0].why
+    assert applied.complete and _status(conn, jobs[0]) == "cancelled"
+    assert sorted(e["target_id"] for e in _bulk_entries(conn, "retry")) == sorted(applied.done)
+
+
+def test_bulk__two_dead_letters_of_one_job_replay_it_once(
+    settings: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    (job,) = _cancelled(settings, 1, "outage 12")
+    conn.execute(  # a second step run of the job, dead as the first
+        "INSERT INTO engine_step_runs SELECT (jsonb_populate_record(NULL::engine_step_runs, "
+        "to_jsonb(s) || jsonb_build_object('id', gen_random_uuid(), 'step', 'twin'))).* "
+        "FROM engine_step_runs AS s WHERE job_id = %s",
+        (job,),
+    )
+    runs = conn.execute("SELECT id FROM engine_step_runs WHERE job_id = %s", (job,)).fetchall()
+    letters = [
+        dead_letter_insert_step(conn, job_id=job, step_run_id=r["id"], reason="db down", error=None)
+        for r in runs
+    ]
+    made = bulk_preview(settings, "replay", BulkFilter(flow="chain"))
+    assert made.total == 2
+    applied = bulk_apply(settings, made.id, reason="db back")
+    assert applied.done == [str(letters[0])]
+    assert [(s.id, s.why) for s in applied.skipped] == [
+        (str(letters[1]), "its job changed since the preview: now running")
+    ]
+    replays = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'replayed'", (job,)
+    ).fetchone()
+    assert replays is not None and replays["n"] == 1
+    assert [e["target_id"] for e in _bulk_entries(conn, "replay")] == [str(letters[0])]

@@ -9,9 +9,13 @@ stops half way (a crash, a kill, an outage) committed its chunks and nothing
 of the one it was in; running it again acts on the items with no outcome yet,
 never twice on one. The preview is applied once every item has an outcome.
 
-A job is locked and compared (:func:`~engine.jobs.bulk.previews.job_check`);
-a dead letter after its job's row (the store's lock order). The action is the
-single one's (:func:`engine.jobs.admin.retry_in`,
+A retry or replay takes its items a chunk (``CHUNK``) per transaction,
+set-based (:mod:`engine.jobs.bulk.reopening`: the chunk's rows locked in one
+statement, compared, the unchanged ones reopened in a few statements); what
+that pass hands back, and every item of a cancel or purge, goes one by one
+(``_SAVEPOINTS`` a transaction). One by one, a job is locked and compared
+(:func:`~engine.jobs.bulk.previews.job_check`); a dead letter after its job's
+row (the store's lock order). The action is the single one's (:func:`engine.jobs.admin.retry_in`,
 :func:`~engine.jobs.admin.cancel_in`), each item in a savepoint of its own,
 audited per item with the preview's id; what it publishes goes after the
 transaction commits. An item locked by someone else past the operator's lock
@@ -34,6 +38,7 @@ from engine.jobs import admin
 from engine.jobs.audit import operator, record_action
 from engine.jobs.bulk.filtering import DEAD_LETTER_ACTIONS
 from engine.jobs.bulk.previews import BulkItem, job_check
+from engine.jobs.bulk.reopening import Chunk, reopen_chunk
 from engine.store import db
 from engine.store.status import AuditSource
 from engine.transports import transport_for
@@ -74,6 +79,14 @@ class BulkApplied:
     busy: list[BulkSkip] = field(default_factory=list)
     earlier: dict[str, int] = field(default_factory=dict)
     complete: bool = False
+
+    def tally(self, outcomes: list[tuple[BulkItem, str, str | None]]) -> None:
+        """Count a set-based chunk's outcomes in."""
+        for item, kind, why in outcomes:
+            if kind == "done":
+                self.done.append(item.id)
+            else:
+                self.skipped.append(BulkSkip(item.id, item.state, why or ""))
 
     def left(self) -> str:
         """What an earlier run did and what is left for a re-run, in words ("" when neither)."""
@@ -152,17 +165,31 @@ def apply(
             if before_item is not None:
                 for item in part:
                     before_item(item)
-            for sub in range(0, len(part), _SAVEPOINTS):
-                after: list[Callable[[], object]] = []
-                with conn.transaction():
-                    _lock_open(conn, preview_id)
-                    todo = _not_recorded(conn, preview_id, part[sub : sub + _SAVEPOINTS])
-                    outcomes = [act.one(item, done, after) for item in todo]
-                    store.bulk_outcome_insert_many(
-                        conn, preview_id, [o for o in outcomes if o is not None]
-                    )
-                for publish in after:
-                    publish()
+            with conn.transaction():
+                _lock_open(conn, preview_id)
+                todo = _not_recorded(conn, preview_id, part)
+                try:
+                    with conn.transaction():
+                        did = reopen_chunk(
+                            conn,
+                            transport,
+                            act.action,
+                            todo,
+                            who=who,
+                            source=source,
+                            reason=reason,
+                            preview_id=preview_id,
+                        )
+                except Contention:  # a row of it locked by someone else: item by item
+                    did = Chunk(single=todo)
+                store.bulk_outcome_insert_many(
+                    conn, preview_id, [(i.id, kind, why) for i, kind, why in did.outcomes]
+                )
+            if did.announced is not None:
+                did.announced.publish_after_commit(conn)
+            done.tally(did.outcomes)
+            for sub in range(0, len(did.single), _SAVEPOINTS):
+                act.some(did.single[sub : sub + _SAVEPOINTS], done)
         with conn.transaction():
             store.bulk_preview_lock(conn, preview_id)
             done.complete = store.bulk_preview_mark_applied_if_complete(conn, preview_id, who)
@@ -212,6 +239,19 @@ class _Act:
     source: AuditSource
     reason: str
     preview_id: uuid.UUID
+
+    def some(self, items: list[BulkItem], done: BulkApplied) -> None:
+        """The single action on each of ``items`` with no outcome yet, in one transaction."""
+        after: list[Callable[[], object]] = []
+        with self.conn.transaction():
+            _lock_open(self.conn, self.preview_id)
+            todo = _not_recorded(self.conn, self.preview_id, items)
+            outcomes = [self.one(item, done, after) for item in todo]
+            store.bulk_outcome_insert_many(
+                self.conn, self.preview_id, [o for o in outcomes if o is not None]
+            )
+        for publish in after:
+            publish()
 
     def one(
         self, item: BulkItem, done: BulkApplied, after: list[Callable[[], object]]

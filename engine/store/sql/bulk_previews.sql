@@ -14,9 +14,10 @@ FROM engine_bulk_previews AS p WHERE p.id = %(id)s
 FOR NO KEY UPDATE OF p;
 
 -- bulk_outcome_select_recorded --
--- Read under the preview's lock: which of these items have an outcome already (acted on, skipped or refused by an earlier run of the apply).
-SELECT item FROM engine_bulk_preview_outcomes
-WHERE preview_id = %(id)s AND item = ANY(%(items)s::text[]);
+-- Read under the preview's lock: which of these items have an outcome already (acted on, skipped or refused by an earlier run of the apply); joined to the list, so each item is one probe of the primary key (an ANY list against a scan grows with the outcomes times the chunk).
+SELECT o.item
+FROM unnest(%(items)s::text[]) AS i(item)
+JOIN engine_bulk_preview_outcomes AS o ON o.preview_id = %(id)s AND o.item = i.item;
 
 -- bulk_outcome_insert_many --
 -- Each item's outcome, in the transaction that acted on it (or found it changed, or refused): the primary key refuses a second outcome for one item, so an item is never acted on twice.

@@ -83,3 +83,20 @@ WHERE id = %(id)s FOR UPDATE;
 DELETE FROM engine_dead_letters
 WHERE id = %(id)s AND (source = 'message' OR replayed_at IS NOT NULL)
 RETURNING id;
+
+-- dead_letter_mark_replayed_by_jobs --
+-- dead_letter_mark_replayed_by_job for a bulk retry's chunk of jobs, one statement (by the open-by-job index).
+UPDATE engine_dead_letters SET replayed_at = clock_timestamp()
+WHERE job_id = ANY(%(ids)s::uuid[]) AND source = 'step' AND replayed_at IS NULL;
+
+-- dead_letter_select_many_locked --
+-- A bulk action's chunk of dead letters under their row locks in one statement (after their jobs' rows: job_select_many_locked, the lock order), so a replay acts on each only as it was previewed.
+SELECT id, source, job_id, replayed_at FROM engine_dead_letters
+WHERE id = ANY(%(ids)s::bigint[])
+ORDER BY id
+FOR UPDATE;
+
+-- dead_letter_select_jobs_of --
+-- Read only, before a bulk action's chunk locks them: the jobs of these dead letters (their rows are locked first, the lock order).
+SELECT DISTINCT job_id FROM engine_dead_letters
+WHERE id = ANY(%(ids)s::bigint[]) AND job_id IS NOT NULL;
