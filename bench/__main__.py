@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing
+    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing,bulk
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -60,6 +60,11 @@ a real user's sign-in time while wrong attempts hit it from one address, from ma
 with the limits lifted (``BENCH_ONLY=signin make bench``).
 
     BENCH_SIGNIN_RATE=50 BENCH_SIGNIN_S=10 BENCH_SIGNIN_USER_N=10
+
+Bulk actions on a frozen preview (``bulk``, see ``bench/bulk.py``): an outage's dead
+letters previewed and replayed in one action, with single replays racing it.
+
+    BENCH_BULK_N=10000 BENCH_BULK_RACE=100
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ import sys
 import time
 
 from bench import (
+    bulk,
     erp,
     floor,
     latency,
@@ -127,7 +133,7 @@ def main() -> int:
     only = set(
         (
             os.environ.get("BENCH_ONLY")
-            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing"
+            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing,bulk"
         ).split(",")
     )
     started = time.monotonic()
@@ -174,10 +180,10 @@ def main() -> int:
             runs_search.run()
         if "signin" in only:  # the console under a sign-in flood; BENCH_SIGNIN_* (bench/signin.py)
             signin.run()
-        if (
-            "tracing" in only
-        ):  # off vs on with a local collector; BENCH_TRACING_* (bench/tracing.py)
+        if "tracing" in only:  # off vs on, a local collector; BENCH_TRACING_* (bench/tracing.py)
             tracing_bench.run()
+        if "bulk" in only:  # an outage's dead letters in one action; BENCH_BULK_* (bench/bulk.py)
+            bulk.run()
     finally:
         try:
             # erp drops its own (engine_bench_erp)

@@ -23,6 +23,8 @@ Find runs (a domain's ``engine runs`` options: a registered module's ``search_fi
     SearchField, RunMatch
 Record an operator's action (the audit trail, in the action's transaction)
     record_action, Audited, audit_trail
+Act in bulk on a frozen preview (retry, cancel, replay, purge what a filter finds)
+    bulk_preview, bulk_apply, BulkFilter, BulkPreview, BulkApplied, PreviewClosed
 A flow's own SQL and files
     connect, load_queries, Queries, write_report_file
 Errors (the tree is drawn in :mod:`engine.errors`)
@@ -47,6 +49,7 @@ from engine.errors import (
     LeaseLost,
     MigrationChecksumMismatch,
     MigrationError,
+    PreviewClosed,
     Refused,
     StoreError,
     UnknownFlow,
@@ -56,6 +59,9 @@ from engine.flow.concurrency import Concurrency
 from engine.flow.registry import Registry
 from engine.flow.retry import Cancel, Fail, Reject, Retry, RetryPolicy
 from engine.jobs.audit import Audited, audit_trail, record_action
+from engine.jobs.bulk import BulkApplied, BulkFilter, BulkPreview
+from engine.jobs.bulk import apply as bulk_apply
+from engine.jobs.bulk import preview as bulk_preview
 from engine.jobs.lookup import JobInfo, active_jobs, job_info, wait_for_job
 from engine.jobs.search import RunMatch, SearchField
 from engine.jobs.submit import Submitted, submit
@@ -84,6 +90,9 @@ __all__ = [
     "Audited",
     "Awaiting",
     "BadInput",
+    "BulkApplied",
+    "BulkFilter",
+    "BulkPreview",
     "Cancel",
     "ChecksFailed",
     "Child",
@@ -104,6 +113,7 @@ __all__ = [
     "MigrationChecksumMismatch",
     "MigrationError",
     "MigrationReport",
+    "PreviewClosed",
     "Queries",
     "Refused",
     "Registry",
@@ -127,6 +137,8 @@ __all__ = [
     "add_schedule",
     "audit_trail",
     "awaiting_approval",
+    "bulk_apply",
+    "bulk_preview",
     "connect",
     "job_info",
     "list_schedules",

@@ -14,9 +14,11 @@
     │   ├── Refused                  the request is valid but the data's state
     │   │   │                        forbids it now (a flow's admission check,
     │   │   │                        a retry of a rejected job)
-    │   │   └── ApprovalRefused      an approval signal from an unknown sender, from
-    │   │                            the submitter of the job (or of an ancestor
-    │   │                            job), or without a reason (audited)
+    │   │   ├── ApprovalRefused      an approval signal from an unknown sender, from
+    │   │   │                        the submitter of the job (or of an ancestor
+    │   │   │                        job), or without a reason (audited)
+    │   │   └── PreviewClosed        a bulk action's preview expired or was applied
+    │   │                            already (run --dry-run again)
     │   ├── MalformedMessage         a queue message is not a step message envelope
     │   │                            (the worker dead-letters it and stays up)
     │   └── JsonRefused              a value the database's JSON cannot carry (NaN,
@@ -158,6 +160,11 @@ class Refused(BadInput):
     submit's transaction, so nothing is written; the message says what state
     is missing and how to reach it.
     """
+
+
+class PreviewClosed(Refused):
+    """A bulk action's preview that may no longer be applied: it expired, or it was applied
+    already (the CLI exits 2). See :mod:`engine.jobs.bulk`."""
 
 
 class ApprovalRefused(Refused):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
 
 from engine.cli.audit import by_option, reason_option
+from engine.cli.bulk import bulk_options, run_bulk, wants_bulk
 from engine.cli.output import out, print_json, print_table
 from engine.cli.state import current
 from engine.jobs import admin
@@ -43,26 +46,39 @@ def dlq_list(limit: int, as_json: bool) -> None:
 
 
 @dlq.command("replay")
-@click.argument("dead_letter_id", type=int)
+@click.argument("dead_letter_id", type=int, required=False)
 @by_option
 @reason_option
-def dlq_replay(dead_letter_id: int, by: str | None, reason: str | None) -> None:
+@bulk_options("replay")
+def dlq_replay(dead_letter_id: int | None, by: str | None, reason: str | None, **bulk: Any) -> None:
     """Re-drive a dead letter: retry its step run's job, or send its message again.
 
-    Recorded (who, why) in the audit trail.
+    Recorded (who, why) in the audit trail. In bulk: filters with --dry-run
+    write a preview; --apply PREVIEW --reason R replays that set only.
     """
+    if dead_letter_id is None or wants_bulk(bulk):
+        values = {"dead_letter_id": dead_letter_id, **bulk}
+        run_bulk("replay", values, by=by, reason=reason, single="dead_letter_id")
+        return
     done = admin.replay(current().settings, dead_letter_id, actor=by, reason=reason)
     out.print(done, highlight=False)
 
 
 @dlq.command("purge")
-@click.confirmation_option(prompt="Delete poison-message and replayed dead letters?")
+@click.option("--yes", is_flag=True, help="purge them all without asking")
 @by_option
 @reason_option
-def dlq_purge(by: str | None, reason: str | None) -> None:
+@bulk_options("purge")
+def dlq_purge(yes: bool, by: str | None, reason: str | None, **bulk: Any) -> None:
     """Delete poison-message and replayed dead letters (open step dead letters stay).
 
-    Recorded (who, why, how many) in the audit trail.
+    Recorded (who, why, how many) in the audit trail. In bulk: filters with
+    --dry-run write a preview; --apply PREVIEW --reason R deletes that set only.
     """
+    if wants_bulk(bulk):
+        run_bulk("purge", bulk, by=by, reason=reason, single="none")
+        return
+    if not yes:
+        click.confirm("Delete poison-message and replayed dead letters?", abort=True)
     deleted = admin.purge(current().settings, actor=by, reason=reason)
     out.print(f"{deleted} dead letter(s) deleted")

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from engine.cli.args import option_type, parse_job_id
 from engine.cli.audit import by_option, reason_option
+from engine.cli.bulk import bulk_options, run_bulk, wants_bulk
 from engine.cli.output import out, print_json
 from engine.cli.state import State, current
 from engine.cli.watching import wait_and_show
@@ -144,15 +145,23 @@ submit_group = SubmitGroup("submit", help="Submit a job of a flow: engine submit
 
 
 @click.command()
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @by_option
 @reason_option
-def cancel(job_id: str, by: str | None, reason: str | None) -> None:
+@bulk_options("cancel")
+def cancel(job_id: str | None, by: str | None, reason: str | None, **bulk: Any) -> None:
     """Cancel an active job; running steps stop at their next check or commit.
 
     Recorded (who, why) in the audit trail; a job that ended already is refused
     (exit 2) and nothing is recorded. JOB_ID may be a unique prefix of the id.
+
+    In bulk: filters with --dry-run write a preview (its id, counts, a sample);
+    --apply PREVIEW --reason R cancels that set only, skipping (and listing)
+    each job whose state changed since.
     """
+    if job_id is None or wants_bulk(bulk):
+        run_bulk("cancel", {"job_id": job_id, **bulk}, by=by, reason=reason, single="job_id")
+        return
     settings = current().settings
     job = parse_job_id(settings, job_id)
     admin.cancel(settings, job, reason, actor=by or whoami())
@@ -160,10 +169,11 @@ def cancel(job_id: str, by: str | None, reason: str | None) -> None:
 
 
 @click.command()
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @by_option
 @reason_option
-def retry(job_id: str, by: str | None, reason: str | None) -> None:
+@bulk_options("retry")
+def retry(job_id: str | None, by: str | None, reason: str | None, **bulk: Any) -> None:
     """Resume a failed or cancelled job from its last checkpoints, with its children.
 
     Its failed or cancelled child jobs are retried with it (same ids); a done
@@ -174,7 +184,14 @@ def retry(job_id: str, by: str | None, reason: str | None) -> None:
     budget again ("attempt 1 of 5 (retry 2)"). A rejected job (its data was
     refused, or an accountant rejected it) is not retried (exit 2): correct
     the data and submit a new job.
+
+    In bulk: filters with --dry-run write a preview (its id, counts, a sample);
+    --apply PREVIEW --reason R retries that set only, skipping (and listing)
+    each job whose state changed since; the same refusals hold per job.
     """
+    if job_id is None or wants_bulk(bulk):
+        run_bulk("retry", {"job_id": job_id, **bulk}, by=by, reason=reason, single="job_id")
+        return
     settings = current().settings
     job = parse_job_id(settings, job_id)
     reopened = admin.retry_job(settings, job, actor=by or whoami(), reason=reason)

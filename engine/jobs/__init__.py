@@ -12,6 +12,7 @@ are written in one transaction, the caller's own when it passes one.
 - :mod:`.plan`: which step runs exist and are ready, from a job's checkpoints;
 - :mod:`.ending`: a job has ended (cancel the rest, free its slots, wake its parent);
 - :mod:`.admin`: operator actions (cancel, retry, replay, purge, alerts);
+- :mod:`.bulk`: the same in bulk: a filter's frozen preview, then acting on that set only;
 - :mod:`.lookup`: one job, the active jobs, and waiting for a job to end;
 - :mod:`.watch`: a job's state (``waiting`` derived) and progress, its descendants' included;
 - :mod:`.search`: the runs page: jobs by id prefix, flow, state, a flow's searchable

@@ -27,11 +27,11 @@ from engine import store
 from engine.config import Settings
 from engine.errors import BadInput, Busy, Contention, NoSuchJob, Refused
 from engine.jobs.audit import operator, record_action
-from engine.jobs.ending import job_ended
+from engine.jobs.ending import Ended, job_ended
 from engine.store import db, jsonb
 from engine.store.status import AuditSource, EventKind
 from engine.transports import transport_for
-from engine.transports.announce import announce
+from engine.transports.announce import Announced, announce
 from engine.transports.base import Transport
 
 
@@ -113,27 +113,44 @@ def cancel(
     message = f"cancelled by {who}" + (f": {reason}" if reason else "")
     with operator_action(settings, f"cancel of job {job_id}"), _connect(settings) as conn:
         with conn.transaction():
-            if not store.job_cancel_if_active(conn, job_id, message):
-                status = _status_or_missing(conn, job_id)
-                raise BadInput(
-                    f"job {job_id} is {status}; only pending or running jobs can be cancelled"
-                )
-            store.event_insert(
-                conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": message, "by": who}
+            ended = cancel_in(
+                conn, transport, job_id, message, who=who, source=source, reason=reason
             )
-            record_action(
-                conn,
-                "cancel",
-                "job",
-                job_id,
-                actor=who,
-                source=source,
-                job_id=job_id,
-                reason=reason,
-            )
-            # its slots are free, and a child cancelled on its own wakes its parent step
-            ended = job_ended(conn, transport, job_id, cancel_rest=False, free_slots=True)
         ended.after_commit(conn, settings)
+
+
+def cancel_in(
+    conn: psycopg.Connection[Any],
+    transport: Transport,
+    job_id: uuid.UUID,
+    message: str,
+    *,
+    who: str,
+    source: AuditSource,
+    reason: str | None,
+    detail: dict[str, Any] | None = None,
+) -> Ended:
+    """:func:`cancel`'s work in the caller's transaction (a bulk action's savepoint); the
+    caller runs the returned ending's ``after_commit`` after it commits."""
+    if not store.job_cancel_if_active(conn, job_id, message):
+        status = _status_or_missing(conn, job_id)
+        raise BadInput(f"job {job_id} is {status}; only pending or running jobs can be cancelled")
+    store.event_insert(
+        conn, EventKind.CANCELLED, job_id=job_id, detail={"reason": message, "by": who}
+    )
+    record_action(
+        conn,
+        "cancel",
+        "job",
+        job_id,
+        actor=who,
+        source=source,
+        job_id=job_id,
+        reason=reason,
+        detail=detail,
+    )
+    # its slots are free, and a child cancelled on its own wakes its parent step
+    return job_ended(conn, transport, job_id, cancel_rest=False, free_slots=True)
 
 
 @dataclass(frozen=True)
@@ -179,66 +196,82 @@ def retry_job(
     transport = transport or transport_for(settings)
     with operator_action(settings, f"retry of job {job_id}"), _connect(settings) as conn:
         with conn.transaction():
-            _refuse_rejected(conn, job_id)
-            _refuse_orphaned_child(conn, job_id)
-            reopened = store.job_reopen_if_ended(conn, job_id)
-            if isinstance(reopened, store.FingerprintTaken):
-                active = reopened.active_job_id
-                raise BadInput(
-                    f"job {job_id} cannot be retried: job {active} with the same flow and "
-                    f"parameters is active; wait for it, or cancel it with `engine cancel {active}`"
-                )
-            if reopened is None:
-                status = _status_or_missing(conn, job_id)
-                raise BadInput(
-                    f"job {job_id} is {status}; only failed or cancelled jobs can be retried"
-                )
-            announced = announce(
-                conn, transport, outbox_ids=store.outbox_insert_many(conn, reopened.pending)
-            )
-            store.event_insert(
+            reopened, announced = retry_in(
                 conn,
-                EventKind.REPLAYED,
-                job_id=job_id,
-                detail={
-                    "step_runs": reopened.step_runs,
-                    "children": [str(c) for c in reopened.children],
-                },
+                transport,
+                job_id,
+                actor=actor,
+                source=source,
+                reason=reason,
+                replay_of=_replay_of,
             )
-            for child in reopened.children:
-                store.event_insert(
-                    conn, EventKind.REPLAYED, job_id=child, detail={"with": str(job_id)}
-                )
-            outcome = {
-                "step_runs": reopened.step_runs,
-                "children": [str(c) for c in reopened.children],
-            }
-            if _replay_of is None:
-                record_action(
-                    conn,
-                    "retry",
-                    "job",
-                    job_id,
-                    actor=actor,
-                    source=source,
-                    job_id=job_id,
-                    reason=reason,
-                    detail=outcome,
-                )
-            else:
-                record_action(
-                    conn,
-                    "replay",
-                    "dead_letter",
-                    _replay_of,
-                    actor=actor,
-                    source=source,
-                    job_id=job_id,
-                    reason=reason,
-                    detail={"source": "step", **outcome},
-                )
         announced.publish_after_commit(conn)
-    return Reopened(job_id, reopened.step_runs, tuple(reopened.children))
+    return reopened
+
+
+def retry_in(
+    conn: psycopg.Connection[Any],
+    transport: Transport,
+    job_id: uuid.UUID,
+    *,
+    actor: str | None,
+    source: AuditSource,
+    reason: str | None,
+    replay_of: int | None = None,
+    detail: dict[str, Any] | None = None,
+) -> tuple[Reopened, Announced]:
+    """:func:`retry_job`'s work in the caller's transaction (a bulk action's savepoint);
+    the caller publishes the returned announcements after it commits."""
+    _refuse_rejected(conn, job_id)
+    _refuse_orphaned_child(conn, job_id)
+    reopened = store.job_reopen_if_ended(conn, job_id)
+    if isinstance(reopened, store.FingerprintTaken):
+        active = reopened.active_job_id
+        raise BadInput(
+            f"job {job_id} cannot be retried: job {active} with the same flow and "
+            f"parameters is active; wait for it, or cancel it with `engine cancel {active}`"
+        )
+    if reopened is None:
+        status = _status_or_missing(conn, job_id)
+        raise BadInput(f"job {job_id} is {status}; only failed or cancelled jobs can be retried")
+    announced = announce(
+        conn, transport, outbox_ids=store.outbox_insert_many(conn, reopened.pending)
+    )
+    children = [str(c) for c in reopened.children]
+    store.event_insert(
+        conn,
+        EventKind.REPLAYED,
+        job_id=job_id,
+        detail={"step_runs": reopened.step_runs, "children": children},
+    )
+    for child in reopened.children:
+        store.event_insert(conn, EventKind.REPLAYED, job_id=child, detail={"with": str(job_id)})
+    outcome = {"step_runs": reopened.step_runs, "children": children, **(detail or {})}
+    if replay_of is None:
+        record_action(
+            conn,
+            "retry",
+            "job",
+            job_id,
+            actor=actor,
+            source=source,
+            job_id=job_id,
+            reason=reason,
+            detail=outcome,
+        )
+    else:
+        record_action(
+            conn,
+            "replay",
+            "dead_letter",
+            replay_of,
+            actor=actor,
+            source=source,
+            job_id=job_id,
+            reason=reason,
+            detail={"source": "step", **outcome},
+        )
+    return Reopened(job_id, reopened.step_runs, tuple(reopened.children)), announced
 
 
 def _refuse_rejected(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> None:

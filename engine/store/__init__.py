@@ -27,6 +27,7 @@ statement that writes it, whoever calls it (``claims`` and ``leases`` share
 - ``events``: the append-only history;
 - ``audit``: the append-only trail of operator actions (who, what, why);
 - ``tags``: searchable keys a step gives its job, with its checkpoint;
+- ``bulk_previews``: the frozen set a bulk action's dry run found, applied once;
 - ``search``: one page of the jobs some filters find (the runs page), read only;
 - ``console_users``: who may sign in to the console, with which role;
 - ``console_sessions``: the console's sessions (a hash of each id), until when;
@@ -82,6 +83,7 @@ modules are imported by name (``from engine.store import db, migrations``).
 from engine.store.alerts import *  # noqa: F403
 from engine.store.audit import *  # noqa: F403
 from engine.store.batch import *  # noqa: F403
+from engine.store.bulk_previews import *  # noqa: F403
 from engine.store.claims import *  # noqa: F403
 from engine.store.console_sessions import *  # noqa: F403
 from engine.store.console_signins import *  # noqa: F403

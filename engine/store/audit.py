@@ -11,6 +11,7 @@ what it recomputes.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from engine.store.queries import load
 
 __all__ = [
     "audit_insert",
+    "audit_insert_many",
     "audit_select_chain_after",
     "audit_select_head",
     "audit_select_recent",
@@ -117,3 +119,32 @@ def audit_select_head(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["audit_select_head"])
         return cur.fetchone()
+
+
+@wrap_errors
+def audit_insert_many(
+    conn: psycopg.Connection[Any],
+    *,
+    actor: str,
+    source: str,
+    action: str,
+    target_kind: str,
+    target_ids: Sequence[str],
+    job_ids: Sequence[uuid.UUID | None],
+    reason: str | None,
+    details: Sequence[dict[str, Any]],
+) -> None:
+    """:func:`audit_insert` for many targets of one action, one statement."""
+    conn.execute(
+        _q["audit_insert_many"],
+        {
+            "actor": actor,
+            "source": source,
+            "action": action,
+            "target_kind": target_kind,
+            "target_ids": list(target_ids),
+            "job_ids": list(job_ids),
+            "reason": reason,
+            "details": [Jsonb(d) for d in details],
+        },
+    )

@@ -9,6 +9,7 @@ with the reason; an operator lists, replays or purges them (``engine dlq``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import psycopg
@@ -25,11 +26,17 @@ __all__ = [
     "Delivery",
     "dead_letter_count_open",
     "dead_letter_delete_closed",
+    "dead_letter_delete_if_closed",
     "dead_letter_insert_message_if_new",
     "dead_letter_insert_message_logged",
     "dead_letter_insert_step",
     "dead_letter_mark_replayed_by_job",
+    "dead_letter_mark_replayed_by_jobs",
     "dead_letter_mark_replayed_if_open",
+    "dead_letter_select_for_preview",
+    "dead_letter_select_jobs_of",
+    "dead_letter_select_locked",
+    "dead_letter_select_many_locked",
     "dead_letter_select_one",
     "dead_letter_select_open",
 ]
@@ -138,3 +145,73 @@ def dead_letter_count_open(conn: psycopg.Connection[Any]) -> dict[str, int]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["dead_letter_count_open"])
         return {str(r["source"]): int(r["n"]) for r in cur}
+
+
+@wrap_errors
+def dead_letter_select_for_preview(
+    conn: psycopg.Connection[Any],
+    *,
+    flow: str | None,
+    replayed: bool | None,
+    purgeable: bool,
+    error_text: str | None,
+    since: Any,
+    until: Any,
+    tags: list[tuple[str, str]],
+    limit: int,
+) -> list[dict[str, Any]]:
+    """The dead letters a bulk filter finds, oldest first, at most ``limit``."""
+    params = {
+        "flow": flow,
+        "replayed": replayed,
+        "purgeable": purgeable,
+        "error_text": error_text,
+        "since": since,
+        "until": until,
+        "tag_names": [n for n, _ in tags],
+        "tag_values": [v for _, v in tags],
+        "limit": limit,
+    }
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_q["dead_letter_select_for_preview"], params).fetchall()
+
+
+@wrap_errors
+def dead_letter_select_locked(
+    conn: psycopg.Connection[Any], dead_letter_id: int
+) -> dict[str, Any] | None:
+    """One dead letter under its row lock (``None``: deleted meanwhile)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_q["dead_letter_select_locked"], {"id": dead_letter_id}).fetchone()
+
+
+@wrap_errors
+def dead_letter_delete_if_closed(conn: psycopg.Connection[Any], dead_letter_id: int) -> bool:
+    """Delete one dead letter that needs no action (a message, or replayed); whether it was."""
+    return bool(conn.execute(_q["dead_letter_delete_if_closed"], {"id": dead_letter_id}).rowcount)
+
+
+@wrap_errors
+def dead_letter_mark_replayed_by_jobs(
+    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]
+) -> None:
+    """:func:`dead_letter_mark_replayed_by_job` for many jobs, one statement."""
+    conn.execute(_q["dead_letter_mark_replayed_by_jobs"], {"ids": list(ids)})
+
+
+@wrap_errors
+def dead_letter_select_jobs_of(
+    conn: psycopg.Connection[Any], ids: Sequence[int]
+) -> list[uuid.UUID]:
+    """The jobs of these dead letters (to lock their rows first: the lock order)."""
+    rows = conn.execute(_q["dead_letter_select_jobs_of"], {"ids": list(ids)}).fetchall()
+    return [column(r, "job_id") for r in rows]
+
+
+@wrap_errors
+def dead_letter_select_many_locked(
+    conn: psycopg.Connection[Any], ids: Sequence[int]
+) -> list[dict[str, Any]]:
+    """A bulk chunk's dead letters under their row locks (after their jobs' rows)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_q["dead_letter_select_many_locked"], {"ids": list(ids)}).fetchall()

@@ -8,6 +8,7 @@ change does; these inserts are for the rest, in the caller's transaction.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -19,7 +20,13 @@ from engine.store.queries import load
 from engine.store.rows import UNTIMED, Claimed, Ran
 from engine.store.status import EventKind
 
-__all__ = ["attempt_event_insert", "event_count_by_step", "event_insert", "step_event_insert"]
+__all__ = [
+    "attempt_event_insert",
+    "event_count_by_step",
+    "event_insert",
+    "event_insert_many",
+    "step_event_insert",
+]
 
 _q = load("events")
 
@@ -106,3 +113,17 @@ def event_count_by_step(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["event_count_by_step"])
         return [dict(r) for r in cur]
+
+
+@wrap_errors
+def event_insert_many(
+    conn: psycopg.Connection[Any],
+    kind: EventKind,
+    job_ids: Sequence[uuid.UUID],
+    details: Sequence[dict[str, Any]],
+) -> None:
+    """One ``kind`` event per job, each with its detail, in one statement."""
+    conn.execute(
+        _q["event_insert_many"],
+        {"kind": kind.value, "job_ids": list(job_ids), "details": [Jsonb(d) for d in details]},
+    )

@@ -8,6 +8,7 @@ lock order for every writer of a job.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -43,6 +44,7 @@ __all__ = [
     "job_mark_rejected_if_failed",
     "job_progress",
     "job_reopen_if_ended",
+    "job_reopen_many_if_ended",
     "job_select_active_by_fingerprint",
     "job_select_active_matching",
     "job_select_approval_parties",
@@ -50,9 +52,11 @@ __all__ = [
     "job_select_child",
     "job_select_children",
     "job_select_info",
+    "job_select_many_locked",
     "job_select_parent",
     "job_select_rejected_in_retry",
     "job_select_signals",
+    "job_select_state_locked",
     "job_select_status",
     "job_select_version",
 ]
@@ -152,6 +156,14 @@ def job_select_parent(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[
 def job_select_status(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str | None:
     row = _rows.first(conn, "job_select_status", {"job_id": job_id})
     return None if row is None else str(row["status"])
+
+
+@wrap_errors
+def job_select_state_locked(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """The job's status and finished_at under its row lock (``None``: no such job)."""
+    return _rows.first(conn, "job_select_state_locked", {"job_id": job_id})
 
 
 @wrap_errors
@@ -369,3 +381,28 @@ def job_select_rejected_in_retry(
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["job_select_rejected_in_retry"], {"job_id": job_id})
         return cur.fetchone()
+
+
+@wrap_errors
+def job_select_many_locked(
+    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]
+) -> list[dict[str, Any]]:
+    """A bulk chunk's jobs under their row locks (id order): id, status, finished_at, and
+    ``alone``: no parent, not rejected, no failed or cancelled child."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_q["job_select_many_locked"], {"ids": list(ids)}).fetchall()
+
+
+@wrap_errors
+def job_reopen_many_if_ended(
+    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]
+) -> list[uuid.UUID] | None:
+    """:func:`job_reopen_if_ended` for jobs with nothing under them to reopen, one statement in
+    a savepoint; the ids reopened, or ``None``: another job with the fingerprint of one of
+    them is active (the unique index said so; nothing reopened, the transaction usable)."""
+    try:
+        with conn.transaction():
+            rows = conn.execute(_q["job_reopen_many_if_ended"], {"ids": list(ids)}).fetchall()
+    except psycopg.errors.UniqueViolation:
+        return None
+    return [column(r, "id") for r in rows]

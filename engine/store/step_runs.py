@@ -51,6 +51,7 @@ __all__ = [
     "step_outputs_select",
     "step_release_charged_if_leased",
     "step_reopen_by_job",
+    "step_reopen_by_jobs",
     "step_retry_if_leased",
     "step_run_insert_many_announced",
     "step_run_insert_many_with_outbox",
@@ -321,3 +322,12 @@ def step_count_by_status(conn: psycopg.Connection[Any]) -> dict[str, int]:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_count_by_status"])
         return {str(r["status"]): int(r["n"]) for r in cur}
+
+
+@wrap_errors
+def step_reopen_by_jobs(
+    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """:func:`step_reopen_by_job` for many jobs (their rows locked): (step run, job) pairs."""
+    rows = conn.execute(_q["step_reopen_by_jobs"], {"ids": list(ids)}).fetchall()
+    return [(column(r, "id"), column(r, "job_id")) for r in rows]

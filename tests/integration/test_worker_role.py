@@ -35,7 +35,7 @@ ROLE = "engine_worker"
 # only an operator or the submitting ERP runs (with the owner's role).
 WORKER_SQL: dict[str, set[str]] = {
     # a retry (and the children it retries with the job) is an operator's
-    "engine/store/sql/step_runs.sql": {"step_reopen_by_job"},
+    "engine/store/sql/step_runs.sql": {"step_reopen_by_job", "step_reopen_by_jobs"},
     "engine/store/sql/step_waits.sql": {"step_wait_children_if_reopened"},
     # firing a schedule submits its job (0010): the worker inserts pending jobs
     "engine/store/sql/jobs.sql": {
@@ -46,6 +46,9 @@ WORKER_SQL: dict[str, set[str]] = {
         "job_reopen_children_if_ended",
         "job_select_parent",
         "job_select_active_with_fingerprint_of",
+        # a bulk retry's chunk (issue 38), an operator's
+        "job_select_many_locked",
+        "job_reopen_many_if_ended",
     },
     "engine/store/sql/dead_letters.sql": {
         "dead_letter_select_open",
@@ -53,6 +56,13 @@ WORKER_SQL: dict[str, set[str]] = {
         "dead_letter_mark_replayed_if_open",
         "dead_letter_mark_replayed_by_job",
         "dead_letter_delete_closed",
+        # a bulk replay or purge (issue 38), an operator's
+        "dead_letter_select_for_preview",
+        "dead_letter_select_locked",
+        "dead_letter_delete_if_closed",
+        "dead_letter_mark_replayed_by_jobs",
+        "dead_letter_select_jobs_of",
+        "dead_letter_select_many_locked",
     },
     "engine/store/sql/events.sql": set(),
     # schedules are added, removed, paused and resumed by an operator; workers fire them
@@ -95,8 +105,12 @@ ADMIN_SQL: dict[str, list[str]] = {
         "dead_letter_mark_replayed_if_open",
         "dead_letter_delete_closed",
         "dead_letter_mark_replayed_by_job",
+        "dead_letter_mark_replayed_by_jobs",
+        "dead_letter_delete_if_closed",
+        "dead_letter_select_locked",
+        "dead_letter_select_many_locked",
     ],
-    "engine/store/sql/step_runs.sql": ["step_reopen_by_job"],
+    "engine/store/sql/step_runs.sql": ["step_reopen_by_job", "step_reopen_by_jobs"],
     "engine/store/sql/schedules.sql": [
         "schedule_insert_if_absent",
         "schedule_delete_by_name",

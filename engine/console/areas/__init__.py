@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute
 from engine.console.areas import (
     approvals,
     audit,
+    bulk,
     dead_letters,
     extensions,
     jobs,
@@ -34,6 +35,7 @@ AREAS = (
     jobs,
     approvals,
     dead_letters,
+    bulk,
     schedules,
     workers,
     audit,

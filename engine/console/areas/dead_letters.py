@@ -32,6 +32,7 @@ async def dead_letters_page(request: Request) -> Response:
         title="Dead letters",
         here="dead-letters",
         rows=rows,
+        flows=sorted(c.registry.names()) if c.registry else [],
     )
 
 

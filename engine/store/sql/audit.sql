@@ -32,3 +32,11 @@ SELECT id FROM engine_audit WHERE seq IS NULL ORDER BY id LIMIT %(limit)s;
 -- audit_select_head --
 -- Read-only: the chain's last position and hash as the trigger recorded them (one row, or none if someone deleted it).
 SELECT seq, hash, last_id FROM engine_audit_head;
+
+-- audit_insert_many --
+-- audit_insert for a bulk action's chunk: one entry per item (its target, job and detail), one actor, source, action and reason, in one statement; each row joins the audit chain as a single one does (its trigger is per row), in the action's transaction.
+INSERT INTO engine_audit (actor, source, action, target_kind, target_id, job_id, reason, detail)
+SELECT %(actor)s, %(source)s, %(action)s, %(target_kind)s, e.target_id, e.job_id, %(reason)s,
+       e.detail
+FROM unnest(%(target_ids)s::text[], %(job_ids)s::uuid[], %(details)s::jsonb[])
+     AS e(target_id, job_id, detail);

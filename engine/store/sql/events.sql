@@ -29,3 +29,9 @@ JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE e.kind IN ('claimed', 'reclaimed', 'succeeded', 'retried', 'dead_lettered', 'rejected', 'fenced')
 GROUP BY j.flow, s.step
 ORDER BY j.flow, s.step;
+
+-- event_insert_many --
+-- event_insert for a bulk action's chunk: one event of one kind per job, each with its detail, in one statement (append-only as every event).
+INSERT INTO engine_events (kind, job_id, detail)
+SELECT %(kind)s, e.job_id, e.detail
+FROM unnest(%(job_ids)s::uuid[], %(details)s::jsonb[]) AS e(job_id, detail);

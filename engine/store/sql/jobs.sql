@@ -244,3 +244,26 @@ SELECT j.status,
        (SELECT max(a.id) FROM engine_audit AS a WHERE a.job_id = j.id) AS last_audit
 FROM engine_jobs AS j
 WHERE j.id = %(job_id)s;
+
+-- job_select_state_locked --
+-- A bulk action re-checks each job against the state it was previewed in under the job's row lock (FOR NO KEY UPDATE, the lock order's first step), so nothing changes it between the check and the action.
+SELECT id, status, finished_at FROM engine_jobs WHERE id = %(job_id)s FOR NO KEY UPDATE;
+
+-- job_select_many_locked --
+-- A bulk action's chunk: its jobs' rows locked in one statement (FOR NO KEY UPDATE, in id order: the lock order's first step, and no two chunks deadlock), with what its re-check compares (status, finished_at) and what says whether the set-based retry may act on it as the single one would: no parent, not rejected, no failed or cancelled child (so the single retry would reopen it alone and refuse nothing).
+SELECT j.id, j.status, j.finished_at,
+       j.parent_job_id IS NULL AND NOT j.rejected
+       AND NOT EXISTS (SELECT 1 FROM engine_jobs AS c
+                       WHERE c.parent_job_id = j.id AND c.status IN ('failed', 'cancelled'))
+       AS alone
+FROM engine_jobs AS j
+WHERE j.id = ANY(%(ids)s::uuid[])
+ORDER BY j.id
+FOR NO KEY UPDATE OF j;
+
+-- job_reopen_many_if_ended --
+-- job_reopen_if_ended for a bulk action's chunk of jobs with no children to reopen (job_select_many_locked's alone): the partial unique index refuses the whole statement if one of them has its fingerprint active elsewhere (the caller runs it in a savepoint and acts on that chunk one job at a time).
+UPDATE engine_jobs
+SET status = 'running', finished_at = NULL, error = NULL
+WHERE id = ANY(%(ids)s::uuid[]) AND status IN ('failed', 'cancelled')
+RETURNING id;

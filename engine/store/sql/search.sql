@@ -92,3 +92,15 @@ WHERE r.fanout_key = %(text)s::text AND r.fanout_key <> ''
 -- job_search_flow_exists --
 -- Read only: whether any job is of this flow (one probe of engine_jobs_flow_created); search text naming a flow is a search by flow.
 SELECT EXISTS (SELECT 1 FROM engine_jobs WHERE flow = %(flow)s) AS found;
+
+-- job_search_where_error_text --
+-- A bulk action's filter (engine/jobs/bulk.py): the job's error contains the text, case aside (strpos, so the text is never a LIKE pattern); read over the candidates other filters found.
+strpos(lower(coalesce(j.error, '')), lower(%(error_text)s::text)) > 0
+
+-- job_search_where_since --
+-- A bulk action's time window: jobs created at or after this instant.
+j.created_at >= %(since)s::timestamptz
+
+-- job_search_where_until --
+-- A bulk action's time window: jobs created before this instant.
+j.created_at < %(until)s::timestamptz

@@ -375,3 +375,14 @@ SELECT EXISTS (
     SELECT 1 FROM engine_step_runs
     WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
       AND lease_expires_at > clock_timestamp()) AS live;
+
+-- step_reopen_by_jobs --
+-- step_reopen_by_job for a bulk retry's chunk of jobs (their rows locked): the same reopening, one statement.
+UPDATE engine_step_runs
+SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
+    retries = retries + 1, attempt_base = attempts,
+    max_attempts = attempts + (max_attempts - attempt_base), free_releases = 0,
+    wait_signal = NULL, wait_until = NULL,
+    wait_children = false, wait_past = '{}', wait_summary = NULL, concurrency_kept = false
+WHERE job_id = ANY(%(ids)s::uuid[]) AND status IN ('dead', 'cancelled')
+RETURNING id, job_id;
