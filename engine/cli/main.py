@@ -28,6 +28,7 @@ from engine.cli.jobs import cancel, retry, status, submit_group
 from engine.cli.migrate import migrate
 from engine.cli.queues import queues
 from engine.cli.reports import report, reports
+from engine.cli.retention import pin, prune_command
 from engine.cli.runs import runs
 from engine.cli.schedules import schedule
 from engine.cli.signals import signal
@@ -255,6 +256,8 @@ for command in (
     dlq,
     flows,
     migrate,
+    pin,
+    prune_command,
     queues,
     report,
     reports,

@@ -8,6 +8,7 @@ lock order for every writer of a job.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -41,6 +42,7 @@ __all__ = [
     "job_lock_children",
     "job_lock_if_active",
     "job_mark_rejected_if_failed",
+    "job_pin_if_exists",
     "job_progress",
     "job_reopen_if_ended",
     "job_select_active_by_fingerprint",
@@ -130,6 +132,16 @@ def job_select_active_matching(
 @wrap_errors
 def job_select_info(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
     return _rows.first(conn, "job_select_info", {"job_id": job_id})
+
+
+@wrap_errors
+def job_pin_if_exists(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, until: datetime, reason: str
+) -> dict[str, Any] | None:
+    """Keep the job past its retention until ``until`` (id, flow, status); ``None``: no such job."""
+    return _rows.first(
+        conn, "job_pin_if_exists", {"job_id": job_id, "until": until, "reason": reason}
+    )
 
 
 @wrap_errors

@@ -22,12 +22,18 @@ the relay hands each outbox row on once via SKIP LOCKED). Each round:
    ``version_orphan_alert_s`` gets its one alert of the episode
    (:mod:`engine.worker.roster`), and a schedule due for
    ``schedule_unloaded_alert_s`` whose flow no live worker has loaded for as
-   long gets its one alert of that scheduled time (no worker would fire it).
+   long gets its one alert of that scheduled time (no worker would fire it);
+6. every ``prune_interval_s`` (0: never), finished jobs past their retention
+   are retired, at most ``_PRUNE_BATCHES`` batches a round
+   (:mod:`engine.retention`; safe with several sweepers: each batch takes
+   its job rows ``SKIP LOCKED``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -37,8 +43,10 @@ import psycopg
 from engine import store
 from engine.alerts import AlertRecorder
 from engine.config import Settings
+from engine.flow.registry import Registry
 from engine.infra import metrics
 from engine.jobs.ending import Ended
+from engine.retention.prune import prune
 from engine.runner.dead_letter import dead_letter_step
 from engine.store.rows import ExpiredExhausted
 from engine.store.status import EventKind
@@ -50,6 +58,7 @@ log = logging.getLogger(__name__)
 
 _RELAY_BATCH = 500
 _RELAY_ROUNDS = 20  # bound one sweep; the next sweep continues
+_PRUNE_BATCHES = 20  # bound one sweep's prune; the next due prune continues
 
 
 @dataclass(frozen=True)
@@ -59,16 +68,27 @@ class SweepReport:
     published: int = 0
     cancelled: int = 0  # step runs left active under ended jobs
     woken: int = 0  # waiting step runs past their deadline, made pending
+    pruned: int = 0  # finished jobs retired past their retention
 
 
 class Sweeper:
     def __init__(
-        self, settings: Settings, transport: Transport, worker: str, alerts: AlertRecorder
+        self,
+        settings: Settings,
+        transport: Transport,
+        worker: str,
+        alerts: AlertRecorder,
+        registry: Registry | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.transport = transport
         self.worker = worker
         self.alerts = alerts
+        self.registry = registry
+        self.clock = clock
+        # the first prune one interval after the start: a fleet's restarts do not all prune at once
+        self.next_prune = clock() + settings.prune_interval_s
 
     def sweep(self, conn: psycopg.Connection[Any]) -> SweepReport:
         alerted = 0
@@ -149,7 +169,26 @@ class Sweeper:
                 published,
                 orphans,
             )
-        return SweepReport(len(dead), len(announced), published, orphans, len(woken))
+        pruned = self.prune_if_due(conn)
+        return SweepReport(len(dead), len(announced), published, orphans, len(woken), pruned)
+
+    def prune_if_due(self, conn: psycopg.Connection[Any]) -> int:
+        """Retire finished jobs past their retention when a prune is due; how many went."""
+        interval = self.settings.prune_interval_s
+        if interval <= 0 or self.clock() < self.next_prune:
+            return 0
+        self.next_prune = self.clock() + interval
+        report = prune(self.settings, registry=self.registry, conn=conn, max_batches=_PRUNE_BATCHES)
+        total = report.total
+        if total.jobs or report.skipped:
+            log.info(
+                "prune: %d finished job(s) retired (%d step runs, %d events), %d kept this time",
+                total.jobs,
+                total.step_runs,
+                total.events,
+                report.skipped,
+            )
+        return total.jobs
 
     def _record_dead(
         self, dead: ExpiredExhausted, conn: psycopg.Connection[Any], kind: EventKind, **detail: Any

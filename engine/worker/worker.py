@@ -239,7 +239,7 @@ class Worker:
         return self.outage.wait(self._probe, self.stop_event)
 
     def _main_loop(self) -> None:
-        sweeper = Sweeper(self.settings, self.transport, self.worker_id, self.alerts)
+        sweeper = Sweeper(self.settings, self.transport, self.worker_id, self.alerts, self.registry)
         sweep_conn: psycopg.Connection[Any] | None = None
         receive_backoff = _Backoff(self.settings.outage_backoff_max_s)
         next_sweep = 0.0

@@ -46,7 +46,10 @@ WORKER_SQL: dict[str, set[str]] = {
         "job_reopen_children_if_ended",
         "job_select_parent",
         "job_select_active_with_fingerprint_of",
+        "job_pin_if_exists",  # an operator keeps a job past its retention
     },
+    # the sweeper prunes (the deletes only through engine_retire_jobs, 0031)
+    "engine/store/sql/job_summaries.sql": set(),
     "engine/store/sql/dead_letters.sql": {
         "dead_letter_select_open",
         "dead_letter_select_one",
@@ -97,6 +100,7 @@ ADMIN_SQL: dict[str, list[str]] = {
         "dead_letter_mark_replayed_by_job",
     ],
     "engine/store/sql/step_runs.sql": ["step_reopen_by_job"],
+    "engine/store/sql/jobs.sql": ["job_pin_if_exists"],
     "engine/store/sql/schedules.sql": [
         "schedule_insert_if_absent",
         "schedule_delete_by_name",

@@ -243,3 +243,9 @@ SELECT j.status,
        (SELECT max(a.id) FROM engine_audit AS a WHERE a.job_id = j.id) AS last_audit
 FROM engine_jobs AS j
 WHERE j.id = %(job_id)s;
+
+-- job_pin_if_exists --
+-- An operator keeps a job (live, active or ended) past its retention until a date, with why; zero rows: no such live job (pruned already, or never).
+UPDATE engine_jobs SET pinned_until = %(until)s, pinned_reason = %(reason)s
+WHERE id = %(job_id)s
+RETURNING id, flow, status;
