@@ -116,8 +116,8 @@ def prune(
     flow it does not load keeps the defaults). ``as_of`` defaults to the database's clock.
     ``conn`` (autocommit) is used when given (the sweeper's), else one is
     opened. ``max_batches`` bounds one call (the sweeper's round); the next
-    call goes on. ``on_batch`` is called before each retirement transaction
-    (a test's barrier).
+    call goes on. ``on_batch`` is called inside each retirement transaction,
+    its rows deleted and locked but not committed (a test's barrier).
     """
     policy = RetentionPolicy.of(settings, registry.flows() if registry is not None else ())
 
@@ -186,13 +186,13 @@ def _retire(
     report.skipped += len(keep)
     if not chosen:
         return
-    if on_batch is not None:
-        on_batch()
     try:
         with conn.transaction():
             gone = store.job_retire_many(
                 conn, [r["id"] for r in chosen], [r["horizon"] for r in chosen], stored
             )
+            if on_batch is not None:
+                on_batch()  # the batch's locks held, not committed yet
     except Contention as exc:
         log.warning(
             "prune: a batch of %d job(s) waited too long and was skipped: %s", len(chosen), exc

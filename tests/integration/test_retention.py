@@ -255,18 +255,29 @@ def test_prune__a_worker_claims_and_finishes_while_a_retirement_holds_its_rows(
     in_batch = threading.Barrier(2, timeout=30)
     go_on = threading.Event()
 
+    paused = threading.Event()
+
     def pause() -> None:
-        in_batch.wait()  # the test runs a job to its end here, the prune waiting
-        assert go_on.wait(30)
+        if not paused.is_set():  # the first batch only
+            paused.set()
+            # the batch's rows deleted and locked, not committed: the test runs a job meanwhile
+            in_batch.wait()
+            assert go_on.wait(30)
 
     results: list[Any] = []
-    pruner = threading.Thread(
-        target=lambda: results.append(prune(fast, registry=registry, on_batch=pause))
-    )
+
+    def run_prune() -> None:
+        try:
+            results.append(prune(fast, registry=registry, on_batch=pause))
+        except BaseException as exc:
+            results.append(exc)
+            in_batch.abort()
+
+    pruner = threading.Thread(target=run_prune)
     pruner.start()
     try:
         in_batch.wait()
-        # the prune has chosen its batch; a worker claims, runs and ends new work meanwhile
+        # the retirement's transaction is open; a worker claims, runs and ends new work
         (new,) = run_jobs(fast, registry, (chain, {"n": 3}))
         with db.connect(fast, autocommit=True) as c:
             assert wait_job_ended(c, new) == "done"
