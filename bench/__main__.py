@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin
+    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,retention
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -55,6 +55,12 @@ a real user's sign-in time while wrong attempts hit it from one address, from ma
 with the limits lifted (``BENCH_ONLY=signin make bench``).
 
     BENCH_SIGNIN_RATE=50 BENCH_SIGNIN_S=10 BENCH_SIGNIN_USER_N=10
+
+Retention (``retention``, see ``bench/retention.py``): retiring the oldest day of finished
+step runs while a claimer claims: claim p99 during vs without, the longest retirement
+transaction, dead tuples after, dry-run counts against what was removed.
+
+    BENCH_RETENTION_RUNS=30000 BENCH_RETENTION_DAYS=10 BENCH_RETENTION_ACTIVE=3000
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ from bench import (
     latency,
     recost,
     recovery,
+    retention,
     runs_search,
     signin,
     single,
@@ -121,7 +128,7 @@ def main() -> int:
     only = set(
         (
             os.environ.get("BENCH_ONLY")
-            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin"
+            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,retention"
         ).split(",")
     )
     started = time.monotonic()
@@ -168,6 +175,10 @@ def main() -> int:
             runs_search.run()
         if "signin" in only:  # the console under a sign-in flood; BENCH_SIGNIN_* (bench/signin.py)
             signin.run()
+        if (
+            "retention" in only
+        ):  # a day of finished work retired; BENCH_RETENTION_* (bench/retention.py)
+            retention.run()
     finally:
         try:
             # erp drops its own (engine_bench_erp)

@@ -24,6 +24,7 @@ exactly that (the tests hold it to it).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ class PruneReport:
     counts: dict[tuple[str, str], PruneCounts] = field(default_factory=dict)
     skipped: int = 0  # families due but kept this time (held, changed, pinned, no report)
     batches: int = 0
+    longest_batch_s: float = 0.0  # the longest retirement transaction: the most any lock was held
 
     def add(self, flow: str, status: str, counts: PruneCounts) -> None:
         self.counts.setdefault((flow, status), PruneCounts()).add(counts)
@@ -95,6 +97,7 @@ class PruneReport:
             "total": vars(self.total),
             "skipped": self.skipped,
             "batches": self.batches,
+            "longest_batch_s": round(self.longest_batch_s, 4),
             "policy": self.policy.as_json(),
         }
 
@@ -186,6 +189,7 @@ def _retire(
     report.skipped += len(keep)
     if not chosen:
         return
+    started = time.monotonic()
     try:
         with conn.transaction():
             gone = store.job_retire_many(
@@ -199,6 +203,7 @@ def _retire(
         )
         report.skipped += len(chosen)
         return
+    report.longest_batch_s = max(report.longest_batch_s, time.monotonic() - started)
     retired = {g["job_id"] for g in gone}
     report.skipped += sum(1 for r in chosen if r["id"] not in retired)
     for g in gone:
