@@ -175,9 +175,7 @@ def main() -> int:
             runs_search.run()
         if "signin" in only:  # the console under a sign-in flood; BENCH_SIGNIN_* (bench/signin.py)
             signin.run()
-        if (
-            "retention" in only
-        ):  # a day of finished work retired; BENCH_RETENTION_* (bench/retention.py)
+        if "retention" in only:  # a day retired under claims; BENCH_RETENTION_* (retention.py)
             retention.run()
     finally:
         try:
