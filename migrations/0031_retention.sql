@@ -179,3 +179,7 @@ GRANT EXECUTE ON FUNCTION engine_retire_jobs(uuid[], timestamptz[], jsonb) TO en
 -- worker writes one only through engine_retire_jobs.
 REVOKE ALL ON engine_job_summaries FROM engine_worker;
 GRANT SELECT ON engine_job_summaries TO engine_worker;
+
+-- The console shows a pruned job from its summary (read only).
+REVOKE ALL ON engine_job_summaries FROM engine_console;
+GRANT SELECT ON engine_job_summaries TO engine_console;
