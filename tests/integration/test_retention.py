@@ -325,3 +325,38 @@ def test_sweeper__prunes_on_its_interval_in_the_workers_role(
     )
     with db.connect(fast, autocommit=True) as c:
         assert off.prune_if_due(c) == 0
+
+
+def test_prune__a_family_goes_with_its_top_level_job_and_only_once_all_of_it_ended(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    import childflows
+
+    family = Registry.load(["testflows", "childflows"])
+    parent = submit(childflows.brood, {"children": 2}, settings=fast).job_id
+    with thread_worker(fast, family):
+        wait_job_ended(conn, parent)
+    kids = [
+        r["id"]
+        for r in conn.execute("SELECT id FROM engine_jobs WHERE parent_job_id = %s", (parent,))
+    ]
+    assert len(kids) == 2
+    conn.execute("UPDATE engine_jobs SET finished_at = now() - interval '20 days'")
+    # a child's own horizon passed, but a child goes with its top-level job only
+    conn.execute(
+        "UPDATE engine_jobs SET status = 'running', finished_at = NULL WHERE id = %s", (kids[0],)
+    )
+    assert prune(fast, registry=family).total.jobs == 0  # one child is active: all stay
+    conn.execute(
+        "UPDATE engine_jobs SET status = 'done', finished_at = now() - interval '20 days'"
+        " WHERE id = %s",
+        (kids[0],),
+    )
+    planned = prune(fast, registry=family, dry_run=True)
+    done = prune(fast, registry=family)
+    assert planned.counts == done.counts
+    assert {k: c.jobs for k, c in done.counts.items()} == {("brood", "done"): 1, ("kid", "done"): 2}
+    assert conn.execute("SELECT count(*) AS n FROM engine_jobs").fetchone() == {"n": 0}
+    assert pruned_job(fast, kids[1]) is not None
+    summary = pruned_job(fast, kids[1])
+    assert summary is not None and summary.parent_job_id == parent
