@@ -75,6 +75,8 @@ class PruneReport:
     skipped: int = 0  # families due but kept this time (held, changed, pinned, no report)
     batches: int = 0
     longest_batch_s: float = 0.0  # the longest retirement transaction: the most any lock was held
+    # where the walk stopped at max_batches (finished_at, id); None: it reached the end
+    cursor: tuple[datetime, uuid.UUID] | None = None
 
     def add(self, flow: str, status: str, counts: PruneCounts) -> None:
         self.counts.setdefault((flow, status), PruneCounts()).add(counts)
@@ -110,6 +112,7 @@ def prune(
     as_of: datetime | None = None,
     conn: psycopg.Connection[Any] | None = None,
     max_batches: int | None = None,
+    after: tuple[datetime, uuid.UUID] | None = None,
     write_reports: ReportWriter | None = None,
     on_batch: Callable[[], None] | None = None,
 ) -> PruneReport:
@@ -119,8 +122,9 @@ def prune(
     flow it does not load keeps the defaults). ``as_of`` defaults to the database's clock.
     ``conn`` (autocommit) is used when given (the sweeper's), else one is
     opened. ``max_batches`` bounds one call (the sweeper's round); the next
-    call goes on. ``on_batch`` is called inside each retirement transaction,
-    its rows deleted and locked but not committed (a test's barrier).
+    call goes on from the report's ``cursor`` when given it as ``after``.
+    ``on_batch`` is called inside each retirement transaction, its rows
+    deleted and locked but not committed (a test's barrier).
     """
     policy = RetentionPolicy.of(settings, registry.flows() if registry is not None else ())
 
@@ -133,8 +137,10 @@ def prune(
     writer = write_reports or reports
     if conn is None:
         with db.connect(settings, autocommit=True) as own:
-            return _prune(settings, own, policy, dry_run, as_of, max_batches, writer, on_batch)
-    return _prune(settings, conn, policy, dry_run, as_of, max_batches, writer, on_batch)
+            return _prune(
+                settings, own, policy, dry_run, as_of, (max_batches, after), writer, on_batch
+            )
+    return _prune(settings, conn, policy, dry_run, as_of, (max_batches, after), writer, on_batch)
 
 
 def _prune(
@@ -143,14 +149,17 @@ def _prune(
     policy: RetentionPolicy,
     dry_run: bool,
     as_of: datetime | None,
-    max_batches: int | None,
+    bounds: tuple[int | None, tuple[datetime, uuid.UUID] | None],
     writer: ReportWriter,
     on_batch: Callable[[], None] | None,
 ) -> PruneReport:
     when = as_of or store.clock_select(conn)
     report = PruneReport(when, dry_run, policy)
-    after: tuple[datetime, uuid.UUID] | None = None
-    while max_batches is None or report.batches < max_batches:
+    max_batches, after = bounds
+    while True:
+        if max_batches is not None and report.batches >= max_batches:
+            report.cursor = after  # stopped short: the next call goes on from here
+            break
         roots = store.job_retire_select_roots(
             conn,
             as_of=when,

@@ -24,7 +24,7 @@ the relay hands each outbox row on once via SKIP LOCKED). Each round:
    ``schedule_unloaded_alert_s`` whose flow no live worker has loaded for as
    long gets its one alert of that scheduled time (no worker would fire it);
 6. every ``prune_interval_s`` (0: never), finished jobs past their retention
-   are retired, at most ``_PRUNE_BATCHES`` batches a round
+   are retired, ``_PRUNE_BATCHES`` batches a round until none is left
    (:mod:`engine.retention`; safe with several sweepers: each batch takes
    its job rows ``SKIP LOCKED``).
 """
@@ -58,7 +58,9 @@ log = logging.getLogger(__name__)
 
 _RELAY_BATCH = 500
 _RELAY_ROUNDS = 20  # bound one sweep; the next sweep continues
-_PRUNE_BATCHES = 20  # bound one sweep's prune; the next due prune continues
+# a due prune retires at most this many batches per sweep round (the sweep runs in the
+# worker's main loop), and goes on where it stopped the next round until it is done
+_PRUNE_BATCHES = 2
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class Sweeper:
         self.clock = clock
         # the first prune one interval after the start: a fleet's restarts do not all prune at once
         self.next_prune = clock() + settings.prune_interval_s
+        self.prune_cursor: tuple[Any, Any] | None = None  # a due prune's place, between rounds
 
     def sweep(self, conn: psycopg.Connection[Any]) -> SweepReport:
         alerted = 0
@@ -177,8 +180,16 @@ class Sweeper:
         interval = self.settings.prune_interval_s
         if interval <= 0 or self.clock() < self.next_prune:
             return 0
-        self.next_prune = self.clock() + interval
-        report = prune(self.settings, registry=self.registry, conn=conn, max_batches=_PRUNE_BATCHES)
+        report = prune(
+            self.settings,
+            registry=self.registry,
+            conn=conn,
+            max_batches=_PRUNE_BATCHES,
+            after=self.prune_cursor,
+        )
+        self.prune_cursor = report.cursor
+        if report.cursor is None:  # done: the next prune one interval from now
+            self.next_prune = self.clock() + interval
         total = report.total
         if total.jobs or report.skipped:
             log.info(
