@@ -14,7 +14,10 @@ Then, with the engine's own statements:
    during the retirement, the longest retirement transaction (the most any
    of its locks was held), the ratio of the p99s;
 4. the dry run's counts against what was removed, and the dead tuples of the
-   live tables right after (before any vacuum: a day is 1/DAYS of the rows).
+   live tables right after, counted from their pages (pgstattuple): after
+   the prune's closing VACUUM (``BENCH_RETENTION_VACUUM=1``, the default;
+   its time is ``vacuum_s``, and the claims during it are in step 3's
+   figures), or without it (``=0``: what stays until autovacuum comes).
 
 Reports are stored by a stub (a location per job) unless
 ``BENCH_RETENTION_REPORTS=1``: rendering happens before each batch's
@@ -25,6 +28,7 @@ transaction, outside what is measured here. Figures are printed, never failed.
     BENCH_RETENTION_ACTIVE=3000    pending jobs the claimer may claim
     BENCH_RETENTION_BATCH=100      jobs per retirement transaction (ENGINE_PRUNE_BATCH)
     BENCH_RETENTION_REPORTS=0      1: render and store the real reports
+    BENCH_RETENTION_VACUUM=1       0: the prune without its closing VACUUM
     BENCH_RETENTION_DATABASE=engine_bench_retention
 """
 
@@ -108,10 +112,10 @@ def _quantiles(name: str, times: list[float]) -> float | None:
 
 
 def _dead_tuples(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("SELECT pg_stat_clear_snapshot()")
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")  # the scratch database's
     for row in conn.execute(_q["retention_dead_tuples"]).fetchall():
-        total = row["n_live_tup"] + row["n_dead_tup"]
-        share = 100.0 * row["n_dead_tup"] / total if total else 0.0
+        total = row["live"] + row["dead"]
+        share = 100.0 * row["dead"] / total if total else 0.0
         emit(NAME, f"dead_tuples_pct/{row['relname']}", share, "%")
 
 
@@ -125,6 +129,7 @@ def run() -> None:
     active = env_int("BENCH_RETENTION_ACTIVE", 3000)
     batch = env_int("BENCH_RETENTION_BATCH", 100)
     real_reports = env_int("BENCH_RETENTION_REPORTS", 0) > 0
+    vacuum = env_int("BENCH_RETENTION_VACUUM", 1) > 0
     dbname = os.environ.get("BENCH_RETENTION_DATABASE", "engine_bench_retention")
     info = fresh_database(dbname=dbname)
     try:
@@ -150,6 +155,7 @@ def run() -> None:
             settings,
             as_of=as_of,
             write_reports=None if real_reports else _stub_reports,
+            vacuum=vacuum,
         )
         took = time.monotonic() - started
         busy.stop.set()
@@ -165,6 +171,8 @@ def run() -> None:
         emit(NAME, "retire_day_s", took, "s")
         emit(NAME, "batches", done.batches, "transactions")
         emit(NAME, "longest_batch_lock_s", done.longest_batch_s, "s")
+        if done.vacuum_s is not None:
+            emit(NAME, "vacuum_s", done.vacuum_s, "s")
         emit(NAME, "dry_run_equals_removed", int(planned.counts == done.counts), "bool")
         emit(NAME, "skipped", done.skipped, "jobs")
         log(
@@ -173,7 +181,6 @@ def run() -> None:
             f"{done.longest_batch_s * 1000:.1f} ms; dry run equal: {planned.counts == done.counts}"
         )
         with db.connect(settings, autocommit=True) as conn:
-            time.sleep(1.0)  # the statistics of the prune's backend reach the collector
             _dead_tuples(conn)
     finally:
         if os.environ.get("BENCH_RETENTION_KEEP") != "1":

@@ -64,8 +64,9 @@ FROM jobs;
 SELECT id, job_id FROM engine_step_runs WHERE status = 'pending' ORDER BY id;
 
 -- retention_dead_tuples --
--- Read only: live and dead tuples of the live tables, as the statistics collector last saw them.
-SELECT relname, n_live_tup, n_dead_tup
-FROM pg_stat_user_tables
-WHERE relname IN ('engine_jobs', 'engine_step_runs', 'engine_events', 'engine_job_tags')
-ORDER BY relname;
+-- Read only: the dead tuples of each live table, counted exactly from its pages (pgstattuple reads the table whole; the statistics collector's n_dead_tup lags a backend's last deletes).
+SELECT t.relname, s.tuple_count AS live, s.dead_tuple_count AS dead, s.dead_tuple_percent
+FROM (VALUES ('engine_jobs'), ('engine_step_runs'), ('engine_events'), ('engine_job_tags'))
+     AS t (relname)
+CROSS JOIN LATERAL pgstattuple(t.relname::regclass) AS s
+ORDER BY t.relname;

@@ -21,6 +21,30 @@ ALTER TABLE engine_jobs
     ADD CONSTRAINT engine_jobs_pin_has_reason
         CHECK (pinned_until IS NULL OR (pinned_reason IS NOT NULL AND pinned_reason <> ''));
 
+-- Dead tuples stay few on the live tables a retirement deletes from. By
+-- default autovacuum waits for 20% of a table to be dead: a year's
+-- engine_events (tens of millions of rows) would carry millions of dead
+-- rows after each retired day, and the claim's engine_step_runs would bloat
+-- between rounds. At 1% (plus 1000 rows for small tables) autovacuum comes
+-- once about one day of 90 is retired. The prune also VACUUMs these tables
+-- after a walk that retired rows, when its role owns them (VACUUM takes no
+-- lock a claim or a write waits for); the sweeper in the worker's role does
+-- not own them and relies on these settings. Figures: bench/retention.py.
+ALTER TABLE engine_jobs SET (
+    autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.02);
+ALTER TABLE engine_step_runs SET (
+    autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.02);
+-- append-only but for retirement: inserts also bring a vacuum (the visibility
+-- map current for index-only scans) at 5% new rows instead of 20%
+ALTER TABLE engine_events SET (
+    autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.02);
+ALTER TABLE engine_job_tags SET (
+    autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.02);
+
 -- The prune's walk: top-level finished jobs, oldest end first.
 CREATE INDEX engine_jobs_finished_roots
     ON engine_jobs (finished_at, id)

@@ -26,6 +26,7 @@ __all__ = [
     "job_retire_count_many",
     "job_retire_many",
     "job_retire_select_roots",
+    "job_retired_tables_vacuum",
     "job_select_family_many",
     "job_summary_select",
 ]
@@ -123,3 +124,15 @@ def job_retire_many(
 def job_summary_select(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any] | None:
     """A pruned job's summary row, or ``None`` (a live job, or none)."""
     return _rows.first(conn, "job_summary_select", {"job_id": job_id})
+
+
+@wrap_errors
+def job_retired_tables_vacuum(conn: psycopg.Connection[Any]) -> bool:
+    """VACUUM the live tables a retirement deletes from, if this role may; whether it did.
+
+    ``conn`` must be in autocommit (VACUUM runs outside a transaction).
+    """
+    if not _rows.one(conn, "job_retired_tables_vacuumable")["vacuumable"]:
+        return False
+    _rows.run(conn, "job_retired_tables_vacuum")
+    return True

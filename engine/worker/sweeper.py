@@ -23,10 +23,10 @@ the relay hands each outbox row on once via SKIP LOCKED). Each round:
    (:mod:`engine.worker.roster`), and a schedule due for
    ``schedule_unloaded_alert_s`` whose flow no live worker has loaded for as
    long gets its one alert of that scheduled time (no worker would fire it);
-6. every ``prune_interval_s`` (0: never), finished jobs past their retention
-   are retired, ``_PRUNE_BATCHES`` batches a round until none is left
-   (:mod:`engine.retention`; safe with several sweepers: each batch takes
-   its job rows ``SKIP LOCKED``).
+
+Retention's prune runs beside it, in a thread of its own
+(:mod:`engine.worker.pruner`): rendering reports is not work for the loop
+that receives.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.infra import metrics
 from engine.jobs.ending import Ended
-from engine.retention.prune import prune
 from engine.runner.dead_letter import dead_letter_step
 from engine.store.rows import ExpiredExhausted
 from engine.store.status import EventKind
@@ -58,9 +57,6 @@ log = logging.getLogger(__name__)
 
 _RELAY_BATCH = 500
 _RELAY_ROUNDS = 20  # bound one sweep; the next sweep continues
-# a due prune retires at most this many batches per sweep round (the sweep runs in the
-# worker's main loop), and goes on where it stopped the next round until it is done
-_PRUNE_BATCHES = 2
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,6 @@ class SweepReport:
     published: int = 0
     cancelled: int = 0  # step runs left active under ended jobs
     woken: int = 0  # waiting step runs past their deadline, made pending
-    pruned: int = 0  # finished jobs retired past their retention
 
 
 class Sweeper:
@@ -89,9 +84,6 @@ class Sweeper:
         self.alerts = alerts
         self.registry = registry
         self.clock = clock
-        # the first prune one interval after the start: a fleet's restarts do not all prune at once
-        self.next_prune = clock() + settings.prune_interval_s
-        self.prune_cursor: tuple[Any, Any] | None = None  # a due prune's place, between rounds
 
     def sweep(self, conn: psycopg.Connection[Any]) -> SweepReport:
         alerted = 0
@@ -172,34 +164,7 @@ class Sweeper:
                 published,
                 orphans,
             )
-        pruned = self.prune_if_due(conn)
-        return SweepReport(len(dead), len(announced), published, orphans, len(woken), pruned)
-
-    def prune_if_due(self, conn: psycopg.Connection[Any]) -> int:
-        """Retire finished jobs past their retention when a prune is due; how many went."""
-        interval = self.settings.prune_interval_s
-        if interval <= 0 or self.clock() < self.next_prune:
-            return 0
-        report = prune(
-            self.settings,
-            registry=self.registry,
-            conn=conn,
-            max_batches=_PRUNE_BATCHES,
-            after=self.prune_cursor,
-        )
-        self.prune_cursor = report.cursor
-        if report.cursor is None:  # done: the next prune one interval from now
-            self.next_prune = self.clock() + interval
-        total = report.total
-        if total.jobs or report.skipped:
-            log.info(
-                "prune: %d finished job(s) retired (%d step runs, %d events), %d kept this time",
-                total.jobs,
-                total.step_runs,
-                total.events,
-                report.skipped,
-            )
-        return total.jobs
+        return SweepReport(len(dead), len(announced), published, orphans, len(woken))
 
     def _record_dead(
         self, dead: ExpiredExhausted, conn: psycopg.Connection[Any], kind: EventKind, **detail: Any

@@ -14,12 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from harness import fast_settings, thread_worker, wait_job_ended
+from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 from pydantic import BaseModel
 from testflows import Params, chain
 
 from engine import BadInput, Flow, Retention, StepContext, pin_job, prune
-from engine.alerts import AlertRecorder
 from engine.config import Settings
 from engine.errors import NoSuchJob
 from engine.flow.registry import Registry
@@ -28,8 +27,7 @@ from engine.jobs.submit import submit
 from engine.retention import pruned_job
 from engine.store import db
 from engine.store.job_summaries import job_retire_many
-from engine.transports.postgres import PostgresTransport
-from engine.worker.sweeper import Sweeper
+from engine.worker.pruner import Pruner
 from engine.worker.worker import connect_worker
 
 # a flow that keeps its done jobs longer than the engine's default
@@ -292,43 +290,55 @@ def test_prune__a_worker_claims_and_finishes_while_a_retirement_holds_its_rows(
     ).fetchone() == {"n": 3}
 
 
-def test_sweeper__prunes_on_its_interval_a_few_batches_a_round_in_the_workers_role(
+def test_pruner__prunes_on_its_interval_a_few_batches_a_round_in_the_workers_role(
     fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
 ) -> None:
     jobs = run_jobs(fast, registry, *((chain, {"n": n}) for n in range(3)))
     for job in jobs:
         age(conn, job, 20)
-    now = [1000.0]  # the sweeper's monotonic clock, moved by the test
+    now = [1000.0]  # the pruner's monotonic clock, moved by the test
     settings = fast.model_copy(
         update={"prune_interval_s": 3600, "prune_batch": 1, "session_role": "engine_worker"}
     )
-    sweeper = Sweeper(
-        settings,
-        PostgresTransport(settings),
-        "sweeper",
-        AlertRecorder([]),
-        registry,
-        clock=lambda: now[0],
-    )
+    pruner = Pruner(settings, registry, clock=lambda: now[0])
     with connect_worker(settings) as c:
         c.autocommit = True
-        assert sweeper.sweep(c).pruned == 0  # not due before one interval
+        assert pruner.round(c) == 0  # not due before one interval
         now[0] += 3600
-        # due: two batches of one job a round (the sweep runs in the worker's main loop),
-        # the next round going on from where this one stopped, until none is left
-        assert [sweeper.sweep(c).pruned for _ in range(3)] == [2, 1, 0]
+        # due: two batches of one job a round (a stop is seen between rounds), the next
+        # round going on from where this one stopped, until none is left
+        assert [pruner.round(c) for _ in range(3)] == [2, 1, 0]
         assert not any(live(conn, job) for job in jobs)
-        assert sweeper.prune_cursor is None and sweeper.next_prune == now[0] + 3600
-    off = Sweeper(
-        fast.model_copy(update={"prune_interval_s": 0}),
-        PostgresTransport(fast),
-        "sweeper",
-        AlertRecorder([]),
-        registry,
-        clock=lambda: 1e12,
-    )
+        assert pruner.cursor is None and pruner.next_prune == now[0] + 3600
+    off = Pruner(fast.model_copy(update={"prune_interval_s": 0}), registry, clock=lambda: 1e12)
     with db.connect(fast, autocommit=True) as c:
-        assert off.prune_if_due(c) == 0
+        assert off.round(c) == 0
+
+
+def test_worker__a_prune_rendering_reports_does_not_hold_up_claims(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    old = run_jobs(fast, registry, (chain, {"n": 1}))
+    age(conn, old[0], 20)
+    rendering, release = threading.Event(), threading.Event()
+
+    def slow_reports(settings: Settings, jobs: Any) -> dict[uuid.UUID, str]:
+        rendering.set()  # the prune is due and storing its first batch's reports
+        assert release.wait(60)
+        return {job: f"test://{job}.html" for job in jobs}
+
+    settings = fast.model_copy(update={"prune_interval_s": 3600})
+    with thread_worker(settings, registry) as worker:
+        worker.pruner.write_reports = slow_reports
+        worker.pruner.next_prune = 0.0  # due now (its thread looks at least once a second)
+        try:
+            assert rendering.wait(30)
+            # while the prune renders, the worker receives, claims and ends new work
+            new = submit(chain, {"n": 2}, settings=settings).job_id
+            assert wait_job_ended(conn, new) == "done"
+        finally:
+            release.set()
+        wait_until(lambda: not live(conn, old[0]), 30, "the old job to be pruned")
 
 
 def test_prune__a_family_goes_with_its_top_level_job_and_only_once_all_of_it_ended(
@@ -364,3 +374,44 @@ def test_prune__a_family_goes_with_its_top_level_job_and_only_once_all_of_it_end
     assert pruned_job(fast, kids[1]) is not None
     summary = pruned_job(fast, kids[1])
     assert summary is not None and summary.parent_job_id == parent
+
+
+def test_prune__vacuums_the_live_tables_after_its_walk_without_waiting_for_a_writer(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    old, busy = run_jobs(fast, registry, (chain, {"n": 1}), (chain, {"n": 2}))
+    age(conn, old, 20)
+    writing, release = threading.Event(), threading.Event()
+
+    def write() -> None:
+        # a claim's kind of write on the claim's table, its transaction left open
+        with db.connect(fast) as other, other.transaction():
+            other.execute(
+                "UPDATE engine_step_runs SET attempts = attempts WHERE job_id = %s", (busy,)
+            )
+            writing.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert writing.wait(30)
+        # lock_timeout 5 s: a VACUUM that waited for the writer would raise
+        report = prune(fast, registry=registry)
+        assert report.total.jobs == 1 and report.vacuum_s is not None
+    finally:
+        release.set()
+        writer.join()
+    assert prune(fast, registry=registry).vacuum_s is None  # nothing retired: no VACUUM
+    assert prune(fast, registry=registry, dry_run=True).vacuum_s is None
+
+
+def test_retention__live_tables_are_autovacuumed_at_one_percent_dead(
+    conn: psycopg.Connection[Any],
+) -> None:
+    for table in LIVE:
+        options = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (table,)
+        ).fetchone()
+        assert options is not None
+        assert "autovacuum_vacuum_scale_factor=0.01" in options["reloptions"], table

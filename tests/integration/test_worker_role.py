@@ -48,8 +48,9 @@ WORKER_SQL: dict[str, set[str]] = {
         "job_select_active_with_fingerprint_of",
         "job_pin_if_exists",  # an operator keeps a job past its retention
     },
-    # the sweeper prunes (the deletes only through engine_retire_jobs, 0031)
-    "engine/store/sql/job_summaries.sql": set(),
+    # the pruner prunes (the deletes only through engine_retire_jobs, 0031); the closing
+    # VACUUM is the tables' owner's (`engine prune`): the worker's role asks first, skips it
+    "engine/store/sql/job_summaries.sql": {"job_retired_tables_vacuum"},
     "engine/store/sql/dead_letters.sql": {
         "dead_letter_select_open",
         "dead_letter_select_one",

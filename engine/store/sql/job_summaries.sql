@@ -68,3 +68,14 @@ SELECT id, flow, flow_version, status, params, tags, submitted_by, parent_job_id
        attempts, events, report, pruned_at
 FROM engine_job_summaries
 WHERE id = %(job_id)s;
+
+-- job_retired_tables_vacuumable --
+-- Read only: whether the current role may VACUUM every live table a retirement deletes from (it owns them, or is a superuser); the worker's role may not, and relies on their autovacuum settings (0031).
+SELECT bool_and(pg_has_role(current_user, c.relowner, 'USAGE')) AS vacuumable
+FROM pg_class AS c
+WHERE c.oid IN ('engine_jobs'::regclass, 'engine_step_runs'::regclass,
+                'engine_events'::regclass, 'engine_job_tags'::regclass);
+
+-- job_retired_tables_vacuum --
+-- Outside any transaction (autocommit): the dead tuples a retirement left in the live tables it deletes from. VACUUM (not FULL) takes SHARE UPDATE EXCLUSIVE, which no claim, insert, update or delete waits for.
+VACUUM (ANALYZE) engine_jobs, engine_step_runs, engine_events, engine_job_tags;
