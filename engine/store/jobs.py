@@ -148,7 +148,10 @@ def job_pin_if_exists(
 def job_select_by_id_range(
     conn: psycopg.Connection[Any], low: uuid.UUID, high: uuid.UUID, *, limit: int
 ) -> list[dict[str, Any]]:
-    """At most ``limit`` jobs (id, flow, status, created_at) with ``low <= id <= high``, by id."""
+    """At most ``limit`` jobs (id, flow, status, created_at, pruned) with ``low <= id <= high``.
+
+    By id; live jobs and pruned ones (their summaries) alike.
+    """
     return _rows.rows(conn, "job_select_by_id_range", {"low": low, "high": high, "limit": limit})
 
 

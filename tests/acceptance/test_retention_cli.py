@@ -60,6 +60,9 @@ def test_cli__prune_dry_run_pin_and_a_pruned_jobs_status_and_report(
     code, out, err = engine("status", str(pruned))
     assert code == 0, err
     assert "pruned on" in out and "status done" in out and "step runs 3/3 done" in out
+    code, out, err = engine("status", str(pruned)[:8])  # a prefix finds the pruned job too
+    assert code == 0, err
+    assert "pruned on" in out and str(pruned) in out
     code, out, err = engine("status", str(pruned), "--json")
     assert code == 0, err
     shown = json.loads(out)
