@@ -24,6 +24,7 @@ from engine.errors import NoSuchJob
 from engine.flow.registry import Registry
 from engine.jobs import admin
 from engine.jobs.submit import submit
+from engine.reports import render_index
 from engine.retention import pruned_job
 from engine.store import db
 from engine.store.job_summaries import job_retire_many
@@ -415,3 +416,24 @@ def test_retention__live_tables_are_autovacuumed_at_one_percent_dead(
         ).fetchone()
         assert options is not None
         assert "autovacuum_vacuum_scale_factor=0.01" in options["reloptions"], table
+
+
+def test_prune__the_report_index_lists_a_pruned_job_linking_its_stored_page(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    pruned, kept = run_jobs(fast, registry, (chain, {"n": 1}), (chain, {"n": 2}))
+    age(conn, pruned, 20)
+    assert prune(fast, registry=registry).total.jobs == 1
+    index = Path(render_index(fast))
+    rows = {
+        job: next(
+            tr
+            for tr in index.read_text(encoding="utf-8").split("<tr ")
+            if tr.startswith("data-flow") and str(job) in tr
+        )
+        for job in (pruned, kept)
+    }
+    # the pruned job's row: its summary, marked, linking the page stored before its rows went
+    assert f'href="runs/{pruned}.html"' in rows[pruned] and ">pruned</span>" in rows[pruned]
+    assert (index.parent / "runs" / f"{pruned}.html").is_file()
+    assert f'href="runs/{kept}.html"' in rows[kept] and ">pruned</span>" not in rows[kept]
