@@ -29,6 +29,7 @@ transaction, outside what is measured here. Figures are printed, never failed.
     BENCH_RETENTION_BATCH=100      jobs per retirement transaction (ENGINE_PRUNE_BATCH)
     BENCH_RETENTION_REPORTS=0      1: render and store the real reports
     BENCH_RETENTION_VACUUM=1       0: the prune without its closing VACUUM
+    BENCH_RETENTION_RETIRE_DAYS=1  the oldest days retired at once (a backlog: 10, 30)
     BENCH_RETENTION_DATABASE=engine_bench_retention
 """
 
@@ -130,6 +131,8 @@ def run() -> None:
     batch = env_int("BENCH_RETENTION_BATCH", 100)
     real_reports = env_int("BENCH_RETENTION_REPORTS", 0) > 0
     vacuum = env_int("BENCH_RETENTION_VACUUM", 1) > 0
+    # several days at once: the first prune after a backlog (retention just turned on)
+    retire_days = min(days - 1, max(1, env_int("BENCH_RETENTION_RETIRE_DAYS", 1)))
     dbname = os.environ.get("BENCH_RETENTION_DATABASE", "engine_bench_retention")
     info = fresh_database(dbname=dbname)
     try:
@@ -139,8 +142,8 @@ def run() -> None:
             claimable = conn.execute(_q["retention_active_runs"]).fetchall()
             now = store.clock_select(conn)
         half = len(claimable) // 2
-        # the oldest day becomes due: its end + the 14 days of the default horizon
-        as_of = now - timedelta(days=days - 1)
+        # the oldest day(s) become due: their end + the 14 days of the default horizon
+        as_of = now - timedelta(days=days - retire_days)
 
         quiet = Claimer(settings, claimable[:half])
         quiet.start()
@@ -176,8 +179,9 @@ def run() -> None:
         emit(NAME, "dry_run_equals_removed", int(planned.counts == done.counts), "bool")
         emit(NAME, "skipped", done.skipped, "jobs")
         log(
-            f"retired one day of {days}: {total.jobs} jobs, {total.step_runs} step runs, "
-            f"{total.events} events in {took:.2f} s, {done.batches} batches, longest "
+            f"retired {retire_days} day(s) of {days}: {total.jobs} jobs, "
+            f"{total.step_runs} step runs, {total.events} events in {took:.2f} s, "
+            f"{done.batches} batches, longest "
             f"{done.longest_batch_s * 1000:.1f} ms; dry run equal: {planned.counts == done.counts}"
         )
         with db.connect(settings, autocommit=True) as conn:

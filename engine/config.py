@@ -373,7 +373,7 @@ class Settings(BaseSettings):
         default=3600.0,
         ge=0,
         description=(
-            "each worker's sweeper prunes finished jobs past their retention this often "
+            "each worker's pruner thread retires finished jobs past their retention this often "
             "(the first time one interval after it starts); 0: never (`engine prune` only)"
         ),
     )
