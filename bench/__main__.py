@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing,bulk
+    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing,bulk,retention
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -65,6 +65,12 @@ Bulk actions on a frozen preview (``bulk``, see ``bench/bulk.py``): an outage's 
 letters previewed and replayed in one action, with single replays racing it.
 
     BENCH_BULK_N=10000 BENCH_BULK_RACE=100
+
+Retention (``retention``, see ``bench/retention.py``): retiring the oldest day of finished
+step runs while a claimer claims: claim p99 during vs without, the longest retirement
+transaction, dead tuples after, dry-run counts against what was removed.
+
+    BENCH_RETENTION_RUNS=30000 BENCH_RETENTION_DAYS=10 BENCH_RETENTION_ACTIVE=3000
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ from bench import (
     latency,
     recost,
     recovery,
+    retention,
     runs_search,
     signin,
     single,
@@ -133,7 +140,7 @@ def main() -> int:
     only = set(
         (
             os.environ.get("BENCH_ONLY")
-            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing,bulk"
+            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing,bulk,retention"
         ).split(",")
     )
     started = time.monotonic()
@@ -184,6 +191,8 @@ def main() -> int:
             tracing_bench.run()
         if "bulk" in only:  # an outage's dead letters in one action; BENCH_BULK_* (bench/bulk.py)
             bulk.run()
+        if "retention" in only:  # a day retired under claims; BENCH_RETENTION_* (retention.py)
+            retention.run()
     finally:
         try:
             # erp drops its own (engine_bench_erp)

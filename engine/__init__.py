@@ -21,6 +21,8 @@ Run jobs (the API install: ``pip install erp-engine``)
     Registry, Settings, migrate, MigrationReport
 Find runs (a domain's ``engine runs`` options: a registered module's ``search_fields``)
     SearchField, RunMatch
+Keep the evidence, prune the rest (retention per flow and end state)
+    Retention, prune, PruneReport, pin_job
 Record an operator's action (the audit trail, in the action's transaction)
     record_action, Audited, audit_trail
 Act in bulk on a frozen preview (retry, cancel, replay, purge what a filter finds)
@@ -57,6 +59,7 @@ from engine.errors import (
 from engine.flow import Flow, MapOver, Step, StepInput
 from engine.flow.concurrency import Concurrency
 from engine.flow.registry import Registry
+from engine.flow.retention import Retention
 from engine.flow.retry import Cancel, Fail, Reject, Retry, RetryPolicy
 from engine.jobs.audit import Audited, audit_trail, record_action
 from engine.jobs.bulk import BulkApplied, BulkFilter, BulkPreview
@@ -66,6 +69,7 @@ from engine.jobs.lookup import JobInfo, active_jobs, job_info, wait_for_job
 from engine.jobs.search import RunMatch, SearchField
 from engine.jobs.submit import Submitted, submit
 from engine.reports.storage import write_report_file
+from engine.retention import PruneReport, pin_job, prune
 from engine.runner.context import StepContext
 from engine.schedules.schedules import (
     Schedule,
@@ -114,10 +118,12 @@ __all__ = [
     "MigrationError",
     "MigrationReport",
     "PreviewClosed",
+    "PruneReport",
     "Queries",
     "Refused",
     "Registry",
     "Reject",
+    "Retention",
     "Retry",
     "RetryPolicy",
     "RunMatch",
@@ -145,6 +151,8 @@ __all__ = [
     "load_queries",
     "migrate",
     "pause_schedule",
+    "pin_job",
+    "prune",
     "record_action",
     "remove_schedule",
     "resume_schedule",

@@ -354,6 +354,38 @@ class Settings(BaseSettings):
             "ALERT_SEND_TIMEOUT_S (a lapsed claim is sent again by another worker)"
         ),
     )
+    # retention (issue 38): finished jobs leave the live tables, a summary and report stay
+    retention_done_days: float = Field(
+        default=14.0,
+        ge=0,
+        description=(
+            "a job that ended done is pruned this long after it ended, unless its flow "
+            "declares its own (Flow(retention=...)) or it is pinned (`engine pin`)"
+        ),
+    )
+    retention_failed_days: float = Field(
+        default=400.0, ge=0, description="the same for a job that ended failed"
+    )
+    retention_cancelled_days: float = Field(
+        default=90.0, ge=0, description="the same for a job that ended cancelled"
+    )
+    prune_interval_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description=(
+            "each worker's pruner thread retires finished jobs past their retention this often "
+            "(the first time one interval after it starts); 0: never (`engine prune` only)"
+        ),
+    )
+    prune_batch: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description=(
+            "jobs retired per transaction by a prune: each batch locks only its own rows, "
+            "briefly, skipping any another session holds"
+        ),
+    )
     reports_url: str | None = Field(
         default=None,
         pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$",

@@ -160,6 +160,7 @@ flow = Flow(
     description="Month-end close: post, then cost (child jobs), check the books, close the period.",
     searchable=("period",),  # engine runs --period (flows.tools.search)
     concurrency=periods.PERIOD_KEY,
+    retention=periods.BOOKS_RETENTION,  # kept live for a year and more (engine prune)
 )
 
 

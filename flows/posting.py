@@ -239,6 +239,7 @@ flow = Flow(
     description="Post a period's documents to journals in chunks; reject invalid ones.",
     searchable=("period",),  # engine runs --period (flows.tools.search)
     concurrency=periods.PERIOD_KEY,
+    retention=periods.BOOKS_RETENTION,  # kept live for a year and more (engine prune)
     signals=(APPROVAL_SIGNAL,),  # an accountant's go-ahead when too many were rejected
     approvals=(APPROVAL_SIGNAL,),  # segregation of duties: engine.waits.approvals
 )

@@ -79,6 +79,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "migrate",
         "Apply the numbered SQL migrations not applied yet (safe to run concurrently).",
     ),
+    "pin": (
+        "engine.cli.retention",
+        "pin",
+        "Keep a job from being pruned until a date (audited).",
+    ),
+    "prune": (
+        "engine.cli.retention",
+        "prune_command",
+        "Retire finished jobs past their retention: a summary and the report stay.",
+    ),
     "queues": ("engine.cli.queues", "queues", "SQS queues of the sqs transport."),
     "report": (
         "engine.cli.reports",

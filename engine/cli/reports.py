@@ -8,8 +8,10 @@ import click
 
 from engine.cli.args import parse_job_id
 from engine.config import Settings
+from engine.errors import NoSuchJob
 from engine.reports.render import render_all, render_job_report
 from engine.reports.serve import make_server
+from engine.retention.pruned import pruned_job
 
 __all__ = ["report", "reports"]
 
@@ -32,7 +34,15 @@ def report(job_id: str, out: Path | None) -> None:
     settings = Settings()
     parsed = parse_job_id(settings, job_id)
     # no such job is NoSuchJob, a BadInput: the root group's mapping exits 2
-    click.echo(render_job_report(settings, parsed, out_dir=out))
+    try:
+        click.echo(render_job_report(settings, parsed, out_dir=out))
+    except NoSuchJob:
+        pruned = pruned_job(settings, parsed)
+        if pruned is None:
+            raise
+        # its rows are gone: the report stored before they went is the report
+        click.echo(pruned.report or "(no report was stored)")
+        click.echo(pruned.note, err=True)
 
 
 @click.group()

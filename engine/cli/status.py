@@ -26,6 +26,7 @@ from engine.store.status import StepStatus
 
 if TYPE_CHECKING:
     from engine.flow import Flow
+    from engine.retention.pruned import PrunedJob
     from engine.store.models import Job, StepRun
     from engine.store.read import JobView
 
@@ -48,14 +49,46 @@ def status(job_id: str | None, as_json: bool) -> None:
     # SQLModel's read side, only for one job's view (the list above reads without it)
     from engine.store.read import job_view, sqlalchemy_engine
 
-    view = job_view(sqlalchemy_engine(state.settings), parse_job_id(state.settings, job_id))
+    parsed = parse_job_id(state.settings, job_id)
+    view = job_view(sqlalchemy_engine(state.settings), parsed)
     if view is None:
-        raise NoSuchJob(job_id)
+        from engine.retention.pruned import pruned_job
+
+        pruned = pruned_job(state.settings, parsed)
+        if pruned is None:
+            raise NoSuchJob(job_id)
+        _show_pruned(pruned, as_json)
+        return
     flow = _flow_or_none(state, view)
     if as_json:
         print_json(_view_json(view, flow))
     else:
         _print_view(view, flow)
+
+
+def _show_pruned(job: PrunedJob, as_json: bool) -> None:
+    """A job retention pruned: its summary, with the note saying so."""
+    if as_json:
+        print_json({"job": job.as_json(), "pruned": True})
+        return
+    out.print(
+        f"job {job.id}  flow {job.flow} v{job.flow_version}  status [bold]{job.status}[/bold]",
+        highlight=False,
+    )
+    out.print(job.note, highlight=False, markup=False)
+    out.print(f"params {json.dumps(job.params, sort_keys=True)}", highlight=False, markup=False)
+    out.print(
+        f"created {job.created_at:%Y-%m-%d %H:%M:%S}  by {job.submitted_by or '-'}  "
+        f"finished {job.finished_at:%Y-%m-%d %H:%M:%S}",
+        highlight=False,
+    )
+    out.print(
+        f"step runs {job.step_runs_done}/{job.step_runs} done, {job.step_runs_dead} dead, "
+        f"{job.attempts} attempt(s), {job.events} event(s)",
+        highlight=False,
+    )
+    if job.error:
+        out.print(f"error {job.error}", highlight=False, markup=False)
 
 
 def _counts(state: State) -> dict[str, Any]:

@@ -19,6 +19,7 @@ registered by an import's side effect.
 - :mod:`.registry`: which flows (and versions) this process knows;
 - :mod:`.concurrency`: declaring and rendering keys (the claim SQL enforces them);
 - :mod:`.label`: how a fan-out's runs are named for people (``label="{code}"``);
+- :mod:`.retention`: how long finished jobs stay before they are pruned;
 - :mod:`.retry`: ``RetryPolicy`` and a step's explicit control flow
   (``Retry``, ``Fail``, ``Reject``, ``Cancel``).
 """

@@ -46,6 +46,7 @@ from engine.flow.declare import NAME_PATTERN, StepOptions, declare_step, failer,
 from engine.flow.describe import describe
 from engine.flow.inputs import Graph, resolve
 from engine.flow.params import check_searchable, parse_params
+from engine.flow.retention import Retention
 from engine.flow.retry import RetryPolicy
 from engine.flow.signals import check_approvals, check_signals
 from engine.flow.step import (
@@ -89,6 +90,10 @@ class Flow:
     in the submit's transaction, and ``engine runs --param region=north``
     finds the jobs submitted with it (an index lookup, whatever the flow). A
     parameter not declared searchable is not tagged and not found that way.
+
+    ``retention=Retention(done=timedelta(days=400))`` keeps its finished jobs
+    longer (or shorter) than the engine's defaults before ``engine prune``
+    retires them to a summary and their report (:mod:`engine.flow.retention`).
     """
 
     def __init__(
@@ -102,6 +107,7 @@ class Flow:
         signals: Sequence[str] = (),
         approvals: Sequence[str] = (),
         searchable: Sequence[str] = (),
+        retention: Retention | None = None,
     ) -> None:
         if not valid_name(name):
             raise DefinitionError(
@@ -122,6 +128,11 @@ class Flow:
                 concurrency.check(params, None)
             except DefinitionError as exc:
                 raise DefinitionError(str(exc), flow=name) from None
+        if retention is not None and not isinstance(retention, Retention):
+            raise DefinitionError(
+                f"retention must be an engine.Retention, got {retention!r}", flow=name
+            )
+        self._retention = retention or Retention()
         self._signals = check_signals(name, signals)
         self._approvals = check_approvals(name, approvals, self._signals)
         self._searchable = check_searchable(name, params, searchable)
@@ -179,6 +190,11 @@ class Flow:
     def searchable(self) -> tuple[str, ...]:
         """The parameters a job of the flow is found by (``engine runs --param NAME=VALUE``)."""
         return self._searchable
+
+    @property
+    def retention(self) -> Retention:
+        """How long its finished jobs stay in the live tables, per end state (``engine prune``)."""
+        return self._retention
 
     @property
     def admission(self) -> Callable[..., None] | None:

@@ -134,7 +134,8 @@ def resolve_job_id(conn: psycopg.Connection[Any], text: str) -> uuid.UUID:
 
     See :func:`job_id_or_prefix` for what is accepted. A whole UUID is not
     looked up (the command that uses it says when there is no such job).
-    Raises :class:`~engine.errors.NoSuchJob` when no job's id starts with the
+    A pruned job (its summary, :mod:`engine.retention`) is found as a live
+    one is. Raises :class:`~engine.errors.NoSuchJob` when no job's id starts with the
     prefix, and :class:`~engine.errors.AmbiguousJobId` naming a few (id, flow,
     status, created) when several do.
     """
@@ -150,7 +151,8 @@ def resolve_job_id(conn: psycopg.Connection[Any], text: str) -> uuid.UUID:
     if len(rows) == 1:
         return uuid.UUID(str(rows[0]["id"]))
     shown = [
-        f"{r['id']} ({r['flow']}, {r['status']}, {r['created_at']:%Y-%m-%d %H:%M})"
+        f"{r['id']} ({r['flow']}, {r['status']}{', pruned' if r['pruned'] else ''}, "
+        f"{r['created_at']:%Y-%m-%d %H:%M})"
         for r in rows[:_SHOWN_CANDIDATES]
     ]
     raise AmbiguousJobId(text, shown, more=len(rows) > len(shown))

@@ -47,7 +47,7 @@ from engine.reports.views import (
     WaitView,
 )
 from engine.store.models import Job, JobSignal, StepRun, StepStatus
-from engine.store.read import job_history, recent_jobs
+from engine.store.read import job_history, recent_job_summaries, recent_jobs
 
 __all__ = ["IndexReport", "RunReport", "build_index", "build_run_report"]
 
@@ -306,7 +306,7 @@ def _job_link(job: Job, key: str | None = None) -> JobLink:
 
 
 def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
-    """Every job (newest first, at most ``limit``) with its duration."""
+    """Every job, live or pruned (newest first, at most ``limit``), with its duration."""
     jobs = recent_jobs(engine, limit=limit)
     rows = [
         IndexRow(
@@ -324,6 +324,23 @@ def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
         for listed in jobs
         for j in [listed.job]
     ]
+    # pruned jobs: their summaries, linking the page stored before their rows went
+    rows += [
+        IndexRow(
+            job_id=str(s.id),
+            flow=s.flow,
+            status=s.status,
+            period=str(s.params.get("period", "")),
+            params=json.dumps(s.params, sort_keys=True, default=str),
+            submitted_by=s.submitted_by,
+            created_at=s.created_at,
+            duration_s=_seconds(s.started_at or s.created_at, s.finished_at),
+            href=run_href(s.id),
+            pruned=True,
+        )
+        for s in recent_job_summaries(engine, limit=limit)
+    ]
+    rows = sorted(rows, key=lambda r: r.created_at, reverse=True)[:limit]
     return IndexReport(
         generated_at=datetime.now(UTC),
         rows=rows,

@@ -64,6 +64,7 @@ __all__ = [
     "render_index",
     "render_index_html",
     "render_job_report",
+    "render_job_reports",
     "render_run_html",
 ]
 
@@ -278,6 +279,32 @@ def render_job_report(
     """
     job = job_id if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id))
     return _render(settings, [job], index=False, out_dir=out_dir, registry=registry)[0]
+
+
+def render_job_reports(
+    settings: Settings, jobs: Sequence[uuid.UUID], *, registry: Registry | None = None
+) -> dict[uuid.UUID, str]:
+    """Render each job's report where reports go; where each went, by job.
+
+    One database engine and one store for all of them (a prune stores a batch
+    before the rows go). A job whose page cannot be built or stored is
+    logged and left out, so that the caller keeps its rows.
+    """
+    engine = sqlalchemy_engine(settings)
+    env = environment()
+    store = report_store(settings)
+    flows = registry or _registry(settings)
+    stored: dict[uuid.UUID, str] = {}
+    try:
+        for job in jobs:
+            try:
+                page = render_run_html(build_run_report(engine, job, flows), env)
+                stored[job] = store.put(run_href(job), page, HTML)
+            except Exception as exc:
+                log.warning("could not store the report of job %s: %s", job, exc)
+    finally:
+        engine.dispose()
+    return stored
 
 
 def render_index(settings: Settings, *, out_dir: Path | None = None) -> str:

@@ -216,6 +216,7 @@ class IndexRow(BaseModel):
     created_at: datetime
     duration_s: float | None
     href: str
+    pruned: bool = False  # retention pruned it: its row is its summary, its page the stored one
 
 
 class IndexReport(BaseModel):

@@ -17,7 +17,8 @@ statement that writes it, whoever calls it (``claims`` and ``leases`` share
 - ``claims``: a step run taken by one worker (one delivery, a batch of them,
   an eager successor), with a fresh lease token and one attempt;
 - ``leases``: renewed or given back, only by the current token's holder;
-- ``jobs``: submit once per fingerprint, finish, cancel, reopen;
+- ``jobs``: submit once per fingerprint, finish, cancel, reopen, pin;
+- ``job_summaries``: what stays of a pruned job, and the retirement of finished ones;
 - ``outbox``: announcements, their relay, the sweeper's re-announcements;
 - ``dead_letters``: step runs past their cap and unusable messages;
 - ``alerts``: one alert per dead letter (orphaned version, schedule time) and
@@ -90,6 +91,7 @@ from engine.store.console_signins import *  # noqa: F403
 from engine.store.console_users import *  # noqa: F403
 from engine.store.dead_letters import *  # noqa: F403
 from engine.store.events import *  # noqa: F403
+from engine.store.job_summaries import *  # noqa: F403
 from engine.store.jobs import *  # noqa: F403
 from engine.store.leases import *  # noqa: F403
 from engine.store.outbox import *  # noqa: F403

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -42,6 +43,7 @@ __all__ = [
     "job_lock_children",
     "job_lock_if_active",
     "job_mark_rejected_if_failed",
+    "job_pin_if_exists",
     "job_progress",
     "job_reopen_if_ended",
     "job_reopen_many_if_ended",
@@ -139,10 +141,23 @@ def job_select_info(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[st
 
 
 @wrap_errors
+def job_pin_if_exists(
+    conn: psycopg.Connection[Any], job_id: uuid.UUID, until: datetime, reason: str
+) -> dict[str, Any] | None:
+    """Keep the job past its retention until ``until`` (id, flow, status); ``None``: no such job."""
+    return _rows.first(
+        conn, "job_pin_if_exists", {"job_id": job_id, "until": until, "reason": reason}
+    )
+
+
+@wrap_errors
 def job_select_by_id_range(
     conn: psycopg.Connection[Any], low: uuid.UUID, high: uuid.UUID, *, limit: int
 ) -> list[dict[str, Any]]:
-    """At most ``limit`` jobs (id, flow, status, created_at) with ``low <= id <= high``, by id."""
+    """At most ``limit`` jobs (id, flow, status, created_at, pruned) with ``low <= id <= high``.
+
+    By id; live jobs and pruned ones (their summaries) alike.
+    """
     return _rows.rows(conn, "job_select_by_id_range", {"low": low, "high": high, "limit": limit})
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "Job",
     "JobSignal",
     "JobStatus",
+    "JobSummary",
     "JobTag",
     "OutboxRow",
     "QueueMessage",
@@ -116,6 +117,34 @@ class Job(SQLModel, table=True):
     approvals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
     rejected: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
     traceparent: str | None = _text(True)  # the submit's W3C trace context (engine.tracing)
+    pinned_until: datetime | None = _ts(True)
+    pinned_reason: str | None = _text(True)
+
+
+class JobSummary(SQLModel, table=True):
+    """What stays of a job that retention pruned (engine/retention/): read, never written here."""
+
+    __tablename__ = "engine_job_summaries"
+
+    id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), primary_key=True))
+    flow: str = _text(False)
+    flow_version: int = Field(sa_column=Column(Integer, nullable=False))
+    status: str = _text(False)
+    params: dict[str, Any] = _json(False)
+    tags: dict[str, Any] = _json(False)
+    submitted_by: str | None = _text(True)
+    parent_job_id: uuid.UUID | None = _uuid_or_none()
+    error: str | None = _text(True)
+    created_at: datetime = _ts(False)
+    started_at: datetime | None = _ts(True)
+    finished_at: datetime = _ts(False)
+    step_runs: int = Field(sa_column=Column(Integer, nullable=False))
+    step_runs_done: int = Field(sa_column=Column(Integer, nullable=False))
+    step_runs_dead: int = Field(sa_column=Column(Integer, nullable=False))
+    attempts: int = Field(sa_column=Column(Integer, nullable=False))
+    events: int = Field(sa_column=Column(Integer, nullable=False))
+    report: str | None = _text(True)
+    pruned_at: datetime = _ts(False)
 
 
 class StepRun(SQLModel, table=True):

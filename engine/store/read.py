@@ -31,6 +31,7 @@ from engine.store.models import (
     Job,
     JobSignal,
     JobStatus,
+    JobSummary,
     OutboxRow,
     StepRun,
     StepStatus,
@@ -325,3 +326,10 @@ def recent_jobs(
         jobs = list(session.exec(query).all())
         waits = _waits_of(session, [j.id for j in jobs if j.status.active])
         return [ListedJob(j, waits.get(j.id, [])) for j in jobs]
+
+
+def recent_job_summaries(engine: Engine, *, limit: int = 50) -> list[JobSummary]:
+    """Jobs retention pruned (their summaries), newest first, at most ``limit``."""
+    with Session(engine) as session:
+        query = select(JobSummary).order_by(col(JobSummary.created_at).desc()).limit(limit)
+        return list(session.exec(query).all())

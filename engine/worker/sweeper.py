@@ -22,12 +22,18 @@ the relay hands each outbox row on once via SKIP LOCKED). Each round:
    ``version_orphan_alert_s`` gets its one alert of the episode
    (:mod:`engine.worker.roster`), and a schedule due for
    ``schedule_unloaded_alert_s`` whose flow no live worker has loaded for as
-   long gets its one alert of that scheduled time (no worker would fire it).
+   long gets its one alert of that scheduled time (no worker would fire it);
+
+Retention's prune runs beside it, in a thread of its own
+(:mod:`engine.worker.pruner`): rendering reports is not work for the loop
+that receives.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -37,6 +43,7 @@ import psycopg
 from engine import store
 from engine.alerts import AlertRecorder
 from engine.config import Settings
+from engine.flow.registry import Registry
 from engine.infra import metrics
 from engine.jobs.ending import Ended
 from engine.runner.dead_letter import dead_letter_step
@@ -63,12 +70,20 @@ class SweepReport:
 
 class Sweeper:
     def __init__(
-        self, settings: Settings, transport: Transport, worker: str, alerts: AlertRecorder
+        self,
+        settings: Settings,
+        transport: Transport,
+        worker: str,
+        alerts: AlertRecorder,
+        registry: Registry | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.transport = transport
         self.worker = worker
         self.alerts = alerts
+        self.registry = registry
+        self.clock = clock
 
     def sweep(self, conn: psycopg.Connection[Any]) -> SweepReport:
         alerted = 0

@@ -2,7 +2,8 @@
 
 The main thread receives in batches (no more than there are idle slots) and
 runs the sweeper every ``sweep_interval_s`` (a thread of its own fires due
-schedules as often, :mod:`engine.schedules.firer`); a slot that finishes a step first
+schedules as often, :mod:`engine.schedules.firer`, and another retires
+finished jobs past their retention, :mod:`engine.worker.pruner`); a slot that finishes a step first
 tries to receive its next message itself, without waiting, and hands itself
 back to the main thread only when none is visible. Each executor slot is a thread
 with its own connection and its own heartbeat (:mod:`engine.worker.slot`). On SIGTERM or SIGINT
@@ -43,6 +44,7 @@ from engine.store import db
 from engine.transports import transport_for
 from engine.transports.base import Received, Transport
 from engine.transports.outbox import RelayListener
+from engine.worker.pruner import Pruner
 from engine.worker.roster import Roster
 from engine.worker.slot import Slot
 from engine.worker.sweeper import Sweeper
@@ -127,6 +129,13 @@ class Worker:
             connect=lambda: connect_worker(settings),
             alerts=self.alerts,
         )
+        self.pruner = Pruner(
+            settings,
+            registry,
+            connect=lambda: connect_worker(settings),
+            stop=self.stop_event,
+            outage=self.outage,
+        )
         # engine_workers: what this worker runs, seen at every sweep (engine flows show)
         self.roster = Roster(settings, self.worker_id, registry.runnable())
         self._free = threading.Condition()
@@ -178,6 +187,7 @@ class Worker:
             slot.thread.start()
         self.dispatcher.start()
         self.schedules.start()
+        self.pruner.start()
         listener: RelayListener | None = None
         if not self.transport.transactional:
             listener = RelayListener(
@@ -239,7 +249,7 @@ class Worker:
         return self.outage.wait(self._probe, self.stop_event)
 
     def _main_loop(self) -> None:
-        sweeper = Sweeper(self.settings, self.transport, self.worker_id, self.alerts)
+        sweeper = Sweeper(self.settings, self.transport, self.worker_id, self.alerts, self.registry)
         sweep_conn: psycopg.Connection[Any] | None = None
         receive_backoff = _Backoff(self.settings.outage_backoff_max_s)
         next_sweep = 0.0
@@ -348,6 +358,7 @@ class Worker:
                 slot.runner.conn.close()
         self.dispatcher.close(max(1.0, deadline - time.monotonic()))
         self.schedules.close(max(1.0, deadline - time.monotonic()))
+        self.pruner.close(max(1.0, deadline - time.monotonic()))
         try:
             with db.connect(self.settings, autocommit=True) as conn:
                 self.roster.stop(conn)

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
 from pydantic import BaseModel, Field
 
-from engine import BadInput, Concurrency, Refused, active_jobs
+from engine import BadInput, Concurrency, Refused, Retention, active_jobs
 from flows.erp import approvals, books, checks, period_order
 from flows.erp.queries import NamedQueries
 from flows.erp.types import next_period
@@ -69,6 +69,13 @@ BOOK_FLOWS = ("posting", "costing", "close")
 """Flows whose jobs write a period's books: a close waits until none of them is active."""
 
 PERIOD_KEY = Concurrency("period:{period}", limit=1, per_job=True)
+
+# The books' runs (posting, close) stay live longer than the engine's defaults:
+# an auditor asks about last year's close, with its steps and approvals. When
+# they are pruned, their summary and report stay for good (engine prune).
+BOOKS_RETENTION = Retention(
+    done=timedelta(days=400), failed=timedelta(days=400), cancelled=timedelta(days=400)
+)
 """The concurrency key the book flows share: one job of a period writes its books at a time.
 
 Counted per job (``per_job``): a job's own step runs (every chunk, every

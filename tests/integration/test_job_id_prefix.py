@@ -104,3 +104,22 @@ def test_resolve_job_id__the_lookup_can_use_the_primary_key(
         ).fetchall()
     text = "\n".join(str(next(iter(row.values()))) for row in plan)
     assert "engine_jobs_pkey" in text
+
+
+def test_resolve_job_id__a_prefix_finds_a_pruned_job_by_its_summary(
+    conn: psycopg.Connection[Any],
+) -> None:
+    pruned = uuid.UUID("bbbb0001-0000-4000-8000-000000000000")
+    conn.execute(
+        "INSERT INTO engine_job_summaries (id, flow, flow_version, status, params, created_at,"
+        " finished_at, step_runs, step_runs_done, step_runs_dead, attempts, events)"
+        " VALUES (%s, 'posting', 1, 'done', '{}', now(), now(), 1, 1, 0, 1, 3)",
+        (pruned,),
+    )
+    assert resolve_job_id(conn, "bbbb0001") == pruned
+    live = _job(conn, "bbbb0002-0000-4000-8000-000000000000", flow="costing")
+    with pytest.raises(AmbiguousJobId) as caught:
+        resolve_job_id(conn, "bbbb")
+    message = str(caught.value)
+    assert f"{pruned} (posting, done, pruned, " in message
+    assert f"{live} (costing, pending, " in message

@@ -197,6 +197,8 @@ NOT_IN_ROWS = {
         "parent_step_run_id",
         "signals",
         "approvals",
+        "pinned_until",  # retention reads them in SQL (engine_retire_jobs)
+        "pinned_reason",
     },
     "engine_step_runs": {
         "available_at",

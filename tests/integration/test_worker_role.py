@@ -49,7 +49,11 @@ WORKER_SQL: dict[str, set[str]] = {
         # a bulk retry's chunk (issue 38), an operator's
         "job_select_many_locked",
         "job_reopen_many_if_ended",
+        "job_pin_if_exists",  # an operator keeps a job past its retention
     },
+    # the pruner prunes (the deletes only through engine_retire_jobs, 0031); the closing
+    # VACUUM is the tables' owner's (`engine prune`): the worker's role asks first, skips it
+    "engine/store/sql/job_summaries.sql": {"job_retired_tables_vacuum"},
     "engine/store/sql/dead_letters.sql": {
         "dead_letter_select_open",
         "dead_letter_select_one",
@@ -111,6 +115,7 @@ ADMIN_SQL: dict[str, list[str]] = {
         "dead_letter_select_many_locked",
     ],
     "engine/store/sql/step_runs.sql": ["step_reopen_by_job", "step_reopen_by_jobs"],
+    "engine/store/sql/jobs.sql": ["job_pin_if_exists"],
     "engine/store/sql/schedules.sql": [
         "schedule_insert_if_absent",
         "schedule_delete_by_name",

@@ -10,6 +10,7 @@ engine function as its CLI command, audited with the signed-in user.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,6 +31,7 @@ from engine.jobs import admin
 from engine.jobs.lookup import job_version, resolve_job_id
 from engine.reports.context import build_run_report
 from engine.reports.render import render_run_html
+from engine.retention.pruned import pruned_job
 from engine.store import db
 from engine.waits.inbox import awaiting_approval
 from engine.waits.signals import operator_signal
@@ -75,7 +77,18 @@ async def job_page(request: Request) -> Response:
     try:
         context = await run_in_threadpool(_live_context, c, request, job_id)
     except NoSuchJob as exc:
-        return PlainTextResponse(str(exc), status_code=404)
+        pruned = await run_in_threadpool(pruned_job, c.settings, job_id)
+        if pruned is None:
+            return PlainTextResponse(str(exc), status_code=404)
+        # retention pruned its rows: its summary, and where its report was stored
+        return c.render(
+            request,
+            "console/job_pruned.html.j2",
+            title=f"job {job_id} (pruned)",
+            here="runs",
+            job=pruned,
+            params=json.dumps(pruned.params, sort_keys=True),
+        )
     return c.render(
         request,
         "console/job.html.j2",

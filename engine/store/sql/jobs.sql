@@ -180,10 +180,20 @@ FROM engine_jobs
 WHERE id = %(job_id)s;
 
 -- job_select_by_id_range --
--- Jobs whose id lies in [low, high], the range a hex prefix of a UUID covers (uuid order is byte order, so the primary key's index answers it, unlike a LIKE on id::text); the limit keeps a short prefix cheap and still shows whether it is ambiguous.
-SELECT id, flow, status, created_at
-FROM engine_jobs
-WHERE id BETWEEN %(low)s AND %(high)s
+-- Jobs whose id lies in [low, high], the range a hex prefix of a UUID covers (uuid order is byte order, so the primary keys' indexes answer it, unlike a LIKE on id::text), live or pruned (a summary, 0031: pruned is true); the limit keeps a short prefix cheap and still shows whether it is ambiguous.
+SELECT id, flow, status, created_at, pruned FROM (
+    (SELECT id, flow, status, created_at, false AS pruned
+     FROM engine_jobs
+     WHERE id BETWEEN %(low)s AND %(high)s
+     ORDER BY id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, flow, status, created_at, true AS pruned
+     FROM engine_job_summaries
+     WHERE id BETWEEN %(low)s AND %(high)s
+     ORDER BY id
+     LIMIT %(limit)s)
+) AS found
 ORDER BY id
 LIMIT %(limit)s;
 
@@ -267,3 +277,9 @@ UPDATE engine_jobs
 SET status = 'running', finished_at = NULL, error = NULL
 WHERE id = ANY(%(ids)s::uuid[]) AND status IN ('failed', 'cancelled')
 RETURNING id;
+
+-- job_pin_if_exists --
+-- An operator keeps a job (live, active or ended) past its retention until a date, with why; zero rows: no such live job (pruned already, or never).
+UPDATE engine_jobs SET pinned_until = %(until)s, pinned_reason = %(reason)s
+WHERE id = %(job_id)s
+RETURNING id, flow, status;

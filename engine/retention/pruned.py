@@ -1,0 +1,79 @@
+"""A pruned job as people still see it: its summary and where its report went."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from engine.config import Settings
+from engine.store import db
+from engine.store.job_summaries import job_summary_select
+
+__all__ = ["PrunedJob", "pruned_job"]
+
+
+@dataclass(frozen=True)
+class PrunedJob:
+    """The summary row of a pruned job (migration 0031)."""
+
+    id: uuid.UUID
+    flow: str
+    flow_version: int
+    status: str
+    params: dict[str, Any]
+    tags: dict[str, list[str]]
+    submitted_by: str | None
+    parent_job_id: uuid.UUID | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime
+    step_runs: int
+    step_runs_done: int
+    step_runs_dead: int
+    attempts: int
+    events: int
+    report: str | None
+    pruned_at: datetime
+
+    @property
+    def note(self) -> str:
+        """The line every view of it carries."""
+        return (
+            f"pruned on {self.pruned_at:%Y-%m-%d %H:%M:%S %Z}: its step runs and events are "
+            f"gone; this is its summary, and its report is at {self.report or '(not stored)'}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "job_id": str(self.id),
+            "flow": self.flow,
+            "flow_version": self.flow_version,
+            "status": self.status,
+            "params": self.params,
+            "tags": self.tags,
+            "submitted_by": self.submitted_by,
+            "parent_job_id": None if self.parent_job_id is None else str(self.parent_job_id),
+            "error": self.error,
+            "created_at": self.created_at.isoformat(),
+            "started_at": None if self.started_at is None else self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat(),
+            "step_runs": self.step_runs,
+            "step_runs_done": self.step_runs_done,
+            "step_runs_dead": self.step_runs_dead,
+            "attempts": self.attempts,
+            "events": self.events,
+            "report": self.report,
+            "pruned": True,
+            "pruned_at": self.pruned_at.isoformat(),
+            "note": self.note,
+        }
+
+
+def pruned_job(settings: Settings, job_id: uuid.UUID) -> PrunedJob | None:
+    """The summary of ``job_id`` if retention pruned it, else ``None``."""
+    with db.connect(settings, autocommit=True) as conn:
+        row = job_summary_select(conn, job_id)
+    return None if row is None else PrunedJob(**row)

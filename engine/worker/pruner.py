@@ -1,0 +1,152 @@
+"""The pruner: every worker retires finished jobs past their retention, off its receive path.
+
+A thread of its own (as the schedule firer, :mod:`engine.schedules.firer`),
+so rendering and storing a batch's reports, its retirement transaction and
+the closing VACUUM never hold up the worker's main loop, which receives and
+sweeps. Every ``prune_interval_s`` (0: never; the first time one interval
+after the start, so a fleet's restarts do not all prune at once) a prune
+walks the finished jobs due, ``_PRUNE_BATCHES`` batches a round
+(:mod:`engine.retention`), going on from where it stopped each round until
+none is left, and stopping between rounds when the worker stops. Safe with
+several workers: each batch takes its job rows ``SKIP LOCKED``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from engine.config import Settings
+from engine.errors import Contention
+from engine.flow.registry import Registry
+from engine.infra import logs
+from engine.infra.outage import Outage, is_outage
+from engine.retention.prune import ReportWriter, prune
+
+__all__ = ["Pruner"]
+
+log = logging.getLogger(__name__)
+
+# batches retired per round; a round ends between two, where a stop is seen
+_PRUNE_BATCHES = 2
+
+
+class Pruner:
+    """Retires finished jobs on ``prune_interval_s``; :meth:`start` runs it in a thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry | None = None,
+        *,
+        connect: Callable[[], psycopg.Connection[Any]] | None = None,
+        stop: threading.Event | None = None,
+        outage: Outage | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        write_reports: ReportWriter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.clock = clock
+        self.stop = stop if stop is not None else threading.Event()
+        self.outage = outage
+        self.write_reports = write_reports  # None: the reports rendered and stored as configured
+        self._connect = connect
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread: threading.Thread | None = None
+        self.next_prune = clock() + settings.prune_interval_s
+        self.cursor: tuple[Any, Any] | None = None  # a due prune's place, between rounds
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.prune_interval_s > 0
+
+    def round(self, conn: psycopg.Connection[Any]) -> int:
+        """One round of a due prune (none when not due); how many jobs it retired."""
+        if not self.enabled or self.clock() < self.next_prune:
+            return 0
+        report = prune(
+            self.settings,
+            registry=self.registry,
+            conn=conn,
+            max_batches=_PRUNE_BATCHES,
+            after=self.cursor,
+            write_reports=self.write_reports,
+        )
+        self.cursor = report.cursor
+        if report.cursor is None:  # done: the next prune one interval from now
+            self.next_prune = self.clock() + self.settings.prune_interval_s
+        total = report.total
+        if total.jobs or report.skipped:
+            log.info(
+                "prune: %d finished job(s) retired (%d step runs, %d events), %d kept this time",
+                total.jobs,
+                total.step_runs,
+                total.events,
+                report.skipped,
+            )
+        return total.jobs
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run :meth:`run` in a daemon thread until :attr:`stop` is set (not at all if off)."""
+        if not self.enabled:
+            return
+        self._thread = threading.Thread(
+            target=logs.inheriting(self.run), name="pruner", daemon=True
+        )
+        self._thread.start()
+
+    def run(self) -> None:
+        """Prune rounds back to back while one is due, else wait; outages are waited out."""
+        idle_s = min(1.0, self.settings.sweep_interval_s)
+        try:
+            while not self.stop.is_set():
+                if self.outage is not None and self.outage.down.is_set():
+                    self.stop.wait(idle_s)
+                    continue
+                if self.clock() < self.next_prune:
+                    self.stop.wait(min(idle_s, max(0.0, self.next_prune - self.clock())))
+                    continue
+                try:
+                    self.round(self._connection())
+                except Exception as exc:
+                    self._close()
+                    if is_outage(exc):
+                        if self.outage is not None:
+                            self.outage.failed(exc, "pruner")
+                    elif isinstance(exc, Contention):
+                        log.warning("prune round not done (%s)", str(exc).strip()[:300])
+                    else:
+                        log.exception("prune round failed")
+                    self.stop.wait(self.settings.sweep_interval_s)
+        finally:
+            self._close()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            if self._connect is None:
+                from engine.store import db
+
+                self._conn = db.connect(self.settings)
+            else:
+                self._conn = self._connect()
+            self._conn.autocommit = True
+        return self._conn
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self, timeout_s: float) -> None:
+        """Stop the thread; a batch in progress commits or rolls back within ``timeout_s``."""
+        self.stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s)
