@@ -15,10 +15,14 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, Column, DateTime, Dialect, Integer, Text
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from engine.store.columns import _json, _text, _ts, _uuid_or_none
+
+# what operators' actions keep (a pruned job's summary, bulk previews): models of their own
+from engine.store.kept_models import BulkPreview, BulkPreviewOutcome, JobSummary
 from engine.store.status import (
     AlertSource,
     AuditSource,
@@ -35,6 +39,8 @@ __all__ = [
     "ENUM_COLUMNS",
     "AuditEntry",
     "AuditHead",
+    "BulkPreview",
+    "BulkPreviewOutcome",
     "DeadLetter",
     "DeadLetterSource",
     "EnumText",
@@ -78,22 +84,6 @@ class EnumText(TypeDecorator[str]):
         return None if value is None else self.enum_type(value)
 
 
-def _ts(nullable: bool) -> Any:
-    return Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=nullable))
-
-
-def _json(nullable: bool) -> Any:
-    return Field(default=None, sa_column=Column(JSONB, nullable=nullable))
-
-
-def _text(nullable: bool) -> Any:
-    return Field(default=None, sa_column=Column(Text, nullable=nullable))
-
-
-def _uuid_or_none() -> Any:
-    return Field(default=None, sa_column=Column(UUID(as_uuid=True), nullable=True))
-
-
 class Job(SQLModel, table=True):
     """One run of a flow with its parameters."""
 
@@ -116,35 +106,9 @@ class Job(SQLModel, table=True):
     signals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
     approvals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
     rejected: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
-    traceparent: str | None = _text(True)  # the submit's W3C trace context (engine.tracing)
     pinned_until: datetime | None = _ts(True)
     pinned_reason: str | None = _text(True)
-
-
-class JobSummary(SQLModel, table=True):
-    """What stays of a job that retention pruned (engine/retention/): read, never written here."""
-
-    __tablename__ = "engine_job_summaries"
-
-    id: uuid.UUID = Field(sa_column=Column(UUID(as_uuid=True), primary_key=True))
-    flow: str = _text(False)
-    flow_version: int = Field(sa_column=Column(Integer, nullable=False))
-    status: str = _text(False)
-    params: dict[str, Any] = _json(False)
-    tags: dict[str, Any] = _json(False)
-    submitted_by: str | None = _text(True)
-    parent_job_id: uuid.UUID | None = _uuid_or_none()
-    error: str | None = _text(True)
-    created_at: datetime = _ts(False)
-    started_at: datetime | None = _ts(True)
-    finished_at: datetime = _ts(False)
-    step_runs: int = Field(sa_column=Column(Integer, nullable=False))
-    step_runs_done: int = Field(sa_column=Column(Integer, nullable=False))
-    step_runs_dead: int = Field(sa_column=Column(Integer, nullable=False))
-    attempts: int = Field(sa_column=Column(Integer, nullable=False))
-    events: int = Field(sa_column=Column(Integer, nullable=False))
-    report: str | None = _text(True)
-    pruned_at: datetime = _ts(False)
+    traceparent: str | None = _text(True)  # the submit's W3C trace context (engine.tracing)
 
 
 class StepRun(SQLModel, table=True):
