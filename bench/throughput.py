@@ -75,6 +75,8 @@ WHERE relname LIKE 'engine%%' AND relname <> 'engine_migrations' ORDER BY relnam
 class Result:
     steps_per_s: float | None
     jobs_done: int
+    rows_per_step: float | None = None  # rows inserted, updated or deleted in engine tables
+    commits_per_step: float | None = None
 
 
 def submit_jobs(info: str, jobs: int) -> None:
@@ -149,19 +151,26 @@ def run(jobs: int, procs: int, concurrency: int, timeout_s: float, *, eager: boo
     emit(bench, "claim_to_commit_p50", p50, "ms")
     emit(bench, "claim_to_commit_p99", p99, "ms")
     emit(bench, "slot_cycle_p50", cycle, "ms")
+    rows = sum(ins + upd + dele for _, ins, upd, dele in writes)
     if steps:
         emit(bench, "db_commits_per_step", commits / steps, "commits/step")
+        emit(bench, "rows_written_per_step", rows / steps, "rows/step")
     log(
         f"{bench}: {steps} steps in {elapsed or 0:.2f} s = {rate or 0:.0f} steps/s; "
         f"claim->succeeded p50 {p50 or 0:.1f} ms, p99 {p99 or 0:.1f} ms over {measured} step runs; "
         f"one slot's claim to its next claim p50 {cycle or 0:.1f} ms"
     )
     if steps:
-        log(f"  per step: {commits / steps:.1f} commits, {rollbacks / steps:.2f} rollbacks")
+        log(
+            f"  per step: {commits / steps:.2f} commits, {rollbacks / steps:.2f} rollbacks, "
+            f"{rows / steps:.2f} rows written"
+        )
         for name, ins, upd, dele in writes:
             per = [
                 f"{n / steps:5.2f} {what}"
                 for n, what in ((ins, "ins"), (upd, "upd"), (dele, "del"))
             ]
             log(f"  per step: {name:<18} " + " ".join(per))
-    return Result(rate, done)
+    if not steps:
+        return Result(rate, done)
+    return Result(rate, done, rows / steps, commits / steps)
