@@ -1,7 +1,8 @@
 """The engine: submit ``noop`` jobs, then time worker processes draining them.
 
 Steps/s is ``3 * jobs done`` over the span from the first claim to the last
-``job_done`` (both database times from ``engine_events``), so worker start-up
+``job_done`` (both database times from ``engine_history``: events and the claims and
+successes folded into the step runs), so worker start-up
 is not counted. Claim-to-commit latency is, per step run, its ``claimed``
 event to its ``succeeded`` event (the latter is written in the checkpoint
 transaction, before its scheduling, relay and commit: the commit itself is
@@ -29,7 +30,7 @@ STEPS_PER_JOB = 3
 ELAPSED = """
 SELECT extract(epoch FROM max(at) FILTER (WHERE kind = 'job_done')
                         - min(at) FILTER (WHERE kind IN ('claimed', 'reclaimed')))::float8
-FROM engine_events
+FROM engine_history
 """
 
 LATENCY = """
@@ -37,8 +38,8 @@ SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),
        percentile_cont(0.99) WITHIN GROUP (ORDER BY ms),
        count(*)
 FROM (SELECT extract(epoch FROM s.at - c.at)::float8 * 1000 AS ms
-      FROM engine_events AS c
-      JOIN engine_events AS s ON s.step_run_id = c.step_run_id AND s.kind = 'succeeded'
+      FROM engine_history AS c
+      JOIN engine_history AS s ON s.step_run_id = c.step_run_id AND s.kind = 'succeeded'
       WHERE c.kind = 'claimed') AS per_step
 """
 
@@ -47,9 +48,9 @@ FROM (SELECT extract(epoch FROM s.at - c.at)::float8 * 1000 AS ms
 # back to the receiving thread, the next receive)
 SLOT_CYCLE = """
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)
-FROM (SELECT extract(epoch FROM lead(at) OVER (PARTITION BY worker ORDER BY id) - at)::float8
+FROM (SELECT extract(epoch FROM lead(at) OVER (PARTITION BY worker ORDER BY at, id) - at)::float8
              * 1000 AS ms
-      FROM engine_events WHERE kind = 'claimed') AS cycles
+      FROM engine_history WHERE kind = 'claimed') AS cycles
 WHERE ms IS NOT NULL
 """
 

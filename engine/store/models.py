@@ -115,6 +115,8 @@ class Job(SQLModel, table=True):
     signals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
     approvals: list[str] | None = Field(default=None, sa_column=Column(ARRAY(Text), nullable=True))
     rejected: bool = Field(default=False, sa_column=Column(Boolean, nullable=False))
+    # the worker whose checkpoint ended it done: its job_done event, folded (migration 0035)
+    finished_by: str | None = _text(True)
 
 
 class StepRun(SQLModel, table=True):
@@ -157,6 +159,12 @@ class StepRun(SQLModel, table=True):
     # retry rounds so far, and the attempts used before this round (migration 0029)
     retries: int = Field(default=0, sa_column=Column(Integer, nullable=False))
     attempt_base: int = Field(default=0, sa_column=Column(Integer, nullable=False))
+    # its first claim and its success, folded into the row instead of two events
+    # (migration 0035; engine_history reads them as the claimed and succeeded events)
+    started_by: str | None = _text(True)
+    started_detail: dict[str, Any] | None = _json(True)
+    finished_by: str | None = _text(True)
+    finished_detail: dict[str, Any] | None = _json(True)
 
 
 class JobSignal(SQLModel, table=True):
