@@ -34,12 +34,14 @@ WITH job AS (
         lease_owner = %(worker)s,
         lease_token = gen_random_uuid(),
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
-        started_at = coalesce(s.started_at, clock_timestamp()),
+        started_at = coalesce(s.started_at, clock.t),
         started_by = CASE WHEN s.started_at IS NULL AND s.attempts = 0
                           THEN %(worker)s ELSE s.started_by END,
-        claimed_at = clock_timestamp(),
+        claimed_at = clock.t,
         concurrency_kept = false
-    FROM engine_step_runs AS prev, job AS j
+    -- clock: one reading for started_at and claimed_at, so that a first claim is told from
+    -- the row as it is when claimed (prev may be an older version: see first_claim)
+    FROM engine_step_runs AS prev, job AS j, (SELECT clock_timestamp() AS t) AS clock
     WHERE s.id = %(id)s
       AND s.job_id = j.id
       AND prev.id = s.id
@@ -54,7 +56,10 @@ WITH job AS (
               s.attempt_base, s.retries,
               s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
               prev.status AS previous_status, prev.lease_owner AS previous_owner,
-              prev.started_at IS NULL AND prev.attempts = 0 AS first_claim
+              -- folded (started_by set) from the row as it was when claimed, never from
+              -- prev, which a concurrent claim and release may have left behind
+              (s.started_by IS NOT NULL AND s.attempts = 1
+               AND s.started_at = s.claimed_at) AS first_claim
 ), started AS (
     UPDATE engine_jobs
     SET status = 'running', started_at = clock_timestamp()
@@ -89,15 +94,16 @@ WITH wanted AS (
         lease_owner = %(worker)s,
         lease_token = gen_random_uuid(),
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
-        started_at = coalesce(s.started_at, clock_timestamp()),
+        started_at = coalesce(s.started_at, clock.t),
         started_by = CASE WHEN s.started_at IS NULL AND s.attempts = 0
                           THEN %(worker)s ELSE s.started_by END,
         started_detail = CASE WHEN s.started_at IS NULL AND s.attempts = 0
                               AND cardinality(%(ids)s::uuid[]) > 1
                               THEN jsonb_build_object('batch', cardinality(%(ids)s::uuid[]))
                               ELSE s.started_detail END,
-        claimed_at = clock_timestamp()
-    FROM engine_step_runs AS prev, jobs AS j, wanted AS w
+        claimed_at = clock.t
+    FROM engine_step_runs AS prev, jobs AS j, wanted AS w,
+         (SELECT clock_timestamp() AS t) AS clock  -- one reading: see step_claim_if_available
     WHERE s.id = w.id
       AND s.job_id = w.job_id
       AND s.job_id = j.id
@@ -110,7 +116,10 @@ WITH wanted AS (
               s.attempt_base, s.retries,
               s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
               prev.status AS previous_status, prev.lease_owner AS previous_owner,
-              prev.started_at IS NULL AND prev.attempts = 0 AS first_claim
+              -- folded (started_by set) from the row as it was when claimed, never from
+              -- prev, which a concurrent claim and release may have left behind
+              (s.started_by IS NOT NULL AND s.attempts = 1
+               AND s.started_at = s.claimed_at) AS first_claim
 ), started AS (
     UPDATE engine_jobs
     SET status = 'running', started_at = clock_timestamp()
