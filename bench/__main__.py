@@ -140,7 +140,8 @@ def main() -> int:
     only = set(
         (
             os.environ.get("BENCH_ONLY")
-            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing,bulk,retention"
+            or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,"
+            "tracing,bulk,retention"
         ).split(",")
     )
     started = time.monotonic()

@@ -60,7 +60,7 @@ KINDS = ("psycopg", "psycopg_autocommit", "sqlalchemy_connection", "sqlalchemy_s
 SUBMITTED_AT = "SELECT min(at) FROM engine_events WHERE job_id = %s AND kind = 'submitted'"
 FIRST_CLAIM = """
 SELECT coalesce(
-    (SELECT min(e.at) FROM engine_events AS e JOIN engine_step_runs AS r ON r.id = e.step_run_id
+    (SELECT min(e.at) FROM engine_history AS e JOIN engine_step_runs AS r ON r.id = e.step_run_id
      WHERE r.job_id = %(job)s AND e.kind IN ('claimed', 'reclaimed')),
     (SELECT min(claimed_at) FROM engine_step_runs WHERE job_id = %(job)s))
 """

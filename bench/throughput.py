@@ -1,7 +1,8 @@
 """The engine: submit ``noop`` jobs, then time worker processes draining them.
 
 Steps/s is ``3 * jobs done`` over the span from the first claim to the last
-``job_done`` (both database times from ``engine_events``), so worker start-up
+``job_done`` (both database times from ``engine_history``: events and the claims and
+successes folded into the step runs), so worker start-up
 is not counted. Claim-to-commit latency is, per step run, its ``claimed``
 event to its ``succeeded`` event (the latter is written in the checkpoint
 transaction, before its scheduling, relay and commit: the commit itself is
@@ -29,7 +30,7 @@ STEPS_PER_JOB = 3
 ELAPSED = """
 SELECT extract(epoch FROM max(at) FILTER (WHERE kind = 'job_done')
                         - min(at) FILTER (WHERE kind IN ('claimed', 'reclaimed')))::float8
-FROM engine_events
+FROM engine_history
 """
 
 LATENCY = """
@@ -37,8 +38,8 @@ SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms),
        percentile_cont(0.99) WITHIN GROUP (ORDER BY ms),
        count(*)
 FROM (SELECT extract(epoch FROM s.at - c.at)::float8 * 1000 AS ms
-      FROM engine_events AS c
-      JOIN engine_events AS s ON s.step_run_id = c.step_run_id AND s.kind = 'succeeded'
+      FROM engine_history AS c
+      JOIN engine_history AS s ON s.step_run_id = c.step_run_id AND s.kind = 'succeeded'
       WHERE c.kind = 'claimed') AS per_step
 """
 
@@ -47,9 +48,9 @@ FROM (SELECT extract(epoch FROM s.at - c.at)::float8 * 1000 AS ms
 # back to the receiving thread, the next receive)
 SLOT_CYCLE = """
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)
-FROM (SELECT extract(epoch FROM lead(at) OVER (PARTITION BY worker ORDER BY id) - at)::float8
+FROM (SELECT extract(epoch FROM lead(at) OVER (PARTITION BY worker ORDER BY at, id) - at)::float8
              * 1000 AS ms
-      FROM engine_events WHERE kind = 'claimed') AS cycles
+      FROM engine_history WHERE kind = 'claimed') AS cycles
 WHERE ms IS NOT NULL
 """
 
@@ -75,6 +76,8 @@ WHERE relname LIKE 'engine%%' AND relname <> 'engine_migrations' ORDER BY relnam
 class Result:
     steps_per_s: float | None
     jobs_done: int
+    rows_per_step: float | None = None  # rows inserted, updated or deleted in engine tables
+    commits_per_step: float | None = None
 
 
 def submit_jobs(info: str, jobs: int, bench: str = "submit") -> None:
@@ -159,19 +162,26 @@ def run(
     emit(bench, "claim_to_commit_p50", p50, "ms")
     emit(bench, "claim_to_commit_p99", p99, "ms")
     emit(bench, "slot_cycle_p50", cycle, "ms")
+    rows = sum(ins + upd + dele for _, ins, upd, dele in writes)
     if steps:
         emit(bench, "db_commits_per_step", commits / steps, "commits/step")
+        emit(bench, "rows_written_per_step", rows / steps, "rows/step")
     log(
         f"{bench}: {steps} steps in {elapsed or 0:.2f} s = {rate or 0:.0f} steps/s; "
         f"claim->succeeded p50 {p50 or 0:.1f} ms, p99 {p99 or 0:.1f} ms over {measured} step runs; "
         f"one slot's claim to its next claim p50 {cycle or 0:.1f} ms"
     )
     if steps:
-        log(f"  per step: {commits / steps:.1f} commits, {rollbacks / steps:.2f} rollbacks")
+        log(
+            f"  per step: {commits / steps:.2f} commits, {rollbacks / steps:.2f} rollbacks, "
+            f"{rows / steps:.2f} rows written"
+        )
         for name, ins, upd, dele in writes:
             per = [
                 f"{n / steps:5.2f} {what}"
                 for n, what in ((ins, "ins"), (upd, "upd"), (dele, "del"))
             ]
             log(f"  per step: {name:<18} " + " ".join(per))
-    return Result(rate, done)
+    if not steps:
+        return Result(rate, done)
+    return Result(rate, done, rows / steps, commits / steps)

@@ -10,14 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from engine.reports.render import environment
 from engine.reports.storage import write_atomically
 from engine.simulate.draw import COLOURS, anim, grid_svg, lanes_svg
 from engine.simulate.record import SimRecord
 from engine.simulate.timeline import Timeline
-from engine.store.models import Event, EventKind, Job, StepRun
+from engine.store.models import Event, Job, StepRun
+from engine.store.read import all_history
 
 __all__ = ["render_replay", "render_replay_html"]
 
@@ -28,12 +29,7 @@ def _load(engine: Engine) -> tuple[list[Job], list[StepRun], list[Event]]:
     with Session(engine) as session:
         jobs = list(session.exec(select(Job)).all())
         runs = list(session.exec(select(StepRun)).all())
-        events = list(
-            session.exec(
-                select(Event).where(col(Event.kind) != EventKind.PUBLISHED).order_by(col(Event.id))
-            ).all()
-        )
-    return jobs, runs, events
+    return jobs, runs, all_history(engine)  # the claims and successes folded into step runs too
 
 
 def render_replay_html(

@@ -71,7 +71,7 @@ SELECT (SELECT count(*) FROM sim_effects) AS effects,
 -- Oracle 4: each effect was written by the attempt that checkpointed its step run, never by a worker whose lease was taken over.
 SELECT count(*) AS effects,
        count(*) FILTER (WHERE NOT EXISTS (
-           SELECT 1 FROM engine_events AS v
+           SELECT 1 FROM engine_history AS v
            WHERE v.kind = 'succeeded' AND v.step_run_id = s.id
              AND v.worker = e.worker AND v.attempt = e.attempt)
          OR e.attempt <> s.attempts) AS unfenced,
@@ -100,7 +100,7 @@ SELECT count(*) FILTER (WHERE s.attempts > s.max_attempts) AS over_cap,
        coalesce(max(s.max_attempts), 0) AS cap
 FROM engine_step_runs AS s
 CROSS JOIN LATERAL (
-    SELECT count(*) AS claims FROM engine_events AS v
+    SELECT count(*) AS claims FROM engine_history AS v
     WHERE v.step_run_id = s.id AND v.kind IN ('claimed', 'reclaimed')
 ) AS c;
 

@@ -187,7 +187,7 @@ def job_select_version(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> str 
     row = _rows.first(conn, "job_select_version", {"job_id": job_id})
     if row is None:
         return None
-    return f"{row['status']}.{row['last_event'] or 0}.{row['last_audit'] or 0}"
+    return f"{row['status']}.{row['last_event'] or 0}.{row['last_audit'] or 0}.{row['folded']}"
 
 
 @wrap_errors

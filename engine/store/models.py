@@ -109,6 +109,8 @@ class Job(SQLModel, table=True):
     pinned_until: datetime | None = _ts(True)
     pinned_reason: str | None = _text(True)
     traceparent: str | None = _text(True)  # the submit's W3C trace context (engine.tracing)
+    # the worker whose checkpoint ended it done: its job_done event, folded (migration 0035)
+    finished_by: str | None = _text(True)
 
 
 class StepRun(SQLModel, table=True):
@@ -151,6 +153,12 @@ class StepRun(SQLModel, table=True):
     # retry rounds so far, and the attempts used before this round (migration 0029)
     retries: int = Field(default=0, sa_column=Column(Integer, nullable=False))
     attempt_base: int = Field(default=0, sa_column=Column(Integer, nullable=False))
+    # its first claim and its success, folded into the row instead of two events
+    # (migration 0035; engine_history reads them as the claimed and succeeded events)
+    started_by: str | None = _text(True)
+    started_detail: dict[str, Any] | None = _json(True)
+    finished_by: str | None = _text(True)
+    finished_detail: dict[str, Any] | None = _json(True)
 
 
 class JobSignal(SQLModel, table=True):

@@ -28,6 +28,7 @@ from engine.store.models import (
     AuditEntry,
     DeadLetter,
     Event,
+    EventKind,
     Job,
     JobSignal,
     JobStatus,
@@ -236,7 +237,7 @@ class JobHistory:
 
     job: Job
     runs: list[StepRun]
-    events: list[Event]  # in the order they were written
+    events: list[Event]  # in the order they happened (the folded ones have no id)
     dead_letters: list[DeadLetter]
     signals: list[JobSignal]
     parent: Job | None = None
@@ -260,6 +261,26 @@ def _child_waits(session: Session, children: Sequence[Job]) -> list[StepRun]:
     )
 
 
+def _history(session: Session, job_id: uuid.UUID | None) -> list[Event]:
+    """The job's events (every job's but the publications: ``None``) in the order they
+    happened, the claims and successes folded into step runs included (``engine_history``,
+    migration 0035; those have no id)."""
+    name, params = (
+        ("event_history_all", {})
+        if job_id is None
+        else ("event_history_of_job", {"job_id": job_id})
+    )
+    result = session.connection().exec_driver_sql(load("events")[name], params)
+    return [Event(**{**row, "kind": EventKind(row["kind"])}) for row in result.mappings()]
+
+
+@wrap_errors
+def all_history(engine: Engine) -> list[Event]:
+    """Every job's history but the publications, in the order it happened (the simulator's)."""
+    with Session(engine) as session:
+        return _history(session, None)
+
+
 @wrap_errors
 def job_history(engine: Engine, job_id: uuid.UUID) -> JobHistory | None:
     """The job with its step runs, events and dead letters; ``None`` if there is no such job."""
@@ -268,9 +289,7 @@ def job_history(engine: Engine, job_id: uuid.UUID) -> JobHistory | None:
         if job is None:
             return None
         runs = _step_runs(session, job_id)
-        events = list(
-            session.exec(select(Event).where(Event.job_id == job_id).order_by(col(Event.id))).all()
-        )
+        events = _history(session, job_id)
         dead = list(
             session.exec(
                 select(DeadLetter).where(DeadLetter.job_id == job_id).order_by(col(DeadLetter.id))

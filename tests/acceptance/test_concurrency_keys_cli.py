@@ -34,7 +34,7 @@ WITH spans AS (
            max(e.at) FILTER (WHERE e.kind = 'succeeded') AS checkpointed
     FROM engine_step_runs AS s
     JOIN engine_jobs AS j ON j.id = s.job_id
-    JOIN engine_events AS e ON e.step_run_id = s.id
+    JOIN engine_history AS e ON e.step_run_id = s.id
     WHERE s.concurrency_key IS NOT NULL
     GROUP BY 1, 2, 3, 4, 5, 6
 )
@@ -127,7 +127,7 @@ def test_concurrency_keys_cli__two_periods_run_in_parallel_one_periods_jobs_neve
                 "SELECT count(*) FILTER (WHERE kind = 'claim_refused'"
                 "   AND detail ->> 'reason' = 'over_limit') AS refused,"
                 " count(*) FILTER (WHERE kind = 'claimed') AS claimed "
-                "FROM engine_events WHERE job_id IN (%s, %s)",
+                "FROM engine_history WHERE job_id IN (%s, %s)",
                 (nov_posting, nov_costing),
             ).fetchone()
             return row is not None and row["refused"] >= 1 and row["claimed"] == 1

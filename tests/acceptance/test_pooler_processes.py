@@ -47,7 +47,7 @@ def _test_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str
 def _charged(conn: psycopg.Connection[Any], job_id: str) -> list[Any]:
     """Events of an attempt charged or given back for the engine's own statement."""
     return conn.execute(
-        "SELECT kind, detail FROM engine_events WHERE job_id = %s AND (kind IN "
+        "SELECT kind, detail FROM engine_history WHERE job_id = %s AND (kind IN "
         "('retried', 'fenced', 'dead_lettered') OR detail->>'reason' LIKE 'not done%%')",
         (job_id,),
     ).fetchall()

@@ -190,7 +190,7 @@ def test_rolling_deploy__jobs_of_both_versions_finish_each_on_its_version_at_one
         assert scalar(conn, "SELECT count(*) FROM test_effects") == JOBS_PER_VERSION * (
             STEPS[1] + STEPS[2]
         )
-        assert scalar(conn, "SELECT count(*) FROM engine_events WHERE kind = 'claim_refused'") > 0
+        assert scalar(conn, "SELECT count(*) FROM engine_history WHERE kind = 'claim_refused'") > 0
 
         # the old deploy is gone: only v2 workers run
         stop_all([old], grace_s=30)
@@ -230,7 +230,7 @@ def test_rolling_deploy__jobs_of_both_versions_finish_each_on_its_version_at_one
             os.kill(new.pid, signal.SIGSTOP)
             try:
                 claimed = (
-                    "SELECT count(*) FROM engine_events WHERE job_id = %s AND kind = 'claimed'"
+                    "SELECT count(*) FROM engine_history WHERE job_id = %s AND kind = 'claimed'"
                 )
                 wait_until(
                     lambda: scalar(conn, claimed, late) > 0,

@@ -105,7 +105,7 @@ def test_zombie__a_stopped_worker_resumed_after_its_lease_was_taken_commits_noth
         # its heartbeat finds the lease gone; its transaction is gone too
         wait_until(
             lambda: conn.execute(
-                "SELECT 1 FROM engine_events WHERE job_id = %s AND kind IN ('fenced', "
+                "SELECT 1 FROM engine_history WHERE job_id = %s AND kind IN ('fenced', "
                 "'lease_lost') AND worker = %s",
                 (job.job_id, zombie_owner),
             ).fetchone(),
@@ -139,7 +139,7 @@ def test_sigterm__a_step_past_the_grace_period_is_released_and_picked_up_at_once
     # given back with the attempt it took: shutdown is not the step's fault
     assert (b["status"], b["lease_token"], b["attempts"]) == ("pending", None, 0)
     released = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE kind = 'released' AND step_run_id = %s",
+        "SELECT count(*) AS n FROM engine_history WHERE kind = 'released' AND step_run_id = %s",
         (b["id"],),
     ).fetchone()
     assert released == {"n": 1}

@@ -109,7 +109,7 @@ CROSS JOIN LATERAL (
     SELECT count(*) AS n,
            count(*) FILTER (
                WHERE x.attempt <> s.attempts OR s.status <> 'done'
-                  OR NOT EXISTS (SELECT 1 FROM engine_events AS v
+                  OR NOT EXISTS (SELECT 1 FROM engine_history AS v
                                  WHERE v.kind = 'succeeded' AND v.step_run_id = s.id
                                    AND v.worker = x.worker AND v.attempt = x.attempt)
            ) AS unfenced
@@ -152,7 +152,7 @@ SELECT
 -- oracle_refused_by_key --
 -- Oracle 1: an attempt turned away by a unique key is a second effect that only the key stopped.
 SELECT count(*) AS refused
-FROM engine_events
+FROM engine_history
 WHERE kind IN ('retried', 'dead_lettered') AND detail::text LIKE '%%duplicate key%%';
 
 -- oracle_stranded_steps --
@@ -177,7 +177,7 @@ FROM engine_step_runs AS s
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE v.kind IN ('claimed', 'reclaimed')) AS claims,
            count(*) FILTER (WHERE v.kind IN ('released', 'waiting')) AS released
-    FROM engine_events AS v
+    FROM engine_history AS v
     WHERE v.step_run_id = s.id
 ) AS c;
 
@@ -190,12 +190,12 @@ SELECT count(*) FILTER (WHERE kind = 'reclaimed') AS reclaims,
        count(*) FILTER (WHERE kind = 'dead_lettered') AS dead_lettered,
        count(*) FILTER (WHERE kind = 'message_dropped'
                           AND detail->>'reason' = 'unknown step run') AS unknown_messages
-FROM engine_events;
+FROM engine_history;
 
 -- oracle_refusal_attempts --
 -- Invariant 14: a worker that lacks a flow uses no attempt of that flow's step runs (no claim event of its own).
 SELECT count(*) AS claims
-FROM engine_events AS v
+FROM engine_history AS v
 JOIN engine_jobs AS j ON j.id = v.job_id
 JOIN unnest(%(workers)s::text[], %(flows)s::text[]) AS r (worker, flow)
   ON split_part(v.worker, '/', 1) = r.worker AND j.flow = r.flow
@@ -220,7 +220,7 @@ WHERE tstzrange(a.created_at, coalesce(a.finished_at, 'infinity'))
 WITH RECURSIVE marks AS (
     SELECT e.step_run_id, e.kind, e.at, e.id,
            lag(e.kind) OVER (PARTITION BY e.step_run_id ORDER BY e.at, e.id) AS before
-    FROM engine_events AS e
+    FROM engine_history AS e
     JOIN engine_step_runs AS s ON s.id = e.step_run_id
     WHERE s.concurrency_key IS NOT NULL
       AND e.kind IN ('claimed', 'reclaimed', 'waiting', 'succeeded', 'retried', 'released',
@@ -261,7 +261,7 @@ SELECT (SELECT count(*) FROM spans AS a
                  OR (l.job_id = b.job_id AND l.ancestor = a.job_id))) AS overlapping,
        (SELECT count(*) FROM spans) AS spans,
        (SELECT count(*) FROM spans WHERE waited) AS held_waiting,
-       (SELECT count(*) FROM engine_events
+       (SELECT count(*) FROM engine_history
         WHERE kind = 'claim_refused' AND detail ->> 'reason' = 'over_limit') AS waited;
 
 -- books_item_costs --
@@ -351,7 +351,7 @@ INSERT INTO chaos_gates (n) VALUES (%(n)s) ON CONFLICT (n) DO NOTHING RETURNING 
 -- Invariant 18: an attempt is charged (retried, dead-lettered) only for the step's own exception. Every failure a chaos step raises on purpose says "planned"; the ERP steps raise none in a chaos run. Any other charge: a neighbour, a timeout, a lost connection, a pooler, a fence paid by a step that did not raise.
 SELECT e.id, e.kind, e.at, e.job_id, e.step_run_id, e.worker, e.attempt, j.flow, s.step,
        left(coalesce(e.detail ->> 'error', e.detail ->> 'reason', ''), 300) AS why
-FROM engine_events AS e
+FROM engine_history AS e
 JOIN engine_step_runs AS s ON s.id = e.step_run_id
 JOIN engine_jobs AS j ON j.id = e.job_id
 WHERE e.kind IN ('retried', 'dead_lettered')
@@ -362,10 +362,10 @@ ORDER BY e.id;
 -- Fencing from the history: a step run's checkpoint (succeeded) is by the worker and attempt of the last claim before it; one after another worker's (or a later attempt's) claim was committed by a zombie whose lease had been reclaimed.
 SELECT v.id, v.at, v.step_run_id, v.job_id, v.worker, v.attempt,
        c.worker AS claimed_by, c.attempt AS claimed_attempt, c.at AS claimed_at, c.kind AS claim
-FROM engine_events AS v
+FROM engine_history AS v
 CROSS JOIN LATERAL (
     SELECT x.worker, x.attempt, x.at, x.kind
-    FROM engine_events AS x
+    FROM engine_history AS x
     WHERE x.step_run_id = v.step_run_id AND x.kind IN ('claimed', 'reclaimed')
       AND (x.at, x.id) < (v.at, v.id)
     ORDER BY x.at DESC, x.id DESC
@@ -416,20 +416,20 @@ WHERE id = %(id)s AND pid = %(pid)s AND status = 'running';
 -- renewals_by_owner --
 -- Lease renewals of some step runs by one worker: a partition cuts a worker whose heartbeat has its connection open already.
 SELECT count(*) AS renewals
-FROM engine_events
+FROM engine_history
 WHERE kind = 'renewed' AND step_run_id = ANY (%(ids)s::uuid[]) AND worker LIKE %(prefix)s;
 
 -- parks_select --
 -- When some step runs parked (a signal, a sleep, their children): a step run a fault took away has recovered once it ran again up to its wait; what it waits for then (an operator's signal, its children, a time) is not the fault's.
 SELECT step_run_id, at
-FROM engine_events
+FROM engine_history
 WHERE kind = 'waiting' AND step_run_id = ANY (%(ids)s::uuid[])
 ORDER BY at;
 
 -- key_refusals_select --
 -- When a worker tried to take over some step runs and was refused because their concurrency key's slot was held by another job: the lapsed lease was noticed and acted on (the slot passed to the next holder, as a lapsed holder counts for nothing); the wait for the slot after that is the key's, not the fault's.
 SELECT step_run_id, at
-FROM engine_events
+FROM engine_history
 WHERE kind = 'claim_refused' AND detail ->> 'reason' = 'over_limit'
   AND step_run_id = ANY (%(ids)s::uuid[])
 ORDER BY at;

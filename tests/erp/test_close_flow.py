@@ -78,7 +78,7 @@ def span(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[Any, Any]:
     row = conn.execute(
         "SELECT min(at) FILTER (WHERE kind = 'claimed') AS first, "
         "max(at) FILTER (WHERE kind IN ('job_done', 'job_failed')) AS last "
-        "FROM engine_events WHERE job_id = %s",
+        "FROM engine_history WHERE job_id = %s",
         (job_id,),
     ).fetchone()
     assert row is not None and row["first"] is not None and row["last"] is not None
@@ -335,7 +335,7 @@ def test_close__the_period_stays_held_while_its_posting_child_awaits_approval(
         outsider = submit("costing", {"period": PERIOD}, settings=fast, registry=registry)
         wait_until(
             lambda: conn.execute(
-                "SELECT 1 FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'",
+                "SELECT 1 FROM engine_history WHERE job_id = %s AND kind = 'claim_refused'",
                 (outsider.job_id,),
             ).fetchone(),
             what="the outsider to be refused the period's slot",
@@ -353,7 +353,7 @@ def test_close__the_period_stays_held_while_its_posting_child_awaits_approval(
     for kid in children(conn, job.job_id):
         assert span(conn, kid["id"])[1] < first, kid["child_key"]
     refused = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'",
+        "SELECT count(*) AS n FROM engine_history WHERE job_id = %s AND kind = 'claim_refused'",
         (outsider.job_id,),
     ).fetchone()
     assert refused is not None and refused["n"] >= 1
@@ -450,8 +450,8 @@ def test_close__a_close_failed_by_its_cancelled_posting_is_resumed_by_retry(
     kinds = [
         r["kind"]
         for r in conn.execute(
-            "SELECT kind FROM engine_events WHERE job_id = %s "
-            "AND kind IN ('cancelled', 'replayed', 'job_done') ORDER BY id",
+            "SELECT kind FROM engine_history WHERE job_id = %s "
+            "AND kind IN ('cancelled', 'replayed', 'job_done') ORDER BY at, id",
             (kid["id"],),
         ).fetchall()
     ]

@@ -167,7 +167,7 @@ def test_costing__a_store_step_that_dies_halfway_leaves_nothing_and_is_retried(
         assert wait_job_ended(conn, job.job_id) == "done"
     assert failures["left"] == 0
     retried = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'retried'",
+        "SELECT count(*) AS n FROM engine_history WHERE job_id = %s AND kind = 'retried'",
         (job.job_id,),
     ).fetchone()
     assert retried == {"n": 2}

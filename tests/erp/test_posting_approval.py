@@ -51,7 +51,7 @@ def test_posting__rejections_up_to_the_limit_close_without_waiting(
     summary = output(conn, job, "reconcile")
     assert (summary["rejected"], summary["approval"]) == (3, None)
     waits = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'waiting'", (job,)
+        "SELECT count(*) AS n FROM engine_history WHERE job_id = %s AND kind = 'waiting'", (job,)
     ).fetchone()
     assert waits == {"n": 0}
 

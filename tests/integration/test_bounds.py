@@ -60,16 +60,16 @@ def _no_hooks() -> Iterator[None]:
 
 def released(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> list[dict[str, Any]]:
     return conn.execute(
-        "SELECT e.detail FROM engine_events AS e JOIN engine_step_runs AS s "
+        "SELECT e.detail FROM engine_history AS e JOIN engine_step_runs AS s "
         "ON s.id = e.step_run_id WHERE e.job_id = %s AND s.step = %s AND e.kind = 'released' "
-        "ORDER BY e.id",
+        "ORDER BY e.at, e.id",
         (job_id, step),
     ).fetchall()
 
 
 def kinds(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[str]:
     rows = conn.execute(
-        "SELECT kind FROM engine_events WHERE job_id = %s ORDER BY id", (job_id,)
+        "SELECT kind FROM engine_history WHERE job_id = %s ORDER BY at, id", (job_id,)
     ).fetchall()
     return [r["kind"] for r in rows]
 

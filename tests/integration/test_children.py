@@ -95,7 +95,7 @@ def test_children__run_on_a_one_slot_worker_while_the_parent_waits_holding_nothi
     ).fetchone()
     assert tally is not None and tally["output"] == {"done": 2, "failed": 0}
     woken = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'woken' "
+        "SELECT count(*) AS n FROM engine_history WHERE job_id = %s AND kind = 'woken' "
         "AND detail->>'by' = 'child'",
         (job,),
     ).fetchone()
@@ -191,7 +191,7 @@ def test_children__a_child_ending_between_the_look_and_the_park_is_not_missed(
         signal(first["id"], "release", settings=fast)
         assert wait_job_ended(conn, job) == "done"
     details = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'waiting' ORDER BY id",
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'waiting' ORDER BY at, id",
         (job,),
     ).fetchall()
     assert [d["detail"]["resumed"] for d in details] == [False, True]
@@ -226,7 +226,7 @@ def test_children__the_deadline_holds_across_wakes_and_then_times_the_wait_out(
 
     def parks() -> int:
         row = conn.execute(
-            "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'waiting'",
+            "SELECT count(*) AS n FROM engine_history WHERE job_id = %s AND kind = 'waiting'",
             (job,),
         ).fetchone()
         return 0 if row is None else int(row["n"])
@@ -317,7 +317,7 @@ def test_children__the_childs_last_commit_announces_the_woken_parent_itself(
     with thread_worker(quiet, registry, worker_id="no-sweeper"):
         assert wait_job_ended(conn, job) == "done"
     woken = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'woken'", (job,)
+        "SELECT count(*) AS n FROM engine_history WHERE job_id = %s AND kind = 'woken'", (job,)
     ).fetchone()
     assert woken is not None and woken["n"] >= 1
 
@@ -331,9 +331,9 @@ def strict(fast: Settings, registry: Registry, **params: Any) -> uuid.UUID:
 
 def events_of(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[tuple[str, int | None]]:
     rows = conn.execute(
-        "SELECT kind, attempt FROM engine_events WHERE job_id = %s "
+        "SELECT kind, attempt FROM engine_history WHERE job_id = %s "
         "AND kind IN ('claimed', 'succeeded', 'dead_lettered', 'replayed', 'cancelled', "
-        "'waiting') ORDER BY id",
+        "'waiting') ORDER BY at, id",
         (job_id,),
     ).fetchall()
     return [(r["kind"], r["attempt"]) for r in rows]
@@ -391,7 +391,7 @@ def test_retry__a_parent_whose_child_failed_retries_the_child_and_finishes(
         ("succeeded", 2),
     ]
     replayed = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'replayed'", (job,)
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'replayed'", (job,)
     ).fetchone()
     assert replayed is not None and replayed["detail"]["children"] == [str(kids[1]["id"])]
     # the child's report shows both attempts on its timeline

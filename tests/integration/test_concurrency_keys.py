@@ -56,7 +56,8 @@ def message(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str = "b") -
 
 def events(conn: psycopg.Connection[Any], job_id: uuid.UUID, kind: str) -> list[dict[str, Any]]:
     return conn.execute(
-        "SELECT * FROM engine_events WHERE job_id = %s AND kind = %s ORDER BY id", (job_id, kind)
+        "SELECT * FROM engine_history WHERE job_id = %s AND kind = %s ORDER BY at, id",
+        (job_id, kind),
     ).fetchall()
 
 
@@ -169,7 +170,7 @@ def test_claim__per_job_keys_let_one_jobs_step_runs_share_its_slot(
     # one job's parts may run side by side; two jobs' step runs never overlap
     spans = conn.execute(
         "SELECT s.job_id, min(e.at) AS claimed, max(s.finished_at) AS finished "
-        "FROM engine_step_runs AS s JOIN engine_events AS e ON e.step_run_id = s.id "
+        "FROM engine_step_runs AS s JOIN engine_history AS e ON e.step_run_id = s.id "
         "AND e.kind = 'claimed' WHERE s.concurrency_key = 'jobs:pj' GROUP BY s.job_id, s.id"
     ).fetchall()
     assert len(spans) == 2 * (1 + 3 + 1)

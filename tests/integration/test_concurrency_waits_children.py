@@ -85,7 +85,7 @@ def announced(conn: psycopg.Connection[Any], step_run_id: uuid.UUID) -> int:
 
 def first_event(conn: psycopg.Connection[Any], job_id: uuid.UUID, kind: str) -> Any:
     row = conn.execute(
-        "SELECT min(at) AS at FROM engine_events WHERE job_id = %s AND kind = %s", (job_id, kind)
+        "SELECT min(at) AS at FROM engine_history WHERE job_id = %s AND kind = %s", (job_id, kind)
     ).fetchone()
     assert row is not None and row["at"] is not None, f"no {kind} event for {job_id}"
     return row["at"]
@@ -255,7 +255,7 @@ def test_children__a_grandchild_inherits_the_slot_of_its_grandparent(
         outsider = submit_keyed(fast, "keyed_kid", group="tree", n=9)
         wait_until(
             lambda: conn.execute(
-                "SELECT 1 FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'",
+                "SELECT 1 FROM engine_history WHERE job_id = %s AND kind = 'claim_refused'",
                 (outsider,),
             ).fetchone(),
             what="the outsider's refusal",
@@ -338,7 +338,7 @@ def test_announce__a_job_holding_its_key_gets_no_announcements_for_its_own_step_
     # one at its creation; a parent parked for its child once more, when the child ended
     assert most is not None and most["most"] <= 2
     finished = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE kind = 'claim_refused' "
+        "SELECT count(*) AS n FROM engine_history WHERE kind = 'claim_refused' "
         "AND detail ->> 'reason' = 'finished'"
     ).fetchone()
     assert finished == {"n": 0}
@@ -435,7 +435,7 @@ def test_announce__a_woken_parent_refused_over_its_limit_is_announced_when_its_k
     with thread_worker(fast, BROOD_PARENTS):
         wait_until(
             lambda: conn.execute(
-                "SELECT 1 FROM engine_events WHERE step_run_id = %s AND kind = 'claim_refused'",
+                "SELECT 1 FROM engine_history WHERE step_run_id = %s AND kind = 'claim_refused'",
                 (spawn,),
             ).fetchone(),
             what="the woken parent's claim to be refused over its limit",
@@ -459,7 +459,7 @@ def test_announce__an_eager_successor_created_pending_on_a_busy_key_lock_runs_wh
         with thread_worker(fast, REGISTRY):
             wait_until(
                 lambda: conn.execute(
-                    "SELECT 1 FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'",
+                    "SELECT 1 FROM engine_history WHERE job_id = %s AND kind = 'claim_refused'",
                     (job,),
                 ).fetchone(),
                 what="b created pending",
@@ -469,6 +469,6 @@ def test_announce__an_eager_successor_created_pending_on_a_busy_key_lock_runs_wh
             )
             assert wait_job_ended(conn, job, timeout=30) == "done"
     [refused] = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'", (job,)
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'claim_refused'", (job,)
     ).fetchall()
     assert refused["detail"]["eager"] is True

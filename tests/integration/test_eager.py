@@ -43,9 +43,9 @@ def fast(settings: Settings) -> Settings:
 def claims(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, dict[str, Any]]:
     """The claim event of each step run (first attempt), by step name."""
     rows = conn.execute(
-        "SELECT s.step, s.fanout_key, e.worker, e.detail FROM engine_events AS e "
+        "SELECT s.step, s.fanout_key, e.worker, e.detail FROM engine_history AS e "
         "JOIN engine_step_runs AS s ON s.id = e.step_run_id "
-        "WHERE e.job_id = %s AND e.kind = 'claimed' ORDER BY e.id",
+        "WHERE e.job_id = %s AND e.kind = 'claimed' ORDER BY e.at, e.id",
         (job_id,),
     ).fetchall()
     return {r["step"] + (f"[{r['fanout_key']}]" if r["fanout_key"] else ""): r for r in rows}
@@ -217,7 +217,7 @@ def test_eager__a_successor_whose_slot_died_is_announced_by_the_sweeper(
         assert wait_job_ended(conn, job.job_id) == "done"
     assert run_of(conn, job.job_id, "b")["attempts"] == 2
     reclaimed = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE step_run_id = %s AND kind = 'reclaimed'",
+        "SELECT count(*) AS n FROM engine_history WHERE step_run_id = %s AND kind = 'reclaimed'",
         (b["id"],),
     ).fetchone()
     assert reclaimed == {"n": 1}

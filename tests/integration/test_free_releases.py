@@ -64,8 +64,8 @@ def runs_of(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> list
 
 def released(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[dict[str, Any]]:
     rows = conn.execute(
-        "SELECT step_run_id, detail FROM engine_events WHERE job_id = %s AND kind = 'released' "
-        "ORDER BY id",
+        "SELECT step_run_id, detail FROM engine_history WHERE job_id = %s AND kind = 'released' "
+        "ORDER BY at, id",
         (job_id,),
     ).fetchall()
     return [dict(r) for r in rows]
@@ -169,7 +169,7 @@ def test_free_releases__a_checkpoint_that_always_waits_is_charged_then_dead_lett
     assert [r["detail"]["free_release"] for r in frees] == [1, 2]
     assert all("lock timeout" in r["detail"]["reason"] for r in frees)
     charged = conn.execute(
-        "SELECT attempt, detail FROM engine_events WHERE job_id = %s AND kind = 'retried'",
+        "SELECT attempt, detail FROM engine_history WHERE job_id = %s AND kind = 'retried'",
         (job,),
     ).fetchall()
     assert [c["attempt"] for c in charged] == [1]

@@ -234,7 +234,7 @@ def test_group__a_batch_of_deliveries_is_claimed_in_one_statement_exactly_once(
     claimed = [c.id for got in won for c in got]
     assert sorted(claimed) == sorted(m.step_run_id for m in messages), "each claimed once"
     events = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE kind = 'claimed'"
+        "SELECT count(*) AS n FROM engine_history WHERE kind = 'claimed'"
     ).fetchone()
     assert events == {"n": 8}
     started = conn.execute(
@@ -257,12 +257,11 @@ def test_group__a_worker_drains_many_jobs_in_batches_with_one_effect_each(
         "SELECT count(*) AS n, count(DISTINCT (job_id, step)) AS distinct_steps FROM test_effects"
     ).fetchone()
     assert rows == {"n": 120, "distinct_steps": 120}
-    # some deliveries were claimed together: the claim events one statement wrote
-    # share its transaction id
+    # some deliveries were claimed together: a first claim (folded into its step run,
+    # migration 0035) says the batch of deliveries one statement claimed it in
     batched = conn.execute(
-        "SELECT count(*) AS n FROM (SELECT xmin::text FROM engine_events WHERE kind = 'claimed' "
-        "AND NOT coalesce((detail ->> 'eager')::boolean, false) "
-        "GROUP BY xmin::text HAVING count(*) > 1) AS together"
+        "SELECT count(*) AS n FROM engine_history WHERE kind = 'claimed' "
+        "AND coalesce((detail ->> 'batch')::int, 1) > 1"
     ).fetchone()
     assert batched is not None and batched["n"] > 0
 
@@ -389,7 +388,7 @@ def test_group__a_group_lost_to_a_statement_outside_the_savepoints_charges_no_me
     ).fetchall()
     assert {(r["status"], r["attempts"]) for r in lost} == {("pending", 0)}, lost
     released = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE kind = 'released' AND job_id = ANY(%s)",
+        "SELECT count(*) AS n FROM engine_history WHERE kind = 'released' AND job_id = ANY(%s)",
         (order[:2],),
     ).fetchone()
     assert released == {"n": 2}

@@ -81,7 +81,7 @@ def test_output__json_cannot_carry_it_fails_the_step_naming_the_field(
     assert "JSON cannot carry it" in message
     assert run["error"]["type"] == "OutputRefused"
     retried = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'retried'", (job_id,)
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'retried'", (job_id,)
     ).fetchall()
     assert [r["detail"]["error"] for r in retried] == [message]
     dead = conn.execute("SELECT reason FROM engine_dead_letters").fetchall()
@@ -198,7 +198,7 @@ def test_failure__an_error_message_json_cannot_carry_is_recorded_escaped(
     run = run_of(conn, job_id, "measure")
     assert (run["status"], run["attempts"]) == ("done", 2), "retried at once, not left to lapse"
     [retried] = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'retried'", (job_id,)
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'retried'", (job_id,)
     ).fetchall()
     assert retried["detail"]["error"].startswith("document INV-42 has a bad note: ")
     assert shown in retried["detail"]["error"]

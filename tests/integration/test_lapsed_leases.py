@@ -268,7 +268,7 @@ def test_worker__a_starved_parent_submits_no_child_once_another_job_took_its_slo
 
 def events(conn: psycopg.Connection[Any], job_id: uuid.UUID, kind: str) -> list[dict[str, Any]]:
     return conn.execute(
-        "SELECT kind, detail FROM engine_events WHERE job_id = %s AND kind = %s ORDER BY id",
+        "SELECT kind, detail FROM engine_history WHERE job_id = %s AND kind = %s ORDER BY at, id",
         (job_id, kind),
     ).fetchall()
 

@@ -52,7 +52,8 @@ def fast(settings: Settings) -> Settings:
 
 def events(conn: psycopg.Connection[Any], job_id: uuid.UUID, kind: str) -> list[dict[str, Any]]:
     return conn.execute(
-        "SELECT * FROM engine_events WHERE job_id = %s AND kind = %s ORDER BY id", (job_id, kind)
+        "SELECT * FROM engine_history WHERE job_id = %s AND kind = %s ORDER BY at, id",
+        (job_id, kind),
     ).fetchall()
 
 
@@ -255,7 +256,7 @@ def test_failed_job__a_running_sibling_is_cancelled_not_left_running(
     kinds = [
         e["kind"]
         for e in conn.execute(
-            "SELECT kind FROM engine_events WHERE step_run_id = %s ORDER BY id", (right,)
+            "SELECT kind FROM engine_history WHERE step_run_id = %s ORDER BY at, id", (right,)
         )
     ]
     assert "cancelled" in kinds and "fenced" not in kinds
@@ -293,7 +294,7 @@ def test_cancel__a_running_step_is_told_it_was_cancelled(
     b = run_of(conn, job.job_id, "b")["id"]
     kinds = [
         e["kind"]
-        for e in conn.execute("SELECT kind FROM engine_events WHERE step_run_id = %s", (b,))
+        for e in conn.execute("SELECT kind FROM engine_history WHERE step_run_id = %s", (b,))
     ]
     assert "cancelled" in kinds
     assert "fenced" not in kinds and "lease_lost" not in kinds

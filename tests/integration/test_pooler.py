@@ -176,7 +176,8 @@ def _attempts(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, int
 
 def _events(conn: psycopg.Connection[Any], job_id: uuid.UUID, kinds: tuple[str, ...]) -> list[Any]:
     return conn.execute(
-        "SELECT kind, detail FROM engine_events WHERE job_id = %s AND kind = ANY(%s) ORDER BY id",
+        "SELECT kind, detail FROM engine_history WHERE job_id = %s AND kind = ANY(%s) "
+        "ORDER BY at, id",
         (job_id, list(kinds)),
     ).fetchall()
 

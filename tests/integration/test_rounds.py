@@ -123,7 +123,7 @@ def test_round__a_fenced_step_in_a_batch_rolls_back_only_its_own_checkpoint(
         assert state[job.job_id]["status"] == "done"
         assert parts(conn, job.job_id) == n, "the neighbours' checkpoints and parts survive"
     fenced = conn.execute(
-        "SELECT count(*) AS n FROM engine_events e JOIN engine_step_runs s "
+        "SELECT count(*) AS n FROM engine_history e JOIN engine_step_runs s "
         "ON s.id = e.step_run_id WHERE e.kind = 'fenced' AND s.job_id = %s",
         (victim,),
     ).fetchone()
@@ -190,7 +190,7 @@ def test_round__a_statement_failing_rolls_the_round_back_and_each_goes_again_alo
         assert parts(conn, job.job_id) == n, "each part made once"
     assert {s["attempts"] for s in state.values()} == {1}, "no attempt spent on the rollback"
     succeeded = conn.execute(
-        "SELECT count(*) AS n FROM engine_events e JOIN engine_step_runs s "
+        "SELECT count(*) AS n FROM engine_history e JOIN engine_step_runs s "
         "ON s.id = e.step_run_id WHERE e.kind = 'succeeded' AND s.step = 'plan'"
     ).fetchone()
     assert succeeded == {"n": 3}, "the rolled back round left no succeeded event behind"
@@ -296,7 +296,7 @@ def test_round__a_members_failed_input_read_charges_no_neighbour(
     for job in (first, last):
         assert gathers[job] == ("done", 1), job
     failures = conn.execute(
-        "SELECT e.job_id FROM engine_events e WHERE e.kind IN ('failed', 'retried')"
+        "SELECT e.job_id FROM engine_history e WHERE e.kind IN ('failed', 'retried')"
     ).fetchall()
     assert {f["job_id"] for f in failures} <= {victim}
     assert len(jobs) == 3
@@ -326,8 +326,8 @@ def test_round__each_member_s_events_record_when_its_own_step_ran(
     events = [
         Event(**row)
         for row in conn.execute(
-            "SELECT e.* FROM engine_events AS e JOIN engine_step_runs AS s ON s.id = e.step_run_id"
-            " WHERE s.step = 'plan' AND e.job_id = ANY(%s) ORDER BY e.id",
+            "SELECT e.* FROM engine_history AS e JOIN engine_step_runs AS s ON s.id = e.step_run_id"
+            " WHERE s.step = 'plan' AND e.job_id = ANY(%s) ORDER BY e.at, e.id",
             (ids,),
         ).fetchall()
     ]

@@ -58,7 +58,8 @@ def steps(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, dict[st
 
 def events(conn: psycopg.Connection[Any], job_id: uuid.UUID, kind: str) -> list[dict[str, Any]]:
     return conn.execute(
-        "SELECT * FROM engine_events WHERE job_id = %s AND kind = %s ORDER BY id", (job_id, kind)
+        "SELECT * FROM engine_history WHERE job_id = %s AND kind = %s ORDER BY at, id",
+        (job_id, kind),
     ).fetchall()
 
 
@@ -236,7 +237,7 @@ def test_heartbeat__keeps_a_step_alive_past_its_lease(
             lambda: (
                 len(
                     conn.execute(
-                        "SELECT 1 FROM engine_events WHERE step_run_id = %s AND kind = 'renewed'",
+                        "SELECT 1 FROM engine_history WHERE step_run_id = %s AND kind = 'renewed'",
                         (b,),
                     ).fetchall()
                 )

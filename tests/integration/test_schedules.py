@@ -223,7 +223,7 @@ def test_schedule_fire__the_job_fingerprint_includes_the_scheduled_time(
     assert job["fingerprint"] != job_fingerprint("monthly", 1, params)
     assert job["submitted_by"] == "schedule nightly"
     event = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'submitted'", (job["id"],)
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'submitted'", (job["id"],)
     ).fetchone()
     assert event is not None and event["detail"]["scheduled_for"] == slot.isoformat()
     # the same parameters by hand, while the scheduled job is active, are another job

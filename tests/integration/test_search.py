@@ -436,7 +436,7 @@ def test_tag__runs_of_one_job_tagging_side_by_side_do_not_hold_each_other_up(
         assert wait_job_ended(conn, job, timeout=30) == "done"
     assert [v for _, v in _tags(conn, job)] == [f"ST{n:03d}" for n in range(1, 10)]
     refused = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'released'", (job,)
+        "SELECT count(*) AS n FROM engine_history WHERE job_id = %s AND kind = 'released'", (job,)
     ).fetchone()
     assert refused == {"n": 0}, "no run was sent round again"
     assert _ids(search_runs(conn, _query(store="ST005"))) == [job]

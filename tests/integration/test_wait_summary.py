@@ -61,7 +61,7 @@ def gate_of(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any]:
 
 def waiting_details(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[dict[str, Any]]:
     rows = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'waiting' ORDER BY id",
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'waiting' ORDER BY at, id",
         (job_id,),
     ).fetchall()
     return [r["detail"] for r in rows]

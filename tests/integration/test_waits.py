@@ -51,7 +51,7 @@ def run_of(conn: psycopg.Connection[Any], job_id: uuid.UUID, step: str) -> dict[
 
 def kinds(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[str]:
     rows = conn.execute(
-        "SELECT kind FROM engine_events WHERE job_id = %s ORDER BY id", (job_id,)
+        "SELECT kind FROM engine_history WHERE job_id = %s ORDER BY at, id", (job_id,)
     ).fetchall()
     return [r["kind"] for r in rows]
 
@@ -127,7 +127,7 @@ def test_signal__arriving_between_the_look_and_the_wait_is_not_missed(
     with thread_worker(fast, registry):
         assert wait_job_ended(conn, job) == "done"
     detail = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'waiting'", (job,)
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'waiting'", (job,)
     ).fetchone()
     assert detail is not None and detail["detail"]["resumed"] is True
     gate = run_of(conn, job, "gate")
@@ -199,7 +199,7 @@ def test_wait__timeout_aged_by_sql_raises_signal_timeout_which_the_step_handles(
     assert gate["output"]["timed_out"] is True
     assert gate["attempts"] == 1
     woken = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'woken'", (job,)
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'woken'", (job,)
     ).fetchone()
     assert woken is not None and woken["detail"]["by"] == "timeout"
 

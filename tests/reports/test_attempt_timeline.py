@@ -115,7 +115,7 @@ def test_timeline__a_reclaimed_attempt_starts_when_it_ran_and_the_lost_one_at_it
     assert second.end is not None and second.stopped is not None
     assert second.claimed_at - SLACK <= second.start <= second.stopped <= second.end + SLACK
     row = conn.execute(
-        "SELECT detail FROM engine_events WHERE step_run_id = %s AND kind = 'succeeded'",
+        "SELECT detail FROM engine_history WHERE step_run_id = %s AND kind = 'succeeded'",
         (a["id"],),
     ).fetchone()
     assert row is not None and set(row["detail"]) >= {"started_at", "ran_s"}
@@ -211,7 +211,7 @@ def test_timeline__a_running_step_s_renewals_record_its_start(
         wait_until(lambda: Path(f"{hold}.started").exists(), what="step a started")
         wait_until(
             lambda: conn.execute(
-                "SELECT 1 FROM engine_events WHERE job_id = %s AND kind = 'renewed' "
+                "SELECT 1 FROM engine_history WHERE job_id = %s AND kind = 'renewed' "
                 "AND detail->>'started_at' IS NOT NULL",
                 (job,),
             ).fetchone(),
@@ -255,7 +255,7 @@ def test_timeline__every_attempt_a_worker_ends_records_when_its_step_ran(
         signal(approval, "go", {"by": "ann"}, settings=fast)
         assert wait_job_ended(conn, approval) == "done"
     rows = conn.execute(
-        "SELECT kind, detail FROM engine_events WHERE job_id = ANY(%s) AND kind = ANY(%s)",
+        "SELECT kind, detail FROM engine_history WHERE job_id = ANY(%s) AND kind = ANY(%s)",
         ([*ids, approval], list(ENDINGS)),
     ).fetchall()
     kinds = {r["kind"] for r in rows}

@@ -66,7 +66,7 @@ def test_sqs__a_step_run_over_its_limit_waits_without_burning_receives(
     b = run_of(conn, waiter, "b")
     assert b["attempts"] == 1, "the refusals used no attempt"
     refusals = conn.execute(
-        "SELECT detail FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'",
+        "SELECT detail FROM engine_history WHERE job_id = %s AND kind = 'claim_refused'",
         (waiter,),
     ).fetchall()
     reasons = [r["detail"]["reason"] for r in refusals]

@@ -208,7 +208,7 @@ def test_processes__duplicates_and_a_kill9_every_job_finishes_and_no_effect_comm
     assert (
         count(
             conn,
-            "SELECT count(*) FROM (SELECT step_run_id FROM engine_events WHERE kind = 'succeeded'"
+            "SELECT count(*) FROM (SELECT step_run_id FROM engine_history WHERE kind = 'succeeded'"
             " GROUP BY step_run_id HAVING count(*) > 1) AS twice",
         )
         == 0

@@ -127,7 +127,7 @@ def test_worker__visibility_shorter_than_the_step_without_heartbeat_the_second_r
         # b's message came back after 1 s and was received again: its holder's lease won
         wait_until(
             lambda: conn.execute(
-                "SELECT 1 FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'"
+                "SELECT 1 FROM engine_history WHERE job_id = %s AND kind = 'claim_refused'"
                 " AND detail->>'reason' = 'held'",
                 (job_id,),
             ).fetchone(),
@@ -144,7 +144,7 @@ def test_worker__visibility_shorter_than_the_step_without_heartbeat_the_second_r
 
     assert effects(conn, job_id) == [("a", 1), ("b", 1), ("c", 1)]
     finished = conn.execute(
-        "SELECT count(*) AS n FROM engine_events WHERE job_id = %s AND kind = 'claim_refused'"
+        "SELECT count(*) AS n FROM engine_history WHERE job_id = %s AND kind = 'claim_refused'"
         " AND detail->>'reason' = 'finished'",
         (job_id,),
     ).fetchone()

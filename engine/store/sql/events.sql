@@ -11,7 +11,7 @@ VALUES (%(kind)s, %(job_id)s, %(step_run_id)s, %(worker)s, %(attempt)s,
             'started_at', %(started_at)s::timestamptz, 'ran_s', %(ran_s)s::float8) ELSE '{}'::jsonb END);
 
 -- event_count_by_step --
--- Read-only, for `engine status --json`: what attempts came to, per flow and step, from the append-only history (failed: the step raised, then retried, dead-lettered by its worker or rejected its input; the sweeper's dead letters are not failures of a step).
+-- Read-only, for `engine status --json`: what attempts came to, per flow and step, from the history, events and the claims and successes folded into step runs alike (engine_history, migration 0035; failed: the step raised, then retried, dead-lettered by its worker or rejected its input; the sweeper's dead letters are not failures of a step).
 SELECT j.flow, s.step,
        count(*) FILTER (WHERE e.kind IN ('claimed', 'reclaimed'))::int AS claimed,
        count(*) FILTER (WHERE e.kind = 'reclaimed')::int AS reclaimed,
@@ -23,7 +23,7 @@ SELECT j.flow, s.step,
        count(*) FILTER (WHERE e.kind = 'dead_lettered')::int AS dead_lettered,
        count(*) FILTER (WHERE e.kind = 'rejected')::int AS rejected,
        count(*) FILTER (WHERE e.kind = 'fenced')::int AS fenced
-FROM engine_events AS e
+FROM engine_history AS e
 JOIN engine_step_runs AS s ON s.id = e.step_run_id
 JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE e.kind IN ('claimed', 'reclaimed', 'succeeded', 'retried', 'dead_lettered', 'rejected', 'fenced')
@@ -35,3 +35,17 @@ ORDER BY j.flow, s.step;
 INSERT INTO engine_events (kind, job_id, detail)
 SELECT %(kind)s, e.job_id, e.detail
 FROM unnest(%(job_ids)s::uuid[], %(details)s::jsonb[]) AS e(job_id, detail);
+
+-- event_history_of_job --
+-- Read-only, for a run report and the timeline: one job's history in the order it happened, its event rows with the first claims and the successes folded into its step runs (engine_history, migration 0035, whose folded rows have no id).
+SELECT id, at, kind, job_id, step_run_id, worker, attempt, detail
+FROM engine_history
+WHERE job_id = %(job_id)s
+ORDER BY at, id NULLS FIRST;
+
+-- event_history_all --
+-- Read-only, for the simulator's replay page over its scratch database: every job's history but the publications, in the order it happened (engine_history, migration 0035).
+SELECT id, at, kind, job_id, step_run_id, worker, attempt, detail
+FROM engine_history
+WHERE kind <> 'published'
+ORDER BY at, id NULLS FIRST;

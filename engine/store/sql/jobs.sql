@@ -85,15 +85,17 @@ WHERE id = %(job_id)s AND status IN ('pending', 'running')
 RETURNING id;
 
 -- job_finish_if_active_logged --
--- A job ends once; its event is written only by the statement that ended it.
+-- A job ends once; its event is written only by the statement that ended it, and a job ended done (never reopened) keeps it on its row instead (finished_by: migration 0035, read as the job_done event through engine_history).
 WITH finished AS (
     UPDATE engine_jobs
-    SET status = %(status)s, finished_at = clock_timestamp(), error = %(error)s
+    SET status = %(status)s, finished_at = clock_timestamp(), error = %(error)s,
+        finished_by = CASE WHEN %(status)s = 'done' THEN %(worker)s END
     WHERE id = %(job_id)s AND status IN ('pending', 'running')
-    RETURNING id
+    RETURNING id, status
 )
 INSERT INTO engine_events (kind, job_id, worker)
-SELECT %(event)s, f.id, %(worker)s FROM finished AS f;
+SELECT %(event)s, f.id, %(worker)s FROM finished AS f
+WHERE f.status <> 'done' OR %(event)s <> 'job_done';
 
 -- job_cancel_if_active --
 -- Cancel ends an active job once; its step runs are cancelled in the same transaction.
@@ -248,10 +250,12 @@ WHERE j.id = locked.id AND j.status IN ('pending', 'running')
 RETURNING j.id;
 
 -- job_select_version --
--- Read-only and cheap (three index probes: the job's primary key, its newest event, its newest audit entry): what a live page compares to know whether the job changed since it last drew it.
+-- Read-only and cheap (index probes: the job's primary key, its newest event, its newest audit entry, and its step runs' first claims and successes, which are folded into them and not events: migration 0035): what a live page compares to know whether the job changed since it last drew it.
 SELECT j.status,
        (SELECT max(e.id) FROM engine_events AS e WHERE e.job_id = j.id) AS last_event,
-       (SELECT max(a.id) FROM engine_audit AS a WHERE a.job_id = j.id) AS last_audit
+       (SELECT max(a.id) FROM engine_audit AS a WHERE a.job_id = j.id) AS last_audit,
+       (SELECT count(s.started_by) + count(s.finished_by)
+        FROM engine_step_runs AS s WHERE s.job_id = j.id) AS folded
 FROM engine_jobs AS j
 WHERE j.id = %(job_id)s;
 

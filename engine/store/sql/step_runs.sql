@@ -19,7 +19,7 @@ SELECT n.id, CASE WHEN %(published)s THEN clock_timestamp() END FROM new_runs AS
 RETURNING id, step_run_id;
 
 -- step_claim_if_available --
--- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap, with a slot of its concurrency key free) takes a fresh token and attempts + 1 (a woken wait's slot, kept by status, is held by the lease from here on); the job row is locked first (the one lock order: job, then its key's advisory lock, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement; zero rows is a normal outcome.
+-- Invariant 2: one conditional UPDATE (pending and due, or running with an expired lease, of an active job of a flow version this worker runs, under the attempt cap, with a slot of its concurrency key free) takes a fresh token and attempts + 1 (a woken wait's slot, kept by status, is held by the lease from here on); the job row is locked first (the one lock order: job, then its key's advisory lock, then its step runs), the job start and the claimed/reclaimed event are written only from the row it returns, in the same statement (the first claim of a step run is not an event row but its started_by, read through engine_history); zero rows is a normal outcome.
 WITH job AS (
     SELECT j.id, j.flow, j.params, j.traceparent
     FROM engine_jobs AS j
@@ -34,10 +34,14 @@ WITH job AS (
         lease_owner = %(worker)s,
         lease_token = gen_random_uuid(),
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
-        started_at = coalesce(s.started_at, clock_timestamp()),
-        claimed_at = clock_timestamp(),
+        started_at = coalesce(s.started_at, clock.t),
+        started_by = CASE WHEN s.started_at IS NULL AND s.attempts = 0
+                          THEN %(worker)s ELSE s.started_by END,
+        claimed_at = clock.t,
         concurrency_kept = false
-    FROM engine_step_runs AS prev, job AS j
+    -- clock: one reading for started_at and claimed_at, so that a first claim is told from
+    -- the row as it is when claimed (prev may be an older version: see first_claim)
+    FROM engine_step_runs AS prev, job AS j, (SELECT clock_timestamp() AS t) AS clock
     WHERE s.id = %(id)s
       AND s.job_id = j.id
       AND prev.id = s.id
@@ -52,7 +56,11 @@ WITH job AS (
               s.attempt_base, s.retries,
               s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
               j.traceparent,
-              prev.status AS previous_status, prev.lease_owner AS previous_owner
+              prev.status AS previous_status, prev.lease_owner AS previous_owner,
+              -- folded (started_by set) from the row as it was when claimed, never from
+              -- prev, which a concurrent claim and release may have left behind
+              (s.started_by IS NOT NULL AND s.attempts = 1
+               AND s.started_at = s.claimed_at) AS first_claim
 ), started AS (
     UPDATE engine_jobs
     SET status = 'running', started_at = clock_timestamp()
@@ -64,11 +72,12 @@ WITH job AS (
            CASE WHEN c.previous_status = 'running'
                 THEN jsonb_build_object('from', c.previous_owner) ELSE '{}'::jsonb END
     FROM claimed AS c
+    WHERE NOT c.first_claim  -- the first is folded into the row (started_by: migration 0035)
 )
 SELECT * FROM claimed;
 
 -- step_claim_many_if_available --
--- Invariant 2 for a batch of deliveries: one conditional UPDATE over their (step run, job) pairs claims every one that is claimable, each with a fresh token and attempts + 1, exactly as step_claim_if_available does for one; the jobs are locked first, in id order (the one lock order), and zero or more rows are normal. A step run with a concurrency key is left out (the key's holders are counted by a statement's snapshot, which would not see the batch's own earlier rows): its delivery is claimed on its own.
+-- Invariant 2 for a batch of deliveries: one conditional UPDATE over their (step run, job) pairs claims every one that is claimable, each with a fresh token and attempts + 1, exactly as step_claim_if_available does for one; the jobs are locked first, in id order (the one lock order), and zero or more rows are normal; a first claim, folded into its row, says the batch it came in (started_detail). A step run with a concurrency key is left out (the key's holders are counted by a statement's snapshot, which would not see the batch's own earlier rows): its delivery is claimed on its own.
 WITH wanted AS (
     SELECT m.id, m.job_id FROM unnest(%(ids)s::uuid[], %(job_ids)s::uuid[]) AS m (id, job_id)
 ), jobs AS (
@@ -86,9 +95,16 @@ WITH wanted AS (
         lease_owner = %(worker)s,
         lease_token = gen_random_uuid(),
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s),
-        started_at = coalesce(s.started_at, clock_timestamp()),
-        claimed_at = clock_timestamp()
-    FROM engine_step_runs AS prev, jobs AS j, wanted AS w
+        started_at = coalesce(s.started_at, clock.t),
+        started_by = CASE WHEN s.started_at IS NULL AND s.attempts = 0
+                          THEN %(worker)s ELSE s.started_by END,
+        started_detail = CASE WHEN s.started_at IS NULL AND s.attempts = 0
+                              AND cardinality(%(ids)s::uuid[]) > 1
+                              THEN jsonb_build_object('batch', cardinality(%(ids)s::uuid[]))
+                              ELSE s.started_detail END,
+        claimed_at = clock.t
+    FROM engine_step_runs AS prev, jobs AS j, wanted AS w,
+         (SELECT clock_timestamp() AS t) AS clock  -- one reading: see step_claim_if_available
     WHERE s.id = w.id
       AND s.job_id = w.job_id
       AND s.job_id = j.id
@@ -101,7 +117,11 @@ WITH wanted AS (
               s.attempt_base, s.retries,
               s.lease_token, s.lease_expires_at, s.item, s.concurrency_key, j.flow, j.params,
               j.traceparent,
-              prev.status AS previous_status, prev.lease_owner AS previous_owner
+              prev.status AS previous_status, prev.lease_owner AS previous_owner,
+              -- folded (started_by set) from the row as it was when claimed, never from
+              -- prev, which a concurrent claim and release may have left behind
+              (s.started_by IS NOT NULL AND s.attempts = 1
+               AND s.started_at = s.claimed_at) AS first_claim
 ), started AS (
     UPDATE engine_jobs
     SET status = 'running', started_at = clock_timestamp()
@@ -113,6 +133,7 @@ WITH wanted AS (
            CASE WHEN c.previous_status = 'running'
                 THEN jsonb_build_object('from', c.previous_owner) ELSE '{}'::jsonb END
     FROM claimed AS c
+    WHERE NOT c.first_claim  -- the first is folded into the row (started_by: migration 0035)
 )
 SELECT * FROM claimed;
 
@@ -130,7 +151,7 @@ JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE s.id = %(id)s AND s.job_id = %(job_id)s;
 
 -- step_run_insert_claimed --
--- An eager successor: created already leased (attempts 1, a fresh token) to the worker whose checkpoint made it ready, in that checkpoint's transaction and under the job's row lock, so no other worker can have seen it pending; the insert is conditional on the step key, and zero rows (it exists already) means "not ours". Over its concurrency limit (or its key locked by a claim: only tried, never waited for under the job lock) it is created pending instead, costs no attempt, and is announced after the commit if its key has a slot free by then (outbox_insert_if_slot_free: the lock was only busy), else by its key's holder when that ends. The claimed (or claim_refused) event is written only for the row it returns. No outbox row: should the worker die, the lease lapses and the sweeper announces it (invariant 9).
+-- An eager successor: created already leased (attempts 1, a fresh token) to the worker whose checkpoint made it ready, in that checkpoint's transaction and under the job's row lock, so no other worker can have seen it pending; the insert is conditional on the step key, and zero rows (it exists already) means "not ours". Over its concurrency limit (or its key locked by a claim: only tried, never waited for under the job lock) it is created pending instead, costs no attempt, and is announced after the commit if its key has a slot free by then (outbox_insert_if_slot_free: the lock was only busy), else by its key's holder when that ends. Its claim is the row itself (started_by, started_detail: migration 0035); the claim_refused event is written only for the row it returns. No outbox row: should the worker die, the lease lapses and the sweeper announces it (invariant 9).
 WITH slot AS (
     SELECT %(concurrency_key)s::text IS NULL
         OR engine_concurrency_slot_free(%(concurrency_key)s::text, %(concurrency_limit)s::int,
@@ -140,7 +161,7 @@ WITH slot AS (
     INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item,
                                   concurrency_key, concurrency_limit, concurrency_per_job,
                                   status, attempts, lease_owner, lease_token, lease_expires_at,
-                                  started_at, claimed_at)
+                                  started_at, claimed_at, started_by, started_detail)
     SELECT %(id)s::uuid, %(job_id)s::uuid, %(step)s::text, %(fanout_key)s::text,
            %(fingerprint)s::text, %(max_attempts)s::int,
            %(item)s::jsonb, %(concurrency_key)s::text, %(concurrency_limit)s::int,
@@ -151,19 +172,19 @@ WITH slot AS (
            CASE WHEN slot.free THEN gen_random_uuid() END,
            CASE WHEN slot.free THEN clock_timestamp() + make_interval(secs => %(lease_s)s) END,
            CASE WHEN slot.free THEN clock_timestamp() END,
-           CASE WHEN slot.free THEN clock_timestamp() END
+           CASE WHEN slot.free THEN clock_timestamp() END,
+           CASE WHEN slot.free THEN %(worker)s END,
+           CASE WHEN slot.free THEN '{"eager": true}'::jsonb END
     FROM slot
     ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
     RETURNING id, job_id, step, fanout_key, fingerprint, attempts, max_attempts,
               lease_token, lease_expires_at, item, concurrency_key, status
 ), logged AS (
     INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
-    SELECT CASE WHEN c.status = 'running' THEN 'claimed' ELSE 'claim_refused' END,
-           c.job_id, c.id, %(worker)s, c.attempts,
-           CASE WHEN c.status = 'running' THEN '{"eager": true}'::jsonb
-                ELSE jsonb_build_object('reason', 'over_limit', 'key', c.concurrency_key,
-                                        'eager', true) END
+    SELECT 'claim_refused', c.job_id, c.id, %(worker)s, c.attempts,
+           jsonb_build_object('reason', 'over_limit', 'key', c.concurrency_key, 'eager', true)
     FROM claimed AS c
+    WHERE c.status <> 'running'  -- a claim is folded into the row (started_by: migration 0035)
 )
 SELECT * FROM claimed;
 
@@ -220,12 +241,15 @@ JOIN engine_jobs AS j ON j.id = s.job_id
 WHERE s.id = %(id)s;
 
 -- checkpoint_put_if_leased --
--- Invariant 5: the output commits only while our token is current, and for a step run holding a concurrency slot only while its lease is live (an expired slot may have gone to the next holder), looked at under the key's lock so that it serialises with the key's claims (engine_concurrency_hold, migration 0018: a claim counting the holders waits for this commit); zero rows rolls back the whole step transaction; the job row is locked first, which serialises the completions of one job, and the succeeded event is written only for a real checkpoint, with when the step started running (timed: on the database clock, as the worker's slot converts its own) and how long it ran.
+-- Invariant 5: the output commits only while our token is current, and for a step run holding a concurrency slot only while its lease is live (an expired slot may have gone to the next holder), looked at under the key's lock so that it serialises with the key's claims (engine_concurrency_hold, migration 0018: a claim counting the holders waits for this commit); zero rows rolls back the whole step transaction; the job row is locked first, which serialises the completions of one job, and the success is written only with a real checkpoint, on the row itself (finished_by, finished_detail: migration 0035; engine_history reads it as the succeeded event), with when the step started running (timed: on the database clock, as the worker's slot converts its own) and how long it ran.
 WITH job AS (
     SELECT id, status FROM engine_jobs WHERE id = %(job_id)s FOR NO KEY UPDATE
 ), done AS (
     UPDATE engine_step_runs AS s
     SET status = 'done', output = %(output)s, finished_at = clock_timestamp(),
+        finished_by = %(worker)s,
+        finished_detail = CASE WHEN %(timed)s::boolean THEN jsonb_build_object(
+            'started_at', %(started_at)s::timestamptz, 'ran_s', %(ran_s)s::float8) END,
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM job
     WHERE s.id = %(id)s AND s.job_id = job.id
@@ -233,12 +257,6 @@ WITH job AS (
       AND (s.concurrency_key IS NULL
        OR engine_concurrency_hold(s.concurrency_key, s.job_id, s.id, %(token)s::uuid))
     RETURNING s.id, s.job_id, s.attempts, s.output
-), logged AS (
-    INSERT INTO engine_events (kind, job_id, step_run_id, worker, attempt, detail)
-    SELECT 'succeeded', d.job_id, d.id, %(worker)s, d.attempts,
-           CASE WHEN %(timed)s::boolean THEN jsonb_build_object(
-               'started_at', %(started_at)s::timestamptz, 'ran_s', %(ran_s)s::float8) ELSE '{}'::jsonb END
-    FROM done AS d
 )
 SELECT job.status AS job_status, done.id IS NOT NULL AS checkpointed,
        CASE WHEN %(with_output)s THEN done.output END AS output
