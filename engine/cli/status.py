@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from engine.store.models import Job, StepRun
     from engine.store.read import JobView
 
-__all__ = ["status"]
+__all__ = ["RESULT_SHOWN", "shown_result", "status"]
 
 
 @click.command()
@@ -132,6 +132,18 @@ def _view_json(view: JobView, flow: Flow | None) -> dict[str, Any]:
     }
 
 
+# a result longer than this is cut in the text view (a close's is tens of kilobytes)
+RESULT_SHOWN = 400
+
+
+def shown_result(output: Any) -> str:
+    """A result as the text view shows it: its JSON, cut at :data:`RESULT_SHOWN` characters."""
+    text = json.dumps(output, sort_keys=True)
+    if len(text) <= RESULT_SHOWN:
+        return text
+    return f"{text[:RESULT_SHOWN]}... ({len(text):,} characters; --json shows it whole)"
+
+
 def _result(view: JobView, flow: Flow | None) -> dict[str, Any] | None:
     """The job's last checkpoint: the step run done last, its output; ``None`` before any."""
     done = [s for s in view.steps if s.status == StepStatus.DONE and s.finished_at is not None]
@@ -211,7 +223,7 @@ def _print_view(view: JobView, flow: Flow | None) -> None:
     if result is not None:
         step = result["step"] + (f"[{result['key']}]" if result["key"] else "")
         out.print(
-            f"result ({step}, the last checkpoint): {json.dumps(result['output'], sort_keys=True)}",
+            f"result ({step}, the last checkpoint): {shown_result(result['output'])}",
             highlight=False,
             markup=False,
         )
