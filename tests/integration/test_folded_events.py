@@ -99,3 +99,28 @@ def test_folded__a_reclaim_is_an_event_row_after_the_folded_first_claim(
         ("succeeded", 2, True),
     ]
     assert rows[0]["worker"] == "zombie" and rows[1]["worker"] == rows[2]["worker"] != "zombie"
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value"),
+    [
+        ("engine_step_runs", "started_by", "'someone else'"),
+        ("engine_step_runs", "started_detail", "'{\"eager\": true}'::jsonb"),
+        ("engine_step_runs", "finished_by", "'someone else'"),
+        ("engine_step_runs", "finished_detail", "'{\"ran_s\": 0}'::jsonb"),
+        ("engine_jobs", "finished_by", "NULL"),
+    ],
+)
+def test_folded__a_claim_or_success_kept_on_its_row_is_written_once(
+    fast: Settings, conn: psycopg.Connection[Any], table: str, column: str, value: str
+) -> None:
+    """The folded events are history, as append-only as engine_events: once set, even
+    the worker's own role (which may update the row) cannot rewrite who or how."""
+    job = submit("chain", {"n": 1}, settings=fast, registry=flows_registry())
+    with thread_worker(fast):
+        assert wait_job_ended(conn, job.job_id) == "done"
+    key = "job_id" if table == "engine_step_runs" else "id"
+    with pytest.raises(psycopg.errors.RaiseException, match="written once"):
+        conn.execute(f"UPDATE {table} SET {column} = {value} WHERE {key} = %s", (job.job_id,))
+    # the rest of the row is the engine's to update as before
+    conn.execute(f"UPDATE {table} SET {column} = {column} WHERE {key} = %s", (job.job_id,))
