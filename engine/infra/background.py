@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import psycopg
 
@@ -22,9 +22,17 @@ from engine.config import Settings
 from engine.infra import logs
 from engine.infra.outage import Outage, is_outage
 
-__all__ = ["BackgroundLoop"]
+__all__ = ["BackgroundLoop", "LoopWiring"]
 
 log = logging.getLogger(__name__)
+
+
+class LoopWiring(TypedDict):
+    """What a worker gives each of its loops: its stop, its outage, its connections."""
+
+    stop: threading.Event
+    outage: Outage
+    connect: Callable[[], psycopg.Connection[Any]]
 
 
 class BackgroundLoop:
