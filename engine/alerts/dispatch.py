@@ -28,7 +28,8 @@ from engine import store
 from engine.alerts import Alert, AlertSink
 from engine.config import Settings
 from engine.flow.retry import RetryPolicy
-from engine.infra.outage import Outage, is_outage
+from engine.infra.background import BackgroundLoop
+from engine.infra.outage import Outage
 from engine.infra.secrets import mask_secrets
 from engine.reports.links import report_link
 from engine.store import db
@@ -41,8 +42,10 @@ log = logging.getLogger(__name__)
 _BATCH = 20
 
 
-class AlertDispatcher:
+class AlertDispatcher(BackgroundLoop):
     """Sends due alert deliveries of ``sinks``; see the module docstring."""
+
+    name = "alert dispatcher"
 
     def __init__(
         self,
@@ -54,15 +57,15 @@ class AlertDispatcher:
         outage: Outage | None = None,
         connect: Callable[[], psycopg.Connection[Any]] | None = None,
     ) -> None:
-        self.settings = settings
+        super().__init__(
+            settings,
+            connect=connect or (lambda: db.connect(settings, autocommit=True)),
+            stop=stop,
+            outage=outage,
+        )
         self.sinks = {sink.name: sink for sink in sinks}
         self.owner = owner
-        self.stop = stop if stop is not None else threading.Event()
-        self.outage = outage
-        self._connect = connect or (lambda: db.connect(settings, autocommit=True))
-        self._conn: psycopg.Connection[Any] | None = None
         self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
         self.policy = RetryPolicy(
             max_attempts=settings.alert_max_attempts,
             base_delay_s=settings.alert_retry_base_delay_s,
@@ -152,62 +155,29 @@ class AlertDispatcher:
             log.debug("no report link for job %s", job_id, exc_info=True)
             return None
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._connect()
-            self._conn.autocommit = True
-        return self._conn
-
     # -- the thread ----------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Run :meth:`run` in a daemon thread until :attr:`stop` is set."""
-        self._thread = threading.Thread(target=self.run, name="alert-dispatcher", daemon=True)
-        self._thread.start()
+    def _interval_s(self) -> float:
+        return self.settings.alert_poll_s
 
-    def run(self) -> None:
-        """Dispatch until :attr:`stop` is set; database outages are waited out."""
-        try:
-            while not self.stop.is_set():
-                if self.outage is not None and self.outage.down.is_set():
-                    # the worker's main loop probes; look again once it is over
-                    self.stop.wait(min(1.0, self.settings.alert_poll_s))
-                    continue
-                claimed = 0
-                try:
-                    claimed = self.dispatch_once()
-                except Exception as exc:
-                    self._close()
-                    if is_outage(exc):
-                        if self.outage is not None:
-                            self.outage.failed(exc, "alert dispatcher")
-                    else:
-                        log.exception(
-                            "alert dispatch failed; next round in %s s", self.settings.alert_poll_s
-                        )
-                if claimed >= _BATCH:
-                    continue  # more may be due
-                self._wake.wait(self.settings.alert_poll_s)
-                self._wake.clear()
-        finally:
-            self._close()
+    def _turn(self) -> float:
+        """Dispatch a batch; the next at once when it was full (more may be due), else wait."""
+        return 0.0 if self.dispatch_once() >= _BATCH else self._interval_s()
+
+    def _round_failed(self, exc: Exception) -> None:
+        log.exception("alert dispatch failed; next round in %s s", self._interval_s())
+
+    def _pause(self, seconds: float) -> None:
+        self._wake.wait(seconds)  # woken early by a commit that recorded an alert, or a stop
+        self._wake.clear()
 
     def close(self, timeout_s: float) -> None:
         """Stop the thread (a send in flight ends within its own timeout)."""
-        self.stop.set()
+        self.stop.set()  # before the wake: a woken loop must see the stop
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=timeout_s)
-            if self._thread.is_alive():
-                log.warning("alert dispatcher still sending at shutdown; its claim will lapse")
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:
-                log.debug("closing the dispatcher's connection failed", exc_info=True)
-            self._conn = None
+        super().close(timeout_s)
+        if self._thread is not None and self._thread.is_alive():
+            log.warning("alert dispatcher still sending at shutdown; its claim will lapse")
 
 
 def _describe(exc: BaseException) -> str:

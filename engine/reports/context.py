@@ -46,7 +46,7 @@ from engine.reports.views import (
     StepRunView,
     WaitView,
 )
-from engine.store.models import Job, JobSignal, StepRun, StepStatus
+from engine.store.models import Job, JobSignal, JobSummary, StepRun, StepStatus
 from engine.store.read import job_history, recent_job_summaries, recent_jobs
 
 __all__ = ["IndexReport", "RunReport", "build_index", "build_run_report"]
@@ -307,38 +307,13 @@ def _job_link(job: Job, key: str | None = None) -> JobLink:
 
 def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
     """Every job, live or pruned (newest first, at most ``limit``), with its duration."""
-    jobs = recent_jobs(engine, limit=limit)
     rows = [
-        IndexRow(
-            job_id=str(j.id),
-            flow=j.flow,
-            status=str(listed.state),
-            waiting_for=listed.waiting_for,
-            period=str(j.params.get("period", "")),
-            params=json.dumps(j.params, sort_keys=True, default=str),
-            submitted_by=j.submitted_by,
-            created_at=j.created_at,
-            duration_s=_seconds(j.started_at or j.created_at, j.finished_at),
-            href=run_href(j.id),
-        )
-        for listed in jobs
-        for j in [listed.job]
+        _index_row(listed.job, str(listed.state), waiting_for=listed.waiting_for)
+        for listed in recent_jobs(engine, limit=limit)
     ]
     # pruned jobs: their summaries, linking the page stored before their rows went
     rows += [
-        IndexRow(
-            job_id=str(s.id),
-            flow=s.flow,
-            status=s.status,
-            period=str(s.params.get("period", "")),
-            params=json.dumps(s.params, sort_keys=True, default=str),
-            submitted_by=s.submitted_by,
-            created_at=s.created_at,
-            duration_s=_seconds(s.started_at or s.created_at, s.finished_at),
-            href=run_href(s.id),
-            pruned=True,
-        )
-        for s in recent_job_summaries(engine, limit=limit)
+        _index_row(s, s.status, pruned=True) for s in recent_job_summaries(engine, limit=limit)
     ]
     rows = sorted(rows, key=lambda r: r.created_at, reverse=True)[:limit]
     return IndexReport(
@@ -347,4 +322,20 @@ def build_index(engine: Engine, limit: int = 5000) -> IndexReport:
         flows=sorted({r.flow for r in rows}),
         statuses=sorted({r.status for r in rows}),
         periods=sorted({r.period for r in rows if r.period}, reverse=True),
+    )
+
+
+def _index_row(j: Job | JobSummary, status: str, **more: Any) -> IndexRow:
+    """A job's row in the index, from its row or (pruned) its summary's."""
+    return IndexRow(
+        job_id=str(j.id),
+        flow=j.flow,
+        status=status,
+        period=str(j.params.get("period", "")),
+        params=json.dumps(j.params, sort_keys=True, default=str),
+        submitted_by=j.submitted_by,
+        created_at=j.created_at,
+        duration_s=_seconds(j.started_at or j.created_at, j.finished_at),
+        href=run_href(j.id),
+        **more,
     )

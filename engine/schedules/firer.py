@@ -54,7 +54,8 @@ from engine.config import Settings
 from engine.errors import BadInput, Contention
 from engine.flow import Flow
 from engine.flow.registry import Registry
-from engine.infra import faults, logs
+from engine.infra import faults
+from engine.infra.background import BackgroundLoop
 from engine.infra.outage import Outage, is_outage
 from engine.infra.secrets import mask_secrets
 from engine.jobs.submit import submit
@@ -88,8 +89,11 @@ class Fired:
     outcome: FireOutcome = FireOutcome.JOB
 
 
-class ScheduleFirer:
+class ScheduleFirer(BackgroundLoop):
     """Fires due schedules of the flows in ``registry``; see the module docstring."""
+
+    name = "schedule firer"
+    autocommit = False
 
     def __init__(
         self,
@@ -103,17 +107,17 @@ class ScheduleFirer:
         connect: Callable[[], psycopg.Connection[Any]] | None = None,
         alerts: AlertRecorder | None = None,
     ) -> None:
-        self.settings = settings
+        super().__init__(
+            settings,
+            connect=connect or (lambda: db.connect(settings)),
+            stop=stop,
+            outage=outage,
+        )
         # a time that submits no job is alerted with its fire, like a dead letter
         self.alerts = alerts or AlertRecorder(list(dict.fromkeys(settings.alert_sinks)))
         self.registry = registry
         self.worker = worker
         self.transport = transport or transport_for(settings)
-        self.stop = stop if stop is not None else threading.Event()
-        self.outage = outage
-        self._connect = connect or (lambda: db.connect(settings))
-        self._conn: psycopg.Connection[Any] | None = None
-        self._thread: threading.Thread | None = None
 
     # -- one schedule ---------------------------------------------------------------------
 
@@ -266,50 +270,13 @@ class ScheduleFirer:
                 fired.extend(outcome)
         return fired
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._connect()
-            self._conn.autocommit = False
-        return self._conn
+    def _interval_s(self) -> float:
+        return self.settings.sweep_interval_s
 
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    def _turn(self) -> float:
+        """Fire due schedules every ``sweep_interval_s``."""
+        self.fire_due()
+        return self._interval_s()
 
-    def start(self) -> None:
-        """Run :meth:`run` in a daemon thread until :attr:`stop` is set."""
-        # its log lines carry the worker's context (the worker binds it before starting us)
-        self._thread = threading.Thread(
-            target=logs.inheriting(self.run), name="schedule-firer", daemon=True
-        )
-        self._thread.start()
-
-    def run(self) -> None:
-        """Fire due schedules every ``sweep_interval_s`` until stopped; outages are waited out."""
-        try:
-            while not self.stop.is_set():
-                if self.outage is not None and self.outage.down.is_set():
-                    self.stop.wait(min(1.0, self.settings.sweep_interval_s))
-                    continue
-                try:
-                    self.fire_due()
-                except Exception as exc:
-                    self._close()
-                    if is_outage(exc):
-                        if self.outage is not None:
-                            self.outage.failed(exc, "schedule firer")
-                    else:
-                        log.exception(
-                            "firing schedules failed; next round in %s s",
-                            self.settings.sweep_interval_s,
-                        )
-                self.stop.wait(self.settings.sweep_interval_s)
-        finally:
-            self._close()
-
-    def close(self, timeout_s: float) -> None:
-        """Stop the thread; a fire in progress commits or rolls back within ``timeout_s``."""
-        self.stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=timeout_s)
+    def _round_failed(self, exc: Exception) -> None:
+        log.exception("firing schedules failed; next round in %s s", self._interval_s())

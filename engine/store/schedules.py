@@ -12,13 +12,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
+from engine.store.named import NamedQueries
 from engine.store.queries import load
 from engine.store.status import CatchUp, FireOutcome
 
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 _q = load("schedules")
+_rows = NamedQueries(_q)  # the reads that return rows as dicts
 
 
 @dataclass(frozen=True)
@@ -119,15 +120,13 @@ def schedule_delete_by_name(conn: psycopg.Connection[Any], name: str) -> bool:
 @wrap_errors
 def schedule_select_all(conn: psycopg.Connection[Any], *, live_s: float) -> list[dict[str, Any]]:
     """Every schedule, its last fire's ``last_outcome``, and ``unloaded`` (due, no live worker)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_q["schedule_select_all"], {"live_s": live_s}).fetchall()
+    return _rows.rows(conn, "schedule_select_all", {"live_s": live_s})
 
 
 @wrap_errors
 def schedule_select_by_name(conn: psycopg.Connection[Any], name: str) -> dict[str, Any] | None:
     """One schedule with ``db_now``; ``None``: no schedule has that name."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_q["schedule_select_by_name"], {"name": name}).fetchone()
+    return _rows.first(conn, "schedule_select_by_name", {"name": name})
 
 
 @wrap_errors
@@ -135,14 +134,8 @@ def schedule_pause_if_active(
     conn: psycopg.Connection[Any], name: str, *, by: str, reason: str | None
 ) -> datetime | None:
     """When it was paused; ``None``: no schedule has that name, or it is paused already."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(
-            _q["schedule_pause_if_active"], {"name": name, "by": by, "reason": reason}
-        ).fetchone()
-    if row is None:
-        return None
-    paused_at: datetime = row["paused_at"]
-    return paused_at
+    row = _rows.first(conn, "schedule_pause_if_active", {"name": name, "by": by, "reason": reason})
+    return None if row is None else _datetime(row["paused_at"])
 
 
 @wrap_errors
@@ -150,39 +143,27 @@ def schedule_resume_if_paused(
     conn: psycopg.Connection[Any], schedule_id: int, *, next_after_now: datetime
 ) -> datetime | None:
     """Its next time once resumed; ``None``: it was not paused (or a racer resumed it first)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(
-            _q["schedule_resume_if_paused"],
-            {"id": schedule_id, "next_after_now": next_after_now},
-        ).fetchone()
-    if row is None:
-        return None
-    next_fire_at: datetime = row["next_fire_at"]
-    return next_fire_at
+    params = {"id": schedule_id, "next_after_now": next_after_now}
+    row = _rows.first(conn, "schedule_resume_if_paused", params)
+    return None if row is None else _datetime(row["next_fire_at"])
 
 
 @wrap_errors
 def schedule_select_names(conn: psycopg.Connection[Any]) -> list[str]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        return [r["name"] for r in cur.execute(_q["schedule_select_names"]).fetchall()]
+    return [r["name"] for r in _rows.rows(conn, "schedule_select_names")]
 
 
 @wrap_errors
 def schedule_select_db_now(conn: psycopg.Connection[Any]) -> datetime:
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(_q["schedule_select_db_now"]).fetchone()
-    assert row is not None  # SELECT now() returns one row
-    value: datetime = row["db_now"]
-    return value
+    return _datetime(_rows.one(conn, "schedule_select_db_now")["db_now"])
 
 
 @wrap_errors
 def schedule_select_due_many(
     conn: psycopg.Connection[Any], *, flows: list[str], limit: int
 ) -> list[DueSchedule]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["schedule_select_due_many"], {"flows": flows, "limit": limit})
-        return [DueSchedule.from_row(r) for r in cur.fetchall()]
+    rows = _rows.rows(conn, "schedule_select_due_many", {"flows": flows, "limit": limit})
+    return [DueSchedule.from_row(r) for r in rows]
 
 
 @wrap_errors
@@ -251,7 +232,9 @@ def schedule_record_fired(
 def schedule_fire_select_by_schedule(
     conn: psycopg.Connection[Any], name: str, limit: int = 20
 ) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(
-            _q["schedule_fire_select_by_schedule"], {"name": name, "limit": limit}
-        ).fetchall()
+    return _rows.rows(conn, "schedule_fire_select_by_schedule", {"name": name, "limit": limit})
+
+
+def _datetime(value: Any) -> datetime:
+    """A timestamptz column's value, typed."""
+    return cast(datetime, value)

@@ -305,8 +305,7 @@ def step_cancel_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> int:
 def step_reopen_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> list[uuid.UUID]:
     """Put the job's dead and cancelled step runs back to pending (its row lock held), each
     in a new retry round with its own attempt budget again: their ids."""
-    rows = conn.execute(_q["step_reopen_by_job"], {"job_id": job_id}).fetchall()
-    return [column(r, "id") for r in rows]
+    return [run for run, _ in step_reopen_by_jobs(conn, [job_id])]
 
 
 @wrap_errors

@@ -24,8 +24,8 @@ import psycopg
 from engine.config import Settings
 from engine.errors import Contention
 from engine.flow.registry import Registry
-from engine.infra import logs
-from engine.infra.outage import Outage, is_outage
+from engine.infra.background import BackgroundLoop
+from engine.infra.outage import Outage
 from engine.retention.prune import ReportWriter, prune
 
 __all__ = ["Pruner"]
@@ -36,8 +36,10 @@ log = logging.getLogger(__name__)
 _PRUNE_BATCHES = 2
 
 
-class Pruner:
+class Pruner(BackgroundLoop):
     """Retires finished jobs on ``prune_interval_s``; :meth:`start` runs it in a thread."""
+
+    name = "pruner"
 
     def __init__(
         self,
@@ -50,15 +52,12 @@ class Pruner:
         clock: Callable[[], float] = time.monotonic,
         write_reports: ReportWriter | None = None,
     ) -> None:
-        self.settings = settings
+        super().__init__(
+            settings, connect=connect or (lambda: _connect(settings)), stop=stop, outage=outage
+        )
         self.registry = registry
         self.clock = clock
-        self.stop = stop if stop is not None else threading.Event()
-        self.outage = outage
         self.write_reports = write_reports  # None: the reports rendered and stored as configured
-        self._connect = connect
-        self._conn: psycopg.Connection[Any] | None = None
-        self._thread: threading.Thread | None = None
         self.next_prune = clock() + settings.prune_interval_s
         self.cursor: tuple[Any, Any] | None = None  # a due prune's place, between rounds
 
@@ -96,57 +95,27 @@ class Pruner:
 
     def start(self) -> None:
         """Run :meth:`run` in a daemon thread until :attr:`stop` is set (not at all if off)."""
-        if not self.enabled:
-            return
-        self._thread = threading.Thread(
-            target=logs.inheriting(self.run), name="pruner", daemon=True
-        )
-        self._thread.start()
+        if self.enabled:
+            super().start()
 
-    def run(self) -> None:
-        """Prune rounds back to back while one is due, else wait; outages are waited out."""
-        idle_s = min(1.0, self.settings.sweep_interval_s)
-        try:
-            while not self.stop.is_set():
-                if self.outage is not None and self.outage.down.is_set():
-                    self.stop.wait(idle_s)
-                    continue
-                if self.clock() < self.next_prune:
-                    self.stop.wait(min(idle_s, max(0.0, self.next_prune - self.clock())))
-                    continue
-                try:
-                    self.round(self._connection())
-                except Exception as exc:
-                    self._close()
-                    if is_outage(exc):
-                        if self.outage is not None:
-                            self.outage.failed(exc, "pruner")
-                    elif isinstance(exc, Contention):
-                        log.warning("prune round not done (%s)", str(exc).strip()[:300])
-                    else:
-                        log.exception("prune round failed")
-                    self.stop.wait(self.settings.sweep_interval_s)
-        finally:
-            self._close()
+    def _interval_s(self) -> float:
+        return self.settings.sweep_interval_s
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            if self._connect is None:
-                from engine.store import db
+    def _turn(self) -> float:
+        """Prune rounds back to back while one is due, else wait (within a second) until it is."""
+        if self.clock() < self.next_prune:
+            return min(1.0, self._interval_s(), max(0.0, self.next_prune - self.clock()))
+        self.round(self._connection())
+        return 0.0
 
-                self._conn = db.connect(self.settings)
-            else:
-                self._conn = self._connect()
-            self._conn.autocommit = True
-        return self._conn
+    def _round_failed(self, exc: Exception) -> None:
+        if isinstance(exc, Contention):
+            log.warning("prune round not done (%s)", str(exc).strip()[:300])
+        else:
+            log.exception("prune round failed")
 
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
-    def close(self, timeout_s: float) -> None:
-        """Stop the thread; a batch in progress commits or rolls back within ``timeout_s``."""
-        self.stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=timeout_s)
+def _connect(settings: Settings) -> psycopg.Connection[Any]:
+    from engine.store import db
+
+    return db.connect(settings)

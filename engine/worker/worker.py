@@ -37,6 +37,7 @@ from engine.config import Settings
 from engine.errors import ConfigError, Contention
 from engine.flow.registry import Registry
 from engine.infra import logs
+from engine.infra.background import LoopWiring
 from engine.infra.outage import Outage, is_outage
 from engine.runner import Outcome
 from engine.schedules.firer import ScheduleFirer
@@ -109,14 +110,11 @@ class Worker:
         self.outcomes: dict[str, int] = {}
         # shared by every loop: set while PostgreSQL is unreachable (no receiving then)
         self.outage = Outage(settings.outage_backoff_max_s)
-        self.dispatcher = AlertDispatcher(
-            settings,
-            sinks,
-            owner=self.worker_id,
-            stop=self.stop_event,
-            outage=self.outage,
-            connect=lambda: connect_worker(settings),
+        # its background loops stop with it, wait out its outages, connect with its role
+        wiring = LoopWiring(
+            stop=self.stop_event, outage=self.outage, connect=lambda: connect_worker(settings)
         )
+        self.dispatcher = AlertDispatcher(settings, sinks, owner=self.worker_id, **wiring)
         # dead letters and their alerts commit together; the dispatcher is woken after
         self.alerts = AlertRecorder([sink.name for sink in sinks], wake=self.dispatcher.wake)
         self.schedules = ScheduleFirer(
@@ -124,18 +122,10 @@ class Worker:
             registry,
             worker=self.worker_id,
             transport=self.transport,
-            stop=self.stop_event,
-            outage=self.outage,
-            connect=lambda: connect_worker(settings),
             alerts=self.alerts,
+            **wiring,
         )
-        self.pruner = Pruner(
-            settings,
-            registry,
-            connect=lambda: connect_worker(settings),
-            stop=self.stop_event,
-            outage=self.outage,
-        )
+        self.pruner = Pruner(settings, registry, **wiring)
         # engine_workers: what this worker runs, seen at every sweep (engine flows show)
         self.roster = Roster(settings, self.worker_id, registry.runnable())
         self._free = threading.Condition()

@@ -35,7 +35,7 @@ ROLE = "engine_worker"
 # only an operator or the submitting ERP runs (with the owner's role).
 WORKER_SQL: dict[str, set[str]] = {
     # a retry (and the children it retries with the job) is an operator's
-    "engine/store/sql/step_runs.sql": {"step_reopen_by_job", "step_reopen_by_jobs"},
+    "engine/store/sql/step_runs.sql": {"step_reopen_by_jobs"},
     "engine/store/sql/step_waits.sql": {"step_wait_children_if_reopened"},
     # firing a schedule submits its job (0010): the worker inserts pending jobs
     "engine/store/sql/jobs.sql": {
@@ -114,7 +114,7 @@ ADMIN_SQL: dict[str, list[str]] = {
         "dead_letter_select_locked",
         "dead_letter_select_many_locked",
     ],
-    "engine/store/sql/step_runs.sql": ["step_reopen_by_job", "step_reopen_by_jobs"],
+    "engine/store/sql/step_runs.sql": ["step_reopen_by_jobs"],
     "engine/store/sql/jobs.sql": ["job_pin_if_exists"],
     "engine/store/sql/schedules.sql": [
         "schedule_insert_if_absent",

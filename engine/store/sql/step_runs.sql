@@ -358,17 +358,6 @@ SET status = 'cancelled', finished_at = clock_timestamp(),
 WHERE job_id = %(job_id)s AND status IN ('pending', 'running', 'waiting')
 RETURNING id;
 
--- step_reopen_by_job --
--- Resume from the last checkpoints: only dead and cancelled step runs go back to pending, in a new retry round (retries + 1; attempts restart from attempt_base, the cap moves by the step's own budget, never grows) and with a fresh wait (a timed-out wait waits again); done ones are never rerun.
-UPDATE engine_step_runs
-SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
-    retries = retries + 1, attempt_base = attempts,
-    max_attempts = attempts + (max_attempts - attempt_base), free_releases = 0,
-    wait_signal = NULL, wait_until = NULL,
-    wait_children = false, wait_past = '{}', wait_summary = NULL, concurrency_kept = false
-WHERE job_id = %(job_id)s AND status IN ('dead', 'cancelled')
-RETURNING id;
-
 -- step_select_queue_lag --
 -- Read-only, for metrics: the age of the oldest step run claimable now by the claim's own predicate (pending and due, or running with an expired lease, under the cap, of an active job, with a slot of its concurrency key free: waiting for a limit is not lag), from when it became claimable; 0 when none waits.
 SELECT coalesce(extract(epoch FROM clock_timestamp() - min(
@@ -395,7 +384,7 @@ SELECT EXISTS (
       AND lease_expires_at > clock_timestamp()) AS live;
 
 -- step_reopen_by_jobs --
--- step_reopen_by_job for a bulk retry's chunk of jobs (their rows locked): the same reopening, one statement.
+-- Resume the jobs (their rows locked; one job's retry, or a bulk retry's chunk) from their last checkpoints: only dead and cancelled step runs go back to pending, in a new retry round (retries + 1; attempts restart from attempt_base, the cap moves by the step's own budget, never grows) and with a fresh wait (a timed-out wait waits again); done ones are never rerun.
 UPDATE engine_step_runs
 SET status = 'pending', available_at = clock_timestamp(), finished_at = NULL,
     retries = retries + 1, attempt_base = attempts,
