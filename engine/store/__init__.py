@@ -103,4 +103,5 @@ from engine.store.signals import *  # noqa: F403
 from engine.store.step_runs import *  # noqa: F403
 from engine.store.step_waits import *  # noqa: F403
 from engine.store.tags import *  # noqa: F403
+from engine.store.wait_rows import *  # noqa: F403
 from engine.store.workers import *  # noqa: F403

@@ -21,17 +21,10 @@ from engine.store.dead_letters import dead_letter_mark_replayed_by_job
 from engine.store.errors import wrap_errors
 from engine.store.named import NamedQueries
 from engine.store.queries import load
-from engine.store.rows import (
-    ChildOf,
-    ChildRow,
-    Claimed,
-    FingerprintTaken,
-    JobRow,
-    Reopen,
-    column,
-)
+from engine.store.rows import Claimed, FingerprintTaken, JobRow, Reopen, column
 from engine.store.step_runs import step_cancel_by_job, step_reopen_by_job
 from engine.store.step_waits import step_wait_children_if_reopened
+from engine.store.wait_rows import ChildOf, ChildRow
 
 __all__ = [
     "job_cancel_descendants",

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.rows import SignalRow, WaitState
+from engine.store.wait_rows import SignalRow, WaitState
 
 __all__ = [
     "signal_insert_if_absent",

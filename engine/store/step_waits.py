@@ -23,7 +23,8 @@ from psycopg.types.json import Jsonb
 from engine.store.batch import Batch, Reply
 from engine.store.errors import wrap_errors
 from engine.store.queries import load
-from engine.store.rows import Claimed, Parked, WaitingForSignal, WaitState, column
+from engine.store.rows import Claimed, column
+from engine.store.wait_rows import Parked, WaitingForSignal, WaitState
 
 __all__ = [
     "step_count_awaiting_signal",

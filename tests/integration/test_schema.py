@@ -1,4 +1,4 @@
-"""The Python side (enums, SQLModel models, store/rows.py) and the migrated schema cannot drift."""
+"""The Python side (enums, SQLModel models, store row types) and the schema cannot drift."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sqlalchemy import inspect
 from sqlmodel import SQLModel
 
 from engine.config import Settings
-from engine.store import rows
+from engine.store import rows, wait_rows
 from engine.store.models import ENUM_COLUMNS
 from engine.store.read import sqlalchemy_engine
 
@@ -128,25 +128,25 @@ def test_step_runs__running_without_a_lease_is_refused(conn: psycopg.Connection[
         )
 
 
-# -- store/rows.py: the write side's row types ------------------------------------------
+# -- store/rows.py and store/wait_rows.py: the write side's row types ---------------------
 
-# Each row type of store/rows.py that carries columns of a table: the tables its fields
-# come from (a field named as its column is looked up in them in order), the fields named
+# Each row type (store/rows.py, store/wait_rows.py) carrying columns of a table: the tables
+# its fields come from (a field named as its column is looked up in them in order), the fields named
 # otherwise ("table.column"), and the fields no column holds as is (computed by the
 # statement). Field types are checked against the columns' types and nullability.
 ROW_MIRRORS: dict[type[Any], tuple[tuple[str, ...], dict[str, str], set[str]]] = {
     rows.JobRow: (("engine_jobs",), {}, set()),
-    rows.ChildRow: (("engine_jobs",), {"key": "engine_jobs.child_key"}, {"output"}),
+    wait_rows.ChildRow: (("engine_jobs",), {"key": "engine_jobs.child_key"}, {"output"}),
     rows.Claimed: (
         ("engine_step_runs", "engine_jobs"),
         {"attempt": "engine_step_runs.attempts", "token": "engine_step_runs.lease_token"},
         {"reclaimed_from"},
     ),
     rows.NewStepRun: (("engine_step_runs",), {}, set()),
-    rows.Parked: (("engine_step_runs",), {}, set()),
+    wait_rows.Parked: (("engine_step_runs",), {}, set()),
     rows.CancelledRun: (("engine_step_runs",), {}, set()),
     rows.ExpiredExhausted: (("engine_step_runs", "engine_jobs"), {}, set()),
-    rows.WaitingForSignal: (
+    wait_rows.WaitingForSignal: (
         ("engine_step_runs", "engine_jobs"),
         {
             "step_run_id": "engine_step_runs.id",
@@ -158,7 +158,7 @@ ROW_MIRRORS: dict[type[Any], tuple[tuple[str, ...], dict[str, str], set[str]]] =
         },
         {"parent_flow", "since"},
     ),
-    rows.SignalRow: (("engine_signals",), {}, set()),
+    wait_rows.SignalRow: (("engine_signals",), {}, set()),
     rows.PendingOutbox: (
         ("engine_outbox",),
         {"job_id": "engine_step_runs.job_id"},
@@ -182,8 +182,8 @@ NARROWED = {
     (rows.Claimed, "token"),
     (rows.Claimed, "lease_expires_at"),
     (rows.ClaimedDelivery, "token"),
-    (rows.ChildRow, "key"),
-    (rows.WaitingForSignal, "signal"),
+    (wait_rows.ChildRow, "key"),
+    (wait_rows.WaitingForSignal, "signal"),
 }
 
 # The columns of those tables that no row type carries: read through store/models.py, or
@@ -310,7 +310,7 @@ def test_rows__fields_match_their_columns(conn: psycopg.Connection[Any], row_typ
 
 
 def _carried(tables: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
-    """table -> the columns a row type of store/rows.py carries."""
+    """table -> the columns a row type of store/rows.py and store/wait_rows.py carries."""
     carried: dict[str, set[str]] = {t: set() for t in tables}
     for row_type in ROW_MIRRORS:
         for field in dataclasses.fields(row_type):
@@ -328,7 +328,7 @@ def test_rows__every_column_is_carried_or_listed(conn: psycopg.Connection[Any]) 
         unlisted = set(columns) - carried[table] - NOT_IN_ROWS[table]
         assert not unlisted, (
             f"{table}: column(s) {sorted(unlisted)} neither carried by a row type of "
-            "store/rows.py nor listed in NOT_IN_ROWS"
+            "store/rows.py and store/wait_rows.py nor listed in NOT_IN_ROWS"
         )
         both = carried[table] & NOT_IN_ROWS[table]
         assert not both, f"{table}: {sorted(both)} carried by a row type and in NOT_IN_ROWS"
