@@ -33,6 +33,8 @@ fact rather than a number with itself:
   it closed, and its closing balances are still those its close kept;
 - and the ties of every figure to its source (:mod:`flows.erp.ties`).
 
+The three that tie a period to its neighbours live in :mod:`flows.erp.continuity`.
+
 A check that cannot apply yet (no store costed, the previous period not
 closed) is reported as skipped, not as passed. The close of a period
 (:func:`flows.erp.periods.close`, the close flow) refuses to close while any
@@ -49,30 +51,16 @@ import psycopg
 from pydantic import BaseModel
 
 from engine import BadInput
-from flows.erp import books, dated, facts, recost, ties
+from flows.erp import books, continuity, dated, facts, recost, ties
 from flows.erp.books import Money
-from flows.erp.config import ErpSettings
+from flows.erp.check import Check, examples, skipped
 from flows.erp.flags import Flag, raised
-from flows.erp.ledger import ACCOUNTS
 from flows.erp.queries import NamedQueries
-from flows.erp.types import fiscal_year_start, next_period, previous_period
+from flows.erp.types import next_period
 
 __all__ = ["BooksCheck", "Check", "check_period"]
 
 _q = NamedQueries("checks")
-
-# by (account code, store id): the trial balance's rows, and (store code, balance) kept by a close
-Balances = dict[tuple[str, int | None], books.Balance]
-Kept = dict[tuple[str, int | None], tuple[str | None, Decimal]]
-
-
-class Check(BaseModel):
-    """One identity: whether it holds, and what was compared (or why it was skipped)."""
-
-    name: str
-    ok: bool
-    skipped: bool = False
-    detail: str
 
 
 class Reconciled(BaseModel):
@@ -107,11 +95,6 @@ class BooksCheck(BaseModel):
         return broken + [f"flag {f.line}" for f in self.flags if f.refuses]
 
 
-def _examples(items: list[str], shown: int = 5) -> str:
-    more = f" and {len(items) - shown} more" if len(items) > shown else ""
-    return ", ".join(items[:shown]) + more
-
-
 def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
     """Run every check of ``period``; :class:`engine.BadInput` if the period does not exist."""
     params = {"period": period, "next": next_period(period)}
@@ -131,9 +114,9 @@ def check_period(conn: psycopg.Connection[Any], period: str) -> BooksCheck:
         _cogs(conn, params, costed),
         *_gl_inventory(conn, params, costed, all_costed, uncosted, reconciled),
         _inter_store(conn, params, all_costed, uncosted),
-        _last_closing(conn, period, balances),
-        _openings(conn, params, costed),
-        _after_close(conn, params, head["status"], balances),
+        continuity.last_closing(conn, period, balances),
+        continuity.openings(conn, params, costed),
+        continuity.after_close(conn, params, head["status"], balances),
         # every figure tied to its source, document by document, item by item
         *(Check(**t.model_dump()) for t in ties.check_ties(conn, period, costed)),
         _facts(conn, period),
@@ -169,10 +152,6 @@ def _stale(conn: psycopg.Connection[Any], period: str) -> Check:
     return Check(name=name, ok=True, detail="no backdated document waits for its recost")
 
 
-def _skipped(name: str, why: str) -> Check:
-    return Check(name=name, ok=True, skipped=True, detail=f"skipped: {why}")
-
-
 def _journals(conn: psycopg.Connection[Any], params: dict[str, Any]) -> Check:
     row = _q.one(conn, "journals_unbalanced", params)
     name = "journals balance"
@@ -182,7 +161,7 @@ def _journals(conn: psycopg.Connection[Any], params: dict[str, Any]) -> Check:
             name=name,
             ok=False,
             detail=f"{row['unbalanced']} journal(s) do not balance "
-            f"({_examples(row['examples'])}); {totals}",
+            f"({examples(row['examples'])}); {totals}",
         )
     if row["debit"] != row["credit"]:
         return Check(name=name, ok=False, detail=f"the totals differ: {totals}")
@@ -192,7 +171,7 @@ def _journals(conn: psycopg.Connection[Any], params: dict[str, Any]) -> Check:
 def _inventory(conn: psycopg.Connection[Any], params: dict[str, Any], costed: int) -> list[Check]:
     per_store, company = "inventory conservation per store", "inventory conservation company-wide"
     if not costed:
-        return [_skipped(per_store, "no store costed"), _skipped(company, "no store costed")]
+        return [skipped(per_store, "no store costed"), skipped(company, "no store costed")]
     rows = _q.rows(conn, "inventory_by_store", params)
     broken = []
     sums = dict.fromkeys(
@@ -216,7 +195,7 @@ def _inventory(conn: psycopg.Connection[Any], params: dict[str, Any], costed: in
         Check(
             name=per_store,
             ok=not broken,
-            detail=f"{len(broken)} of {len(rows)} stores: {_examples(broken)}"
+            detail=f"{len(broken)} of {len(rows)} stores: {examples(broken)}"
             if broken
             else f"{len(rows)} costed stores hold",
         ),
@@ -233,7 +212,7 @@ def _transfers(
 ) -> Check:
     name = "transfers net to zero"
     if not all_costed:
-        return _skipped(name, f"{uncosted} store(s) not costed; a transfer has two sides")
+        return skipped(name, f"{uncosted} store(s) not costed; a transfer has two sides")
     row = _q.one(conn, "transfers_company_wide", params)
     detail = f"transfers in {row['transfer_in']}, transfers out {row['transfer_out']}"
     return Check(name=name, ok=row["transfer_in"] == row["transfer_out"], detail=detail)
@@ -251,7 +230,7 @@ _MOVED = {
 def _moves(conn: psycopg.Connection[Any], params: dict[str, Any], costed: int) -> Check:
     name = "item costs = stock moves"
     if not costed:
-        return _skipped(name, "no store costed")
+        return skipped(name, "no store costed")
     rows = _q.rows(conn, "item_costs_vs_stock_moves", params)
     if not rows:
         return Check(name=name, ok=True, detail=f"{costed} costed stores agree with their moves")
@@ -264,7 +243,7 @@ def _moves(conn: psycopg.Connection[Any], params: dict[str, Any], costed: int) -
         )
         for r in rows
     ]
-    detail = f"{rows[0]['differ']} store/item(s) differ: {_examples(diffs)}"
+    detail = f"{rows[0]['differ']} store/item(s) differ: {examples(diffs)}"
     if rows[0]["differ"] > len(rows):
         detail += f" and {rows[0]['differ'] - len(rows)} more"
     return Check(name=name, ok=False, detail=detail)
@@ -274,7 +253,7 @@ def _cogs(conn: psycopg.Connection[Any], params: dict[str, Any], costed: int) ->
     name = "COGS journals = item costs"
     rows = _q.rows(conn, "cogs_journals_vs_costs", params)
     if not costed and not rows:
-        return _skipped(name, "no store costed")
+        return skipped(name, "no store costed")
     if rows:
         diffs = []
         for r in rows:
@@ -286,7 +265,7 @@ def _cogs(conn: psycopg.Connection[Any], params: dict[str, Any], costed: int) ->
                     f"1350 journal {r['journal_transfers']} != transfers out - in {r['transfers']}"
                 )
             diffs.append(f"{r['code']} " + " and ".join(parts))
-        return Check(name=name, ok=False, detail=f"{len(rows)} store(s): {_examples(diffs)}")
+        return Check(name=name, ok=False, detail=f"{len(rows)} store(s): {examples(diffs)}")
     return Check(name=name, ok=True, detail=f"{costed} costed stores agree")
 
 
@@ -303,7 +282,7 @@ def _gl_inventory(
         "GL inventory = stock ledger company-wide",
     )
     if not costed:
-        return [_skipped(per_store, "no store costed"), _skipped(company, "no store costed")]
+        return [skipped(per_store, "no store costed"), skipped(company, "no store costed")]
     rows = _q.rows(conn, "inventory_gl_vs_stock_ledger_by_store", params)
     reconciled += [
         Reconciled(
@@ -323,13 +302,13 @@ def _gl_inventory(
         Check(
             name=per_store,
             ok=not broken,
-            detail=f"{len(broken)} of {len(rows)} stores: {_examples(broken)}"
+            detail=f"{len(broken)} of {len(rows)} stores: {examples(broken)}"
             if broken
             else f"{len(rows)} costed stores agree",
         )
     ]
     if not all_costed:
-        checks.append(_skipped(company, f"{uncosted} store(s) not costed"))
+        checks.append(skipped(company, f"{uncosted} store(s) not costed"))
         return checks
     row = _q.one(conn, "inventory_gl_vs_stock_ledger_company_wide", params)
     held = row["gl"] == row["stock"]
@@ -343,7 +322,7 @@ def _inter_store(
 ) -> Check:
     name = "inter-store account nets to zero"
     if not all_costed:
-        return _skipped(name, f"{uncosted} store(s) not costed; a transfer has two sides")
+        return skipped(name, f"{uncosted} store(s) not costed; a transfer has two sides")
     rows = _q.rows(conn, "inter_store_by_store", params)
     debit = sum((r["debit"] for r in rows), Decimal(0))
     credit = sum((r["credit"] for r in rows), Decimal(0))
@@ -355,107 +334,5 @@ def _inter_store(
         name=name,
         ok=False,
         detail=f"1350 of {period}: net {debit - credit} != 0 (debit {debit}, credit {credit}); "
-        + _examples(stores, shown=10),
+        + examples(stores, shown=10),
     )
-
-
-def _kept(conn: psycopg.Connection[Any], period: str, *, roll: bool) -> Kept:
-    """The closing balances ``period``'s close kept: (account, store id) -> (store, balance)."""
-    rows = _q.rows(
-        conn,
-        "period_balances_select",
-        {"period": period, "roll": roll, "retained": ACCOUNTS["retained"]},
-    )
-    return {(r["code"], r["store_id"]): (r["store"], r["balance"]) for r in rows}
-
-
-def _differences(now: Kept, kept: Kept, labels: tuple[str, str]) -> list[str]:
-    """Each account and store whose balance ``now`` is not the ``kept`` one (absent = 0)."""
-    found = []
-    nothing = (None, Decimal(0))
-    for key in sorted(now.keys() | kept.keys(), key=lambda k: (k[0], k[1] or 0)):
-        (store, value), (kept_store, was) = now.get(key, nothing), kept.get(key, nothing)
-        if value != was:
-            found.append(
-                f"{key[0]} {store or kept_store or '-'} {labels[0]} {value} != {labels[1]} {was}"
-            )
-    return found
-
-
-def _last_closing(conn: psycopg.Connection[Any], period: str, balances: Balances) -> Check:
-    """The opening carried from before ``period`` = what the previous period's close kept.
-
-    When the previous period is closed with no journal line up to it, its
-    closing balances are empty (the seed's closed month): the opening
-    carries nothing, and the check holds. A previous period that is not
-    closed has no final balances yet (skipped), nor one closed before the
-    close kept them (skipped, saying so).
-    """
-    name = "opening = last closing"
-    before = previous_period(period)
-    standing = _q.one(conn, "period_standing", {"of": period})
-    prev = _q.one(conn, "period_standing", {"of": before})
-    if prev["status"] == "closed" and prev["kept"]:
-        roll = fiscal_year_start(period, ErpSettings().fiscal_year_start_month) == period
-        carried = {k: (b.store, b.carried) for k, b in balances.items()}
-        diffs = _differences(carried, _kept(conn, before, roll=roll), ("opening", "closing"))
-        if diffs:
-            return Check(
-                name=name,
-                ok=False,
-                detail=f"{len(diffs)} account/store balance(s) differ from {before}'s "
-                f"closing: {_examples(diffs)}",
-            )
-        rolled = ", its income and expense in 3100 (a new fiscal year)" if roll else ""
-        return Check(
-            name=name,
-            ok=True,
-            detail=f"{len(carried)} account/store balance(s) carried as {before} closed{rolled}",
-        )
-    if not standing["lines_before"] and prev["status"] in (None, "closed"):
-        return Check(
-            name=name, ok=True, detail=f"no journal before {period}: the opening carries nothing"
-        )
-    if prev["status"] is None:
-        return _skipped(name, f"{before} does not exist")
-    if prev["status"] != "closed":
-        return _skipped(name, f"{before} is {prev['status']}, not closed: its closing may change")
-    return _skipped(name, f"{before} was closed before closes kept their balances")
-
-
-def _openings(conn: psycopg.Connection[Any], params: dict[str, Any], costed: int) -> Check:
-    name = f"openings of {params['next']} = closings"
-    if not costed:
-        return _skipped(name, "no store costed")
-    rows = _q.rows(conn, "openings_vs_closings", params)
-    if rows:
-        diffs = [f"{r['code']} ({r['items']} items)" for r in rows]
-        return Check(name=name, ok=False, detail=f"{len(rows)} store(s) differ: {_examples(diffs)}")
-    return Check(name=name, ok=True, detail=f"{costed} costed stores carried exactly")
-
-
-def _after_close(
-    conn: psycopg.Connection[Any], params: dict[str, Any], status: str, balances: Balances
-) -> Check:
-    name = "closed books unchanged"
-    if status != "closed":
-        return _skipped(name, f"period is {status}")
-    problems = []
-    row = _q.one(conn, "journals_after_close", params)
-    if row["late"]:
-        problems.append(f"{row['late']} journal(s) posted after the close")
-    kept = _q.one(conn, "period_standing", {"of": params["period"]})["kept"]
-    if kept:
-        closing = {k: (b.store, b.closing) for k, b in balances.items()}
-        diffs = _differences(
-            closing, _kept(conn, params["period"], roll=False), ("closing", "kept")
-        )
-        if diffs:
-            problems.append(
-                f"{len(diffs)} account/store balance(s) differ from the close's: "
-                + _examples(diffs)
-            )
-    if problems:
-        return Check(name=name, ok=False, detail="; ".join(problems))
-    also = "; closing balances as the close kept them" if kept else ""
-    return Check(name=name, ok=True, detail=f"no journal posted after the close{also}")
