@@ -162,3 +162,24 @@ def pgbouncer(pg_admin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
     with PgBouncer(pg_admin, tmp_path_factory.mktemp("pgbouncer"), pool_size=2) as bouncer:
         yield bouncer
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """Traces on for the test, its spans collected by the SDK's in-memory exporter (the
+    tracing tests; OpenTelemetry is imported only by the tests that ask for it)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from engine import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.use(None)
+        provider.shutdown()

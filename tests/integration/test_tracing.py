@@ -14,12 +14,10 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from harness import (
     ROOT,
     SUPPORT,
@@ -32,8 +30,7 @@ from harness import (
     wait_until,
     worker_env,
 )
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from engine import submit, tracing
@@ -43,19 +40,6 @@ from engine.reports.render import render_run_html
 from engine.runner import claim
 from engine.store.read import sqlalchemy_engine
 from engine.transports.message import StepMessage
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.use(None)
-        provider.shutdown()
 
 
 def attempts_of(exporter: InMemorySpanExporter, job_id: uuid.UUID) -> list[ReadableSpan]:

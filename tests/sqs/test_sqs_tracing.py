@@ -7,31 +7,14 @@ the outbox, the relay's publish and the queue without riding in a message.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-import pytest
 from harness import fast_settings, flows_registry, thread_worker, wait_job_ended
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from engine import submit, tracing
+from engine import submit
 from engine.config import Settings
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.use(None)
-        provider.shutdown()
 
 
 def test_sqs_tracing__the_queue_carries_the_submits_context_to_each_attempt(
