@@ -281,7 +281,7 @@ def job_reopen_if_ended(
     """
     try:
         with conn.transaction():
-            reopened = conn.execute(_q["job_reopen_if_ended"], {"job_id": job_id}).fetchone()
+            reopened = conn.execute(_q["job_reopen_many_if_ended"], {"ids": [job_id]}).fetchone()
             if reopened is None:
                 return None
             with conn.cursor(row_factory=dict_row) as cur:

@@ -42,7 +42,6 @@ WORKER_SQL: dict[str, set[str]] = {
         "job_select_active_by_fingerprint",
         "job_select_status",
         "job_progress",
-        "job_reopen_if_ended",
         "job_reopen_children_if_ended",
         "job_select_parent",
         "job_select_active_with_fingerprint_of",

@@ -123,13 +123,6 @@ FROM mine
 WHERE j.id = %(job_id)s
 RETURNING j.id;
 
--- job_reopen_if_ended --
--- Retry of a failed or cancelled job; the partial unique index refuses it if another job with its fingerprint is active (the caller runs it in a savepoint and names that job).
-UPDATE engine_jobs
-SET status = 'running', finished_at = NULL, error = NULL
-WHERE id = %(job_id)s AND status IN ('failed', 'cancelled')
-RETURNING id, fingerprint;
-
 -- job_reopen_children_if_ended --
 -- A retry reaches down (issue 27): the failed or cancelled children of the job's dead or cancelled step runs (which run again and submit them again under the same key), and theirs, reopen with it, in the same transaction, job rows after the retried job's row and before any step run (the one lock order); a done child, and whatever is below it, stays as it is; read before the step runs are reopened.
 WITH RECURSIVE tree AS (
@@ -276,7 +269,7 @@ ORDER BY j.id
 FOR NO KEY UPDATE OF j;
 
 -- job_reopen_many_if_ended --
--- job_reopen_if_ended for a bulk action's chunk of jobs with no children to reopen (job_select_many_locked's alone): the partial unique index refuses the whole statement if one of them has its fingerprint active elsewhere (the caller runs it in a savepoint and acts on that chunk one job at a time).
+-- Retry of failed or cancelled jobs: one job's (its children follow by job_reopen_children_if_ended), or a bulk action's chunk of jobs with no children to reopen (job_select_many_locked's alone); the partial unique index refuses the whole statement if one of them has its fingerprint active elsewhere (the caller runs it in a savepoint and names that job, or acts on that chunk one job at a time).
 UPDATE engine_jobs
 SET status = 'running', finished_at = NULL, error = NULL
 WHERE id = ANY(%(ids)s::uuid[]) AND status IN ('failed', 'cancelled')
