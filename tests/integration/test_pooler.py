@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from harness import flows_registry, settings_with_url, thread_worker, wait_job_ended, wait_until
 from pooler import PgBouncer
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
@@ -254,8 +255,16 @@ def test_transport__behind_a_pooler_an_idle_receiver_polls_instead_of_listening(
 
 
 def test_transport__the_receivers_session_setting_is_not_left_on_a_shared_server_session(
-    bouncer1: PgBouncer, dbinfo: str
+    bouncer1: PgBouncer, dbinfo: str, pg_admin: str
 ) -> None:
+    # the test databases default to synchronous_commit=off (tests/conftest.py):
+    # this one has the server's default, so that a setting left behind shows
+    with psycopg.connect(pg_admin, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} RESET synchronous_commit").format(
+                sql.Identifier(_dbname(dbinfo))
+            )
+        )
     s = settings_with_url(bouncer1.url_for(_dbname(dbinfo)))
     transport = PostgresTransport(s)
     try:
