@@ -14,7 +14,8 @@ connection, each in one transaction as the costing step runs it (JIT off):
    through worker processes: the costing job of P-2 (its ``recost_stale``
    step) against the costing jobs of P-2, P-1 and P from scratch, each timed
    from its submit to the poll that sees it finished; and when the books
-   were corrected (the recost step's commit, from the job's creation).
+   were corrected (the recost step's commit, from the job's creation), and
+   the recost step alone (its claim to its finish).
 2. **100 documents, one item**: ``BENCH_RECOST_DOCS`` backdated receipts and
    sales of one item at several stores, then one recost: how many items were
    solved again (one) and pairs recosted, and its time.
@@ -168,7 +169,7 @@ def _through_workers(
             log(f"{NAME}: workers did not start")
             workers.show_logs()
             return
-        recosts, fulls, corrected = [], [], []
+        recosts, fulls, corrected, steps = [], [], [], []
         for n in range(rounds):
             doc = _document(conn, "purchase_invoice", sender, item, 2 + n, Decimal("2.75"))
             _post(conn, [doc])
@@ -180,6 +181,8 @@ def _through_workers(
                 step = next((s for s in job.steps if s[0] == "recost_stale"), None)
                 if step is not None and step[5] is not None:
                     corrected.append(float(step[5]))
+                if step is not None and step[2] is not None:
+                    steps.append(float(step[2]))  # the step alone: its claim to its finish
             _uncost(conn)
             walls = [run_job(plain, info, workers, "costing", p, timeout_s, NAME).wall_s
                      for p in (P2, P1, P)]  # fmt: skip
@@ -193,6 +196,10 @@ def _through_workers(
                     "workers/one_receipt_books_corrected_s_median",
                     statistics.median(corrected),
                     "s",
+                )
+            if steps:
+                emit(
+                    NAME, "workers/one_receipt_recost_step_s_median", statistics.median(steps), "s"
                 )
             emit(NAME, "workers/full_costing_jobs_s_median", statistics.median(fulls), "s")
             emit(

@@ -223,6 +223,7 @@ def recost(conn: psycopg.Connection[Any], period: str, *, job: uuid.UUID) -> Rec
         # after this read leaves them to the next costing, as one that comes after the recost
         return report
     _q.execute(conn, "jit_off_for_transaction")
+    _q.execute(conn, "custom_plans_for_transaction")
     rows = _q.rows(conn, "stale_periods_lock_for_recost", {"period": period})
     locked = {r["period"]: r["status"] for r in rows}
     if period not in locked:

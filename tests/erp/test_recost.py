@@ -339,6 +339,23 @@ def test_recost__runs_with_jit_off_for_its_transaction_only(
     assert conn.execute("SHOW jit").fetchone() == before
 
 
+def test_recost__plans_each_statement_for_its_own_pairs_in_its_transaction_only(
+    conn: psycopg.Connection[Any], books: None
+) -> None:
+    """Its statements take arrays of one to every pair: a generic plan (a statement run
+    five times on a worker's connection is prepared, and may then be planned once for any
+    array) must not serve a recost of every pair with a plan made for a few."""
+    item = moving(conn)
+    receipt(conn, item["sender"], item["id"], Decimal(3), Decimal("1.01"), "2026-11-05")
+    post(conn, NOV)
+    before = conn.execute("SHOW plan_cache_mode").fetchone()
+    with conn.transaction():
+        recost.recost(conn, NOV, job=uuid.uuid4())
+        inside = conn.execute("SHOW plan_cache_mode").fetchone()
+    assert inside == {"plan_cache_mode": "force_custom_plan"}
+    assert conn.execute("SHOW plan_cache_mode").fetchone() == before
+
+
 def test_recost__a_posting_after_the_recost_is_marked_for_the_next_one(
     conn: psycopg.Connection[Any], books: None
 ) -> None:

@@ -2,6 +2,10 @@
 -- As the store's costing (costing.sql): the recost's statements are planned with inflated row estimates after a costing's churn and cross jit_optimize_above_cost, and LLVM then spent 3-5 s of a 0.4 s recost through a worker at ~1M moves. Off for the recost's transaction only.
 SET LOCAL jit = off;
 
+-- custom_plans_for_transaction --
+-- The recost's statements take arrays of pairs, a few for one receipt, every pair of the month for a correction reaching them all, and are planned for the arrays they get: a worker's connection prepares a statement run five times (psycopg) and PostgreSQL may then keep one generic plan for any array, costed as 100 pairs. Custom plans for the recost's transaction only.
+SET LOCAL plan_cache_mode = force_custom_plan;
+
 -- hash_joins_only --
 -- For a carry of many pairs: hash joins over the next period's openings, never a loop over them per pair. That period was just carried by a costing and its statistics may say '1 row': a nested loop over it for each of 100,000 pairs ran past the statement timeout. Undone by hash_joins_done.
 SET LOCAL enable_nestloop = off;
