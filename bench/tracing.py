@@ -7,7 +7,9 @@ is sent (a collector that keeps nothing), and the bench's own submits are
 traced into it too, so each attempt is a child of its submit as in
 production. Runs alternate off and on, each round starting with the next
 variant; the medians and their ratios are printed (never asserted: the
-issue's figure is "at most 3% off").
+issue's figure is "at most 3% off"), with the CPU each variant's worker
+used per step and its exporter process's (less bent by the machine's other
+load than steps/s).
 
     BENCH_TRACING_JOBS=300       noop jobs per run (3 steps each)
     BENCH_TRACING_ROUNDS=3       off/on pairs
@@ -198,6 +200,8 @@ def run() -> None:
     ratio = env_float("BENCH_TRACING_RATIO", 0.1)
     timeout_s = env_float("BENCH_TIMEOUT_S", 150)
     rates: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}  # the worker's CPU per step (its exporter's apart)
+    child_cpu: dict[str, list[float]] = {}
     with Collector() as collector:
         traced = {
             "OTEL_TRACES_EXPORTER": "otlp",
@@ -232,6 +236,9 @@ def run() -> None:
                         result = throughput.run(jobs, 1, concurrency, timeout_s, env=env, name=name)
                 if result.steps_per_s is not None:
                     rates.setdefault(variant, []).append(result.steps_per_s)
+                if result.cpu_us_per_step is not None and result.child_cpu_us_per_step is not None:
+                    cpu.setdefault(variant, []).append(result.cpu_us_per_step)
+                    child_cpu.setdefault(variant, []).append(result.child_cpu_us_per_step)
         spans = collector.spans
     emit("tracing", "spans_received", spans, "spans")
     off = rates.get("off")
@@ -245,5 +252,18 @@ def run() -> None:
                 f"tracing {variant}: {median:.0f} steps/s against {statistics.median(off):.0f} "
                 f"off: {ratio_off:.3f}x ({(1 - ratio_off) * 100:+.1f}% off; the issue's "
                 "figure: at most 3%)"
+            )
+    off_cpu = statistics.median(cpu["off"]) if cpu.get("off") else None
+    for variant, values in cpu.items():
+        median = statistics.median(values)
+        exporter = statistics.median(child_cpu[variant])
+        emit("tracing", f"{variant}_worker_cpu_per_step_median", median, "us")
+        emit("tracing", f"{variant}_exporter_cpu_per_step_median", exporter, "us")
+        if off_cpu and variant != "off":
+            emit("tracing", f"{variant}_worker_cpu_over_off", median / off_cpu, "x")
+            log(
+                f"tracing {variant}: the worker's CPU per step {median:.0f} us against "
+                f"{off_cpu:.0f} us off ({median / off_cpu:.3f}x); its exporter process "
+                f"{exporter:.0f} us per step"
             )
     log(f"tracing: the local collector received {spans} spans")

@@ -117,6 +117,7 @@ class ExporterProcess:
         # share the machine with its import
         ready, _, _ = select.select([self.proc.stdout], [], [], start_timeout_s)
         line = self.proc.stdout.readline() if ready else b""
+        self.proc.stdout.close()
         if line != READY:
             self.proc.kill()
             code = self.proc.wait()
@@ -141,9 +142,6 @@ class ExporterProcess:
             log.warning("the span exporter process did not finish in %g s: killed", timeout_s)
             self.proc.kill()
             self.proc.wait()
-        finally:
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
 
 
 class ProcessSink:

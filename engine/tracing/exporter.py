@@ -40,6 +40,8 @@ def main() -> int:
     resource = Resource.create()
     sys.stdout.buffer.write(READY)
     sys.stdout.buffer.flush()
+    # nobody reads its stdout after that: anything printed goes where its errors go
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     source = sys.stdin.buffer
     while (frame := read_frame(source)) is not None:
         # its parent's pipe: what it reads is what the parent wrote
