@@ -154,7 +154,7 @@ def per_attempt_us(traces: Traces, traceparent: str | None, n: int, hooked: bool
 
 def overhead(n: int) -> None:
     """The tracing work one attempt costs in a worker's process, off, sampled out and
-    recorded: its spans queued and pickled for the exporter process, which is not run."""
+    recorded: its spans queued and marshalled for the exporter process, which is not run."""
     base = per_attempt_us(NO_TRACES, None, n, hooked=False)
     emit("tracing", "work_per_attempt_off", base, "us")
     provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.0)))
@@ -175,12 +175,12 @@ def overhead(n: int) -> None:
     log(
         f"tracing work per attempt (no database, {n} attempts): off {base:.1f} us, "
         f"sampled out {out:.1f} us, recorded with 3 spans {on:.1f} us "
-        f"(its spans pickled in {discard.sent} batches for the exporter process)"
+        f"(its spans marshalled in {discard.sent} batches for the exporter process)"
     )
 
 
 class _Discard:
-    """An exporter process that is not there: each batch is pickled, then dropped."""
+    """An exporter process that is not there: each batch is marshalled, then dropped."""
 
     def __init__(self) -> None:
         self.sent = 0
