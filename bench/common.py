@@ -166,6 +166,16 @@ class Workers:
     def pids(self) -> set[int]:
         return {p.pid for p in self.procs}
 
+    def cpu_s(self) -> tuple[float, float]:
+        """CPU seconds (user + system) the workers used so far, and their child processes
+        (a traced worker's exporter), from ``/proc``; zeros where it cannot be read."""
+        own = children = 0.0
+        for p in self.procs:
+            own += _cpu_s(p.pid)
+            for child in _children(p.pid):
+                children += _cpu_s(child)
+        return own, children
+
     def exited(self) -> list[WorkerProcess]:
         """Workers that stopped on their own (poll() is not None)."""
         return [p for p in self.procs if p.poll() is not None]
@@ -184,3 +194,25 @@ class Workers:
             for line in lines:
                 print(f"    {line}", file=sys.stderr)
         sys.stderr.flush()
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        return found
+    return found

@@ -78,6 +78,11 @@ class Result:
     jobs_done: int
     rows_per_step: float | None = None  # rows inserted, updated or deleted in engine tables
     commits_per_step: float | None = None
+    # CPU the workers used per step, and their child processes (a traced worker's exporter),
+    # from the first poll that saw a job done to the last: less bent by the machine's other
+    # load than steps/s, which waits on the database too
+    cpu_us_per_step: float | None = None
+    child_cpu_us_per_step: float | None = None
 
 
 def submit_jobs(info: str, jobs: int, bench: str = "submit") -> None:
@@ -135,8 +140,13 @@ def run(
             env={"ENGINE_EAGER_SUCCESSORS": "true" if eager else "false", **(env or {})},
         ) as workers:
             deadline = time.monotonic() + timeout_s
+            first: tuple[float, float, int] | None = None
+            last: tuple[float, float, int] | None = None
             while True:
                 done, ended = conn.execute(PROGRESS).fetchone() or (0, 0)
+                if done:
+                    last = (*workers.cpu_s(), done)
+                    first = first or last
                 if done + ended >= jobs:
                     break
                 if time.monotonic() > deadline:
@@ -182,6 +192,17 @@ def run(
                 for n, what in ((ins, "ins"), (upd, "upd"), (dele, "del"))
             ]
             log(f"  per step: {name:<18} " + " ".join(per))
+    cpu = child_cpu = None
+    if first is not None and last is not None and last[2] > first[2]:
+        measured_steps = STEPS_PER_JOB * (last[2] - first[2])
+        cpu = (last[0] - first[0]) / measured_steps * 1e6
+        child_cpu = (last[1] - first[1]) / measured_steps * 1e6
+        emit(bench, "worker_cpu_per_step", cpu, "us")
+        emit(bench, "worker_children_cpu_per_step", child_cpu, "us")
+        log(
+            f"  per step: {cpu:.0f} us of the workers' CPU, {child_cpu:.0f} us of their "
+            f"child processes' (over {measured_steps} steps)"
+        )
     if not steps:
-        return Result(rate, done)
-    return Result(rate, done, rows / steps, commits / steps)
+        return Result(rate, done, cpu_us_per_step=cpu, child_cpu_us_per_step=child_cpu)
+    return Result(rate, done, rows / steps, commits / steps, cpu, child_cpu)

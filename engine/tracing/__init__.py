@@ -18,11 +18,19 @@ off), ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``,
 runner's seams (:class:`~engine.runner.attempt.Attempt`'s ``trace``, the
 slot's ``traces``) hold the no-op values of :mod:`.noop`.
 
-- :mod:`.switch`: on or off, and the one tracer of the process;
+On, an attempt's spans are recorded as small tuples, not the SDK's span
+objects, and the OTLP encoding and export run in a child process (the
+worker's interpreter does the minimum; the SDK's ``BatchSpanProcessor`` cost
+it more than a third of its no-op steps/s).
+
+- :mod:`.switch`: on or off, and the one recording of the process;
 - :mod:`.noop`: what the seams hold when tracing is off;
 - :mod:`.spans`: an attempt's span and the submit's (imports OpenTelemetry);
 - :mod:`.statements`: psycopg statements as child spans;
-- :mod:`.setup`: the SDK's provider and exporter from the ``OTEL_*`` settings.
+- :mod:`.wire`: a finished span as a compact record, and back into the SDK's;
+- :mod:`.export`: where records go: the exporter process, or a caller's provider;
+- :mod:`.exporter`: the exporter process's program;
+- :mod:`.setup`: the SDK's provider and exporters from the ``OTEL_*`` settings.
 """
 
 from engine.tracing.noop import NO_TRACE, NO_TRACES, AttemptTrace, Traces

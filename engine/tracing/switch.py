@@ -20,7 +20,9 @@ from engine.tracing.noop import NO_TRACES, Traces
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.trace import Tracer
+
+    from engine.tracing.export import Sink
+    from engine.tracing.spans import Recording
 
 __all__ = [
     "chunk_checked",
@@ -36,7 +38,7 @@ __all__ = [
 
 _lock = threading.Lock()
 _decided = False
-_tracer: Tracer | None = None
+_recording: Recording | None = None
 
 
 def wanted(env: Mapping[str, str]) -> bool:
@@ -47,10 +49,10 @@ def wanted(env: Mapping[str, str]) -> bool:
     return any(n != "none" for n in names)
 
 
-def _current() -> Tracer | None:
-    global _decided, _tracer
+def _current() -> Recording | None:
+    global _decided, _recording
     if _decided:
-        return _tracer
+        return _recording
     with _lock:
         if not _decided:
             if wanted(os.environ):
@@ -62,9 +64,9 @@ def _current() -> Tracer | None:
                         f"traces, but OpenTelemetry is not installed ({exc.name}): install "
                         "'erp-engine[tracing]', or unset OTEL_TRACES_EXPORTER (or set none)"
                     ) from exc
-                _tracer = setup.tracer_from_env(os.environ)
+                _recording = setup.recording_from_env(os.environ)
             _decided = True
-    return _tracer
+    return _recording
 
 
 def enabled() -> bool:
@@ -72,39 +74,41 @@ def enabled() -> bool:
     return _current() is not None
 
 
-def use(provider: TracerProvider | None) -> None:
-    """Trace into ``provider`` from now on; ``None``: decide from the settings again."""
-    global _decided, _tracer
+def use(provider: TracerProvider | None, sink: Sink | None = None) -> None:
+    """Trace into ``provider`` from now on, the attempts' spans through its processors (or
+    into ``sink``); ``None``: decide from the settings again."""
+    global _decided, _recording
     with _lock:
         if provider is None:
-            _tracer, _decided = None, False
+            _recording, _decided = None, False
             return
         from engine.tracing import setup
+        from engine.tracing.export import ProviderSink
 
-        _tracer = setup.tracer_of(provider)
+        _recording = setup.recording_of(provider, sink or ProviderSink(provider))
         _decided = True
 
 
 def traces() -> Traces:
     """What makes a slot's attempt traces: the no-op one when tracing is off."""
-    tracer = _current()
-    if tracer is None:
+    recording = _current()
+    if recording is None:
         return NO_TRACES
     from engine.tracing.spans import SlotTraces
 
-    return SlotTraces(tracer)
+    return SlotTraces(recording)
 
 
 @contextmanager
 def submit_span(flow: str) -> Iterator[None]:
     """A submit of ``flow``: its span, current in the block (a child of the caller's)."""
-    tracer = _current()
-    if tracer is None:
+    recording = _current()
+    if recording is None:
         yield
         return
     from engine.tracing.spans import submitting
 
-    with submitting(tracer, flow):
+    with submitting(recording.tracer, flow):
         yield
 
 
@@ -128,7 +132,7 @@ def submitted(job_id: uuid.UUID, created: bool) -> None:
 
 def chunk_checked() -> None:
     """A running step called ``ctx.check()``: its chunk's span, if one is open, ends."""
-    if _tracer is None:
+    if _recording is None:
         return
     from engine.tracing.spans import chunk_checked as checked
 

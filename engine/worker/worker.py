@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from engine import store
+from engine import store, tracing
 from engine.alerts import AlertRecorder, AlertSink
 from engine.alerts.dispatch import AlertDispatcher
 from engine.alerts.sinks import sinks_for
@@ -165,6 +165,9 @@ class Worker:
 
     def _run(self) -> int:
         check_startup(self.settings, self._queue_visibility())
+        # traced (the OTEL_* settings), its exporter process is started now, not at the
+        # first claim; a bad setting refuses to start
+        tracing.enabled()
         if not self._wait_for_database("start-up"):
             return 0
         self._register()

@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from engine import submit, tracing
 from engine.config import Settings
+from engine.flow.registry import Registry
 from engine.reports.context import build_run_report
 from engine.reports.render import render_run_html
 from engine.runner import claim
@@ -261,3 +262,26 @@ def test_tracing__the_switch_reads_the_settings_as_the_sdk_does() -> None:
     assert not tracing.switch.wanted({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"})
     assert tracing.trace_id("00-" + "ab" * 16 + "-" + "cd" * 8 + "-01") == "ab" * 16
     assert tracing.trace_id(None) is None
+
+
+def test_tracing__a_child_job_submitted_by_a_step_joins_the_attempts_trace(
+    settings: Settings, conn: psycopg.Connection[Any], spans: InMemorySpanExporter
+) -> None:
+    modules = ["testflows", "childflows"]
+    fast = fast_settings(settings, concurrency=2, flow_modules=modules)
+    registry = Registry.load(modules)
+    job = submit("brood", {"children": 1}, settings=fast, registry=registry)
+    with thread_worker(fast, registry):
+        assert wait_job_ended(conn, job.job_id) == "done"
+
+    finished = spans.get_finished_spans()
+    (root,) = [s for s in finished if s.name == "submit brood"]
+    assert root.context is not None
+    spawns = [s for s in finished if s.name == "brood.spawn"]
+    assert spawns and all((s.attributes or {})["engine.job.id"] == str(job.job_id) for s in spawns)
+    # the kid was submitted by spawn's own code: its job row carries that attempt's context,
+    # so the kid's attempt is a child of spawn's span, in the brood's trace
+    (kid_work,) = [s for s in finished if s.name == "kid.work"]
+    assert kid_work.context is not None and kid_work.parent is not None
+    assert kid_work.context.trace_id == root.context.trace_id
+    assert kid_work.parent.span_id in {s.context.span_id for s in spawns if s.context}
