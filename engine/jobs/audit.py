@@ -57,6 +57,7 @@ import psycopg
 from engine import store
 from engine.config import Settings
 from engine.errors import BadInput, checked
+from engine.infra.json_fields import json_fields
 from engine.store import db, jsonb
 from engine.store.status import AuditSource
 
@@ -114,18 +115,7 @@ class Audited:
         return cls(**{k: row[k] for k in cls.__dataclass_fields__})
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "at": self.at.isoformat(),
-            "actor": self.actor,
-            "source": self.source,
-            "action": self.action,
-            "target_kind": self.target_kind,
-            "target_id": self.target_id,
-            "job_id": None if self.job_id is None else str(self.job_id),
-            "reason": self.reason,
-            "detail": self.detail,
-        }
+        return json_fields(self)
 
 
 def _word(what: str, value: str) -> str:

@@ -39,6 +39,7 @@ import psycopg
 
 from engine import store
 from engine.errors import BadInput
+from engine.infra.json_fields import json_fields
 from engine.jobs.lookup import job_id_or_prefix
 from engine.store.status import wait_text
 
@@ -143,25 +144,8 @@ class RunRow:
     stored_status: str = ""  # the status column itself (running for a waiting job)
 
     def as_json(self) -> dict[str, Any]:
-        """JSON-ready: ids as strings, times in ISO 8601."""
-
-        def iso(at: datetime | None) -> str | None:
-            return None if at is None else at.isoformat()
-
-        return {
-            "job_id": str(self.job_id),
-            "flow": self.flow,
-            "status": self.status,
-            "waiting_for": self.waiting_for,
-            "params": self.params,
-            "submitted_by": self.submitted_by,
-            "created_at": iso(self.created_at),
-            "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at),
-            "duration_s": self.duration_s,
-            "parent_id": None if self.parent_id is None else str(self.parent_id),
-            "error": self.error,
-        }
+        """JSON-ready: ids as strings, times in ISO 8601 (the stored status is not shown)."""
+        return json_fields(self, omit=("stored_status",))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from engine.config import Settings
 from engine.errors import EngineError, InvalidParameters, StoreError
 from engine.flow import Flow
 from engine.flow.registry import Registry
+from engine.infra.json_fields import json_fields
 from engine.jobs.fingerprint import job_fingerprint
 from engine.jobs.plan import root_runs
 from engine.jobs.search import PARAM_TAG
@@ -59,13 +60,7 @@ class Submitted:
     outbox_ids: tuple[int, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "job_id": str(self.job_id),
-            "flow": self.flow,
-            "status": self.status.value,
-            "created": self.created,
-            "fingerprint": self.fingerprint,
-        }
+        return json_fields(self, omit=("outbox_ids",))
 
 
 def submit(

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.config import Settings
+from engine.infra.json_fields import json_fields
 from engine.store import db
 from engine.store.job_summaries import job_summary_select
 
@@ -47,29 +48,7 @@ class PrunedJob:
         )
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "job_id": str(self.id),
-            "flow": self.flow,
-            "flow_version": self.flow_version,
-            "status": self.status,
-            "params": self.params,
-            "tags": self.tags,
-            "submitted_by": self.submitted_by,
-            "parent_job_id": None if self.parent_job_id is None else str(self.parent_job_id),
-            "error": self.error,
-            "created_at": self.created_at.isoformat(),
-            "started_at": None if self.started_at is None else self.started_at.isoformat(),
-            "finished_at": self.finished_at.isoformat(),
-            "step_runs": self.step_runs,
-            "step_runs_done": self.step_runs_done,
-            "step_runs_dead": self.step_runs_dead,
-            "attempts": self.attempts,
-            "events": self.events,
-            "report": self.report,
-            "pruned": True,
-            "pruned_at": self.pruned_at.isoformat(),
-            "note": self.note,
-        }
+        return {**json_fields(self, rename={"id": "job_id"}), "pruned": True, "note": self.note}
 
 
 def pruned_job(settings: Settings, job_id: uuid.UUID) -> PrunedJob | None:

@@ -44,6 +44,7 @@ from engine import store
 from engine.config import Settings
 from engine.errors import BadInput, InvalidParameters
 from engine.flow.registry import Registry
+from engine.infra.json_fields import json_fields
 from engine.jobs.admin import operator_action
 from engine.jobs.audit import operator, record_action
 from engine.jobs.submit import Submitted, submit
@@ -97,30 +98,7 @@ class Schedule:
         return self.paused_at is not None
 
     def as_json(self) -> dict[str, Any]:
-        def iso(t: datetime | None) -> str | None:
-            return None if t is None else t.isoformat()
-
-        return {
-            "name": self.name,
-            "flow": self.flow,
-            "cron": self.cron,
-            "timezone": self.timezone,
-            "params": self.params,
-            "catch_up": self.catch_up,
-            "next_fire_at": iso(self.next_fire_at),
-            "next_fire_local": iso(self.next_fire_local),
-            "last_fired_for": iso(self.last_fired_for),
-            "last_fired_at": iso(self.last_fired_at),
-            "last_job_id": None if self.last_job_id is None else str(self.last_job_id),
-            "last_error": self.last_error,
-            "last_outcome": self.last_outcome,
-            "unloaded": self.unloaded,
-            "created_by": self.created_by,
-            "paused": self.paused,
-            "paused_at": iso(self.paused_at),
-            "paused_by": self.paused_by,
-            "paused_reason": self.paused_reason,
-        }
+        return {**json_fields(self), "paused": self.paused}
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Schedule:

@@ -18,11 +18,11 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from engine.store.errors import wrap_errors
+from engine.store.named import NamedQueries
 from engine.store.queries import load
-from engine.store.rows import ClaimedDelivery, column
+from engine.store.rows import ClaimedDelivery
 from engine.store.status import FireOutcome
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
     "alert_select_recent",
 ]
 
-_q = load("alerts")
+_q = NamedQueries(load("alerts"))
 
 
 @wrap_errors
@@ -48,11 +48,8 @@ def alert_insert_for_dead_letter(
     conn: psycopg.Connection[Any], dead_letter_id: int, sinks: Sequence[str]
 ) -> int | None:
     """The new alert's id; ``None`` when this dead letter was alerted already."""
-    row = conn.execute(
-        _q["alert_insert_for_dead_letter"],
-        {"dead_letter_id": dead_letter_id, "sinks": list(sinks)},
-    ).fetchone()
-    return None if row is None else int(column(row, "id"))
+    params = {"dead_letter_id": dead_letter_id, "sinks": list(sinks)}
+    return _new_id(_q.first(conn, "alert_insert_for_dead_letter", params))
 
 
 @wrap_errors
@@ -65,16 +62,13 @@ def alert_insert_for_release(
     sinks: Sequence[str],
 ) -> int | None:
     """Alert a step run's attempt charged past its free releases; ``None``: alerted already."""
-    row = conn.execute(
-        _q["alert_insert_for_release"],
-        {
-            "step_run_id": step_run_id,
-            "error_line": error_line,
-            "reason": reason,
-            "sinks": list(sinks),
-        },
-    ).fetchone()
-    return None if row is None else int(column(row, "id"))
+    params = {
+        "step_run_id": step_run_id,
+        "error_line": error_line,
+        "reason": reason,
+        "sinks": list(sinks),
+    }
+    return _new_id(_q.first(conn, "alert_insert_for_release", params))
 
 
 @wrap_errors
@@ -86,12 +80,9 @@ def alert_insert_for_orphaned_versions(
     Returns ``(alert_id, flow, version)`` of the alerts this call made; a
     version alerted already in this episode (by any sweeper) is not again.
     """
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["alert_insert_for_orphaned_versions"],
-            {"live_s": live_s, "alert_after_s": alert_after_s, "sinks": list(sinks)},
-        )
-        return [(int(r["id"]), str(r["flow"]), int(r["flow_version"])) for r in cur.fetchall()]
+    params = {"live_s": live_s, "alert_after_s": alert_after_s, "sinks": list(sinks)}
+    rows = _q.rows(conn, "alert_insert_for_orphaned_versions", params)
+    return [(int(r["id"]), str(r["flow"]), int(r["flow_version"])) for r in rows]
 
 
 @wrap_errors
@@ -105,17 +96,14 @@ def alert_insert_for_schedule_fire(
     sinks: Sequence[str],
 ) -> int | None:
     """The new alert's id; ``None`` when this schedule's time was alerted already."""
-    row = conn.execute(
-        _q["alert_insert_for_schedule_fire"],
-        {
-            "schedule_id": schedule_id,
-            "scheduled_for": scheduled_for,
-            "outcome": outcome.value,
-            "error": error,
-            "sinks": list(sinks),
-        },
-    ).fetchone()
-    return None if row is None else int(column(row, "id"))
+    params = {
+        "schedule_id": schedule_id,
+        "scheduled_for": scheduled_for,
+        "outcome": outcome.value,
+        "error": error,
+        "sinks": list(sinks),
+    }
+    return _new_id(_q.first(conn, "alert_insert_for_schedule_fire", params))
 
 
 @wrap_errors
@@ -126,12 +114,9 @@ def alert_insert_for_unloaded_schedules(
 
     Returns ``(alert_id, schedule, flow)`` of the alerts this call made.
     """
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["alert_insert_for_unloaded_schedules"],
-            {"live_s": live_s, "alert_after_s": alert_after_s, "sinks": list(sinks)},
-        )
-        return [(int(r["id"]), str(r["schedule"]), str(r["flow"])) for r in cur.fetchall()]
+    params = {"live_s": live_s, "alert_after_s": alert_after_s, "sinks": list(sinks)}
+    rows = _q.rows(conn, "alert_insert_for_unloaded_schedules", params)
+    return [(int(r["id"]), str(r["schedule"]), str(r["flow"])) for r in rows]
 
 
 @wrap_errors
@@ -143,12 +128,9 @@ def alert_delivery_claim_due_many(
     limit: int,
     claim_s: float,
 ) -> list[ClaimedDelivery]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["alert_delivery_claim_due_many"],
-            {"owner": owner, "sinks": list(sinks), "limit": limit, "claim_s": claim_s},
-        )
-        return [ClaimedDelivery.from_row(r) for r in cur.fetchall()]
+    params = {"owner": owner, "sinks": list(sinks), "limit": limit, "claim_s": claim_s}
+    rows = _q.rows(conn, "alert_delivery_claim_due_many", params)
+    return [ClaimedDelivery.from_row(r) for r in rows]
 
 
 @wrap_errors
@@ -156,11 +138,8 @@ def alert_delivery_mark_delivered_if_claimed(
     conn: psycopg.Connection[Any], delivery: ClaimedDelivery
 ) -> bool:
     """``False``: the claim lapsed and another dispatcher owns the delivery now."""
-    cur = conn.execute(
-        _q["alert_delivery_mark_delivered_if_claimed"],
-        {"alert_id": delivery.alert_id, "sink": delivery.sink, "token": delivery.token},
-    )
-    return cur.rowcount == 1
+    params = {"alert_id": delivery.alert_id, "sink": delivery.sink, "token": delivery.token}
+    return _q.run(conn, "alert_delivery_mark_delivered_if_claimed", params) == 1
 
 
 @wrap_errors
@@ -173,20 +152,16 @@ def alert_delivery_mark_failed_if_claimed(
     max_attempts: int,
 ) -> str | None:
     """The delivery's new status (``pending`` or ``abandoned``); ``None``: the claim lapsed."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["alert_delivery_mark_failed_if_claimed"],
-            {
-                "alert_id": delivery.alert_id,
-                "sink": delivery.sink,
-                "token": delivery.token,
-                "error": error,
-                "delay_s": delay_s,
-                "max_attempts": max_attempts,
-            },
-        )
-        row = cur.fetchone()
-        return None if row is None else str(row["status"])
+    params = {
+        "alert_id": delivery.alert_id,
+        "sink": delivery.sink,
+        "token": delivery.token,
+        "error": error,
+        "delay_s": delay_s,
+        "max_attempts": max_attempts,
+    }
+    row = _q.first(conn, "alert_delivery_mark_failed_if_claimed", params)
+    return None if row is None else str(row["status"])
 
 
 @wrap_errors
@@ -194,12 +169,12 @@ def alert_delivery_reset_abandoned(
     conn: psycopg.Connection[Any], alert_id: int | None = None
 ) -> int:
     """Make abandoned deliveries (of one alert, or all) pending again; how many."""
-    return conn.execute(_q["alert_delivery_reset_abandoned"], {"alert_id": alert_id}).rowcount
+    return _q.run(conn, "alert_delivery_reset_abandoned", {"alert_id": alert_id})
 
 
 @wrap_errors
 def alert_exists(conn: psycopg.Connection[Any], alert_id: int) -> bool:
-    return conn.execute(_q["alert_exists"], {"alert_id": alert_id}).fetchone() is not None
+    return _q.first(conn, "alert_exists", {"alert_id": alert_id}) is not None
 
 
 @wrap_errors
@@ -207,15 +182,17 @@ def alert_delivery_select_by_alert(
     conn: psycopg.Connection[Any], alert_id: int
 ) -> list[dict[str, Any]]:
     """The deliveries of one alert, by sink (empty: no such alert)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["alert_delivery_select_by_alert"], {"alert_id": alert_id})
-        return cur.fetchall()
+    return _q.rows(conn, "alert_delivery_select_by_alert", {"alert_id": alert_id})
 
 
 @wrap_errors
 def alert_select_recent(
     conn: psycopg.Connection[Any], *, limit: int, pending_only: bool = False
 ) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["alert_select_recent"], {"limit": limit, "pending_only": pending_only})
-        return cur.fetchall()
+    params = {"limit": limit, "pending_only": pending_only}
+    return _q.rows(conn, "alert_select_recent", params)
+
+
+def _new_id(row: dict[str, Any] | None) -> int | None:
+    """A new alert's id; ``None``: its key was alerted already (the insert made no row)."""
+    return None if row is None else int(row["id"])

@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
+from engine.store.named import NamedQueries
 from engine.store.queries import load
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
     "audit_select_unchained",
 ]
 
-_q = load("audit")
+_q = NamedQueries(load("audit"))
 
 
 @wrap_errors
@@ -48,23 +48,17 @@ def audit_insert(
     detail: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The entry as written (its id and database time filled in)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["audit_insert"],
-            {
-                "actor": actor,
-                "source": source,
-                "action": action,
-                "target_kind": target_kind,
-                "target_id": target_id,
-                "job_id": job_id,
-                "reason": reason,
-                "detail": Jsonb(detail or {}),
-            },
-        )
-        row = cur.fetchone()
-    assert row is not None, "INSERT ... RETURNING returns its row"
-    return row
+    params = {
+        "actor": actor,
+        "source": source,
+        "action": action,
+        "target_kind": target_kind,
+        "target_id": target_id,
+        "job_id": job_id,
+        "reason": reason,
+        "detail": Jsonb(detail or {}),
+    }
+    return _q.one(conn, "audit_insert", params)  # INSERT ... RETURNING returns its row
 
 
 @wrap_errors
@@ -79,19 +73,15 @@ def audit_select_recent(
     limit: int = 50,
 ) -> list[dict[str, Any]]:
     """Entries newest first: all, or those matching every filter given."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["audit_select_recent"],
-            {
-                "job_id": job_id,
-                "actor": actor,
-                "action": action,
-                "since": since,
-                "until": until,
-                "limit": limit,
-            },
-        )
-        return cur.fetchall()
+    params = {
+        "job_id": job_id,
+        "actor": actor,
+        "action": action,
+        "since": since,
+        "until": until,
+        "limit": limit,
+    }
+    return _q.rows(conn, "audit_select_recent", params)
 
 
 @wrap_errors
@@ -100,25 +90,19 @@ def audit_select_chain_after(
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` chained entries past position ``after``, in chain order:
     ``seq``, ``id``, ``prev_hash``, ``hash`` and the ``canonical`` text their hash covers."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["audit_select_chain_after"], {"after": after, "limit": limit})
-        return cur.fetchall()
+    return _q.rows(conn, "audit_select_chain_after", {"after": after, "limit": limit})
 
 
 @wrap_errors
 def audit_select_unchained(conn: psycopg.Connection[Any], *, limit: int) -> list[int]:
     """Ids of committed entries without a position (written with the chain's trigger off)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["audit_select_unchained"], {"limit": limit})
-        return [r["id"] for r in cur.fetchall()]
+    return [r["id"] for r in _q.rows(conn, "audit_select_unchained", {"limit": limit})]
 
 
 @wrap_errors
 def audit_select_head(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
     """The chain's head (``seq``, ``hash``, ``last_id``), ``None`` if its row is gone."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["audit_select_head"])
-        return cur.fetchone()
+    return _q.first(conn, "audit_select_head")
 
 
 @wrap_errors
@@ -135,8 +119,9 @@ def audit_insert_many(
     details: Sequence[dict[str, Any]],
 ) -> None:
     """:func:`audit_insert` for many targets of one action, one statement."""
-    conn.execute(
-        _q["audit_insert_many"],
+    _q.run(
+        conn,
+        "audit_insert_many",
         {
             "actor": actor,
             "source": source,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from engine.store.errors import wrap_errors
+from engine.store.named import NamedQueries
 from engine.store.queries import load
 
 __all__ = [
@@ -26,13 +26,7 @@ __all__ = [
     "console_user_update_role",
 ]
 
-_q = load("console_users")
-
-
-def _one(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q[name], params)
-        return cur.fetchone()
+_q = NamedQueries(load("console_users"))
 
 
 @wrap_errors
@@ -40,7 +34,7 @@ def console_user_insert(
     conn: psycopg.Connection[Any], name: str, role: str, password_hash: str | None
 ) -> dict[str, Any] | None:
     """The new user's row, or ``None`` when the name is taken."""
-    return _one(
+    return _q.first(
         conn,
         "console_user_insert",
         {"name": name, "role": role, "password_hash": password_hash},
@@ -50,20 +44,18 @@ def console_user_insert(
 @wrap_errors
 def console_user_select(conn: psycopg.Connection[Any], name: str) -> dict[str, Any] | None:
     """One user with its hash (to verify a password)."""
-    return _one(conn, "console_user_select", {"name": name})
+    return _q.first(conn, "console_user_select", {"name": name})
 
 
 @wrap_errors
 def console_user_select_all(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     """Every user by name, without hashes."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["console_user_select_all"])
-        return cur.fetchall()
+    return _q.rows(conn, "console_user_select_all")
 
 
 @wrap_errors
 def console_user_delete(conn: psycopg.Connection[Any], name: str) -> bool:
-    return _one(conn, "console_user_delete", {"name": name}) is not None
+    return _q.first(conn, "console_user_delete", {"name": name}) is not None
 
 
 @wrap_errors
@@ -71,15 +63,14 @@ def console_user_update_password(
     conn: psycopg.Connection[Any], name: str, password_hash: str | None
 ) -> bool:
     params = {"name": name, "password_hash": password_hash}
-    return _one(conn, "console_user_update_password", params) is not None
+    return _q.first(conn, "console_user_update_password", params) is not None
 
 
 @wrap_errors
 def console_user_update_role(conn: psycopg.Connection[Any], name: str, role: str) -> bool:
-    return _one(conn, "console_user_update_role", {"name": name, "role": role}) is not None
+    return _q.first(conn, "console_user_update_role", {"name": name, "role": role}) is not None
 
 
 @wrap_errors
 def console_user_signin_ok(conn: psycopg.Connection[Any], name: str) -> None:
-    with conn.cursor() as cur:
-        cur.execute(_q["console_user_signin_ok"], {"name": name})
+    _q.run(conn, "console_user_signin_ok", {"name": name})

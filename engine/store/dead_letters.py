@@ -13,13 +13,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from engine.store.errors import wrap_errors
 from engine.store.events import event_insert
+from engine.store.named import NamedQueries
 from engine.store.queries import load
-from engine.store.rows import column
 from engine.store.status import EventKind
 
 __all__ = [
@@ -41,7 +40,7 @@ __all__ = [
     "dead_letter_select_open",
 ]
 
-_q = load("dead_letters")
+_q = NamedQueries(load("dead_letters"))
 
 
 @wrap_errors
@@ -54,16 +53,13 @@ def dead_letter_insert_step(
     error: dict[str, Any] | None,
 ) -> int | None:
     """The new dead letter's id; ``None`` when the step run was dead-lettered already."""
-    row = conn.execute(
-        _q["dead_letter_insert_step"],
-        {
-            "job_id": job_id,
-            "step_run_id": step_run_id,
-            "reason": reason,
-            "error": None if error is None else Jsonb(error),
-        },
-    ).fetchone()
-    return None if row is None else int(column(row, "id"))
+    params = {
+        "job_id": job_id,
+        "step_run_id": step_run_id,
+        "reason": reason,
+        "error": None if error is None else Jsonb(error),
+    }
+    return _new_id(_q.first(conn, "dead_letter_insert_step", params))
 
 
 @wrap_errors
@@ -71,11 +67,12 @@ def dead_letter_insert_message_if_new(
     conn: psycopg.Connection[Any], message_id: str | None, body: str, reason: str
 ) -> int | None:
     """The new dead letter's id; ``None`` when this message id was recorded already."""
-    row = conn.execute(
-        _q["dead_letter_insert_message_if_new"],
-        {"message_id": message_id, "body": body, "reason": reason},
-    ).fetchone()
-    return None if row is None else int(column(row, "id"))
+    params = {"message_id": message_id, "body": body, "reason": reason}
+    return _new_id(_q.first(conn, "dead_letter_insert_message_if_new", params))
+
+
+def _new_id(row: dict[str, Any] | None) -> int | None:
+    return None if row is None else int(row["id"])
 
 
 class Delivery(Protocol):
@@ -111,40 +108,34 @@ def dead_letter_insert_message_logged(
 
 @wrap_errors
 def dead_letter_select_open(conn: psycopg.Connection[Any], limit: int) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["dead_letter_select_open"], {"limit": limit})
-        return cur.fetchall()
+    return _q.rows(conn, "dead_letter_select_open", {"limit": limit})
 
 
 @wrap_errors
 def dead_letter_select_one(conn: psycopg.Connection[Any], dl_id: int) -> dict[str, Any] | None:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["dead_letter_select_one"], {"id": dl_id})
-        return cur.fetchone()
+    return _q.first(conn, "dead_letter_select_one", {"id": dl_id})
 
 
 @wrap_errors
 def dead_letter_mark_replayed_if_open(conn: psycopg.Connection[Any], dl_id: int) -> bool:
-    return conn.execute(_q["dead_letter_mark_replayed_if_open"], {"id": dl_id}).rowcount == 1
+    return _q.run(conn, "dead_letter_mark_replayed_if_open", {"id": dl_id}) == 1
 
 
 @wrap_errors
 def dead_letter_mark_replayed_by_job(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> None:
     """Close the open step dead letters of a job being replayed, so a new failure alerts again."""
-    conn.execute(_q["dead_letter_mark_replayed_by_job"], {"job_id": job_id})
+    _q.run(conn, "dead_letter_mark_replayed_by_job", {"job_id": job_id})
 
 
 @wrap_errors
 def dead_letter_delete_closed(conn: psycopg.Connection[Any]) -> int:
-    return conn.execute(_q["dead_letter_delete_closed"]).rowcount
+    return _q.run(conn, "dead_letter_delete_closed")
 
 
 @wrap_errors
 def dead_letter_count_open(conn: psycopg.Connection[Any]) -> dict[str, int]:
     """Open dead letters (not replayed) by source (``step``, ``message``)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["dead_letter_count_open"])
-        return {str(r["source"]): int(r["n"]) for r in cur}
+    return {str(r["source"]): int(r["n"]) for r in _q.rows(conn, "dead_letter_count_open")}
 
 
 @wrap_errors
@@ -172,8 +163,7 @@ def dead_letter_select_for_preview(
         "tag_values": [v for _, v in tags],
         "limit": limit,
     }
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_q["dead_letter_select_for_preview"], params).fetchall()
+    return _q.rows(conn, "dead_letter_select_for_preview", params)
 
 
 @wrap_errors
@@ -181,14 +171,13 @@ def dead_letter_select_locked(
     conn: psycopg.Connection[Any], dead_letter_id: int
 ) -> dict[str, Any] | None:
     """One dead letter under its row lock (``None``: deleted meanwhile)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_q["dead_letter_select_locked"], {"id": dead_letter_id}).fetchone()
+    return _q.first(conn, "dead_letter_select_locked", {"id": dead_letter_id})
 
 
 @wrap_errors
 def dead_letter_delete_if_closed(conn: psycopg.Connection[Any], dead_letter_id: int) -> bool:
     """Delete one dead letter that needs no action (a message, or replayed); whether it was."""
-    return bool(conn.execute(_q["dead_letter_delete_if_closed"], {"id": dead_letter_id}).rowcount)
+    return bool(_q.run(conn, "dead_letter_delete_if_closed", {"id": dead_letter_id}))
 
 
 @wrap_errors
@@ -196,7 +185,7 @@ def dead_letter_mark_replayed_by_jobs(
     conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]
 ) -> None:
     """:func:`dead_letter_mark_replayed_by_job` for many jobs, one statement."""
-    conn.execute(_q["dead_letter_mark_replayed_by_jobs"], {"ids": list(ids)})
+    _q.run(conn, "dead_letter_mark_replayed_by_jobs", {"ids": list(ids)})
 
 
 @wrap_errors
@@ -204,8 +193,7 @@ def dead_letter_select_jobs_of(
     conn: psycopg.Connection[Any], ids: Sequence[int]
 ) -> list[uuid.UUID]:
     """The jobs of these dead letters (to lock their rows first: the lock order)."""
-    rows = conn.execute(_q["dead_letter_select_jobs_of"], {"ids": list(ids)}).fetchall()
-    return [column(r, "job_id") for r in rows]
+    return [r["job_id"] for r in _q.rows(conn, "dead_letter_select_jobs_of", {"ids": list(ids)})]
 
 
 @wrap_errors
@@ -213,5 +201,4 @@ def dead_letter_select_many_locked(
     conn: psycopg.Connection[Any], ids: Sequence[int]
 ) -> list[dict[str, Any]]:
     """A bulk chunk's dead letters under their row locks (after their jobs' rows)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_q["dead_letter_select_many_locked"], {"ids": list(ids)}).fetchall()
+    return _q.rows(conn, "dead_letter_select_many_locked", {"ids": list(ids)})

@@ -21,6 +21,7 @@ from urllib.parse import quote, urlencode
 
 from engine.config import Settings
 from engine.errors import ConfigError
+from engine.infra.json_fields import json_fields
 
 __all__ = ["EmbeddedServer", "embedded_status", "embedded_stop"]
 
@@ -40,14 +41,7 @@ class EmbeddedServer:
     status: str | None  # postmaster.pid's last line: ready, starting, stopping
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "pgdata": str(self.pgdata),
-            "initialised": self.initialised,
-            "running": self.running,
-            "pid": self.pid,
-            "url": self.url,
-            "status": self.status,
-        }
+        return json_fields(self)
 
 
 def _alive(pid: int) -> bool:

@@ -14,11 +14,11 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from engine.store.errors import wrap_errors
+from engine.store.named import NamedQueries, Params
 from engine.store.queries import load
-from engine.store.rows import PendingOutbox, column
+from engine.store.rows import PendingOutbox
 
 __all__ = [
     "outbox_insert_after",
@@ -36,7 +36,7 @@ __all__ = [
     "sweep_lock_try",
 ]
 
-_q = load("outbox")
+_q = NamedQueries(load("outbox"))
 
 
 @wrap_errors
@@ -48,34 +48,28 @@ def outbox_lock_unpublished_many(
     horizon_s: float = 10 * 365 * 86400.0,
 ) -> list[PendingOutbox]:
     """Lock up to ``limit`` unpublished rows due within ``horizon_s`` (only ``ids`` if given)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["outbox_lock_unpublished_many"],
-            {"limit": limit, "ids": None if ids is None else list(ids), "horizon_s": horizon_s},
-        )
-        return [
-            PendingOutbox(r["id"], r["step_run_id"], r["job_id"], r["delay_s"])
-            for r in cur.fetchall()
-        ]
+    params = {"limit": limit, "ids": None if ids is None else list(ids), "horizon_s": horizon_s}
+    return [
+        PendingOutbox(r["id"], r["step_run_id"], r["job_id"], r["delay_s"])
+        for r in _q.rows(conn, "outbox_lock_unpublished_many", params)
+    ]
 
 
 @wrap_errors
 def outbox_mark_published_many(conn: psycopg.Connection[Any], ids: Sequence[int]) -> int:
-    with conn.cursor() as cur:
-        cur.execute(_q["outbox_mark_published_many"], {"ids": list(ids)})
-        return cur.rowcount
+    return _q.run(conn, "outbox_mark_published_many", {"ids": list(ids)})
 
 
 @wrap_errors
 def outbox_notify(conn: psycopg.Connection[Any]) -> None:
     """Wake the listening relays when the caller's transaction commits."""
-    conn.execute(_q["outbox_notify"])
+    _q.run(conn, "outbox_notify")
 
 
 @wrap_errors
 def outbox_listen(conn: psycopg.Connection[Any]) -> None:
     """Listen on an autocommit connection for :func:`outbox_notify`."""
-    conn.execute(_q["outbox_listen"])
+    _q.run(conn, "outbox_listen")
 
 
 @wrap_errors
@@ -88,11 +82,8 @@ def outbox_wait_notified(conn: psycopg.Connection[Any], timeout_s: float) -> boo
 def outbox_insert_delayed(
     conn: psycopg.Connection[Any], step_run_id: uuid.UUID, deliver_at: datetime
 ) -> int:
-    row = conn.execute(
-        _q["outbox_insert_delayed"], {"step_run_id": step_run_id, "deliver_at": deliver_at}
-    ).fetchone()
-    assert row is not None
-    return int(column(row, "id"))
+    params = {"step_run_id": step_run_id, "deliver_at": deliver_at}
+    return _new_id(conn, "outbox_insert_delayed", params)
 
 
 @wrap_errors
@@ -100,11 +91,7 @@ def outbox_insert_after(
     conn: psycopg.Connection[Any], step_run_id: uuid.UUID, delay_s: float
 ) -> int:
     """An announcement of ``step_run_id`` due ``delay_s`` from now by the database clock."""
-    row = conn.execute(
-        _q["outbox_insert_after"], {"step_run_id": step_run_id, "delay_s": delay_s}
-    ).fetchone()
-    assert row is not None
-    return int(column(row, "id"))
+    return _new_id(conn, "outbox_insert_after", {"step_run_id": step_run_id, "delay_s": delay_s})
 
 
 @wrap_errors
@@ -118,25 +105,20 @@ def outbox_insert_after_not_runnable(
 ) -> int:
     """An announcement of ``step_run_id``, refused here as not runnable: due after ``handoff_s``
     while a live worker has its flow version loaded, else after ``delay_s`` (database clock)."""
-    row = conn.execute(
-        _q["outbox_insert_after_not_runnable"],
-        {
-            "step_run_id": step_run_id,
-            "handoff_s": handoff_s,
-            "delay_s": delay_s,
-            "live_s": live_s,
-        },
-    ).fetchone()
-    assert row is not None, "a step run refused as not runnable exists"
-    return int(column(row, "id"))
+    params = {
+        "step_run_id": step_run_id,
+        "handoff_s": handoff_s,
+        "delay_s": delay_s,
+        "live_s": live_s,
+    }
+    return _new_id(conn, "outbox_insert_after_not_runnable", params)
 
 
 @wrap_errors
 def outbox_insert_many(conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID]) -> list[int]:
     if not ids:
         return []
-    rows = conn.execute(_q["outbox_insert_many"], {"ids": list(ids)}).fetchall()
-    return [int(column(r, "id")) for r in rows]
+    return _new_ids(conn, "outbox_insert_many", {"ids": list(ids)})
 
 
 @wrap_errors
@@ -146,19 +128,15 @@ def outbox_insert_if_slot_free(
     """Announce those of ``ids`` (pending, keyed) whose key has a slot free now."""
     if not ids:
         return []
-    rows = conn.execute(_q["outbox_insert_if_slot_free"], {"ids": list(ids)}).fetchall()
-    return [int(column(r, "id")) for r in rows]
+    return _new_ids(conn, "outbox_insert_if_slot_free", {"ids": list(ids)})
 
 
 @wrap_errors
 def outbox_insert_for_claimable(
     conn: psycopg.Connection[Any], *, republish_after_s: float, limit: int
 ) -> list[int]:
-    rows = conn.execute(
-        _q["outbox_insert_for_claimable"],
-        {"republish_after_s": republish_after_s, "limit": limit},
-    ).fetchall()
-    return [int(column(r, "id")) for r in rows]
+    params = {"republish_after_s": republish_after_s, "limit": limit}
+    return _new_ids(conn, "outbox_insert_for_claimable", params)
 
 
 @wrap_errors
@@ -176,14 +154,21 @@ def outbox_insert_for_freed_keys(
     """
     if not job_ids and not expired:
         return []
-    rows = conn.execute(
-        _q["outbox_insert_for_freed_keys"],
-        {"job_ids": list(job_ids), "expired": expired, "limit": limit},
-    ).fetchall()
-    return [int(column(r, "id")) for r in rows]
+    params = {"job_ids": list(job_ids), "expired": expired, "limit": limit}
+    return _new_ids(conn, "outbox_insert_for_freed_keys", params)
 
 
 @wrap_errors
 def sweep_lock_try(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(_q["sweep_lock_try"]).fetchone()
-    return bool(row is not None and column(row, "locked"))
+    row = _q.first(conn, "sweep_lock_try")
+    return bool(row is not None and row["locked"])
+
+
+def _new_id(conn: psycopg.Connection[Any], name: str, params: Params) -> int:
+    """The id of the one outbox row ``name`` inserts (its step run exists: it always does)."""
+    return int(_q.one(conn, name, params)["id"])
+
+
+def _new_ids(conn: psycopg.Connection[Any], name: str, params: Params) -> list[int]:
+    """The ids of the outbox rows ``name`` inserted (none: nothing to announce)."""
+    return [int(r["id"]) for r in _q.rows(conn, name, params)]

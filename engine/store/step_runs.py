@@ -223,10 +223,7 @@ def step_retry_if_leased(
     error: dict[str, Any],
 ) -> datetime | None:
     """Back to pending after ``delay_s``; the time it becomes due, or ``None`` (lease lost)."""
-    row = conn.execute(
-        _q["step_retry_if_leased"], _fenced(claimed, delay_s=delay_s, error=Jsonb(error))
-    ).fetchone()
-    return None if row is None else column(row, "available_at")
+    return _pending_after(conn, "step_retry_if_leased", claimed, delay_s, error)
 
 
 @wrap_errors
@@ -238,10 +235,16 @@ def step_release_charged_if_leased(
 ) -> datetime | None:
     """Back to pending after ``delay_s``, its attempt charged, no job row locked (its free
     releases are spent); when it becomes due, or ``None`` (lease lost, or at its cap)."""
-    row = conn.execute(
-        _q["step_release_charged_if_leased"],
-        _fenced(claimed, delay_s=delay_s, error=Jsonb(error)),
-    ).fetchone()
+    return _pending_after(conn, "step_release_charged_if_leased", claimed, delay_s, error)
+
+
+def _pending_after(
+    conn: psycopg.Connection[Any], name: str, claimed: Claimed, delay_s: float, error: Any
+) -> datetime | None:
+    """A fenced write ``name`` that makes the step run pending ``delay_s`` from now with
+    ``error``: when it becomes due, or ``None`` (zero rows: lease lost, or at its cap)."""
+    params = _fenced(claimed, delay_s=delay_s, error=Jsonb(error))
+    row = conn.execute(_q[name], params).fetchone()
     return None if row is None else column(row, "available_at")
 
 

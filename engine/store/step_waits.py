@@ -72,22 +72,16 @@ def step_wait_if_leased(
     had been recorded already (announce it); ``None``: the lease was lost
     (invariant 16), and nothing is written.
     """
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["step_wait_if_leased"],
-            {
-                "id": claimed.id,
-                "job_id": claimed.job_id,
-                "token": claimed.token,
-                "signal": signal,
-                "timeout_s": timeout_s,
-                "until": until,
-                "past": list(past),
-                "summary": None if summary is None else Jsonb(summary),
-            },
-        )
-        row = cur.fetchone()
-    return None if row is None else Parked(row["status"], row["wait_signal"], row["wait_until"])
+    return _park(
+        conn,
+        claimed,
+        children=False,
+        signal=signal,
+        timeout_s=timeout_s,
+        until=until,
+        past=past,
+        summary=None if summary is None else Jsonb(summary),
+    )
 
 
 @wrap_errors
@@ -123,18 +117,36 @@ def step_wait_children_if_leased(
     ``Parked.status`` is ``pending`` when no child is active any more
     (announce it); ``None``: the lease was lost (invariant 16).
     """
+    return _park(
+        conn, claimed, children=True, signal=None, timeout_s=timeout_s, until=None, past=past
+    )
+
+
+def _park(
+    conn: psycopg.Connection[Any],
+    claimed: Claimed,
+    *,
+    children: bool,
+    signal: str | None,
+    timeout_s: float | None,
+    until: datetime | None,
+    past: tuple[datetime | None, ...],
+    summary: Jsonb | None = None,
+) -> Parked | None:
+    """Both parks, one fenced statement: a signal's (or a deadline's) wait, or the children's."""
+    params = {
+        "id": claimed.id,
+        "job_id": claimed.job_id,
+        "token": claimed.token,
+        "children": children,
+        "signal": signal,
+        "timeout_s": timeout_s,
+        "until": until,
+        "past": list(past),
+        "summary": summary,
+    }
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            _q["step_wait_children_if_leased"],
-            {
-                "id": claimed.id,
-                "job_id": claimed.job_id,
-                "token": claimed.token,
-                "timeout_s": timeout_s,
-                "past": list(past),
-            },
-        )
-        row = cur.fetchone()
+        row = cur.execute(_q["step_park_if_leased"], params).fetchone()
     return None if row is None else Parked(row["status"], row["wait_signal"], row["wait_until"])
 
 

@@ -33,29 +33,6 @@ it more than a third of its no-op steps/s).
 - :mod:`.setup`: the SDK's provider and exporters from the ``OTEL_*`` settings.
 """
 
-from engine.tracing.noop import NO_TRACE, NO_TRACES, AttemptTrace, Traces
-from engine.tracing.switch import (
-    chunk_checked,
-    enabled,
-    submit_span,
-    submitted,
-    trace_id,
-    traceparent,
-    traces,
-    use,
-)
-
-__all__ = [
-    "NO_TRACE",
-    "NO_TRACES",
-    "AttemptTrace",
-    "Traces",
-    "chunk_checked",
-    "enabled",
-    "submit_span",
-    "submitted",
-    "trace_id",
-    "traceparent",
-    "traces",
-    "use",
-]
+# the package's names are its modules' ``__all__``, written once where each name is defined
+from engine.tracing.noop import *  # noqa: F403
+from engine.tracing.switch import *  # noqa: F403

@@ -99,9 +99,24 @@ def check_approval(
     if not approvals or name not in approvals:
         return None
     sender = (sent_by or "").strip()
+    given = data.get("reason") if isinstance(data, dict) else None
+    reason = given.strip() if isinstance(given, str) else ""
 
     def refuse(rule: str, message: str) -> ApprovalRefused:
-        _audit_refusal(settings, job_id, name, data, sent_by, source, rule, message)
+        # audited on a connection of its own (autocommit): the entry outlives the caller's
+        # transaction, which the refusal rolls back
+        with db.connect(settings, autocommit=True) as audit_conn:
+            record_action(
+                audit_conn,
+                "signal_refused",
+                "job",
+                job_id,
+                actor=sender or operator(),
+                source=source,
+                job_id=job_id,
+                reason=given if reason else None,
+                detail={"signal": name, "rule": rule, "sender": sent_by, "message": message},
+            )
         return ApprovalRefused(message, job_id=job_id, signal=name, sender=sent_by, rule=rule)
 
     if not sender:
@@ -138,15 +153,14 @@ def check_approval(
             + " by the job itself (who prepared what it decides on cannot approve it); "
             "someone else must send it (a one-person shop may set ENGINE_ALLOW_SELF_APPROVAL)",
         )
-    reason = data.get("reason") if isinstance(data, dict) else None
-    if not isinstance(reason, str) or not reason.strip():
+    if not reason:
         raise refuse(
             "reason",
             f"approval {name!r} of job {job_id} refused: it needs a reason, approve and reject "
             """alike (e.g. --data '{"decision": "approve", "reason": "checked the rejections"}')""",
         )
     relaxed = own[0]["submitted_by"] if own else (barred[0] if barred else None)
-    return Approval(sender, reason.strip(), relaxed)
+    return Approval(sender, reason, relaxed)
 
 
 def record_self_approval(
@@ -168,30 +182,3 @@ def record_self_approval(
         reason=approval.reason,
         detail={"signal": name, "submitted_by": approval.self_approved_as},
     )
-
-
-def _audit_refusal(
-    settings: Settings,
-    job_id: uuid.UUID,
-    name: str,
-    data: Any,
-    sent_by: str | None,
-    source: AuditSource | str,
-    rule: str,
-    message: str,
-) -> None:
-    """Record the refusal on a connection of its own (autocommit): it outlives the caller's
-    transaction, which the refusal rolls back."""
-    reason = data.get("reason") if isinstance(data, dict) else None
-    with db.connect(settings, autocommit=True) as audit_conn:
-        record_action(
-            audit_conn,
-            "signal_refused",
-            "job",
-            job_id,
-            actor=(sent_by or "").strip() or operator(),
-            source=source,
-            job_id=job_id,
-            reason=reason if isinstance(reason, str) and reason.strip() else None,
-            detail={"signal": name, "rule": rule, "sender": sent_by, "message": message},
-        )

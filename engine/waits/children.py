@@ -50,6 +50,7 @@ from pydantic import BaseModel
 from engine import store
 from engine.errors import checked
 from engine.flow.retry import Fail
+from engine.infra.json_fields import json_fields
 from engine.jobs.fingerprint import job_fingerprint
 from engine.jobs.submit import Submitted, parse_params, submit_in
 from engine.store.status import JobStatus
@@ -103,16 +104,7 @@ class Child:
         return self.status is JobStatus.DONE
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "job_id": str(self.job_id),
-            "key": self.key,
-            "flow": self.flow,
-            "status": self.status.value,
-            "error": self.error,
-            "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
-            "output": self.output,
-            "rejected": self.rejected,
-        }
+        return json_fields(self)
 
 
 class ChildrenTimeout(Fail):

@@ -46,6 +46,7 @@ from engine import store
 from engine.errors import BadInput, OutputRefused, checked
 from engine.flow.retry import Fail
 from engine.flow.signals import SIGNAL_NAME, declared_signals
+from engine.infra.json_fields import json_fields
 from engine.waits.approvals import check_approval, record_self_approval
 from engine.waits.wait import Wait, timed_out
 
@@ -188,15 +189,7 @@ class Signalled:
     outbox_ids: tuple[int, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "job_id": str(self.job_id),
-            "name": self.name,
-            "data": self.data,
-            "sent_by": self.sent_by,
-            "at": self.at.isoformat(),
-            "created": self.created,
-            "woken": self.woken,
-        }
+        return json_fields(self, omit=("outbox_ids",))
 
 
 def signal(

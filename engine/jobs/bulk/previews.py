@@ -18,6 +18,7 @@ import psycopg
 from engine import store
 from engine.config import Settings
 from engine.errors import BadInput
+from engine.infra.json_fields import json_fields
 from engine.jobs.audit import operator
 from engine.jobs.bulk.filtering import DEAD_LETTER_ACTIONS, BulkFilter
 from engine.jobs.search import RunQuery, search_filters
@@ -78,16 +79,8 @@ class BulkPreview:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "preview_id": str(self.id),
-            "action": self.action,
-            "filter": self.filter,
-            "total": self.total,
-            "counts": self.counts,
+            **json_fields(self, rename={"id": "preview_id"}),
             "sample": [{"id": i.id, "flow": i.flow, "state": i.state} for i in self.sample],
-            "created_by": self.created_by,
-            "expires_at": self.expires_at.isoformat(),
-            "applied_at": None if self.applied_at is None else self.applied_at.isoformat(),
-            "applied_by": self.applied_by,
         }
 
 

@@ -10,24 +10,34 @@ WHERE s.id = %(id)s AND s.status = 'pending'
               WHERE c.parent_step_run_id = s.id AND c.status IN ('pending', 'running'))
 RETURNING s.id, s.concurrency_kept;
 
--- step_wait_if_leased --
--- Invariants 14, 16 and 17: only the lease holder parks its step run (a keyed one only while its lease is live, looked at under its key's lock: a lapsed holder keeps no slot, engine_concurrency_hold), in a statement after the one that locked the job row (so a signal committed by whoever held that lock is seen); the attempt comes back (waiting is not running the step) and the lease goes, but its concurrency slot is kept (by status) until the step run is claimed again, ends or is cancelled; if the awaited signal exists already it is pending again at once rather than waiting for a wake that has happened; the wait's summary (what the approver sees, NULL for none) is stored by the same fenced statement, so a stale attempt stores none.
-WITH signalled AS (
-    SELECT EXISTS (
-        SELECT 1 FROM engine_signals
-        WHERE job_id = %(job_id)s AND name = %(signal)s) AS found
+-- step_park_if_leased --
+-- Invariants 14, 16 and 17: only the lease holder parks its step run, for a signal or a deadline, or (children) for its child jobs (a keyed one only while its lease is live, looked at under its key's lock: a lapsed holder keeps no slot and children never inherit a slot their parent lost, engine_concurrency_hold), in a statement after the one that locked the job row (for children, also the children rows: job_lock_children), so a signal or a child's end committed by whoever held that lock is seen; the attempt comes back (waiting is not running the step) and the lease goes, but its concurrency slot is kept (by status) until the step run is claimed again, ends or is cancelled; if what it waits for has happened already (the signal exists, no child is active any more) it is pending again at once rather than waiting for a wake that has happened; the wait's summary (what the approver sees, NULL for none) is stored by the same fenced statement, so a stale attempt stores none; a deadline set by an earlier park of the same children wait (as many waits passed before it) is kept (each child's end wakes the step, which must not move it), any other wait gets its own.
+WITH ready AS (
+    SELECT CASE WHEN %(children)s::boolean
+                THEN NOT EXISTS (
+                    SELECT 1 FROM engine_jobs
+                    WHERE parent_step_run_id = %(id)s AND status IN ('pending', 'running'))
+                ELSE EXISTS (
+                    SELECT 1 FROM engine_signals
+                    WHERE job_id = %(job_id)s AND name = %(signal)s)
+           END AS now
 )
 UPDATE engine_step_runs AS s
-SET status = CASE WHEN signalled.found THEN 'pending' ELSE 'waiting' END,
+SET status = CASE WHEN ready.now THEN 'pending' ELSE 'waiting' END,
     attempts = s.attempts - 1, free_releases = 0,
     available_at = clock_timestamp(),
-    wait_signal = %(signal)s, wait_children = false, wait_past = %(past)s::timestamptz[],
-    wait_summary = %(summary)s::jsonb,
+    wait_until = CASE
+        WHEN %(until)s::timestamptz IS NOT NULL THEN %(until)s::timestamptz
+        WHEN %(children)s::boolean AND s.wait_children AND s.wait_signal IS NULL
+             AND s.wait_until IS NOT NULL
+             AND cardinality(s.wait_past) = cardinality(%(past)s::timestamptz[])
+            THEN s.wait_until
+        ELSE clock_timestamp() + make_interval(secs => %(timeout_s)s::float8) END,
+    wait_signal = %(signal)s, wait_children = %(children)s::boolean,
+    wait_past = %(past)s::timestamptz[], wait_summary = %(summary)s::jsonb,
     concurrency_kept = s.concurrency_key IS NOT NULL,
-    wait_until = coalesce(%(until)s::timestamptz,
-                          clock_timestamp() + make_interval(secs => %(timeout_s)s::float8)),
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-FROM signalled
+FROM ready
 WHERE s.id = %(id)s AND s.job_id = %(job_id)s AND s.lease_token = %(token)s
   AND s.status = 'running'
   AND (s.concurrency_key IS NULL
@@ -74,33 +84,6 @@ WITH jobs AS (
     FROM woken AS w
 )
 SELECT id, job_id FROM woken;
-
--- step_wait_children_if_leased --
--- Invariants 14, 16 and 17: only the lease holder parks its step run for its children (a keyed one only while its lease is live, under its key's lock: children never inherit a slot their parent lost), after the parent job row and the children rows were locked (job_lock_children: a child's end committed meanwhile is seen); the attempt comes back and the lease goes, its concurrency slot kept (by status) until it is claimed again, ends or is cancelled; with no child active any more it is pending again at once; a deadline set by an earlier park of this wait (as many waits passed before it) is kept (each child's end wakes the step, which must not move it), a wait after a caught timeout gets its own.
-WITH active AS (
-    SELECT EXISTS (
-        SELECT 1 FROM engine_jobs
-        WHERE parent_step_run_id = %(id)s AND status IN ('pending', 'running')) AS any
-)
-UPDATE engine_step_runs AS s
-SET status = CASE WHEN active.any THEN 'waiting' ELSE 'pending' END,
-    attempts = s.attempts - 1, free_releases = 0,
-    available_at = clock_timestamp(),
-    wait_until = CASE
-        WHEN s.wait_children AND s.wait_signal IS NULL AND s.wait_until IS NOT NULL
-             AND cardinality(s.wait_past) = cardinality(%(past)s::timestamptz[])
-            THEN s.wait_until
-        ELSE clock_timestamp() + make_interval(secs => %(timeout_s)s::float8) END,
-    wait_signal = NULL, wait_children = true, wait_past = %(past)s::timestamptz[],
-    wait_summary = NULL,
-    concurrency_kept = s.concurrency_key IS NOT NULL,
-    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-FROM active
-WHERE s.id = %(id)s AND s.job_id = %(job_id)s AND s.lease_token = %(token)s
-  AND s.status = 'running'
-  AND (s.concurrency_key IS NULL
-       OR engine_concurrency_hold(s.concurrency_key, s.job_id, s.id, %(token)s::uuid))
-RETURNING s.status, s.wait_signal, s.wait_until;
 
 -- step_wake_parent --
 -- A child job's end wakes the parent step run waiting for its children, in the transaction that ended the child (which holds the child row: a park taking job_lock_children waits for it); each end wakes it, and the step, run again, parks again while children are active; the wake is logged by this statement.
