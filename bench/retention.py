@@ -32,12 +32,17 @@ transaction, outside what is measured here. Figures are printed, never failed.
     BENCH_RETENTION_ACTIVE=3000    pending jobs the claimer may claim
     BENCH_RETENTION_BATCH=100      jobs per retirement transaction (ENGINE_PRUNE_BATCH)
     BENCH_RETENTION_WINDOW=5       retirement batches per busy window (then a quiet one)
+    BENCH_RETENTION_QUIET=1.0      a quiet window's length, times the busy one's before it
+    BENCH_RETENTION_BATCH_S=       ENGINE_PRUNE_BATCH_S (the engine's default when unset)
+    BENCH_RETENTION_REST=          ENGINE_PRUNE_REST (the engine's default when unset)
+    BENCH_RETENTION_MAX_S=3600     stop retiring after this long (part of the day: its share)
     BENCH_RETENTION_REPORTS=0      1: render and store the real reports
     BENCH_RETENTION_VACUUM=1       0: the prune without its closing VACUUM
     BENCH_RETENTION_RETIRE_DAYS=1  the oldest days retired at once (a backlog: 10, 30)
     BENCH_RETENTION_DATABASE=engine_bench_retention
     BENCH_RETENTION_STAGE=         seed: seed the database and keep it, no measure;
-                                   reuse: measure on what a seed stage left (kept after)
+                                   reuse: measure on what a seed stage left (then dropped,
+                                   unless BENCH_RETENTION_KEEP=1)
     BENCH_RETENTION_KEEP=0         1: keep the database after the run
 """
 
@@ -59,6 +64,7 @@ from psycopg.conninfo import make_conninfo
 from bench.common import (
     drop_database,
     emit,
+    env_float,
     env_int,
     fresh_database,
     log,
@@ -222,17 +228,24 @@ def _retire_alternating(
     as_of: datetime,
     *,
     window_batches: int,
+    quiet: float,
+    max_s: float,
     real_reports: bool,
     vacuum: bool,
+    batches: list[int],
 ) -> PruneReport:
     """Retire what is due at ``as_of`` in windows of ``window_batches`` batches, each followed
-    by a quiet window as long (the claimer alone), then the closing VACUUM and its quiet twin.
+    by a quiet window ``quiet`` times as long (the claimer alone), then the closing VACUUM and
+    its quiet twin.
 
-    What the windows' prunes removed, added up; ``vacuum_s`` the VACUUM's time.
+    What the windows' prunes removed, added up; ``vacuum_s`` the VACUUM's time. The paced
+    batch size after each window is appended to ``batches``.
     """
     windows = claimer.windows
     total: PruneReport | None = None
     cursor: tuple[datetime, uuid.UUID] | None = None
+    batch: int | None = None
+    begun = time.monotonic()
     while not claimer.ran_out:
         windows.open("retire")
         started = time.monotonic()
@@ -243,15 +256,22 @@ def _retire_alternating(
             after=cursor,
             write_reports=None if real_reports else _stub_reports,
             vacuum=False,
+            batch=batch,  # the pace goes on from the last window
         )
+        time.sleep(part.rest_s)  # the rest its last batch owes is part of the retirement
         took = time.monotonic() - started
         windows.open("without")
         total = part if total is None else _added(total, part)
-        cursor = part.cursor
-        claimer.stop.wait(took)
+        cursor, batch = part.cursor, part.batch
+        batches.append(part.batch)
+        claimer.stop.wait(took * quiet)
         if cursor is None:
             break
+        if time.monotonic() - begun > max_s:
+            log(f"stopped after {max_s:.0f} s (BENCH_RETENTION_MAX_S): part of the day retired")
+            break
     assert total is not None
+    total.cursor = cursor  # None: the whole day retired
     if vacuum and total.total.jobs and not claimer.ran_out:
         with db.connect(settings, autocommit=True) as conn:
             windows.open("vacuum")
@@ -261,7 +281,7 @@ def _retire_alternating(
             windows.open("without")
         if vacuumed:
             total.vacuum_s = took
-        claimer.stop.wait(took)
+        claimer.stop.wait(took * quiet)
     return total
 
 
@@ -280,6 +300,12 @@ def run() -> None:
     active = env_int("BENCH_RETENTION_ACTIVE", 3000)
     batch = env_int("BENCH_RETENTION_BATCH", 100)
     window_batches = max(1, env_int("BENCH_RETENTION_WINDOW", 5))
+    quiet = env_float("BENCH_RETENTION_QUIET", 1.0)
+    pacing: dict[str, Any] = {}
+    if os.environ.get("BENCH_RETENTION_BATCH_S"):
+        pacing["prune_batch_s"] = env_float("BENCH_RETENTION_BATCH_S", 0.25)
+    if os.environ.get("BENCH_RETENTION_REST"):
+        pacing["prune_rest"] = env_float("BENCH_RETENTION_REST", 1.0)
     real_reports = env_int("BENCH_RETENTION_REPORTS", 0) > 0
     vacuum = env_int("BENCH_RETENTION_VACUUM", 1) > 0
     # several days at once: the first prune after a backlog (retention just turned on)
@@ -294,7 +320,11 @@ def run() -> None:
         else fresh_database(dbname=dbname)
     )
     try:
-        settings = settings_for(info, prune_batch=batch, flow_modules=[])
+        settings = settings_for(info, prune_batch=batch, flow_modules=[], **pacing)
+        log(
+            f"prune_batch {settings.prune_batch}, prune_batch_s {settings.prune_batch_s}, "
+            f"prune_rest {settings.prune_rest}; {window_batches} batches a window, quiet {quiet}x"
+        )
         with db.connect(settings, autocommit=True) as conn:
             if stage != "reuse":
                 _seed(conn, runs, days, active)
@@ -310,13 +340,17 @@ def run() -> None:
         claimer = Claimer(settings, claimable, Windows())
         claimer.start()
         started = time.monotonic()
+        sizes: list[int] = []
         done = _retire_alternating(
             settings,
             claimer,
             as_of,
             window_batches=window_batches,
+            quiet=quiet,
+            max_s=env_float("BENCH_RETENTION_MAX_S", 3600.0),
             real_reports=real_reports,
             vacuum=vacuum,
+            batches=sizes,
         )
         took = time.monotonic() - started
         claimer.stop.set()
@@ -338,10 +372,16 @@ def run() -> None:
         emit(NAME, "windows", claimer.windows.n, "windows")
         emit(NAME, "retire_day_with_quiet_windows_s", took, "s")
         emit(NAME, "batches", done.batches, "transactions")
+        if sizes:
+            emit(NAME, "paced_batch_median", statistics.median(sizes), "jobs")
+            emit(NAME, "paced_batch_min", min(sizes), "jobs")
         emit(NAME, "longest_batch_lock_s", done.longest_batch_s, "s")
         if done.vacuum_s is not None:
             emit(NAME, "vacuum_s", done.vacuum_s, "s")
-        emit(NAME, "dry_run_equals_removed", int(planned.counts == done.counts), "bool")
+        if done.cursor is None:
+            emit(NAME, "dry_run_equals_removed", int(planned.counts == done.counts), "bool")
+        else:  # stopped short: what was retired against what the dry run said of the day
+            emit(NAME, "retired_share_of_the_day", total.jobs / max(1, planned.total.jobs), "x")
         emit(NAME, "skipped", done.skipped, "jobs")
         log(
             f"retired {retire_days} day(s) of {days}: {total.jobs} jobs, "
