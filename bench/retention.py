@@ -74,7 +74,7 @@ from bench.common import (
 from engine import store
 from engine.config import Settings
 from engine.retention import PruneReport, prune
-from engine.store import db, queries
+from engine.store import db, migrations, queries
 
 _q = queries.load(str(Path(__file__).with_name("retention.sql")))
 NAME = "retention"
@@ -326,7 +326,9 @@ def run() -> None:
             f"prune_rest {settings.prune_rest}; {window_batches} batches a window, quiet {quiet}x"
         )
         with db.connect(settings, autocommit=True) as conn:
-            if stage != "reuse":
+            if stage == "reuse":  # seeded by an earlier checkout: this one's migrations too
+                migrations.apply(conn, settings.migration_dirs)
+            else:
                 _seed(conn, runs, days, active)
             if stage == "seed":
                 log(f"seeded {dbname}; measure with BENCH_RETENTION_STAGE=reuse")
