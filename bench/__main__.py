@@ -67,10 +67,14 @@ letters previewed and replayed in one action, with single replays racing it.
     BENCH_BULK_N=10000 BENCH_BULK_RACE=100
 
 Retention (``retention``, see ``bench/retention.py``): retiring the oldest day of finished
-step runs while a claimer claims: claim p99 during vs without, the longest retirement
-transaction, dead tuples after, dry-run counts against what was removed.
+step runs while a claimer claims: claim p99 during vs without (alternated windows in one
+run), the longest retirement transaction, dead tuples after, dry-run counts against what
+was removed. The issue's size: RUNS=10000000 DAYS=90 (seed once with STAGE=seed, then
+measure with STAGE=reuse; MAX_S bounds the retirement).
 
     BENCH_RETENTION_RUNS=30000 BENCH_RETENTION_DAYS=10 BENCH_RETENTION_ACTIVE=3000
+    BENCH_RETENTION_WINDOW=5 BENCH_RETENTION_QUIET=1.0 BENCH_RETENTION_MAX_S=3600
+    BENCH_RETENTION_STAGE=(seed|reuse)
 """
 
 from __future__ import annotations

@@ -7,17 +7,21 @@ days before the default horizon (14 days for done; one job in 20 failed,
 kept 400 days), and ``BENCH_RETENTION_ACTIVE`` pending jobs for a claimer.
 Then, with the engine's own statements:
 
-1. a claimer thread claims step runs one per transaction (the worker's
-   ``step_claim_if_available``) with nothing else running: claim p50/p99/max;
-2. ``engine prune --dry-run`` for the oldest day (``as_of`` = its end + 14 days);
-3. the same claimer while ``prune`` retires that day: claim p50/p99/max
-   during the retirement, the longest retirement transaction (the most any
-   of its locks was held), the ratio of the p99s;
-4. the dry run's counts against what was removed, and the dead tuples of the
+1. ``engine prune --dry-run`` for the oldest day (``as_of`` = its end + 14 days);
+2. a claimer thread claims step runs one per transaction (the worker's
+   ``step_claim_if_available``) all along, while the prune retires that day
+   in windows of ``BENCH_RETENTION_WINDOW`` batches, each followed by a
+   quiet window as long (the claimer alone), then the closing VACUUM and its
+   quiet twin: with and without a retirement alternate in one run, so the
+   noise of this shared machine hits both. Each claim is filed under the
+   windows it overlapped (one straddling a switch counts as during): claim
+   p50/p99/max without, during (batches and VACUUM), and each apart; the
+   ratio of the p99s; the longest retirement transaction (the most any of
+   its locks was held);
+3. the dry run's counts against what was removed, and the dead tuples of the
    live tables right after, counted from their pages (pgstattuple): after
-   the prune's closing VACUUM (``BENCH_RETENTION_VACUUM=1``, the default;
-   its time is ``vacuum_s``, and the claims during it are in step 3's
-   figures), or without it (``=0``: what stays until autovacuum comes).
+   the closing VACUUM (``BENCH_RETENTION_VACUUM=1``, the default; its time
+   is ``vacuum_s``), or without it (``=0``: what stays until autovacuum comes).
 
 Reports are stored by a stub (a location per job) unless
 ``BENCH_RETENTION_REPORTS=1``: rendering happens before each batch's
@@ -27,10 +31,19 @@ transaction, outside what is measured here. Figures are printed, never failed.
     BENCH_RETENTION_DAYS=10        days they span (90 in the issue's figure)
     BENCH_RETENTION_ACTIVE=3000    pending jobs the claimer may claim
     BENCH_RETENTION_BATCH=100      jobs per retirement transaction (ENGINE_PRUNE_BATCH)
+    BENCH_RETENTION_WINDOW=5       retirement batches per busy window (then a quiet one)
+    BENCH_RETENTION_QUIET=1.0      a quiet window's length, times the busy one's before it
+    BENCH_RETENTION_BATCH_S=       ENGINE_PRUNE_BATCH_S (the engine's default when unset)
+    BENCH_RETENTION_REST=          ENGINE_PRUNE_REST (the engine's default when unset)
+    BENCH_RETENTION_MAX_S=3600     stop retiring after this long (part of the day: its share)
     BENCH_RETENTION_REPORTS=0      1: render and store the real reports
     BENCH_RETENTION_VACUUM=1       0: the prune without its closing VACUUM
     BENCH_RETENTION_RETIRE_DAYS=1  the oldest days retired at once (a backlog: 10, 30)
     BENCH_RETENTION_DATABASE=engine_bench_retention
+    BENCH_RETENTION_STAGE=         seed: seed the database and keep it, no measure;
+                                   reuse: measure on what a seed stage left (then dropped,
+                                   unless BENCH_RETENTION_KEEP=1)
+    BENCH_RETENTION_KEEP=0         1: keep the database after the run
 """
 
 from __future__ import annotations
@@ -41,24 +54,54 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
-from bench.common import drop_database, emit, env_int, fresh_database, log, settings_for
+from bench.common import (
+    drop_database,
+    emit,
+    env_float,
+    env_int,
+    fresh_database,
+    log,
+    server_conninfo,
+    settings_for,
+)
 from engine import store
 from engine.config import Settings
-from engine.retention import prune
-from engine.store import db, queries
+from engine.retention import PruneReport, prune
+from engine.store import db, migrations, queries
 
 _q = queries.load(str(Path(__file__).with_name("retention.sql")))
 NAME = "retention"
 
 
+_SEEDED = ("engine_jobs", "engine_step_runs", "engine_events", "engine_job_tags")
+
+
 def _seed(conn: psycopg.Connection[Any], runs: int, days: int, active: int) -> None:
+    """Fill the scratch database as a bulk load does.
+
+    Its indexes and constraints are dropped and built again after the rows
+    (a sort each, not millions of random inserts; the foreign keys and checks
+    come back ``NOT VALID``: enforced from then on, the seeded rows made whole
+    by construction; a check costs more than the row's insert), and no per-row
+    trigger runs (``session_replication_role``).
+    """
     sizes = {"jobs": max(1, runs // 3), "days": days, "active": active}
+    indexes = conn.execute(_q["retention_seed_indexes"]).fetchall()
+    constraints = conn.execute(_q["retention_seed_constraints"]).fetchall()
+    conn.execute("SET session_replication_role = replica")
+    conn.execute("SET maintenance_work_mem = '256MB'")
+    conn.execute("SET statement_timeout = 0")  # one statement writes 27M rows at 10M step runs
+    for c in constraints:  # foreign keys first
+        conn.execute(f"ALTER TABLE {c['table']} DROP CONSTRAINT {c['name']}")
+    for index in indexes:
+        conn.execute(f"DROP INDEX {index['name']}")
     for name in (
         "retention_seed_jobs",
         "retention_seed_step_runs",
@@ -69,24 +112,78 @@ def _seed(conn: psycopg.Connection[Any], runs: int, days: int, active: int) -> N
         started = time.monotonic()
         count = conn.execute(_q[name], sizes).rowcount
         log(f"{name}: {count} rows in {time.monotonic() - started:.1f} s")
-    for table in ("engine_jobs", "engine_step_runs", "engine_events", "engine_job_tags"):
+    started = time.monotonic()
+    for c in reversed(constraints):  # keys first, then the foreign keys to them
+        valid = " NOT VALID" if c["kind"] in ("f", "c") else ""
+        conn.execute(
+            f"ALTER TABLE {c['table']} ADD CONSTRAINT {c['name']} {c['definition']}{valid}"
+        )
+    for index in indexes:
+        conn.execute(index["definition"])
+    log(
+        f"{len(constraints)} constraints and {len(indexes)} indexes back "
+        f"in {time.monotonic() - started:.1f} s"
+    )
+    conn.execute("RESET session_replication_role")
+    conn.execute("RESET maintenance_work_mem")
+    conn.execute("RESET statement_timeout")
+    started = time.monotonic()
+    for table in _SEEDED:
         conn.execute(f"VACUUM ANALYZE {table}")
+    log(f"VACUUM ANALYZE in {time.monotonic() - started:.1f} s")
+
+
+class Windows:
+    """Numbered windows, each quiet (the claimer alone) or busy (retirement batches, a VACUUM).
+
+    A claim goes with the windows it overlapped: ``without`` only if it
+    started and ended in one quiet window; one that straddles a switch goes
+    with the busy side, so it never flatters the quiet one.
+    """
+
+    def __init__(self) -> None:
+        self.kinds = ["without"]  # the current window is the last
+
+    @property
+    def n(self) -> int:
+        return len(self.kinds) - 1
+
+    def open(self, kind: str) -> None:
+        self.kinds.append(kind)
+
+    def label(self, first: int, last: int) -> str:
+        kinds = set(self.kinds[first : last + 1])
+        if kinds == {"without"}:
+            return "without"
+        return "vacuum" if "vacuum" in kinds else "retire"
 
 
 class Claimer(threading.Thread):
-    """Claims step runs one per transaction, as a worker's slot does; times each claim."""
+    """Claims step runs one per transaction, as a worker's slot does; times each claim.
 
-    def __init__(self, settings: Settings, runs: Sequence[dict[str, Any]]) -> None:
+    Each claim's time is filed under the windows it overlapped (``Windows``):
+    with and without a retirement, measured alternately in one run.
+    """
+
+    def __init__(
+        self, settings: Settings, runs: Sequence[dict[str, Any]], windows: Windows
+    ) -> None:
         super().__init__(daemon=True)
         self.settings = settings
-        self.runs = list(runs)
+        self.runs = list(reversed(runs))
+        self.windows = windows
         self.stop = threading.Event()
-        self.times: list[float] = []
+        self.times: dict[str, list[float]] = {"without": [], "retire": [], "vacuum": []}
+        self.ran_out = False
 
     def run(self) -> None:
         with db.connect(self.settings) as conn:
-            while self.runs and not self.stop.is_set():
+            while not self.stop.is_set():
+                if not self.runs:
+                    self.ran_out = True
+                    return
                 run = self.runs.pop()
+                first = self.windows.n
                 started = time.perf_counter()
                 with conn.transaction():
                     store.step_claim_if_available(
@@ -97,7 +194,8 @@ class Claimer(threading.Thread):
                         lease_s=60,
                         runnable=["bench:1"],
                     )
-                self.times.append(time.perf_counter() - started)
+                took = time.perf_counter() - started
+                self.times[self.windows.label(first, self.windows.n)].append(took)
 
 
 def _quantiles(name: str, times: list[float]) -> float | None:
@@ -124,46 +222,152 @@ def _stub_reports(settings: Settings, jobs: Sequence[uuid.UUID]) -> dict[uuid.UU
     return {job: f"bench://runs/{job}.html" for job in jobs}
 
 
+def _retire_alternating(
+    settings: Settings,
+    claimer: Claimer,
+    as_of: datetime,
+    *,
+    window_batches: int,
+    quiet: float,
+    max_s: float,
+    real_reports: bool,
+    vacuum: bool,
+    batches: list[int],
+) -> PruneReport:
+    """Retire what is due at ``as_of`` in windows of ``window_batches`` batches, each followed
+    by a quiet window ``quiet`` times as long (the claimer alone), then the closing VACUUM and
+    its quiet twin.
+
+    What the windows' prunes removed, added up; ``vacuum_s`` the VACUUM's time. The paced
+    batch size after each window is appended to ``batches``.
+    """
+    windows = claimer.windows
+    total: PruneReport | None = None
+    cursor: tuple[datetime, uuid.UUID] | None = None
+    batch: int | None = None
+    begun = time.monotonic()
+    while not claimer.ran_out:
+        windows.open("retire")
+        started = time.monotonic()
+        part = prune(
+            settings,
+            as_of=as_of,
+            max_batches=window_batches,
+            after=cursor,
+            write_reports=None if real_reports else _stub_reports,
+            vacuum=False,
+            batch=batch,  # the pace goes on from the last window
+        )
+        time.sleep(part.rest_s)  # the rest its last batch owes is part of the retirement
+        took = time.monotonic() - started
+        windows.open("without")
+        total = part if total is None else _added(total, part)
+        cursor, batch = part.cursor, part.batch
+        batches.append(part.batch)
+        claimer.stop.wait(took * quiet)
+        if cursor is None:
+            break
+        if time.monotonic() - begun > max_s:
+            log(f"stopped after {max_s:.0f} s (BENCH_RETENTION_MAX_S): part of the day retired")
+            break
+    assert total is not None
+    total.cursor = cursor  # None: the whole day retired
+    # after the claimer ran out too: vacuum_s and the dead tuples are figures of their own
+    if vacuum and total.total.jobs:
+        with db.connect(settings, autocommit=True) as conn:
+            windows.open("vacuum")
+            started = time.monotonic()
+            vacuumed = store.job_retired_tables_vacuum(conn)
+            took = time.monotonic() - started
+            windows.open("without")
+        if vacuumed:
+            total.vacuum_s = took
+        claimer.stop.wait(took * quiet)
+    return total
+
+
+def _added(total: PruneReport, part: PruneReport) -> PruneReport:
+    for (flow, status), counts in part.counts.items():
+        total.add(flow, status, counts)
+    total.skipped += part.skipped
+    total.batches += part.batches
+    total.longest_batch_s = max(total.longest_batch_s, part.longest_batch_s)
+    return total
+
+
 def run() -> None:
     runs = env_int("BENCH_RETENTION_RUNS", 30_000)
     days = max(2, env_int("BENCH_RETENTION_DAYS", 10))
     active = env_int("BENCH_RETENTION_ACTIVE", 3000)
     batch = env_int("BENCH_RETENTION_BATCH", 100)
+    window_batches = max(1, env_int("BENCH_RETENTION_WINDOW", 5))
+    quiet = env_float("BENCH_RETENTION_QUIET", 1.0)
+    pacing: dict[str, Any] = {}
+    if os.environ.get("BENCH_RETENTION_BATCH_S"):
+        pacing["prune_batch_s"] = env_float("BENCH_RETENTION_BATCH_S", 0.25)
+    if os.environ.get("BENCH_RETENTION_REST"):
+        pacing["prune_rest"] = env_float("BENCH_RETENTION_REST", 1.0)
     real_reports = env_int("BENCH_RETENTION_REPORTS", 0) > 0
     vacuum = env_int("BENCH_RETENTION_VACUUM", 1) > 0
     # several days at once: the first prune after a backlog (retention just turned on)
     retire_days = min(days - 1, max(1, env_int("BENCH_RETENTION_RETIRE_DAYS", 1)))
     dbname = os.environ.get("BENCH_RETENTION_DATABASE", "engine_bench_retention")
-    info = fresh_database(dbname=dbname)
+    # seed once, measure later (=seed), or measure on what an earlier =seed left (=reuse)
+    stage = os.environ.get("BENCH_RETENTION_STAGE", "")
+    keep = stage == "seed" or os.environ.get("BENCH_RETENTION_KEEP") == "1"
+    info = (
+        make_conninfo(server_conninfo(), dbname=dbname)
+        if stage == "reuse"
+        else fresh_database(dbname=dbname)
+    )
     try:
-        settings = settings_for(info, prune_batch=batch, flow_modules=[])
+        settings = settings_for(info, prune_batch=batch, flow_modules=[], **pacing)
+        log(
+            f"prune_batch {settings.prune_batch}, prune_batch_s {settings.prune_batch_s}, "
+            f"prune_rest {settings.prune_rest}; {window_batches} batches a window, quiet {quiet}x"
+        )
         with db.connect(settings, autocommit=True) as conn:
-            _seed(conn, runs, days, active)
+            if stage == "reuse":  # seeded by an earlier checkout: this one's migrations too
+                migrations.apply(conn, settings.migration_dirs)
+            else:
+                _seed(conn, runs, days, active)
+            if stage == "seed":
+                log(f"seeded {dbname}; measure with BENCH_RETENTION_STAGE=reuse")
+                return
             claimable = conn.execute(_q["retention_active_runs"]).fetchall()
             now = store.clock_select(conn)
-        half = len(claimable) // 2
         # the oldest day(s) become due: their end + the 14 days of the default horizon
         as_of = now - timedelta(days=days - retire_days)
 
-        quiet = Claimer(settings, claimable[:half])
-        quiet.start()
-        quiet.join()
-        p99_quiet = _quantiles("without_retirement", quiet.times)
-
         planned = prune(settings, dry_run=True, as_of=as_of)
-        busy = Claimer(settings, claimable[half:])
-        busy.start()
+        claimer = Claimer(settings, claimable, Windows())
+        claimer.start()
         started = time.monotonic()
-        done = prune(
+        sizes: list[int] = []
+        done = _retire_alternating(
             settings,
-            as_of=as_of,
-            write_reports=None if real_reports else _stub_reports,
+            claimer,
+            as_of,
+            window_batches=window_batches,
+            quiet=quiet,
+            max_s=env_float("BENCH_RETENTION_MAX_S", 3600.0),
+            real_reports=real_reports,
             vacuum=vacuum,
+            batches=sizes,
         )
         took = time.monotonic() - started
-        busy.stop.set()
-        busy.join()
-        p99_busy = _quantiles("during_retirement", busy.times)
+        claimer.stop.set()
+        claimer.join()
+        if claimer.ran_out:
+            log(
+                f"the claimer ran out of step runs ({len(claimable)}): seed more "
+                "(BENCH_RETENTION_ACTIVE; ~1 a second of retirement at 10M on 2 loaded cores)"
+            )
+        times = claimer.times
+        p99_quiet = _quantiles("without_retirement", times["without"])
+        p99_busy = _quantiles("during_retirement", times["retire"] + times["vacuum"])
+        _quantiles("during_retirement_batches", times["retire"])
+        _quantiles("during_vacuum", times["vacuum"])
         if p99_quiet and p99_busy:
             emit(NAME, "claim_p99_during_over_without", p99_busy / p99_quiet, "x")
 
@@ -171,21 +375,28 @@ def run() -> None:
         emit(NAME, "retired_jobs", total.jobs, "jobs")
         emit(NAME, "retired_step_runs", total.step_runs, "rows")
         emit(NAME, "retired_events", total.events, "rows")
-        emit(NAME, "retire_day_s", took, "s")
+        emit(NAME, "windows", claimer.windows.n, "windows")
+        emit(NAME, "retire_day_with_quiet_windows_s", took, "s")
         emit(NAME, "batches", done.batches, "transactions")
+        if sizes:
+            emit(NAME, "paced_batch_median", statistics.median(sizes), "jobs")
+            emit(NAME, "paced_batch_min", min(sizes), "jobs")
         emit(NAME, "longest_batch_lock_s", done.longest_batch_s, "s")
         if done.vacuum_s is not None:
             emit(NAME, "vacuum_s", done.vacuum_s, "s")
-        emit(NAME, "dry_run_equals_removed", int(planned.counts == done.counts), "bool")
+        if done.cursor is None:
+            emit(NAME, "dry_run_equals_removed", int(planned.counts == done.counts), "bool")
+        else:  # stopped short: what was retired against what the dry run said of the day
+            emit(NAME, "retired_share_of_the_day", total.jobs / max(1, planned.total.jobs), "x")
         emit(NAME, "skipped", done.skipped, "jobs")
         log(
             f"retired {retire_days} day(s) of {days}: {total.jobs} jobs, "
-            f"{total.step_runs} step runs, {total.events} events in {took:.2f} s, "
-            f"{done.batches} batches, longest "
+            f"{total.step_runs} step runs, {total.events} events in {done.batches} batches "
+            f"({claimer.windows.n} windows, {took:.1f} s with the quiet ones), longest "
             f"{done.longest_batch_s * 1000:.1f} ms; dry run equal: {planned.counts == done.counts}"
         )
         with db.connect(settings, autocommit=True) as conn:
             _dead_tuples(conn)
     finally:
-        if os.environ.get("BENCH_RETENTION_KEEP") != "1":
+        if not keep:
             drop_database(dbname)

@@ -1,3 +1,27 @@
+-- retention_seed_indexes --
+-- Read only: the plain indexes of the seeded tables (none behind a constraint), dropped before the seed and built again after it from their definitions.
+SELECT i.indexrelid::regclass::text AS name, pg_get_indexdef(i.indexrelid) AS definition
+FROM pg_index AS i
+WHERE i.indrelid IN ('engine_jobs'::regclass, 'engine_step_runs'::regclass,
+                     'engine_events'::regclass, 'engine_job_tags'::regclass)
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint AS c WHERE c.conindid = i.indexrelid)
+ORDER BY name;
+
+-- retention_seed_constraints --
+-- Read only: the seeded tables' primary keys, unique and check constraints, and every foreign key from or to them (dropped first, added last), dropped before the seed and added again after it from their definitions.
+SELECT c.conrelid::regclass::text AS "table", c.conname AS name, c.contype AS kind,
+       pg_get_constraintdef(c.oid) AS definition
+FROM pg_constraint AS c
+WHERE (c.contype IN ('p', 'u', 'c')
+       AND c.conrelid IN ('engine_jobs'::regclass, 'engine_step_runs'::regclass,
+                          'engine_events'::regclass, 'engine_job_tags'::regclass))
+   OR (c.contype = 'f'
+       AND (c.conrelid IN ('engine_jobs'::regclass, 'engine_step_runs'::regclass,
+                           'engine_events'::regclass, 'engine_job_tags'::regclass)
+            OR c.confrelid IN ('engine_jobs'::regclass, 'engine_step_runs'::regclass,
+                               'engine_events'::regclass, 'engine_job_tags'::regclass)))
+ORDER BY c.contype = 'f' DESC, "table", name;
+
 -- retention_seed_jobs --
 -- Set-based: N finished jobs of flow bench, their ends spread evenly over D days that end 14 days ago (the default horizon for done), one in 20 failed (kept: 400 days), the rest done.
 INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, status, submitted_by,

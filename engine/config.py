@@ -386,6 +386,22 @@ class Settings(BaseSettings):
             "briefly, skipping any another session holds"
         ),
     )
+    prune_batch_s: float = Field(
+        default=0.25,
+        gt=0,
+        description=(
+            "a retirement transaction aims to last at most this long (its locks held no "
+            "longer): the next batch is sized from the last one's time, down to one job"
+        ),
+    )
+    prune_rest: float = Field(
+        default=1.0,
+        ge=0,
+        description=(
+            "between two retirement transactions a prune rests this many times as long as "
+            "the last one took, leaving the database to the claims (0: back to back)"
+        ),
+    )
     reports_url: str | None = Field(
         default=None,
         pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$",

@@ -16,6 +16,17 @@ A retirement, per batch of ``Settings.prune_batch`` families:
    checkpoint) is skipped this time, not waited for; so is a batch whose
    step rows a session holds past ``lock_timeout`` (Contention).
 
+A retirement paces itself, so that it holds no lock long and leaves the
+database to the claims most of the time, whatever the load on the server:
+
+- each batch is sized from the last one's transaction time (the first is of
+  one family, unless a caller goes on with an earlier walk's size): one that took
+  longer than ``Settings.prune_batch_s`` makes the next proportionally
+  smaller (down to one family), one that took under half of it makes the
+  next twice as big (up to ``Settings.prune_batch``);
+- between two retirement transactions it rests ``Settings.prune_rest``
+  times as long as the last one took (0: back to back).
+
 A walk that retired rows and reached its end VACUUMs the live tables it
 deleted from, outside any transaction, when its role owns them
 (``vacuum=True``, the default; the worker's role does not, and relies on
@@ -81,6 +92,8 @@ class PruneReport:
     counts: dict[tuple[str, str], PruneCounts] = field(default_factory=dict)
     skipped: int = 0  # families due but kept this time (held, changed, pinned, no report)
     batches: int = 0
+    batch: int = 0  # the families the next retirement transaction takes (paced; see above)
+    rest_s: float = 0.0  # the rest owed before it (a round that stopped short: the caller's)
     longest_batch_s: float = 0.0  # the longest retirement transaction: the most any lock was held
     vacuum_s: float | None = None  # how long the closing VACUUM took; None: none ran
     # where the walk stopped at max_batches (finished_at, id); None: it reached the end
@@ -107,6 +120,7 @@ class PruneReport:
             "total": vars(self.total),
             "skipped": self.skipped,
             "batches": self.batches,
+            "batch": self.batch,
             "longest_batch_s": round(self.longest_batch_s, 4),
             "vacuum_s": None if self.vacuum_s is None else round(self.vacuum_s, 3),
             "policy": self.policy.as_json(),
@@ -125,6 +139,9 @@ def prune(
     write_reports: ReportWriter | None = None,
     on_batch: Callable[[], None] | None = None,
     vacuum: bool = True,
+    batch: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    rest: Callable[[float], object] = time.sleep,
 ) -> PruneReport:
     """Retire the finished jobs past their retention (``dry_run``: only count them).
 
@@ -136,7 +153,11 @@ def prune(
     ``on_batch`` is called inside each retirement transaction, its rows
     deleted and locked but not committed (a test's barrier). ``vacuum``:
     VACUUM the live tables once a walk that retired rows reached its end
-    (when this role owns them; ``conn`` must be in autocommit).
+    (when this role owns them; ``conn`` must be in autocommit). ``batch``:
+    the families the first retirement transaction takes (a round goes on
+    with the last round's ``report.batch``; default 1, doubling while quick);
+    ``clock`` times each transaction and ``rest`` waits between two (the
+    pruner's stop event waits, so that a stop cuts a rest short).
     """
     policy = RetentionPolicy.of(settings, registry.flows() if registry is not None else ())
 
@@ -148,16 +169,51 @@ def prune(
 
     writer = write_reports or reports
     bounds = (max_batches, after)
+    pace = _Pace(settings, batch, clock, rest)
     if conn is None:
         with db.connect(settings, autocommit=True) as own:
-            report = _prune(settings, own, policy, dry_run, as_of, bounds, writer, on_batch)
+            report = _prune(settings, own, policy, dry_run, as_of, bounds, writer, on_batch, pace)
             if vacuum:
                 _vacuum(own, report)
             return report
-    report = _prune(settings, conn, policy, dry_run, as_of, bounds, writer, on_batch)
+    report = _prune(settings, conn, policy, dry_run, as_of, bounds, writer, on_batch, pace)
     if vacuum:
         _vacuum(conn, report)
     return report
+
+
+class _Pace:
+    """How big the next retirement transaction is, and how long to rest before it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        batch: int | None,
+        clock: Callable[[], float],
+        rest: Callable[[float], object],
+    ) -> None:
+        self.ceiling = settings.prune_batch
+        self.target_s = settings.prune_batch_s
+        self.rest_ratio = settings.prune_rest
+        # a walk starts at one family and doubles while quick: its first transaction is
+        # never a whole PRUNE_BATCH on a server too loaded to do it in PRUNE_BATCH_S
+        self.size = min(self.ceiling, max(1, batch or 1))
+        self.clock = clock
+        self.rest = rest
+        self.owed_s = 0.0  # the rest due before the next retirement transaction
+
+    def before(self) -> None:
+        if self.owed_s > 0:
+            self.rest(self.owed_s)
+            self.owed_s = 0.0
+
+    def after(self, families: int, took_s: float) -> None:
+        """A retirement transaction of ``families`` took ``took_s``: size the next, owe a rest."""
+        self.owed_s = took_s * self.rest_ratio
+        if took_s > self.target_s:
+            self.size = max(1, min(self.size, int(families * self.target_s / took_s)))
+        elif took_s < self.target_s / 2 and families >= self.size:
+            self.size = min(self.ceiling, self.size * 2)
 
 
 def _vacuum(conn: psycopg.Connection[Any], report: PruneReport) -> None:
@@ -180,9 +236,10 @@ def _prune(
     bounds: tuple[int | None, tuple[datetime, uuid.UUID] | None],
     writer: ReportWriter,
     on_batch: Callable[[], None] | None,
+    pace: _Pace,
 ) -> PruneReport:
     when = as_of or store.clock_select(conn)
-    report = PruneReport(when, dry_run, policy)
+    report = PruneReport(when, dry_run, policy, batch=pace.size)
     max_batches, after = bounds
     while True:
         if max_batches is not None and report.batches >= max_batches:
@@ -193,7 +250,8 @@ def _prune(
             as_of=when,
             policy=policy.flows,
             defaults=policy.defaults,
-            limit=settings.prune_batch,
+            # a dry run holds no lock: its pages stay whole
+            limit=settings.prune_batch if dry_run else pace.size,
             after=after,
         )
         if not roots:
@@ -205,7 +263,10 @@ def _prune(
             for row in store.job_retire_count_many(conn, ids, when):
                 report.add(row["flow"], row["status"], _counts(row))
             continue
-        _retire(settings, conn, report, roots, writer, on_batch)
+        pace.before()  # rest owed by the last transaction, only if another one follows
+        _retire(settings, conn, report, roots, writer, on_batch, pace)
+        report.batch = pace.size
+    report.rest_s = pace.owed_s
     return report
 
 
@@ -216,6 +277,7 @@ def _retire(
     roots: list[dict[str, Any]],
     writer: ReportWriter,
     on_batch: Callable[[], None] | None,
+    pace: _Pace,
 ) -> None:
     family = store.job_select_family_many(conn, [r["id"] for r in roots])
     stored = writer(settings, family)
@@ -226,7 +288,7 @@ def _retire(
     report.skipped += len(keep)
     if not chosen:
         return
-    started = time.monotonic()
+    started = pace.clock()
     try:
         with conn.transaction():
             gone = store.job_retire_many(
@@ -239,8 +301,11 @@ def _retire(
             "prune: a batch of %d job(s) waited too long and was skipped: %s", len(chosen), exc
         )
         report.skipped += len(chosen)
+        pace.after(len(chosen), pace.clock() - started)
         return
-    report.longest_batch_s = max(report.longest_batch_s, time.monotonic() - started)
+    took = pace.clock() - started
+    pace.after(len(chosen), took)
+    report.longest_batch_s = max(report.longest_batch_s, took)
     retired = {g["job_id"] for g in gone}
     report.skipped += sum(1 for r in chosen if r["id"] not in retired)
     for g in gone:

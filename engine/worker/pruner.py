@@ -60,6 +60,8 @@ class Pruner(BackgroundLoop):
         self.write_reports = write_reports  # None: the reports rendered and stored as configured
         self.next_prune = clock() + settings.prune_interval_s
         self.cursor: tuple[Any, Any] | None = None  # a due prune's place, between rounds
+        self.batch: int | None = None  # its paced batch size, between rounds
+        self.rest_s = 0.0  # the rest its last batch owes before the next round
 
     @property
     def enabled(self) -> bool:
@@ -76,8 +78,12 @@ class Pruner(BackgroundLoop):
             max_batches=_PRUNE_BATCHES,
             after=self.cursor,
             write_reports=self.write_reports,
+            batch=self.batch,
+            rest=self.stop.wait,  # a stop cuts the rest between two batches short
         )
         self.cursor = report.cursor
+        self.batch = report.batch
+        self.rest_s = report.rest_s if report.cursor is not None else 0.0
         if report.cursor is None:  # done: the next prune one interval from now
             self.next_prune = self.clock() + self.settings.prune_interval_s
         total = report.total
@@ -102,11 +108,11 @@ class Pruner(BackgroundLoop):
         return self.settings.sweep_interval_s
 
     def _turn(self) -> float:
-        """Prune rounds back to back while one is due, else wait (within a second) until it is."""
+        """Prune rounds while one is due (resting as the last batch asks), else wait until it is."""
         if self.clock() < self.next_prune:
             return min(1.0, self._interval_s(), max(0.0, self.next_prune - self.clock()))
         self.round(self._connection())
-        return 0.0
+        return self.rest_s
 
     def _round_failed(self, exc: Exception) -> None:
         if isinstance(exc, Contention):

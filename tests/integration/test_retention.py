@@ -437,3 +437,52 @@ def test_prune__the_report_index_lists_a_pruned_job_linking_its_stored_page(
     assert f'href="runs/{pruned}.html"' in rows[pruned] and ">pruned</span>" in rows[pruned]
     assert (index.parent / "runs" / f"{pruned}.html").is_file()
     assert f'href="runs/{kept}.html"' in rows[kept] and ">pruned</span>" not in rows[kept]
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told; what each rest asked for."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.rests: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def rest(self, seconds: float) -> None:
+        self.rests.append(seconds)
+
+
+def test_prune__a_slow_transaction_makes_the_next_batch_smaller_and_a_rest_follows_it(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    jobs = run_jobs(fast, registry, *[(keeper, {"n": n}) for n in range(7)])
+    for job in jobs:
+        age(conn, job, 31)
+    paced = fast.model_copy(update={"prune_batch": 4, "prune_batch_s": 1.0, "prune_rest": 0.5})
+    clock = FakeClock()
+
+    def slow() -> None:  # each retirement transaction takes 2 s: twice the aim
+        clock.now += 2.0
+
+    report = prune(paced, registry=registry, batch=4, on_batch=slow, clock=clock, rest=clock.rest)
+    # 4 families, then 4 * 1 / 2 = 2, then 1: each transaction halves the next
+    assert (report.total.jobs, report.batches, report.batch) == (7, 3, 1)
+    assert report.longest_batch_s == 2.0
+    # half of the 2 s each took, before the next one (none after the last)
+    assert clock.rests == [1.0, 1.0]
+    assert rows(conn)["engine_jobs"] == 0
+
+
+def test_prune__starts_at_one_job_and_quick_transactions_double_it_up_to_prune_batch(
+    fast: Settings, registry: Registry, conn: psycopg.Connection[Any]
+) -> None:
+    jobs = run_jobs(fast, registry, *[(keeper, {"n": n}) for n in range(7)])
+    for job in jobs:
+        age(conn, job, 31)
+    paced = fast.model_copy(update={"prune_batch": 4, "prune_batch_s": 1.0, "prune_rest": 1.0})
+    clock = FakeClock()  # never moves: each transaction takes no time
+    report = prune(paced, registry=registry, clock=clock, rest=clock.rest)
+    # a walk starts at one: 1, 2, then 4 (the ceiling): 7 families in three transactions
+    assert (report.total.jobs, report.batches, report.batch) == (7, 3, 4)
+    assert clock.rests == []
