@@ -30,7 +30,6 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar, Token
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -223,12 +222,7 @@ class AttemptSpan(AttemptTrace):
                     self._begin()
         self._tokens.append(_active.set(self))
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         _active.reset(self._tokens.pop())
 
     def body(self) -> AbstractContextManager[None]:
@@ -344,12 +338,7 @@ class _Body:
         self.attempt.in_body = True
         self.token = otel_context.attach(_VIEW)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         attempt = self.attempt
         attempt.in_body = False
         otel_context.detach(self.token)  # type: ignore[arg-type]

@@ -142,39 +142,22 @@ def readable(record: Record, resource: Resource) -> ReadableSpan:
     if what == ATTEMPT:
         return _attempt(record, resource)
     if what == STATEMENT:
-        _, trace_id, span_id, parent_id, start, end, name, text, error = record
+        # (what, trace id, span id, parent id, start, end, name, text, error)
+        ids: tuple[int, int, int] = record[1:4]
+        start, end, name, text, error = record[4:]
         attributes = {"db.system": "postgresql"}
         if text is None:
             attributes["db.query.summary"] = name
         else:
             attributes["db.statement"] = statement_text(text)
         status = _UNSET if error is None else Status(StatusCode.ERROR, error)
-        return _span(
-            resource,
-            trace_id,
-            span_id,
-            parent_id,
-            name,
-            SpanKind.CLIENT,
-            start,
-            end,
-            attributes,
-            status=status,
-        )
+        return _span(resource, *ids, name, SpanKind.CLIENT, start, end, attributes, status=status)
     if what == CHUNK:
-        _, trace_id, span_id, parent_id, start, end, number, statements = record
+        # (what, trace id, span id, parent id, start, end, chunk number, statements)
+        ids: tuple[int, int, int] = record[1:4]  # type: ignore[no-redef]
+        start, end, number, statements = record[4:]
         attributes = {"engine.chunk": number, "db.statements": statements}
-        return _span(
-            resource,
-            trace_id,
-            span_id,
-            parent_id,
-            f"chunk {number}",
-            SpanKind.INTERNAL,
-            start,
-            end,
-            attributes,
-        )
+        return _span(resource, *ids, f"chunk {number}", SpanKind.INTERNAL, start, end, attributes)
     (
         _,
         trace_id,
