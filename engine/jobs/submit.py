@@ -32,7 +32,7 @@ from engine.jobs.plan import root_runs
 from engine.jobs.search import PARAM_TAG
 from engine.jobs.transaction import in_transaction
 from engine.store import jsonb
-from engine.store.status import EventKind, JobStatus
+from engine.store.status import JobStatus
 from engine.transports import transport_for
 from engine.transports.announce import announce
 from engine.transports.outbox import Publisher
@@ -158,6 +158,10 @@ def submit_in(
     searchable = search_tags(flow, params)
     child_of = None if parent is None else (parent.step_run_id, parent.key)
     fingerprint = job_fingerprint(flow.name, flow.version, params, scheduled_for, child_of)
+    # what the job's row does not say of its submit (its row is its submitted event)
+    submitted: dict[str, Any] = {}
+    if scheduled_for is not None:
+        submitted["scheduled_for"] = scheduled_for.isoformat()
     for _ in range(_MAX_ROUNDS):
         job_id = uuid.uuid4()
         row = store.job_insert_if_absent(
@@ -172,6 +176,7 @@ def submit_in(
             signals=flow.signals,
             approvals=flow.approvals,
             traceparent=tracing.traceparent(),
+            submitted_detail=submitted,
         )
         if row is not None:
             tracing.submitted(job_id, created=True)
@@ -179,13 +184,6 @@ def submit_in(
                 store.tag_insert_many(conn, job_id, name, values)
             runs = root_runs(flow, job_id, params_json, settings)
             announced = announce(conn, publisher, job_id=job_id, new_runs=runs, notify=notify)
-            detail: dict[str, Any] = {"flow": flow.name, "params": params_json, "by": submitted_by}
-            if scheduled_for is not None:
-                detail["scheduled_for"] = scheduled_for.isoformat()
-            if parent is not None:
-                detail["parent_job"] = str(parent.job_id)
-                detail["child_key"] = parent.key
-            store.event_insert(conn, EventKind.SUBMITTED, job_id=job_id, detail=detail)
             return Submitted(row.id, row.flow, row.status, True, fingerprint, announced.outbox_ids)
         existing = store.job_select_active_by_fingerprint(conn, fingerprint)
         if existing is not None:

@@ -74,9 +74,14 @@ def job_insert_if_absent(
     signals: tuple[str, ...] = (),
     approvals: tuple[str, ...] = (),
     traceparent: str | None = None,
+    submitted_detail: dict[str, Any] | None = None,
 ) -> JobRow | None:
     """Insert a job (a child of ``parent``) receiving ``signals`` (its flow's, declared),
     of which ``approvals`` are approvals, submitted under the W3C ``traceparent``.
+
+    Its row is its ``submitted`` event too (migration 0037, read through
+    ``engine_history``), with ``submitted_detail`` (what the row does not hold:
+    a schedule's ``scheduled_for``) added to the detail its columns give.
 
     ``None``: an active job has this fingerprint.
     """
@@ -96,6 +101,7 @@ def job_insert_if_absent(
                 "signals": list(signals),
                 "approvals": list(approvals),
                 "traceparent": traceparent,
+                "submitted_detail": Jsonb(submitted_detail or {}),
             },
         )
         row = cur.fetchone()

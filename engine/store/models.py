@@ -111,6 +111,8 @@ class Job(SQLModel, table=True):
     traceparent: str | None = _text(True)  # the submit's W3C trace context (engine.tracing)
     # the worker whose checkpoint ended it done: its job_done event, folded (migration 0035)
     finished_by: str | None = _text(True)
+    # its submitted event, folded (migration 0037): what the row does not say of it
+    submitted_detail: dict[str, Any] | None = _json(True)
 
 
 class StepRun(SQLModel, table=True):

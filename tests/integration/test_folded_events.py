@@ -1,5 +1,5 @@
-"""A step run's first claim and its success, and a job's end done, are columns of their rows,
-not event rows (issue 38).
+"""A step run's first claim and its success, and a job's submit and its end done, are columns
+of their rows, not event rows (issue 38).
 
 The history still shows them: ``engine_history`` (migration 0035) reads them
 back as the claimed and succeeded events, and the run report's history
@@ -44,7 +44,7 @@ def test_folded__a_chain_writes_no_claim_or_success_row_and_its_history_shows_th
     job = submit("chain", {"n": 3}, settings=settings, registry=flows_registry())
     with thread_worker(settings):
         assert wait_job_ended(conn, job.job_id) == "done"
-    assert kinds(conn, "engine_events", job.job_id) == ["submitted"], "the only event row"
+    assert kinds(conn, "engine_events", job.job_id) == [], "not one event row (0037: the submit)"
     history = kinds(conn, "engine_history", job.job_id)
     assert history == ["submitted", *["claimed", "succeeded"] * 3, "job_done"]
     engine = sqlalchemy_engine(settings)
@@ -124,3 +124,33 @@ def test_folded__a_claim_or_success_kept_on_its_row_is_written_once(
         conn.execute(f"UPDATE {table} SET {column} = {value} WHERE {key} = %s", (job.job_id,))
     # the rest of the row is the engine's to update as before
     conn.execute(f"UPDATE {table} SET {column} = {column} WHERE {key} = %s", (job.job_id,))
+
+
+def test_folded__a_submit_is_its_job_row_and_its_history_shows_the_event_it_was(
+    fast: Settings, conn: psycopg.Connection[Any]
+) -> None:
+    """The submitted event's detail, as the event row had it (flow, params, by), is read
+    back from the job's row (migration 0037); the row itself is written once."""
+    job = submit("chain", {"n": 2}, settings=fast, registry=flows_registry(), submitted_by="ann")
+    row = conn.execute(
+        "SELECT at, worker, attempt, detail FROM engine_history "
+        "WHERE job_id = %s AND kind = 'submitted'",
+        (job.job_id,),
+    ).fetchall()
+    own = conn.execute("SELECT created_at, params FROM engine_jobs WHERE id = %s", (job.job_id,))
+    created = own.fetchone()
+    assert created is not None and created["params"]["n"] == 2
+    assert row == [
+        {
+            "at": created["created_at"],
+            "worker": None,
+            "attempt": None,
+            "detail": {"flow": "chain", "params": created["params"], "by": "ann"},
+        }
+    ]
+    assert kinds(conn, "engine_events", job.job_id) == []
+    with pytest.raises(psycopg.errors.RaiseException, match="written once"):
+        conn.execute(
+            "UPDATE engine_jobs SET submitted_detail = '{\"x\": 1}' WHERE id = %s",
+            (job.job_id,),
+        )

@@ -200,6 +200,7 @@ NOT_IN_ROWS = {
         "pinned_until",  # retention reads them in SQL (engine_retire_jobs)
         "pinned_reason",
         "finished_by",  # the folded job_done (0035): read as an event through engine_history
+        "submitted_detail",  # the folded submitted (0037): read through engine_history too
     },
     "engine_step_runs": {
         "available_at",

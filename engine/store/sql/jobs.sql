@@ -1,11 +1,11 @@
 -- job_insert_if_absent --
--- Invariant 7: the conflict target repeats the partial index's predicate, so a second active job with this fingerprint inserts nothing (zero rows: someone else's job exists).
+-- Invariant 7: the conflict target repeats the partial index's predicate, so a second active job with this fingerprint inserts nothing (zero rows: someone else's job exists); the row inserted is its submitted event too (submitted_detail set: migration 0037, read through engine_history), so a submit that inserts nothing records nothing.
 INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, submitted_by,
                          parent_job_id, parent_step_run_id, child_key, signals, approvals,
-                         traceparent)
+                         traceparent, submitted_detail)
 VALUES (%(id)s, %(flow)s, %(flow_version)s, %(params)s, %(fingerprint)s, %(submitted_by)s,
         %(parent_job_id)s, %(parent_step_run_id)s, %(child_key)s, %(signals)s::text[],
-        %(approvals)s::text[], %(traceparent)s)
+        %(approvals)s::text[], %(traceparent)s, %(submitted_detail)s)
 ON CONFLICT (fingerprint) WHERE status IN ('pending', 'running') DO NOTHING
 RETURNING id, flow, status, created_at;
 
