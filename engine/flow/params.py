@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from engine.errors import DefinitionError, InvalidParameters
+from engine.flow.names import checked_names
 
 __all__ = ["check_searchable", "parse_params"]
 
@@ -66,15 +67,16 @@ def check_searchable(
                 f"(its fields: {', '.join(fields) or 'none'})",
                 flow=flow,
             )
-        if not _SEARCHABLE.fullmatch(name):
-            raise DefinitionError(
-                f"searchable parameter {name!r}: expected a name of lower-case letters, "
-                "digits and '_', starting with a letter, at most 56 characters",
-                flow=flow,
-            )
-    if len(set(names)) != len(names):
-        raise DefinitionError(f"searchable names a parameter twice: {names!r}", flow=flow)
-    return names
+    return checked_names(
+        names,
+        _SEARCHABLE,
+        invalid=lambda name: (
+            f"searchable parameter {name!r}: expected a name of lower-case "
+            "letters, digits and '_', starting with a letter, at most 56 characters"
+        ),
+        twice=f"searchable names a parameter twice: {names!r}",
+        flow=flow,
+    )
 
 
 def _problem(error: Mapping[str, Any]) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.errors import DefinitionError
+from engine.flow.names import checked_names
 
 __all__ = [
     "SIGNAL_NAME",
@@ -78,16 +79,16 @@ def check_signals(flow: str, signals: Sequence[str]) -> tuple[str, ...]:
     if isinstance(signals, str):
         signals = (signals,)
     names = tuple(signals)
-    for name in names:
-        if not isinstance(name, str) or not SIGNAL_NAME.fullmatch(name):
-            raise DefinitionError(
-                f"invalid signal name {name!r} in signals: expected a lowercase letter, then "
-                "up to 62 lowercase letters, digits, '_', '.' or '-' (e.g. 'approve')",
-                flow=flow,
-            )
-    if len(set(names)) != len(names):
-        raise DefinitionError(f"signals {names!r} names one twice", flow=flow)
-    return names
+    return checked_names(
+        names,
+        SIGNAL_NAME,
+        invalid=lambda name: (
+            f"invalid signal name {name!r} in signals: expected a lowercase "
+            "letter, then up to 62 lowercase letters, digits, '_', '.' or '-' (e.g. 'approve')"
+        ),
+        twice=f"signals {names!r} names one twice",
+        flow=flow,
+    )
 
 
 def check_approvals(flow: str, approvals: Sequence[str], signals: Sequence[str]) -> tuple[str, ...]:
