@@ -113,12 +113,16 @@ SET average_cost = EXCLUDED.average_cost, average_from = EXCLUDED.average_from,
     loop_group = EXCLUDED.loop_group;
 
 -- item_costs_select_pairs --
--- The item costs of the given pairs as they stand (before their recost, or after it), with the stock counts' share of COGS (to 5100) valued like costing values it.
+-- The item costs of the given pairs as they stand (before their recost, or after it), with the stock counts' share of COGS (to 5100) valued like costing values it. Each pair is read on its key (a LATERAL with LIMIT, which the planner cannot flatten into a join): a period costed after the statistics were taken is '1 row' to it, and a join scanned all its item costs once per pair.
 SELECT c.store_id, c.item_id, st.code AS store, i.sku, c.average_cost, c.cogs_value,
        c.closing_qty, c.closing_value
 FROM unnest(%(stores)s::int[], %(items)s::int[]) AS p (store_id, item_id)
-JOIN erp_item_costs AS c
-  ON c.period = %(period)s AND c.store_id = p.store_id AND c.item_id = p.item_id
+CROSS JOIN LATERAL (
+    SELECT k.store_id, k.item_id, k.average_cost, k.cogs_value, k.closing_qty, k.closing_value
+    FROM erp_item_costs AS k
+    WHERE k.period = %(period)s AND k.store_id = p.store_id AND k.item_id = p.item_id
+    LIMIT 1  -- the key: one row at most
+) AS c
 JOIN erp_stores AS st ON st.id = c.store_id
 JOIN erp_items AS i ON i.id = c.item_id
 ORDER BY c.store_id, c.item_id;
