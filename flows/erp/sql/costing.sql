@@ -151,8 +151,8 @@ SELECT %(period)s, %(store_id)s, item_id, oq, ov, rq, rv, tq, tv, avg_cost, avg_
 FROM costed;
 
 -- store_costs_totals --
--- What each given store's costing journal and the summary are built from (a row per store with item costs); the adjustments' share of COGS (stock counts) goes to 5100, valued like every issue at the item's average. Summed store by store (one index range of its item costs each, its stock counts joined by item): no grouping or sorting of every store's item costs by store, whose plan came from estimates a costing's churn leaves stale ('221 rows' for 100,000: a sort spilled to disk, 1.7 s of a recost job's 4 s through a worker at ~1M moves).
-SELECT s.id AS store_id, t.*
+-- What each given store's costing journal and the summary are built from (a row per store with item costs); the adjustments' share of COGS (stock counts) goes to 5100, valued like every issue at the item's average. Summed store by store (one index range of its item costs each): no grouping or sorting of every store's item costs by store, whose plan came from estimates a costing's churn leaves stale ('221 rows' for 100,000: a sort spilled to disk, 1.7 s of a recost job's 4 s through a worker at ~1M moves). The stock counts are summed apart, once per store, each count's item valued on its key (a LATERAL with LIMIT): joined to the item costs of a period costed after the statistics were taken ('1 row'), they were aggregated again for every item cost (11.9 s of a recost job at ~1M moves).
+SELECT s.id AS store_id, t.*, j.adjustment_value
 FROM unnest(%(stores)s::int[]) AS s (id)
 CROSS JOIN LATERAL (
     SELECT count(*)::int AS items,
@@ -160,21 +160,29 @@ CROSS JOIN LATERAL (
            coalesce(sum(c.receipt_value), 0) AS receipt_value,
            coalesce(sum(c.transfer_in_value), 0) AS transfer_in_value,
            coalesce(sum(c.cogs_value), 0) AS cogs_value,
-           coalesce(sum(round(a.qty * c.average_cost, 2)), 0) AS adjustment_value,
            coalesce(sum(c.transfer_out_value), 0) AS transfer_out_value,
            coalesce(sum(c.closing_value), 0) AS closing_value,
            count(*) FILTER (WHERE c.closing_qty < 0)::int AS negative_items,
            count(*) FILTER (WHERE c.loop_group IS NOT NULL)::int AS loop_items,
            count(*) FILTER (WHERE c.average_from <> 'solved')::int AS fallback_items
     FROM erp_item_costs AS c
-    LEFT JOIN (
+    WHERE c.period = %(period)s AND c.store_id = s.id
+) AS t
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(round(a.qty * k.average_cost, 2)), 0) AS adjustment_value
+    FROM (
         SELECT m.item_id, -sum(m.qty) AS qty
         FROM erp_stock_moves AS m
         WHERE m.period = %(period)s AND m.store_id = s.id AND m.kind = 'adjustment'
         GROUP BY m.item_id
-    ) AS a ON a.item_id = c.item_id
-    WHERE c.period = %(period)s AND c.store_id = s.id
-) AS t
+    ) AS a
+    CROSS JOIN LATERAL (
+        SELECT c.average_cost
+        FROM erp_item_costs AS c
+        WHERE c.period = %(period)s AND c.store_id = s.id AND c.item_id = a.item_id
+        LIMIT 1  -- the key: one row at most
+    ) AS k
+) AS j
 WHERE t.items > 0;
 
 -- store_opening_loaded --
