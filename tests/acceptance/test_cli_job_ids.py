@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from harness import engine_cli as engine
 
 from engine.config import Settings
@@ -89,14 +88,7 @@ def test_cli__runs_off_a_terminal_prints_whole_ids_that_status_takes(settings: S
     env["ENGINE_DATABASE_URL"] = settings.database_url.get_secret_value()
     for command in (["runs"], ["status"]):  # `status` without an id lists the runs too
         # stdout is a pipe, and no COLUMNS: rich would cut a table to 80 columns
-        piped = subprocess.run(
-            [sys.executable, "-m", "engine", *command],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        piped = run_engine(command, env=env)
         assert piped.returncode == 0, piped.stderr
         assert "…" not in piped.stdout, piped.stdout
         shown = set(re.findall(r"\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b", piped.stdout))
@@ -106,14 +98,7 @@ def test_cli__runs_off_a_terminal_prints_whole_ids_that_status_takes(settings: S
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["job"]["id"] == job
         # a job's own tables too: its step names and concurrency keys whole
-        table = subprocess.run(
-            [sys.executable, "-m", "engine", "status", job],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        table = run_engine(["status", job], env=env)
         assert table.returncode == 0, table.stderr
         assert "…" not in table.stdout, table.stdout
         assert "concurrency" in table.stdout and "attempts" in table.stdout

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from harness import ROOT, SUPPORT, fast_settings, thread_worker, wait_until
 
 from engine import signal, submit
@@ -53,14 +54,7 @@ def _env(settings: Settings) -> dict[str, str]:
 
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     """``engine ARGS`` off a terminal (stdout a pipe), loading the test flows."""
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env=_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_engine(args, env=_env(settings))
 
 
 def _waiting_steps(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> int:

@@ -8,13 +8,13 @@ through a worker process whose every connection took ``engine_worker``
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from erp_checks import assert_books_balance, assert_costs_equal_reference
 from harness import (
     fast_settings,
@@ -97,14 +97,7 @@ def test_cli__admin_commands_keep_the_login_role(settings: Settings) -> None:
     # a worker role the server lacks would refuse every connection that took it
     env = worker_env(settings, worker_role="engine_no_such_role")
     for args in (["migrate"], ["status", "--json"], ["dlq", "list", "--json"]):
-        result = subprocess.run(
-            [sys.executable, "-m", "engine", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        result = run_engine(args, env=env)
         assert result.returncode == 0, (args, result.stderr[-2000:])
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from harness import engine_cli as engine
 from harness import settings_with_url, start_worker_process, wait_job_ended, worker_env
 from pooler import PgBouncer
@@ -34,14 +34,7 @@ def pooled(pgbouncer: PgBouncer, dbinfo: str) -> Settings:
 
 def _test_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     """``engine ARGS`` with the test flows (``chain``) loaded, as the worker has them."""
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env=worker_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_engine(args, env=worker_env(settings))
 
 
 def _charged(conn: psycopg.Connection[Any], job_id: str) -> list[Any]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from harness import wait_until, worker_env
 
 from engine.alerts import AlertRecorder
@@ -25,14 +25,10 @@ def engine(
     settings: Settings, *args: str, modules: tuple[str, ...] = ("testflows",)
 ) -> subprocess.CompletedProcess[str]:
     """``python -m engine ARGS`` with the test flows (``chain``) on the test's database."""
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
+    return run_engine(
+        args,
         # wide enough that a table row is one line per cell
         env={**worker_env(settings, flow_modules=list(modules)), "COLUMNS": "250"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
     )
 
 

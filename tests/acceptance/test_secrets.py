@@ -11,8 +11,6 @@ unreachable SQS endpoint) are searched for each canary.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +19,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from harness import (
     FAST,
     ROOT,
@@ -97,14 +96,7 @@ class Worker:
 
 
 def engine(url: str, *args: str, timeout: float = 60, **overrides: Any) -> tuple[int, str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env=child_env(url, **overrides),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    result = run_engine(args, env=child_env(url, **overrides), timeout=timeout)
     return result.returncode, result.stdout + result.stderr
 
 

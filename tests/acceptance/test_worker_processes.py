@@ -6,13 +6,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from harness import (
     fast_settings,
     flows_registry,
@@ -195,14 +195,7 @@ def test_sigterm__during_a_long_poll_exits_0(settings: Settings) -> None:
 def engine_cli(
     settings: Settings, *args: str, **overrides: Any
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env=worker_env(settings, **overrides),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_engine(args, env=worker_env(settings, **overrides))
 
 
 def test_cli__worker_refuses_a_heartbeat_not_shorter_than_the_lease(settings: Settings) -> None:

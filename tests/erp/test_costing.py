@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from erp_checks import assert_books_balance, assert_costs_equal_reference, books_snapshot
 from harness import ROOT, SUPPORT, fast_settings, thread_worker, wait_job_ended
 
@@ -356,12 +355,13 @@ def test_costing__status_and_report_label_each_store_run_by_its_code(
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(SUPPORT)]),
         "COLUMNS": "250",
     }
-    run = [sys.executable, "-m", "engine", "status", str(job)]
-    shown = subprocess.run([*run, "--json"], env=env, capture_output=True, text=True, check=True)
+    shown = run_engine(["status", str(job), "--json"], env=env)
+    assert shown.returncode == 0, shown.stderr
     steps = json.loads(shown.stdout)["steps"]
     assert sorted(s["label"] for s in steps if s["step"] == "cost_store") == codes
-    text = subprocess.run(run, env=env, capture_output=True, text=True, check=True).stdout
-    assert all(code in text for code in codes), text
+    text = run_engine(["status", str(job)], env=env)
+    assert text.returncode == 0, text.stderr
+    assert all(code in text.stdout for code in codes), text.stdout
 
 
 def _store(code: str) -> Any:

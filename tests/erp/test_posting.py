@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
@@ -13,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 
 from engine import Refused, Registry, connect, submit
@@ -296,13 +295,8 @@ def test_books_cli__trial_balance_json_after_posting(
     env = {**os.environ, "ENGINE_DATABASE_URL": fast.database_url.get_secret_value()}
     env.pop("ENGINE_FLOW_MODULES", None)
 
-    result = subprocess.run(
-        [sys.executable, "-m", "engine", "books", "trial-balance", "--period", "2026-11", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_engine(
+        ["books", "trial-balance", "--period", "2026-11", "--json"], env=env, timeout=60
     )
 
     assert result.returncode == 0, result.stderr

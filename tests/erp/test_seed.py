@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 
 from engine import BadInput, Settings
 from flows.erp.document_posting import post_documents
@@ -292,14 +292,7 @@ def test_seed__rejects_a_bad_period_naming_it(conn: psycopg.Connection[Any]) -> 
 def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     assert settings.database_url is not None
     env = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
-    return subprocess.run(
-        [sys.executable, "-m", "engine", "seed", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_engine(["seed", *args], env=env, timeout=60)
 
 
 TINY_ARGS = ("--stores", "3", "--brands", "2", "--employees", "6", "--items", "10")

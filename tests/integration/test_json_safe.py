@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 import uuid
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
+from cli_zygote import run_engine
 from harness import fast_settings, run_of, thread_worker, wait_job_ended, worker_env
 from jsonflows import LOOSE_FIELDS, SUMMARY_FIELDS
 
@@ -45,14 +45,7 @@ def fast(settings: Settings) -> Settings:
 
 def engine(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m engine ARGS`` with the JSON test flows, on the test's database."""
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env={**worker_env(settings, flow_modules=MODULES), "COLUMNS": "250"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_engine(args, env={**worker_env(settings, flow_modules=MODULES), "COLUMNS": "250"})
 
 
 def count(conn: psycopg.Connection[Any], table: str) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -13,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import cli_zygote
 import psycopg
 from pydantic import SecretStr
 
@@ -165,12 +165,4 @@ def engine_cli(
     environ = {**os.environ, "ENGINE_DATABASE_URL": settings.database_url.get_secret_value()}
     environ.pop("ENGINE_FLOW_MODULES", None)
     environ.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env=environ,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return cli_zygote.run_engine(args, env=environ, stdin=stdin, timeout=timeout)
