@@ -44,9 +44,12 @@ def _serve(path: str) -> None:
     import pkgutil
     import select
 
-    import engine.cli.main  # noqa: F401  the imports every command pays
+    import engine.cli.main  # noqa: F401  the imports every command pays (read below)
     import flows
 
+    commands = sys.modules["engine.cli.main"].COMMANDS  # `engine.cli.main` is also the group
+    for module, _, _ in commands.values():  # every command's own module
+        importlib.import_module(module)
     for module in pkgutil.iter_modules(flows.__path__):  # the installed flows (no list set)
         importlib.import_module(f"flows.{module.name}")
     tail = [p for p in sys.path if p and p not in _startup_paths()]
