@@ -24,6 +24,7 @@ import contextlib
 import importlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -61,6 +62,7 @@ def _serve(path: str) -> None:
     while True:
         ready, _, _ = select.select([listener, sys.stdin], [], [])
         if sys.stdin in ready:  # the test process closed our stdin: it is gone
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             return
         conn, _ = listener.accept()
         if os.fork() == 0:
@@ -138,16 +140,18 @@ class CliServer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = None
-        self._dir = tempfile.mkdtemp(prefix="engine-cli-")
-        self._path = os.path.join(self._dir, "socket")
+        self._dir = ""  # made when the server starts (a process that never runs one makes none)
+        self._path = ""
 
     def _started(self) -> str:
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT)])}
                 env.pop("ENGINE_FLOW_MODULES", None)
-                if os.path.exists(self._path):
-                    os.unlink(self._path)
+                if self._dir:
+                    shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = tempfile.mkdtemp(prefix="engine-cli-")
+                self._path = os.path.join(self._dir, "socket")
                 self._proc = subprocess.Popen(
                     [sys.executable, "-c", f"import cli_zygote; cli_zygote._serve({self._path!r})"],
                     env=env,
@@ -166,6 +170,8 @@ class CliServer:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)  # its socket and the commands' files
 
     def run(
         self,
