@@ -10,7 +10,7 @@ standard output and error to files, and ends with the command's exit code: a
 real process with its own PID, connections and exit, not a call in the test's
 process. What the fork cannot show (what a cold start imports, the installed
 script, signals) is tested with real starts (``tests/unit/test_cli_lazy.py``,
-``tests/acceptance/test_install.py``, the worker process tests).
+``tests/integration/test_installs.py``, ``engine db``, the worker process tests).
 
 The server is single-threaded (a fork copies only the forking thread) and
 reaps its children itself; a command past its timeout is killed like
@@ -128,7 +128,7 @@ def _run() -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed stream: nothing left to write
             stream.flush()
-    return code
+    return code % 256  # what a parent reads of any exit status
 
 
 # -- the client (the test's process) ----------------------------------------------------
