@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from harness import fast_settings, thread_worker, wait_job_ended, wait_until
 
-from engine import StepContext, signal, submit
+from engine import StepContext, signal, store, submit
 from engine.config import Settings
 from engine.flow.registry import Registry
 from engine.jobs import admin
@@ -493,3 +493,48 @@ def test_children__wait_again_after_a_caught_timeout_with_a_new_deadline_then_th
     assert spawn["output"]["timed_out"] is False
     assert [o["status"] for o in spawn["output"]["outcomes"]] == ["done"]
     assert status_of(conn, kid["id"]) == "done"
+
+
+def _cancelled_chain(conn: psycopg.Connection[Any], depth: int) -> list[uuid.UUID]:
+    """A cancelled job, its cancelled child, theirs, ... ``depth`` deep, each waiting in a
+    cancelled step run; the rows stored deepest first (each parent link written after the
+    one below it), so that a scan in storage order meets children before parents."""
+    jobs = [uuid.uuid4() for _ in range(depth)]
+    runs = [uuid.uuid4() for _ in range(depth)]
+    for n, (job, run) in enumerate(zip(jobs, runs, strict=True)):
+        conn.execute(
+            "INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, status,"
+            " finished_at) VALUES (%s, 'chain', 1, '{}', %s, 'cancelled', now())",
+            (job, f"{n:064x}"),
+        )
+        conn.execute(
+            "INSERT INTO engine_step_runs (id, job_id, step, fingerprint, status, max_attempts)"
+            " VALUES (%s, %s, 'spawn', %s, 'cancelled', 3)",
+            (run, job, f"{n:064x}"),
+        )
+    for n in reversed(range(1, depth)):
+        conn.execute(
+            "UPDATE engine_jobs SET parent_job_id = %s, parent_step_run_id = %s, child_key = 'k'"
+            " WHERE id = %s",
+            (jobs[n - 1], runs[n - 1], jobs[n]),
+        )
+    return jobs
+
+
+@pytest.mark.parametrize(
+    "plan",
+    ["as planned", "enable_nestloop = off, enable_mergejoin = off", "enable_hashjoin = off"],
+)
+def test_retry__reopens_a_tree_parents_before_children_whatever_the_plan(
+    conn: psycopg.Connection[Any], plan: str
+) -> None:
+    # the order is the lock order and what a retry reports (parents before children);
+    # it was the join's order: a hash join over the rows in storage order reported a
+    # grandchild before its parent (seen once in CI)
+    root, *below = _cancelled_chain(conn, 4)
+    with conn.transaction():
+        for setting in plan.split(", ") if "=" in plan else []:
+            conn.execute(f"SET LOCAL {setting}")
+        reopened = store.job_reopen_if_ended(conn, root)
+    assert isinstance(reopened, store.Reopen)
+    assert list(reopened.children) == below

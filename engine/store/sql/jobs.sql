@@ -124,25 +124,36 @@ WHERE j.id = %(job_id)s
 RETURNING j.id;
 
 -- job_reopen_children_if_ended --
--- A retry reaches down (issue 27): the failed or cancelled children of the job's dead or cancelled step runs (which run again and submit them again under the same key), and theirs, reopen with it, in the same transaction, job rows after the retried job's row and before any step run (the one lock order); a done child, and whatever is below it, stays as it is; read before the step runs are reopened.
+-- A retry reaches down (issue 27): the failed or cancelled children of the job's dead or cancelled step runs (which run again and submit them again under the same key), and theirs, reopen with it, in the same transaction, job rows after the retried job's row and before any step run (the one lock order); a done child, and whatever is below it, stays as it is; read before the step runs are reopened. Locked and returned parents before children (by depth, then id): a join's own order is the rows' storage order under a hash join, which put a grandchild before its parent.
 WITH RECURSIVE tree AS (
-    SELECT c.id
+    SELECT c.id, 1 AS depth
     FROM engine_jobs AS c
     JOIN engine_step_runs AS s ON s.id = c.parent_step_run_id
     WHERE c.parent_job_id = %(job_id)s AND c.status IN ('failed', 'cancelled')
       AND s.status IN ('dead', 'cancelled')
     UNION
-    SELECT c.id
+    SELECT c.id, tree.depth + 1
     FROM engine_jobs AS c
     JOIN tree ON c.parent_job_id = tree.id
     JOIN engine_step_runs AS s ON s.id = c.parent_step_run_id
     WHERE c.status IN ('failed', 'cancelled') AND s.status IN ('dead', 'cancelled')
+),
+locked AS (
+    SELECT j.id, tree.depth
+    FROM engine_jobs AS j
+    JOIN tree ON tree.id = j.id
+    WHERE j.status IN ('failed', 'cancelled')
+    ORDER BY tree.depth, j.id
+    FOR NO KEY UPDATE OF j
+),
+reopened AS (
+    UPDATE engine_jobs AS j
+    SET status = 'running', finished_at = NULL, error = NULL
+    FROM locked
+    WHERE j.id = locked.id
+    RETURNING j.id, j.parent_step_run_id, locked.depth
 )
-UPDATE engine_jobs AS j
-SET status = 'running', finished_at = NULL, error = NULL
-FROM tree
-WHERE j.id = tree.id AND j.status IN ('failed', 'cancelled')
-RETURNING j.id, j.parent_step_run_id;
+SELECT id, parent_step_run_id FROM reopened ORDER BY depth, id;
 
 -- job_select_parent --
 -- Read before a retry, only for its message: the parent of a child job (no row for a job submitted from outside); never used to write.
