@@ -1,0 +1,136 @@
+"""The tests' database pool (``tests/support/dbpool.py``) on real PostgreSQL.
+
+A reset database must be what a new copy of the template is, to the planner
+too, whichever way each table was emptied (DELETE for a small one, TRUNCATE
+for the rest), and a schema, grant or setting a test changed must still get
+the database dropped when the full comparison is skipped for an unchanged
+catalog.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from dbpool import DatabasePool
+from psycopg.rows import dict_row
+
+STATS = """
+SELECT c.relname, c.relpages, c.reltuples, c.relfilenode
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind = 'r' ORDER BY 1
+"""
+
+
+@pytest.fixture
+def pool(db_pool: DatabasePool) -> Iterator[DatabasePool]:
+    """A pool of its own, on the worker's template, made and dropped as the worker's are."""
+    prefix = f"engine_pt_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    made = DatabasePool(db_pool.admin, db_pool.template, prefix, db_pool._create, db_pool._drop)
+    yield made
+    made.close()
+
+
+def connect(pool: DatabasePool, name: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(pool.info(name), autocommit=True, row_factory=dict_row)
+
+
+def stats(pool: DatabasePool, name: str) -> dict[str, tuple[int, float]]:
+    with connect(pool, name) as c:
+        return {r["relname"]: (r["relpages"], r["reltuples"]) for r in c.execute(STATS)}
+
+
+def files(pool: DatabasePool, name: str) -> dict[str, int]:
+    with connect(pool, name) as c:
+        return {r["relname"]: r["relfilenode"] for r in c.execute(STATS)}
+
+
+def write(c: psycopg.Connection[Any], events: int) -> None:
+    c.execute("INSERT INTO erp_brands VALUES (1, 'B1', 'Brand')")
+    c.execute("INSERT INTO erp_stores VALUES (1, 'ST001', 1, 'Store', 'small')")
+    c.execute(
+        "INSERT INTO engine_events (kind, detail)"
+        " SELECT 'submitted', jsonb_build_object('n', n) FROM generate_series(1, %s) n",
+        (events,),
+    )
+    c.execute("SELECT nextval('engine_events_id_seq')")
+
+
+def test_reset__small_tables_deleted_large_ones_truncated_and_as_fresh_as_a_copy(
+    pool: DatabasePool,
+) -> None:
+    name = pool.acquire()
+    template = stats(pool, name)
+    before = files(pool, name)
+    with connect(pool, name) as c:
+        write(c, events=5000)  # engine_events over the planner's 10-page floor
+    pool.release(name)
+    assert pool.acquire() == name and pool.recreated == 0
+    with connect(pool, name) as c:
+        assert pool.fresh(c)
+        assert c.execute("SELECT nextval('engine_events_id_seq') AS n").fetchone() == {"n": 1}
+    after = files(pool, name)
+    # the brands and stores went by DELETE (same files), the events by TRUNCATE (a new one)
+    assert (after["erp_brands"], after["erp_stores"]) == (
+        before["erp_brands"],
+        before["erp_stores"],
+    )
+    assert after["engine_events"] != before["engine_events"]
+    # and the planner sees what it saw in a new copy
+    assert stats(pool, name) == template
+
+
+def test_reset__an_analyzed_table_is_truncated_back_to_the_template_s_statistics(
+    pool: DatabasePool,
+) -> None:
+    name = pool.acquire()
+    template = stats(pool, name)
+    with connect(pool, name) as c:
+        write(c, events=3)
+        c.execute("ANALYZE erp_brands")
+    assert stats(pool, name)["erp_brands"] != template["erp_brands"]
+    pool.release(name)
+    assert pool.acquire() == name
+    assert stats(pool, name) == template
+
+
+def test_reset__rows_alone_skip_the_full_schema_comparison(pool: DatabasePool) -> None:
+    name = pool.acquire()
+    for events in (3, 3, 5000, 3):
+        with connect(pool, name) as c:
+            write(c, events=events)
+        pool.release(name)
+        assert pool.acquire() == name
+    # the first reset knew no signature; a TRUNCATE's rewritten catalog rows are its own
+    assert (pool.compared, pool.resets, pool.recreated) == (1, 4, 0)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "ALTER TABLE erp_brands ADD COLUMN note text",
+        "ALTER TABLE erp_brands ALTER COLUMN name DROP NOT NULL",
+        "CREATE INDEX brands_by_name ON erp_brands (name)",
+        "REVOKE SELECT ON engine_jobs FROM engine_worker",
+        "ALTER DATABASE {db} SET work_mem = '7MB'",
+        "ALTER TABLE engine_events DISABLE TRIGGER USER",
+        "CREATE FUNCTION test_made() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+    ],
+)
+def test_reset__a_schema_change_after_a_reset_still_drops_the_database(
+    pool: DatabasePool, change: str
+) -> None:
+    name = pool.acquire()
+    with connect(pool, name) as c:
+        write(c, events=3)
+    pool.release(name)  # its signature is known from here on
+    assert pool.acquire() == name
+    with connect(pool, name) as c:
+        c.execute(change.format(db=name))
+    pool.release(name)
+    assert pool.recreated == 1
+    assert pool.acquire() != name
