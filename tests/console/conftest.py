@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from argon2 import PasswordHasher
 from consolesupport import PASSWORDS, SECRET, sign_in
 from starlette.testclient import TestClient
 
 from engine.config import Settings
+from engine.console import users
 from engine.console.app import create_app
 from engine.console.settings import ConsoleSettings
 from engine.console.users import add_user
@@ -32,11 +34,34 @@ def console_conf() -> ConsoleSettings:
     )
 
 
+class _HashedOnce(PasswordHasher):
+    """argon2id as the console's, each password hashed once per process: the four
+    people of ~75 tests cost 0.1-0.2 s of a core a hash (a hash of the same password
+    verifies the same; the tests' own hashing is never cached)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hashes: dict[str | bytes, str] = {}
+
+    def hash(self, password: str | bytes, *, salt: bytes | None = None) -> str:
+        if salt is not None:
+            return super().hash(password, salt=salt)
+        if password not in self._hashes:
+            self._hashes[password] = super().hash(password)
+        return self._hashes[password]
+
+
+_PEOPLE_HASHER = _HashedOnce()
+
+
 @pytest.fixture
-def people(settings: Settings) -> dict[str, tuple[str, str]]:
-    """One user of each role (name: (role, password)), added as `engine users add` does."""
-    for name, (role, password) in PASSWORDS.items():
-        add_user(settings, name, role, password, actor="test")
+def people(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[str, str]]:
+    """One user of each role (name: (role, password)), added as `engine users add` does
+    (with each password's hash made once per process)."""
+    with monkeypatch.context() as patched:
+        patched.setattr(users, "_hasher", _PEOPLE_HASHER)
+        for name, (role, password) in PASSWORDS.items():
+            add_user(settings, name, role, password, actor="test")
     return PASSWORDS
 
 
