@@ -98,6 +98,27 @@ def test_reset__an_analyzed_table_is_truncated_back_to_the_template_s_statistics
     assert stats(pool, name) == template
 
 
+def test_reset__statistics_of_tables_with_no_rows_left_are_forgotten_too(
+    pool: DatabasePool,
+) -> None:
+    # a test that analyzed a table and rolled its rows back left the table empty (not
+    # reset) but its counts said so: the next test's statements were planned from them
+    name = pool.acquire()
+    template = stats(pool, name)
+    with connect(pool, name) as c:
+        with c.transaction(force_rollback=True):
+            write(c, events=3)
+            c.execute("ANALYZE engine_events, erp_brands")
+        c.execute("ANALYZE engine_jobs")
+    with connect(pool, name) as c:
+        statistics = "SELECT count(*) AS n FROM pg_statistic WHERE starelid = %s::regclass"
+        assert c.execute(statistics, ("engine_events",)).fetchone() == {"n": 0}
+    assert stats(pool, name) != template
+    pool.release(name)
+    assert pool.acquire() == name
+    assert stats(pool, name) == template
+
+
 def test_reset__rows_alone_skip_the_full_schema_comparison(pool: DatabasePool) -> None:
     name = pool.acquire()
     for events in (3, 3, 5000, 3):

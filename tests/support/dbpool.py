@@ -159,6 +159,19 @@ SELECT format('%I.%I', n.nspname, t.relname) AS tbl, format('%I.%I', n.nspname, 
  WHERE {_USER_NS}
 """
 
+# What the planner knows of each table besides its file: a test that ANALYZEd or
+# VACUUMed one leaves its counts and pg_statistic rows, which would plan the next
+# test's statements from this test's rows.
+STATS = f"""
+SELECT format('%I.%I', n.nspname, c.relname) AS name, c.relpages, c.reltuples
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE {_USER_NS} AND c.relkind = 'r'
+"""
+FORGET_STATISTICS = f"""
+DELETE FROM pg_statistic s USING pg_class c, pg_namespace n
+ WHERE s.starelid = c.oid AND n.oid = c.relnamespace AND {_USER_NS}
+"""
+
 TABLES = f"""
 SELECT format('%I.%I', n.nspname, c.relname) AS name
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -193,6 +206,7 @@ class DatabasePool:
         self._seeded: dict[str, bytes] = {}
         self._sequences: dict[str, tuple[int, bool]] = {}
         self._index_bytes: dict[str, int] = {}  # each index's size in a fresh copy
+        self._stats: dict[str, tuple[int, float]] = {}  # each table's counts in a fresh copy
         self._block = 8192
         self._signatures: dict[str, str] = {}  # each database's SIGNATURE after its reset
         self.resets = 0
@@ -252,6 +266,7 @@ class DatabasePool:
                     self._seeded[table] = _copy_out(conn, table)
             self._sequences = _sequences(conn)
             self._index_bytes = {r[1]: int(r[2]) for r in _rows(conn, INDEX_SIZES)}
+            self._stats = {r[0]: (int(r[1]), float(r[2])) for r in _rows(conn, STATS)}
             self._block = int(_one(conn, "SELECT current_setting('block_size')"))
 
     def _same_schema(self, name: str, conn: psycopg.Connection[Any]) -> bool:
@@ -291,7 +306,17 @@ class DatabasePool:
             small = self._small(conn, dirty) if dirty else set()
             for table in (t for t in dirty if t in small):
                 conn.execute(sql.SQL("DELETE FROM {}").format(sql.SQL(table)))
-            if large := [t for t in dirty if t not in small]:
+            # a table analyzed or vacuumed, rows or not, is truncated back to the template's
+            # counts (TRUNCATE resets them), and every table's statistics are forgotten
+            planned = [
+                r[0]
+                for r in _rows(conn, STATS)
+                if (int(r[1]), float(r[2])) != self._stats.get(r[0], (0, -1.0))
+                and r[0] not in self._seeded
+                and r[0] not in dirty
+            ]
+            conn.execute(FORGET_STATISTICS)
+            if large := [t for t in dirty if t not in small] + planned:
                 conn.execute(
                     sql.SQL("TRUNCATE {} CASCADE").format(
                         sql.SQL(", ").join(sql.SQL(t) for t in large)
