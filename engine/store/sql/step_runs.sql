@@ -83,8 +83,11 @@ WITH wanted AS (
 ), jobs AS (
     SELECT j.id, j.flow, j.params, j.traceparent
     FROM engine_jobs AS j
-    WHERE j.id IN (SELECT w.job_id FROM wanted AS w)
-      AND j.status IN ('pending', 'running')
+    -- by key, and active by finished_at (engine_jobs_check), never by status: planned from
+    -- no statistics, or a short queue's, a semi-join with `wanted` or a status filter read
+    -- every active job through the partial index of active jobs (13 ms behind 2,000 jobs)
+    WHERE j.id = ANY (%(job_ids)s::uuid[])
+      AND j.finished_at IS NULL
       AND (j.flow || ':' || j.flow_version) = ANY (%(runnable)s::text[])
     ORDER BY j.id
     FOR NO KEY UPDATE
