@@ -15,7 +15,9 @@ the next test, as river's ``riverdbtest`` does:
   references them (30-55 ms a test, most of a reset): "small" is what the
   planner cannot tell from a truncated table, never analyzed or vacuumed, under
   its 10-page floor, each index at most a page over the template's (see
-  :data:`SIZES`);
+  :data:`SIZES`). What a test's ANALYZE or VACUUM told the planner goes too:
+  such a table is truncated (its counts back to the template's) and every
+  table's ``pg_statistic`` rows are deleted;
 - :func:`built_once` runs a costly arrangement (the ERP tests' seeded, posted
   and costed month) once per worker and copies its rows into the next fresh
   database that asks for it;
