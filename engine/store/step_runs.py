@@ -170,12 +170,43 @@ def checkpoint_put_many_if_leased(
 ) -> list[Checkpointed | None]:
     """:func:`checkpoint_put_if_leased` for step runs of different jobs, in one round trip.
 
-    One message, in the caller's open transaction: each checkpoint then its
-    job's step counts, in the order given (the caller's job order: the one
-    lock order). Each is guarded by its own token; a refused one (``None``)
-    wrote nothing, and its neighbours are as they would be without it.
+    One message of two statements, in the caller's open transaction: every
+    checkpoint (the jobs locked in id order: the one lock order), then the
+    jobs' step counts. Each is guarded by its own token; a refused one
+    (``None``) wrote nothing, and its neighbours are as they would be without it.
     """
-    return _checkpoints(conn, checkpoints, worker, None) if checkpoints else []
+    if not checkpoints:
+        return []
+    timed = [UNTIMED if c.ran is None else c.ran.params() for c in checkpoints]
+    params = {
+        "ids": [c.step_run_id for c in checkpoints],
+        "job_ids": [c.job_id for c in checkpoints],
+        "tokens": [c.token for c in checkpoints],
+        "outputs": [Jsonb(c.output) for c in checkpoints],
+        "timed": [t["timed"] for t in timed],
+        "started_at": [t["started_at"] for t in timed],
+        "ran_s": [t["ran_s"] for t in timed],
+        "with_output": [c.with_output for c in checkpoints],
+        "worker": worker,
+    }
+    with ClientCursor(conn, row_factory=tuple_row) as cur:
+        prepared.send(
+            cur,
+            [
+                prepared.execute_text(conn, cur, _q["checkpoint_put_many_if_leased"], params),
+                prepared.execute_text(conn, cur, _q["step_counts_by_jobs"], params),
+            ],
+        )
+        # (job_status, checkpointed, output) per checkpoint in order; then (job, step, total, done)
+        rows = cur.fetchall()
+        cur.nextset()
+        counts: dict[uuid.UUID, dict[str, StepCounts]] = {}
+        for job_id, step, total, done in cur.fetchall():
+            counts.setdefault(job_id, {})[step] = StepCounts(total, done)
+    return [
+        Checkpointed(str(status), counts.get(c.job_id, {}), output) if checkpointed else None
+        for c, (status, checkpointed, output) in zip(checkpoints, rows, strict=True)
+    ]
 
 
 def _checkpoints(

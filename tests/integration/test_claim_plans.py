@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from engine.store.queries import load
 
@@ -47,7 +48,7 @@ def backlog(conn: psycopg.Connection[Any], jobs: int = BACKLOG) -> list[dict[str
     ).fetchall()
 
 
-def _claim_many(wanted: list[dict[str, Any]]) -> dict[str, Any]:
+def _claim_many(conn: psycopg.Connection[Any], wanted: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "ids": [w["id"] for w in wanted],
         "job_ids": [w["job_id"] for w in wanted],
@@ -57,7 +58,7 @@ def _claim_many(wanted: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _claim(wanted: list[dict[str, Any]]) -> dict[str, Any]:
+def _claim(conn: psycopg.Connection[Any], wanted: list[dict[str, Any]]) -> dict[str, Any]:
     first = wanted[0]
     return {
         "id": first["id"],
@@ -68,7 +69,7 @@ def _claim(wanted: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _finish(wanted: list[dict[str, Any]]) -> dict[str, Any]:
+def _finish(conn: psycopg.Connection[Any], wanted: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "job_id": wanted[0]["job_id"],
         "status": "failed",
@@ -78,17 +79,44 @@ def _finish(wanted: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _cancel(wanted: list[dict[str, Any]]) -> dict[str, Any]:
+def _cancel(conn: psycopg.Connection[Any], wanted: list[dict[str, Any]]) -> dict[str, Any]:
     return {"job_id": wanted[0]["job_id"], "reason": "test"}
 
 
-Params = Callable[[list[dict[str, Any]]], dict[str, Any]]
+def _checkpoint_many(conn: psycopg.Connection[Any], wanted: list[dict[str, Any]]) -> dict[str, Any]:
+    """A round's checkpoints: the batch's step runs running under a lease each."""
+    leased = conn.execute(
+        "UPDATE engine_step_runs SET status = 'running', attempts = 1, lease_owner = 'w1',"
+        " lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute'"
+        " WHERE id = ANY(%s) RETURNING id, job_id, lease_token",
+        ([w["id"] for w in wanted],),
+    ).fetchall()
+    return {
+        "ids": [r["id"] for r in leased],
+        "job_ids": [r["job_id"] for r in leased],
+        "tokens": [r["lease_token"] for r in leased],
+        "outputs": [Jsonb({}) for _ in leased],
+        "timed": [False for _ in leased],
+        "started_at": [None for _ in leased],
+        "ran_s": [None for _ in leased],
+        "with_output": [False for _ in leased],
+        "worker": "w1",
+    }
+
+
+Params = Callable[[psycopg.Connection[Any], list[dict[str, Any]]], dict[str, Any]]
 STATEMENTS: dict[str, tuple[str, Params, int]] = {
     # name: the statement, its parameters for the batch, and how many rows it is about
     "step_claim_many_if_available": (STEP_RUNS["step_claim_many_if_available"], _claim_many, BATCH),
     "step_claim_if_available": (STEP_RUNS["step_claim_if_available"], _claim, 1),
     "job_finish_if_active_logged": (JOBS["job_finish_if_active_logged"], _finish, 1),
     "job_cancel_if_active": (JOBS["job_cancel_if_active"], _cancel, 1),
+    "checkpoint_put_many_if_leased": (
+        STEP_RUNS["checkpoint_put_many_if_leased"],
+        _checkpoint_many,
+        BATCH,
+    ),
+    "step_counts_by_jobs": (STEP_RUNS["step_counts_by_jobs"], _claim_many, 3 * BATCH),
 }
 
 
@@ -132,7 +160,7 @@ def test_by_key__reads_its_own_rows_not_the_backlog(
     text, params, about = STATEMENTS[statement]
     with conn.transaction(force_rollback=True):
         (row,) = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + text, params(backlog(conn))
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + text, params(conn, backlog(conn))
         ).fetchall()
     plan = row["QUERY PLAN"]
     plan = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]

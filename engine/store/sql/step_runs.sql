@@ -265,6 +265,56 @@ SELECT job.status AS job_status, done.id IS NOT NULL AS checkpointed,
        CASE WHEN %(with_output)s THEN done.output END AS output
 FROM job LEFT JOIN done ON true;
 
+-- checkpoint_put_many_if_leased --
+-- checkpoint_put_if_leased for a round's step runs (of distinct jobs, engine.runner.rounds) in one statement, not one per step run: the jobs locked first, in id order (the one lock order), then every checkpoint guarded by its own token (and, holding a key, its key's lock) exactly as alone; a refused one writes nothing and its row says so (checkpointed false), its neighbours are as they would be without it. A row per step run given, in the order given (n). Executor start-up, the CHECK constraints read again and the plan looked up were per statement: a round of ten paid them ten times.
+WITH given AS (
+    SELECT g.*
+    FROM unnest(%(ids)s::uuid[], %(job_ids)s::uuid[], %(tokens)s::uuid[], %(outputs)s::jsonb[],
+                %(timed)s::boolean[], %(started_at)s::timestamptz[], %(ran_s)s::float8[],
+                %(with_output)s::boolean[])
+         WITH ORDINALITY AS g (id, job_id, token, output, timed, started_at, ran_s, with_output, n)
+), job AS (
+    -- locked one by one on its key, in id order (a lateral lookup runs in its outer
+    -- rows' order); `id = ANY` or a join, planned with no statistics, read every job
+    SELECT j.id, j.status
+    FROM (SELECT DISTINCT k.id FROM unnest(%(job_ids)s::uuid[]) AS k (id) ORDER BY k.id) AS k
+    CROSS JOIN LATERAL (
+        SELECT id, status FROM engine_jobs WHERE id = k.id FOR NO KEY UPDATE
+    ) AS j
+), done AS (
+    UPDATE engine_step_runs AS s
+    SET status = 'done', output = g.output, finished_at = clock_timestamp(),
+        finished_by = %(worker)s,
+        finished_detail = CASE WHEN g.timed THEN jsonb_build_object(
+            'started_at', g.started_at, 'ran_s', g.ran_s) END,
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+    FROM given AS g, job
+    WHERE s.id = g.id AND s.job_id = g.job_id AND job.id = g.job_id
+      AND s.lease_token = g.token AND s.status = 'running'
+      AND (s.concurrency_key IS NULL
+       OR engine_concurrency_hold(s.concurrency_key, s.job_id, s.id, g.token))
+    RETURNING s.id, s.output
+)
+SELECT job.status AS job_status, done.id IS NOT NULL AS checkpointed,
+       CASE WHEN g.with_output THEN done.output END AS output
+FROM given AS g
+LEFT JOIN job ON job.id = g.job_id
+LEFT JOIN done ON done.id = g.id
+ORDER BY g.n;
+
+-- step_counts_by_jobs --
+-- step_counts_by_job for a round's jobs, read after its checkpoints (their job locks held): each job's steps and how many of each are done.
+SELECT k.job_id, c.step, c.total, c.done
+FROM (SELECT DISTINCT k.job_id FROM unnest(%(job_ids)s::uuid[]) AS k (job_id)) AS k
+CROSS JOIN LATERAL (
+    -- job by job on its key (a join of all of them was planned, with no statistics, as
+    -- one read of every step run)
+    SELECT s.step, count(*)::int AS total, count(*) FILTER (WHERE s.status = 'done')::int AS done
+    FROM engine_step_runs AS s
+    WHERE s.job_id = k.job_id
+    GROUP BY s.step
+) AS c;
+
 -- step_retry_if_leased --
 -- Invariant 16: only the lease holder schedules a retry, and only under the attempt cap; the job row is locked first (one lock order).
 WITH job AS (
