@@ -167,6 +167,13 @@ def step_run_insert_claimed(
         "worker": worker,
         "lease_s": lease_s,
     }
+    if isinstance(conn, Batch) and run.concurrency_key is None:
+        # with the round's other keyless successors, as one statement
+        shared = {"worker": values.pop("worker"), "lease_s": values.pop("lease_s")}
+        for keyed in ("concurrency_key", "concurrency_limit"):
+            values.pop(keyed)
+        reply = conn.add_row(_q["step_run_insert_claimed_many"], values, shared)
+        return QueuedClaim(reply, flow, params, traceparent)
     if isinstance(conn, Batch):
         return QueuedClaim(
             conn.execute(_q["step_run_insert_claimed"], values), flow, params, traceparent

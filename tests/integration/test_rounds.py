@@ -29,7 +29,11 @@ from engine.runner import rounds
 from engine.runner.attempt import Attempt
 from engine.runner.execution import Executor
 from engine.runner.lease import Lease
+from engine.store import prepared
 from engine.store.models import Event
+from engine.store.queries import load
+
+STEP_RUNS = load("engine/store/sql/step_runs.sql")
 
 __all__ = ["fast"]  # the fixture, shared with the group commit tests
 
@@ -345,3 +349,34 @@ def test_round__each_member_s_events_record_when_its_own_step_ran(
     done = [a for a in bars if a.outcome == "succeeded"]
     assert done[0].end is not None and done[1].end is not None
     assert abs((done[0].end - done[1].end).total_seconds()) < 0.04, "one message for both"
+
+
+def test_round__its_eager_successors_are_created_by_one_statement(
+    fast: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each statement pays executor start-up and the table's CHECK constraints read again:
+    # a round's keyless eager successors go as one set-based insert, not one each
+    many = prepared.statement(STEP_RUNS["step_run_insert_claimed_many"]).name
+    single = prepared.statement(STEP_RUNS["step_run_insert_claimed"]).name
+    sent: list[list[str]] = []
+    send = prepared.send
+
+    def spied(cur: Any, statements: list[str]) -> None:
+        sent.append(list(statements))
+        send(cur, statements)
+
+    monkeypatch.setattr(prepared, "send", spied)
+    jobs = [submit("fan", {"n": n}, settings=fast, registry=flows_registry()) for n in (2, 3, 4)]
+    with one_runner(fast) as (runner, transport):
+        runner.handle_batch(receive_all(transport, 3))
+    inserts = [[s for s in message if s.startswith(f"EXECUTE {many}(")] for message in sent]
+    first = next(found for found in inserts if found)
+    assert len(first) == 1, "the round's three successors in one statement"
+    assert not any(s.startswith(f"EXECUTE {single}(") for m in sent for s in m)
+    for job in jobs:
+        eager = conn.execute(
+            "SELECT count(*) AS n FROM engine_step_runs WHERE job_id = %s AND step = 'part'"
+            " AND started_detail = '{\"eager\": true}' AND attempts = 1",
+            (job.job_id,),
+        ).fetchone()
+        assert eager == {"n": 1}, "each job's first part created leased to the slot"

@@ -191,6 +191,33 @@ WITH slot AS (
 )
 SELECT * FROM claimed;
 
+-- step_run_insert_claimed_many --
+-- step_run_insert_claimed for a round's eager successors that hold no concurrency key (a keyed one counts its key's holders by its statement's snapshot, which would not see its neighbours' rows: it goes alone), in one statement: each created already leased to the worker whose checkpoint made it ready, in that checkpoint's transaction and under its job's row lock; the insert is conditional on the step key, and no row for one (it exists already) means "not ours". A row per successor created, with its place in the arrays (n). No outbox row: should the worker die, the lease lapses and the sweeper announces it (invariant 9).
+WITH given AS (
+    SELECT g.*
+    FROM unnest(%(id)s::uuid[], %(job_id)s::uuid[], %(step)s::text[], %(fanout_key)s::text[],
+                %(fingerprint)s::text[], %(max_attempts)s::int[], %(item)s::jsonb[],
+                %(concurrency_per_job)s::boolean[])
+         WITH ORDINALITY AS g (id, job_id, step, fanout_key, fingerprint, max_attempts, item,
+                               concurrency_per_job, n)
+), claimed AS (
+    INSERT INTO engine_step_runs (id, job_id, step, fanout_key, fingerprint, max_attempts, item,
+                                  concurrency_per_job,
+                                  status, attempts, lease_owner, lease_token, lease_expires_at,
+                                  started_at, claimed_at, started_by, started_detail)
+    SELECT g.id, g.job_id, g.step, g.fanout_key, g.fingerprint, g.max_attempts, g.item,
+           g.concurrency_per_job,
+           'running', 1, %(worker)s, gen_random_uuid(),
+           clock_timestamp() + make_interval(secs => %(lease_s)s),
+           clock_timestamp(), clock_timestamp(), %(worker)s, '{"eager": true}'::jsonb
+    FROM given AS g
+    ORDER BY g.n
+    ON CONFLICT ON CONSTRAINT engine_step_runs_step_key DO NOTHING
+    RETURNING id, job_id, step, fanout_key, fingerprint, attempts, max_attempts,
+              lease_token, lease_expires_at, item, concurrency_key, status
+)
+SELECT c.*, g.n FROM claimed AS c JOIN given AS g ON g.id = c.id;
+
 -- step_savepoint --
 -- A step in a group commit that writes nothing of its own sets its savepoint in its checkpoint's message: should anything after it fail (or be refused), the group rolls back to it, and the neighbours' checkpoints before it still commit. Set once per step and never released (a rollback goes to the latest one of this name).
 SAVEPOINT engine_step;
