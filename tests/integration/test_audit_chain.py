@@ -173,7 +173,10 @@ def test_audit_chain__a_whole_rewrite_passes_only_without_the_kept_head(
     with conn.transaction():
         conn.execute(OWNER_TAMPERS[0])
         conn.execute("DELETE FROM engine_audit WHERE id = %s", (ids[0],))
-        conn.execute("UPDATE engine_audit SET seq = seq - 1")
+        # renumbered through negatives: one UPDATE of seq - 1 meets the unique index
+        # row by row, in storage order, which need not be seq order
+        conn.execute("UPDATE engine_audit SET seq = -seq")
+        conn.execute("UPDATE engine_audit SET seq = -seq - 1")
         prev = GENESIS
         for r in conn.execute(
             "SELECT id, engine_audit_canonical(a) AS c FROM engine_audit a ORDER BY seq"

@@ -8,16 +8,15 @@ the next test, as river's ``riverdbtest`` does:
 
 - every other session on it is ended (a worker the test left behind, a
   PgBouncer's server sessions), as ``DROP DATABASE ... WITH (FORCE)`` did;
-- the tables a test wrote to are emptied, the rows the migrations seeded are
-  copied back and every sequence is set back to where the template had it. A
-  small table is emptied by ``DELETE`` (well under a millisecond), the rest by
-  one ``TRUNCATE ... CASCADE``, which makes new files for every table that
-  references them (30-55 ms a test, most of a reset): "small" is what the
-  planner cannot tell from a truncated table, never analyzed or vacuumed, under
-  its 10-page floor, each index at most a page over the template's (see
-  :data:`SIZES`). What a test's ANALYZE or VACUUM told the planner goes too:
-  such a table is truncated (its counts back to the template's) and every
-  table's ``pg_statistic`` rows are deleted;
+- the tables a test wrote to are emptied (``TRUNCATE``), the rows the
+  migrations seeded are copied back and every sequence is set back to where
+  the template had it. Never by ``DELETE``, though it is 50 times cheaper: the
+  dead rows it leaves are pruned later and their slots reused, so a later
+  test's rows are stored out of their order, and a test whose statement
+  depends on that order (an ``UPDATE ... SET seq = seq - 1`` under a unique
+  index) failed once in 25 runs. What a test's ANALYZE or VACUUM told the
+  planner goes too: such a table is truncated (its counts back to the
+  template's) and every table's ``pg_statistic`` rows are deleted;
 - :func:`built_once` runs a costly arrangement (the ERP tests' seeded, posted
   and costed month) once per worker and copies its rows into the next fresh
   database that asks for it;
@@ -141,26 +140,6 @@ SIGNATURE = " || ' ' || ".join(
     ]
 ).join(["SELECT ", ""])
 
-# The planner's view of a table: its pages on disk and, for a table never analyzed or
-# vacuumed (reltuples -1), a floor of 10 pages (plancat.c, estimate_rel_size). A
-# table under that floor, with those statistics, and indexes at most a page over
-# the template's (an empty B-tree's metapage, plus its first leaf), is planned as
-# a truncated one would be: emptying it by DELETE changes no plan of the next test.
-SIZES = f"""
-SELECT format('%I.%I', n.nspname, c.relname) AS name,
-       c.reltuples < 0 AND c.relpages = 0
-       AND pg_relation_size(c.oid) < 10 * current_setting('block_size')::bigint AS small
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE {_USER_NS} AND c.relkind = 'r'
-"""
-INDEX_SIZES = f"""
-SELECT format('%I.%I', n.nspname, t.relname) AS tbl, format('%I.%I', n.nspname, c.relname) AS idx,
-       pg_relation_size(c.oid) AS bytes
-  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid
-  JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE {_USER_NS}
-"""
-
 # What the planner knows of each table besides its file: a test that ANALYZEd or
 # VACUUMed one leaves its counts and pg_statistic rows, which would plan the next
 # test's statements from this test's rows.
@@ -207,13 +186,10 @@ class DatabasePool:
         self._tables: list[str] = []
         self._seeded: dict[str, bytes] = {}
         self._sequences: dict[str, tuple[int, bool]] = {}
-        self._index_bytes: dict[str, int] = {}  # each index's size in a fresh copy
         self._stats: dict[str, tuple[int, float]] = {}  # each table's counts in a fresh copy
-        self._block = 8192
         self._signatures: dict[str, str] = {}  # each database's SIGNATURE after its reset
         self.resets = 0
         self.compared = 0  # resets that compared the whole FINGERPRINT
-        self.deleted = 0  # tables emptied by DELETE
         self.truncated = 0  # tables named in a TRUNCATE
         self.recreated = 0
 
@@ -267,9 +243,7 @@ class DatabasePool:
                 if _exists(conn, [table]):
                     self._seeded[table] = _copy_out(conn, table)
             self._sequences = _sequences(conn)
-            self._index_bytes = {r[1]: int(r[2]) for r in _rows(conn, INDEX_SIZES)}
             self._stats = {r[0]: (int(r[1]), float(r[2])) for r in _rows(conn, STATS)}
-            self._block = int(_one(conn, "SELECT current_setting('block_size')"))
 
     def _same_schema(self, name: str, conn: psycopg.Connection[Any]) -> bool:
         """Whether ``conn``'s database has the template's schema, grants and settings:
@@ -278,14 +252,6 @@ class DatabasePool:
             return True
         self.compared += 1
         return _one(conn, FINGERPRINT) == self._reference
-
-    def _small(self, conn: psycopg.Connection[Any], tables: list[str]) -> set[str]:
-        """The ``tables`` a DELETE empties with no plan of the next test changed (SIZES)."""
-        small = {r[0] for r in _rows(conn, SIZES) if r[1]} & set(tables)
-        for table, index, size in _rows(conn, INDEX_SIZES):
-            if table in small and size > self._index_bytes.get(index, 0) + self._block:
-                small.discard(table)
-        return small
 
     def _reset(self, name: str) -> bool:
         with psycopg.connect(self.admin, autocommit=True) as admin:
@@ -305,9 +271,6 @@ class DatabasePool:
             # no trigger fires (the engine's append-only guards), no key is checked
             conn.execute("SET LOCAL session_replication_role = replica")
             dirty = [t for t in _exists(conn, self._tables) if t not in self._seeded]
-            small = self._small(conn, dirty) if dirty else set()
-            for table in (t for t in dirty if t in small):
-                conn.execute(sql.SQL("DELETE FROM {}").format(sql.SQL(table)))
             # a table analyzed or vacuumed, rows or not, is truncated back to the template's
             # counts (TRUNCATE resets them), and every table's statistics are forgotten
             planned = [
@@ -318,13 +281,12 @@ class DatabasePool:
                 and r[0] not in dirty
             ]
             conn.execute(FORGET_STATISTICS)
-            if large := [t for t in dirty if t not in small] + planned:
+            if large := dirty + planned:
                 conn.execute(
                     sql.SQL("TRUNCATE {} CASCADE").format(
                         sql.SQL(", ").join(sql.SQL(t) for t in large)
                     )
                 )
-            self.deleted += len(small)
             self.truncated += len(large)
             # the seeded tables are small: compared, and put back only when they differ
             # (DELETE, not TRUNCATE: nothing cascades, and replica mode checks no key)
