@@ -158,8 +158,9 @@ def step_wake_parent(conn: psycopg.Connection[Any], child_job_id: uuid.UUID) -> 
 
 
 def step_wake_parent_batched(batch: Batch, child_job_id: uuid.UUID) -> Reply:
-    """:func:`step_wake_parent` in ``batch``: the woken id (if any) in its reply once sent."""
-    return batch.execute(_q["step_wake_parent"], {"child_job_id": child_job_id})
+    """:func:`step_wake_parent` in ``batch`` (with the batch's other ended jobs, as one
+    statement): the woken id (if any) in its reply once sent."""
+    return batch.add_row(_q["step_wake_parent_many"], {"child_job_id": child_job_id})
 
 
 @wrap_errors

@@ -25,6 +25,7 @@ from engine.store.queries import load
 BACKLOG = 2000
 BATCH = 10
 STEP_RUNS = load("engine/store/sql/step_runs.sql")
+STEP_WAITS = load("engine/store/sql/step_waits.sql")
 JOBS = load("engine/store/sql/jobs.sql")
 
 
@@ -79,6 +80,10 @@ def _finish(conn: psycopg.Connection[Any], wanted: list[dict[str, Any]]) -> dict
     }
 
 
+def _wake_many(conn: psycopg.Connection[Any], wanted: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"child_job_id": [w["job_id"] for w in wanted]}
+
+
 def _cancel(conn: psycopg.Connection[Any], wanted: list[dict[str, Any]]) -> dict[str, Any]:
     return {"job_id": wanted[0]["job_id"], "reason": "test"}
 
@@ -111,6 +116,7 @@ STATEMENTS: dict[str, tuple[str, Params, int]] = {
     "step_claim_if_available": (STEP_RUNS["step_claim_if_available"], _claim, 1),
     "job_finish_if_active_logged": (JOBS["job_finish_if_active_logged"], _finish, 1),
     "job_cancel_if_active": (JOBS["job_cancel_if_active"], _cancel, 1),
+    "step_wake_parent_many": (STEP_WAITS["step_wake_parent_many"], _wake_many, BATCH),
     "checkpoint_put_many_if_leased": (
         STEP_RUNS["checkpoint_put_many_if_leased"],
         _checkpoint_many,

@@ -102,6 +102,25 @@ WITH woken AS (
 )
 SELECT id FROM woken;
 
+-- step_wake_parent_many --
+-- step_wake_parent for the jobs a round's checkpoints ended (rows of one statement: engine.store.batch), in one statement: each parent step run waiting for its children is woken once (two children of one parent ending together wake it once, as one after the other would), and logged; a row per parent woken, with the place (n) of the child that woke it.
+WITH given AS (
+    SELECT g.child, g.n FROM unnest(%(child_job_id)s::uuid[]) WITH ORDINALITY AS g (child, n)
+), woken AS (
+    UPDATE engine_step_runs AS s
+    SET status = 'pending', available_at = clock_timestamp()
+    FROM engine_jobs AS c
+    WHERE c.id = ANY (%(child_job_id)s::uuid[]) AND s.id = c.parent_step_run_id
+      AND s.status = 'waiting' AND s.wait_children
+    RETURNING s.id, s.job_id, s.attempts, c.id AS child
+), logged AS (
+    INSERT INTO engine_events (kind, job_id, step_run_id, attempt, detail)
+    SELECT 'woken', w.job_id, w.id, w.attempts,
+           jsonb_build_object('by', 'child', 'child', w.child::text)
+    FROM woken AS w
+)
+SELECT w.id, g.n FROM woken AS w JOIN given AS g ON g.child = w.child;
+
 -- step_select_children_timed_out --
 -- Read by a running step in its fenced transaction: whether its last wait for its children ran out (its deadline, by the database clock); writes nothing.
 SELECT coalesce(wait_children AND wait_signal IS NULL AND wait_until <= clock_timestamp(), false)
