@@ -538,3 +538,42 @@ def test_retry__reopens_a_tree_parents_before_children_whatever_the_plan(
         reopened = store.job_reopen_if_ended(conn, root)
     assert isinstance(reopened, store.Reopen)
     assert list(reopened.children) == below
+
+
+def test_wake__two_children_ending_in_one_batch_wake_their_parent_once(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # a round's ended jobs wake their parents in one statement: as one after the other
+    # would, the first child's end wakes the parent step run and the second finds it awake
+    parent, spawn = uuid.uuid4(), uuid.uuid4()
+    conn.execute(
+        "INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, status)"
+        " VALUES (%s, 'chain', 1, '{}', repeat('a', 64), 'running')",
+        (parent,),
+    )
+    conn.execute(
+        "INSERT INTO engine_step_runs (id, job_id, step, fingerprint, status, max_attempts,"
+        " wait_children) VALUES (%s, %s, 'spawn', repeat('a', 64), 'waiting', 3, true)",
+        (spawn, parent),
+    )
+    kids = [uuid.uuid4() for _ in range(2)]
+    for n, kid in enumerate(kids):
+        conn.execute(
+            "INSERT INTO engine_jobs (id, flow, flow_version, params, fingerprint, status,"
+            " finished_at, parent_job_id, parent_step_run_id, child_key)"
+            " VALUES (%s, 'chain', 1, '{}', %s, 'done', now(), %s, %s, %s)",
+            (kid, f"{n + 1:064x}", parent, spawn, f"kid-{n}"),
+        )
+    with conn.transaction():
+        batch = store.Batch(conn)
+        replies = [store.step_wake_parent_batched(batch, kid) for kid in kids]
+        assert len(batch) == 1, "one statement for both"
+        batch.send()
+    answers = [r.fetchall() for r in replies]
+    assert sorted(answers, key=len) == [[], [{"id": spawn}]], "woken once, by either child"
+    assert spawn_run(conn, parent)["status"] == "pending"
+    woken = conn.execute(
+        "SELECT count(*) AS n FROM engine_events WHERE step_run_id = %s AND kind = 'woken'",
+        (spawn,),
+    ).fetchone()
+    assert woken == {"n": 1}
