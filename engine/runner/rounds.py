@@ -5,10 +5,12 @@ quick step runs a slot holds, but each still costs its own round trips: its
 checkpoint, then what the checkpoint leads to. For steps that take no
 :class:`~engine.runner.context.StepContext` (they write nothing through the engine's
 transaction, so nothing of theirs needs a savepoint), the slot does better:
-it calls every step of the round first, then sends all their checkpoints in
-one message (:func:`~engine.store.checkpoint_put_many_if_leased`, each guarded
-by its own token, in job order), schedules each, sends everything that
-follows in one batch, and commits once.
+it calls every step of the round first, then writes all their checkpoints in
+one statement (:func:`~engine.store.checkpoint_put_many_if_leased`, each guarded
+by its own token, the jobs locked in id order), schedules each, sends everything
+that follows in one batch (the eager successors, and the parents the ended jobs
+wake, each as one statement for the round: :meth:`engine.store.Batch.add_row`),
+and commits once.
 
 Fencing is exact as ever: a checkpoint refused (its lease reclaimed) wrote
 nothing, and its neighbours commit; a step that raised wrote nothing, and
