@@ -5,9 +5,10 @@ autovacuum), or statistics from when the queue was short, a claim of a batch
 locked its jobs by reading every active job through the partial index of active
 jobs and keeping the batch's (2,000 jobs behind a batch of 10: 13 ms a claim,
 most of the bench's time in PostgreSQL). Each statement a worker runs on a job
-by its key is planned here with a backlog behind it, with no statistics and with
-statistics taken while the tables were empty, and no scan of the jobs or the
-step runs may read more than about the rows it is about.
+by its key (claims, a job's end or cancel, and a round's set-based checkpoints,
+step counts and parents' wakes) is planned here with a backlog behind it, with
+no statistics and with a short queue's, and no scan of the jobs or the step runs
+may read more than about the rows it is about.
 """
 
 from __future__ import annotations
