@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -27,15 +26,7 @@ from engine.config import Settings
 
 def _both(args: list[str], env: dict[str, str], stdin: str | None = None) -> list[Any]:
     forked = cli_zygote.SERVER.run(args, env=env, stdin=stdin, timeout=120)
-    fresh = subprocess.run(
-        [sys.executable, "-m", "engine", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    fresh = cli_zygote.run_cold(args, env=env, stdin=stdin, timeout=120)
     return [(r.returncode, r.stdout, r.stderr) for r in (forked, fresh)]
 
 

@@ -232,6 +232,17 @@ def run_engine(
     forked from the server, or started afresh with ``ENGINE_TESTS_CLI_FORK=0``."""
     if os.environ.get("ENGINE_TESTS_CLI_FORK", "1") == "1":
         return SERVER.run(list(args), env=env, stdin=stdin, timeout=timeout)
+    return run_cold(args, env=env, stdin=stdin, timeout=timeout)
+
+
+def run_cold(
+    args: list[str] | tuple[str, ...],
+    *,
+    env: dict[str, str],
+    stdin: str | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m engine ARGS`` started afresh (what a fork is held to)."""
     return subprocess.run(
         [sys.executable, "-m", "engine", *args],
         env=env,
