@@ -159,9 +159,27 @@ def checkpoint_put_if_leased(
     """
     if begin is not None:
         begin()
-    checkpoint = Checkpoint(step_run_id, job_id, token, output, with_output, ran)
-    first = _q["step_savepoint"].rstrip().rstrip(";") if savepoint else None
-    return _checkpoints(conn, [checkpoint], worker, first)[0]
+    params = {
+        "id": step_run_id,
+        "job_id": job_id,
+        "token": token,
+        "output": Jsonb(output),
+        "worker": worker,
+        "with_output": with_output,
+        **(UNTIMED if ran is None else ran.params()),
+    }
+    with ClientCursor(conn, row_factory=tuple_row) as cur:
+        message = [_q["step_savepoint"].rstrip().rstrip(";")] if savepoint else []
+        message.append(prepared.execute_text(conn, cur, _q["checkpoint_put_if_leased"], params))
+        message.append(prepared.execute_text(conn, cur, _q["step_counts_by_job"], params))
+        prepared.send(cur, message)
+        # (job_status, checkpointed, output), then (step, total, done) rows
+        if savepoint:
+            cur.nextset()
+        row = cur.fetchone()
+        cur.nextset()
+        counts = {step: StepCounts(total, done) for step, total, done in cur.fetchall()}
+    return Checkpointed(str(row[0]), counts, row[2]) if row is not None and row[1] else None
 
 
 @wrap_errors
@@ -207,43 +225,6 @@ def checkpoint_put_many_if_leased(
         Checkpointed(str(status), counts.get(c.job_id, {}), output) if checkpointed else None
         for c, (status, checkpointed, output) in zip(checkpoints, rows, strict=True)
     ]
-
-
-def _checkpoints(
-    conn: psycopg.Connection[Any],
-    checkpoints: Sequence[Checkpoint],
-    worker: str,
-    first: str | None,
-) -> list[Checkpointed | None]:
-    """One message: ``first`` (a statement with no rows), then per checkpoint two statements."""
-    with ClientCursor(conn, row_factory=tuple_row) as cur:
-        message = [first] if first is not None else []
-        for checkpoint in checkpoints:
-            params = {
-                "id": checkpoint.step_run_id,
-                "job_id": checkpoint.job_id,
-                "token": checkpoint.token,
-                "output": Jsonb(checkpoint.output),
-                "worker": worker,
-                "with_output": checkpoint.with_output,
-                **(UNTIMED if checkpoint.ran is None else checkpoint.ran.params()),
-            }
-            message.append(prepared.execute_text(conn, cur, _q["checkpoint_put_if_leased"], params))
-            message.append(prepared.execute_text(conn, cur, _q["step_counts_by_job"], params))
-        prepared.send(cur, message)
-        # rows as tuples, in the columns' order (job_status, checkpointed, output),
-        # then (step, total, done): read per statement, twice per step run
-        results: list[Checkpointed | None] = []
-        for i in range(len(checkpoints)):
-            if i or first is not None:
-                cur.nextset()
-            row = cur.fetchone()
-            cur.nextset()
-            counts = {step: StepCounts(total, done) for step, total, done in cur.fetchall()}
-            results.append(
-                Checkpointed(str(row[0]), counts, row[2]) if row is not None and row[1] else None
-            )
-    return results
 
 
 @wrap_errors
