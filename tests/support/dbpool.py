@@ -190,7 +190,6 @@ class DatabasePool:
         self._signatures: dict[str, str] = {}  # each database's SIGNATURE after its reset
         self.resets = 0
         self.compared = 0  # resets that compared the whole FINGERPRINT
-        self.truncated = 0  # tables named in a TRUNCATE
         self.recreated = 0
 
     def fresh(self, conn: psycopg.Connection[Any]) -> bool:
@@ -281,13 +280,12 @@ class DatabasePool:
                 and r[0] not in dirty
             ]
             conn.execute(FORGET_STATISTICS)
-            if large := dirty + planned:
+            if emptied := dirty + planned:
                 conn.execute(
                     sql.SQL("TRUNCATE {} CASCADE").format(
-                        sql.SQL(", ").join(sql.SQL(t) for t in large)
+                        sql.SQL(", ").join(sql.SQL(t) for t in emptied)
                     )
                 )
-            self.truncated += len(large)
             # the seeded tables are small: compared, and put back only when they differ
             # (DELETE, not TRUNCATE: nothing cascades, and replica mode checks no key)
             for table, rows in self._seeded.items():
