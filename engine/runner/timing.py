@@ -113,5 +113,10 @@ class Timing:
         started_at = self.clock.at(self.started)
         if started_at is None:
             return None
-        ran_s = None if self.stopped is None else max(self.stopped - self.started, 0.0)
-        return Ran(started_at, ran_s)
+        if self.stopped is None:
+            return Ran(started_at, None)
+        # the stop is a moment the clock gives too: a better anchor taken before the
+        # slot's next attempt then never starts that one before this one stopped
+        stopped_at = self.clock.at(self.stopped)
+        assert stopped_at is not None  # the anchor that gave the start is still there
+        return Ran(started_at, max((stopped_at - started_at).total_seconds(), 0.0))

@@ -69,3 +69,21 @@ def test_lease__tells_when_its_step_ran_or_that_it_never_started() -> None:
     timing.stopped = 52.25
     assert lease.ran() == Ran(T0 + timedelta(seconds=2), 0.25)
     assert Lease(_claimed(), None).ran() is None, "no clock: nothing recorded"
+
+
+def test_timing__a_better_anchor_between_two_attempts_never_overlaps_their_bars() -> None:
+    # the report draws a bar from started_at for ran_s: the stop is a moment the clock
+    # gave too, so the next attempt of the slot (started 2 ms after it) starts after it
+    # (the timeline test saw bars overlap under load, before stops went through the clock)
+    clock = DbClock(refresh_s=300)
+    clock.saw(T0 + timedelta(milliseconds=40), sent=100.0)  # a claim that erred 40 ms
+    a = Timing(clock, started=100.5, stopped=101.0)
+    ran_a = a.ran()
+    clock.saw(T0 + timedelta(seconds=1.5, milliseconds=1), sent=101.5)  # 39 ms better
+    b = Timing(clock, started=101.002, stopped=101.1)
+    ran_b = b.ran()
+    assert ran_a is not None and ran_a.started_at is not None and ran_a.ran_s is not None
+    assert ran_b is not None and ran_b.started_at is not None and ran_b.ran_s is not None
+    a_stopped = ran_a.started_at + timedelta(seconds=ran_a.ran_s)
+    assert ran_b.started_at >= a_stopped, "one slot's bars never overlap"
+    assert ran_a.ran_s == 0.5 and ran_b.ran_s >= 0.0
