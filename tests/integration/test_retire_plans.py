@@ -1,4 +1,4 @@
-"""A retirement's transaction: its statements read the batch, its foreign keys' checks keep their plans.
+"""A retirement: its statements read the batch, its foreign keys' checks keep their plans.
 
 ``engine_retire_jobs`` deletes a batch of families in one transaction; every
 deleted job and step run fires the checks of the foreign keys that point at it
