@@ -277,7 +277,7 @@ def _retire_alternating(
         with db.connect(settings, autocommit=True) as conn:
             windows.open("vacuum")
             started = time.monotonic()
-            vacuumed = store.job_retired_tables_vacuum(conn)
+            vacuumed = store.job_retired_tables_vacuum(conn, settings.prune_vacuum_delay_ms)
             took = time.monotonic() - started
             windows.open("without")
         if vacuumed:

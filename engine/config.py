@@ -402,6 +402,16 @@ class Settings(BaseSettings):
             "the last one took, leaving the database to the claims (0: back to back)"
         ),
     )
+    prune_vacuum_delay_ms: float = Field(
+        default=2.0,
+        ge=0,
+        le=100,
+        description=(
+            "the VACUUM that closes a prune's walk pauses this long each time it has done its "
+            "share of work (vacuum_cost_delay, autovacuum's pace), leaving the disk and the CPU "
+            "to the claims; 0: at full speed"
+        ),
+    )
     reports_url: str | None = Field(
         default=None,
         pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$",

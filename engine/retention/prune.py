@@ -32,7 +32,10 @@ deleted from, outside any transaction, when its role owns them
 (``vacuum=True``, the default; the worker's role does not, and relies on
 the tables' autovacuum settings of 0031). VACUUM's lock is one no claim or
 write waits for; it leaves the dead tuples of a retired day under 1% at
-once instead of whenever autovacuum comes.
+once instead of whenever autovacuum comes. It goes at autovacuum's pace
+(``Settings.prune_vacuum_delay_ms``, 2 ms): at full speed its scans of the
+indexes took the disk and CPU from the claims (claim p99 6.2 ms during it
+against 1.0 ms without, 1M step runs; 1.6 ms paced, in 11 s instead of 1.8).
 
 A dry run counts, with the same family rule, what each page would remove;
 with nothing changing in between, a prune at the same ``as_of`` removes
@@ -174,11 +177,11 @@ def prune(
         with db.connect(settings, autocommit=True) as own:
             report = _prune(settings, own, policy, dry_run, as_of, bounds, writer, on_batch, pace)
             if vacuum:
-                _vacuum(own, report)
+                _vacuum(settings, own, report)
             return report
     report = _prune(settings, conn, policy, dry_run, as_of, bounds, writer, on_batch, pace)
     if vacuum:
-        _vacuum(conn, report)
+        _vacuum(settings, conn, report)
     return report
 
 
@@ -216,12 +219,13 @@ class _Pace:
             self.size = min(self.ceiling, self.size * 2)
 
 
-def _vacuum(conn: psycopg.Connection[Any], report: PruneReport) -> None:
-    """VACUUM what a finished walk retired rows from (a walk stopped short: at its end)."""
+def _vacuum(settings: Settings, conn: psycopg.Connection[Any], report: PruneReport) -> None:
+    """VACUUM what a finished walk retired rows from (a walk stopped short: at its end), at
+    ``Settings.prune_vacuum_delay_ms``'s pace."""
     if report.dry_run or report.cursor is not None or not report.total.jobs:
         return
     started = time.monotonic()
-    if store.job_retired_tables_vacuum(conn):
+    if store.job_retired_tables_vacuum(conn, settings.prune_vacuum_delay_ms):
         report.vacuum_s = time.monotonic() - started
     else:
         log.debug("prune: this role does not own the live tables; autovacuum cleans them")

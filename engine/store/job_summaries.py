@@ -127,12 +127,18 @@ def job_summary_select(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict
 
 
 @wrap_errors
-def job_retired_tables_vacuum(conn: psycopg.Connection[Any]) -> bool:
+def job_retired_tables_vacuum(conn: psycopg.Connection[Any], delay_ms: float = 0.0) -> bool:
     """VACUUM the live tables a retirement deletes from, if this role may; whether it did.
 
     ``conn`` must be in autocommit (VACUUM runs outside a transaction).
+    ``delay_ms``: its cost-based delay (autovacuum's 2 ms: it yields to the
+    claims; 0: at full speed), the session's own given back after it.
     """
     if not _rows.one(conn, "job_retired_tables_vacuumable")["vacuumable"]:
         return False
-    _rows.run(conn, "job_retired_tables_vacuum")
+    was = _rows.one(conn, "job_vacuum_delay_set", {"delay": f"{delay_ms}ms"})["was"]
+    try:
+        _rows.run(conn, "job_retired_tables_vacuum")
+    finally:
+        _rows.run(conn, "job_vacuum_delay_set", {"delay": was})
     return True

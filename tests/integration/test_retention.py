@@ -400,8 +400,12 @@ def test_prune__vacuums_the_live_tables_after_its_walk_without_waiting_for_a_wri
     try:
         assert writing.wait(30)
         # lock_timeout 5 s: a VACUUM that waited for the writer would raise
-        report = prune(fast, registry=registry)
+        conn.execute("SET vacuum_cost_delay = '7ms'")  # the session's own
+        report = prune(fast, registry=registry, conn=conn)
         assert report.total.jobs == 1 and report.vacuum_s is not None
+        # it went at the prune's pace (autovacuum's), and the session's own is given back
+        assert fast.prune_vacuum_delay_ms == 2.0
+        assert conn.execute("SHOW vacuum_cost_delay").fetchone() == {"vacuum_cost_delay": "7ms"}
     finally:
         release.set()
         writer.join()

@@ -76,6 +76,11 @@ FROM pg_class AS c
 WHERE c.oid IN ('engine_jobs'::regclass, 'engine_step_runs'::regclass,
                 'engine_events'::regclass, 'engine_job_tags'::regclass);
 
+-- job_vacuum_delay_set --
+-- Session setting: the cost-based delay of this session's VACUUMs (vacuum_cost_delay: a pause each time a VACUUM has done vacuum_cost_limit's work), set for the closing VACUUM and given back after it; returns the value it replaced.
+WITH s AS MATERIALIZED (SELECT current_setting('vacuum_cost_delay') AS was)
+SELECT s.was, set_config('vacuum_cost_delay', %(delay)s, false) AS now FROM s;
+
 -- job_retired_tables_vacuum --
 -- Outside any transaction (autocommit): the dead tuples a retirement left in the live tables it deletes from. VACUUM (not FULL) takes SHARE UPDATE EXCLUSIVE, which no claim, insert, update or delete waits for.
 VACUUM (ANALYZE) engine_jobs, engine_step_runs, engine_events, engine_job_tags;
