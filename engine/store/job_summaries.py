@@ -127,7 +127,7 @@ def job_summary_select(conn: psycopg.Connection[Any], job_id: uuid.UUID) -> dict
 
 
 @wrap_errors
-def job_retired_tables_vacuum(conn: psycopg.Connection[Any], delay_ms: float = 0.0) -> bool:
+def job_retired_tables_vacuum(conn: psycopg.Connection[Any], delay_ms: float) -> bool:
     """VACUUM the live tables a retirement deletes from, if this role may; whether it did.
 
     ``conn`` must be in autocommit (VACUUM runs outside a transaction).
