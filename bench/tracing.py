@@ -22,6 +22,7 @@ load than steps/s).
 
 from __future__ import annotations
 
+import marshal
 import statistics
 import threading
 import time
@@ -32,6 +33,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -44,8 +46,9 @@ from bench.common import emit, env_float, env_int, log
 from engine import tracing
 from engine.store import queries
 from engine.store.rows import Claimed
-from engine.tracing import NO_TRACES, Traces, statements
+from engine.tracing import NO_TRACES, Traces, otlp, statements
 from engine.tracing.export import ProcessSink
+from engine.tracing.wire import readable
 
 
 class Collector:
@@ -177,16 +180,41 @@ def overhead(n: int) -> None:
         f"sampled out {out:.1f} us, recorded with 3 spans {on:.1f} us "
         f"(its spans marshalled in {discard.sent} batches for the exporter process)"
     )
+    encoding(discard.batches, n)
+
+
+def encoding(batches: list[bytes], attempts: int) -> None:
+    """The exporter process's work per attempt to make the OTLP request of what it was sent:
+    the SDK's spans made of the records and encoded by the SDK, against the request made of
+    the records themselves (engine.tracing.otlp, what it does)."""
+    resource = Resource.create({"service.name": "bench-worker"})
+    records = [batch for data in batches for batch in [marshal.loads(data)]]
+    started = time.perf_counter()
+    for batch in records:
+        encode_spans([readable(r, resource) for r in batch]).SerializePartialToString()
+    sdk = (time.perf_counter() - started) / attempts * 1e6
+    started = time.perf_counter()
+    for batch in records:
+        otlp.request(batch, resource).SerializePartialToString()
+    direct = (time.perf_counter() - started) / attempts * 1e6
+    emit("tracing", "exporter_encode_per_attempt_sdk_spans", sdk, "us")
+    emit("tracing", "exporter_encode_per_attempt_records", direct, "us")
+    log(
+        f"the exporter process's OTLP encoding per attempt (3 spans): from the SDK's spans "
+        f"{sdk:.1f} us, from the records {direct:.1f} us ({sdk / direct:.1f}x less)"
+    )
 
 
 class _Discard:
-    """An exporter process that is not there: each batch is marshalled, then dropped."""
+    """An exporter process that is not there: each batch is marshalled, then kept."""
 
     def __init__(self) -> None:
         self.sent = 0
+        self.batches: list[bytes] = []
 
     def send(self, data: bytes) -> None:
         self.sent += 1
+        self.batches.append(data)
 
     def close(self, timeout_s: float) -> None:
         return None

@@ -4,7 +4,9 @@ It makes the SDK's exporters from the ``OTEL_*`` settings it inherits
 (:func:`engine.tracing.setup.exporters`) and its resource as
 ``Resource.create`` does, says ``ready`` on stdout, then reads batches of
 records (:mod:`.wire`) on stdin and exports each batch as it comes, on
-the parent's behalf (:mod:`.export`). The end of stdin (the parent closed
+the parent's behalf (:mod:`.export`): the OTLP/HTTP exporter sends the
+request :mod:`.otlp` makes of the records, any other exporter the SDK's
+spans made of them. The end of stdin (the parent closed
 it, or died) ends it, once what it read is exported. It ignores SIGINT and
 SIGTERM: a stop signal to the whole process group must not lose the spans
 its parent is still sending it.
@@ -22,8 +24,8 @@ from opentelemetry.sdk.resources import Resource
 
 from engine.errors import ConfigError
 from engine.tracing.export import READY, read_frame
+from engine.tracing.otlp import Records, install
 from engine.tracing.setup import exporters
-from engine.tracing.wire import readable
 
 log = logging.getLogger("engine.tracing.exporter")
 
@@ -37,6 +39,7 @@ def main() -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    install()  # an OTLP/HTTP exporter encodes a batch from its records
     resource = Resource.create()
     sys.stdout.buffer.write(READY)
     sys.stdout.buffer.flush()
@@ -45,7 +48,7 @@ def main() -> int:
     source = sys.stdin.buffer
     while (frame := read_frame(source)) is not None:
         # its parent's pipe: what it reads is what the parent wrote
-        spans = [readable(record, resource) for record in marshal.loads(frame)]  # noqa: S302
+        spans = Records(marshal.loads(frame), resource)  # noqa: S302
         for exporter in made:
             try:
                 exporter.export(spans)

@@ -46,9 +46,12 @@ from opentelemetry.trace.status import Status, StatusCode
 __all__ = [
     "ATTEMPT",
     "CHUNK",
+    "ERRORS",
+    "FENCE",
     "SCOPE",
     "SPAN",
     "STATEMENT",
+    "SUBMIT_LINK",
     "Record",
     "readable",
     "statement_text",
@@ -61,10 +64,10 @@ SPAN, ATTEMPT, STATEMENT, CHUNK = range(4)
 SCOPE = "erp-engine"  # the engine's tracer
 
 # what the fenced checkpoint came to, by the attempt's outcome
-_FENCE = {"done": "accepted", "fenced": "refused"}
+FENCE = {"done": "accepted", "fenced": "refused"}
 # outcomes that are the step's (or its data's) failure
-_ERRORS = frozenset({"retried", "dead", "rejected", "charged"})
-_SUBMIT_LINK = {"engine.link": "submit"}
+ERRORS = frozenset({"retried", "dead", "rejected", "charged"})
+SUBMIT_LINK = {"engine.link": "submit"}
 _TEXT_MAX = 1000  # an unnamed statement's text on its span
 _PREPARED = re.compile(r"EXECUTE\s+(\w+)")
 
@@ -222,11 +225,11 @@ def _attempt(record: Record, resource: Resource) -> ReadableSpan:
         "engine.attempt": attempt,
         "engine.worker": worker,
         "engine.outcome": outcome,
-        "engine.fence": _FENCE.get(outcome, "not reached"),
+        "engine.fence": FENCE.get(outcome, "not reached"),
     }
     if fanout_key:
         attributes["engine.fanout_key"] = fanout_key
-    status = Status(StatusCode.ERROR, detail[:500] or outcome) if outcome in _ERRORS else _UNSET
+    status = Status(StatusCode.ERROR, detail[:500] or outcome) if outcome in ERRORS else _UNSET
     return _span(
         resource,
         trace_id,
@@ -238,7 +241,7 @@ def _attempt(record: Record, resource: Resource) -> ReadableSpan:
         end,
         attributes,
         events=events,
-        links=((trace_id, parent_id, 1, _SUBMIT_LINK),) if parent_id else (),
+        links=((trace_id, parent_id, 1, SUBMIT_LINK),) if parent_id else (),
         status=status,
         parent_remote=True,
     )
