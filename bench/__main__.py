@@ -51,9 +51,10 @@ on a seeded history, and whether any plan scans the jobs or step runs sequential
     BENCH_RUNS_JOBS=100000 BENCH_RUNS_STEPS=1000000 BENCH_RUNS_TAGS=5000 BENCH_RUNS_N=200
 
 Tracing's cost (``tracing``, see ``bench/tracing.py``): no-op steps/s with tracing off
-and on (OTLP to a collector on 127.0.0.1), alternating; medians and their ratio.
+and on (OTLP to a collector on 127.0.0.1), alternating; medians and their ratio, and the
+median of each round's own ratio.
 
-    BENCH_TRACING_JOBS=300 BENCH_TRACING_ROUNDS=3 BENCH_TRACING_CONCURRENCY=2
+    BENCH_TRACING_JOBS=3000 BENCH_TRACING_ROUNDS=5 BENCH_TRACING_CONCURRENCY=2
 
 Sign-in under attack (``signin``, see ``bench/signin.py``): the console process's RSS and
 a real user's sign-in time while wrong attempts hit it from one address, from many, and

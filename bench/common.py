@@ -199,6 +199,24 @@ class Workers:
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+class Backends:
+    """CPU seconds the database server's processes serving one database used (its backends,
+    from ``/proc``: the server runs on this machine); each backend's last reading is kept
+    when it has exited. All zeros when the server's processes cannot be read here."""
+
+    PIDS = "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+
+    def __init__(self, conn: psycopg.Connection[Any], dbname: str) -> None:
+        self.conn = conn
+        self.dbname = dbname
+        self.seen: dict[int, float] = {}
+
+    def cpu_s(self) -> float:
+        for (pid,) in self.conn.execute(self.PIDS, (self.dbname,)).fetchall():
+            self.seen[pid] = _cpu_s(pid) or self.seen.get(pid, 0.0)
+        return sum(self.seen.values())
+
+
 def _cpu_s(pid: int) -> float:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

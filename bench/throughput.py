@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from bench import noop
-from bench.common import Workers, emit, fresh_database, log, settings_for
+from bench.common import Backends, Workers, emit, fresh_database, log, settings_for
 from engine import submit
 from engine.flow.registry import Registry
 from engine.store import db
@@ -83,6 +84,8 @@ class Result:
     # load than steps/s, which waits on the database too
     cpu_us_per_step: float | None = None
     child_cpu_us_per_step: float | None = None
+    # and the database's backends serving them (None: the server's processes are not here)
+    db_cpu_us_per_step: float | None = None
 
 
 def submit_jobs(info: str, jobs: int, bench: str = "submit") -> None:
@@ -140,12 +143,13 @@ def run(
             env={"ENGINE_EAGER_SUCCESSORS": "true" if eager else "false", **(env or {})},
         ) as workers:
             deadline = time.monotonic() + timeout_s
-            first: tuple[float, float, int] | None = None
-            last: tuple[float, float, int] | None = None
+            backends = Backends(conn, conninfo_to_dict(info)["dbname"])
+            first: tuple[float, float, int, float] | None = None
+            last: tuple[float, float, int, float] | None = None
             while True:
                 done, ended = conn.execute(PROGRESS).fetchone() or (0, 0)
                 if done:
-                    last = (*workers.cpu_s(), done)
+                    last = (*workers.cpu_s(), done, backends.cpu_s())
                     first = first or last
                 if done + ended >= jobs:
                     break
@@ -192,17 +196,26 @@ def run(
                 for n, what in ((ins, "ins"), (upd, "upd"), (dele, "del"))
             ]
             log(f"  per step: {name:<18} " + " ".join(per))
-    cpu = child_cpu = None
+    cpu = child_cpu = db_cpu = None
     if first is not None and last is not None and last[2] > first[2]:
         measured_steps = STEPS_PER_JOB * (last[2] - first[2])
         cpu = (last[0] - first[0]) / measured_steps * 1e6
         child_cpu = (last[1] - first[1]) / measured_steps * 1e6
+        db_cpu = (last[3] - first[3]) / measured_steps * 1e6 or None
         emit(bench, "worker_cpu_per_step", cpu, "us")
         emit(bench, "worker_children_cpu_per_step", child_cpu, "us")
+        emit(bench, "database_backends_cpu_per_step", db_cpu, "us")
         log(
             f"  per step: {cpu:.0f} us of the workers' CPU, {child_cpu:.0f} us of their "
-            f"child processes' (over {measured_steps} steps)"
+            f"child processes', {db_cpu or 0:.0f} us of the database's backends "
+            f"(over {measured_steps} steps)"
         )
     if not steps:
-        return Result(rate, done, cpu_us_per_step=cpu, child_cpu_us_per_step=child_cpu)
-    return Result(rate, done, rows / steps, commits / steps, cpu, child_cpu)
+        return Result(
+            rate,
+            done,
+            cpu_us_per_step=cpu,
+            child_cpu_us_per_step=child_cpu,
+            db_cpu_us_per_step=db_cpu,
+        )
+    return Result(rate, done, rows / steps, commits / steps, cpu, child_cpu, db_cpu)

@@ -6,13 +6,16 @@ to an in-process receiver on 127.0.0.1 that decodes and counts every span it
 is sent (a collector that keeps nothing), and the bench's own submits are
 traced into it too, so each attempt is a child of its submit as in
 production. Runs alternate off and on, each round starting with the next
-variant; the medians and their ratios are printed (never asserted: the
-issue's figure is "at most 3% off"), with the CPU each variant's worker
-used per step and its exporter process's (less bent by the machine's other
-load than steps/s).
+variant; the medians and their ratios are printed, and the median of each
+round's own ratio to that round's off (never asserted: the issue's figure
+is "at most 3% off"), with the CPU each variant's worker
+used per step, its exporter process's and the database backends' (less bent
+by the machine's other load than steps/s: on this shared machine back-to-back
+runs of one variant differ by up to 25% in steps/s), and their sum against
+off's.
 
-    BENCH_TRACING_JOBS=300       noop jobs per run (3 steps each)
-    BENCH_TRACING_ROUNDS=3       off/on pairs
+    BENCH_TRACING_JOBS=3000      noop jobs per run (3 steps each: 9,000 steps, ~4 s)
+    BENCH_TRACING_ROUNDS=5       rounds of each variant
     BENCH_TRACING_CONCURRENCY=2  slots of the one worker process
     BENCH_TRACING_ATTEMPTS=5000  the tracing work of one attempt, timed in-process without
                                  the database (off, sampled out, recorded), first
@@ -222,14 +225,18 @@ class _Discard:
 
 def run() -> None:
     overhead(env_int("BENCH_TRACING_ATTEMPTS", 5000))
-    jobs = env_int("BENCH_TRACING_JOBS", 300)
-    rounds = max(1, env_int("BENCH_TRACING_ROUNDS", 3))
+    jobs = env_int("BENCH_TRACING_JOBS", 3000)
+    rounds = max(1, env_int("BENCH_TRACING_ROUNDS", 5))
     concurrency = env_int("BENCH_TRACING_CONCURRENCY", 2)
     ratio = env_float("BENCH_TRACING_RATIO", 0.1)
     timeout_s = env_float("BENCH_TIMEOUT_S", 150)
     rates: dict[str, list[float]] = {}
+    # each round's rate of a variant over that round's off: a slow minute of the shared
+    # machine slows both sides of a ratio, where it would move one median and not the other
+    paired: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}  # the worker's CPU per step (its exporter's apart)
     child_cpu: dict[str, list[float]] = {}
+    all_cpu: dict[str, list[float]] = {}
     with Collector() as collector:
         traced = {
             "OTEL_TRACES_EXPORTER": "otlp",
@@ -255,6 +262,7 @@ def run() -> None:
             ordered = variants[shift:] + variants[:shift]
             names = ", ".join(v for v, _, _ in ordered)
             log(f"tracing: round {n} of {rounds} ({jobs} jobs each: {names})")
+            this_round: dict[str, float] = {}
             for variant, env, sampled_at in ordered:
                 name = f"tracing/{variant}"
                 if variant == "off":
@@ -264,9 +272,23 @@ def run() -> None:
                         result = throughput.run(jobs, 1, concurrency, timeout_s, env=env, name=name)
                 if result.steps_per_s is not None:
                     rates.setdefault(variant, []).append(result.steps_per_s)
+                    this_round[variant] = result.steps_per_s
                 if result.cpu_us_per_step is not None and result.child_cpu_us_per_step is not None:
                     cpu.setdefault(variant, []).append(result.cpu_us_per_step)
                     child_cpu.setdefault(variant, []).append(result.child_cpu_us_per_step)
+                    if result.db_cpu_us_per_step is not None:
+                        # the CPU a step cost everything it ran on: the worker, its exporter
+                        # and the database's backends (the machine's other load left out)
+                        total = (
+                            result.cpu_us_per_step
+                            + result.child_cpu_us_per_step
+                            + result.db_cpu_us_per_step
+                        )
+                        all_cpu.setdefault(variant, []).append(total)
+            if "off" in this_round:
+                for variant, rate in this_round.items():
+                    if variant != "off":
+                        paired.setdefault(variant, []).append(rate / this_round["off"])
         spans = collector.spans
     emit("tracing", "spans_received", spans, "spans")
     off = rates.get("off")
@@ -281,6 +303,15 @@ def run() -> None:
                 f"off: {ratio_off:.3f}x ({(1 - ratio_off) * 100:+.1f}% off; the issue's "
                 "figure: at most 3%)"
             )
+    for variant, ratios in paired.items():
+        median = statistics.median(ratios)
+        emit("tracing", f"{variant}_over_off_paired_median", median, "x")
+        log(
+            f"tracing {variant}: the median of the rounds' own ratios {median:.3f}x "
+            f"({(1 - median) * 100:+.1f}% off; each round: "
+            + ", ".join(f"{r:.3f}" for r in ratios)
+            + ")"
+        )
     off_cpu = statistics.median(cpu["off"]) if cpu.get("off") else None
     for variant, values in cpu.items():
         median = statistics.median(values)
@@ -293,5 +324,16 @@ def run() -> None:
                 f"tracing {variant}: the worker's CPU per step {median:.0f} us against "
                 f"{off_cpu:.0f} us off ({median / off_cpu:.3f}x); its exporter process "
                 f"{exporter:.0f} us per step"
+            )
+    off_all = statistics.median(all_cpu["off"]) if all_cpu.get("off") else None
+    for variant, values in all_cpu.items():
+        median = statistics.median(values)
+        emit("tracing", f"{variant}_all_cpu_per_step_median", median, "us")
+        if off_all and variant != "off":
+            emit("tracing", f"{variant}_all_cpu_over_off", median / off_all, "x")
+            log(
+                f"tracing {variant}: a step's CPU, worker + exporter + database backends, "
+                f"{median:.0f} us against {off_all:.0f} us off ({median / off_all:.3f}x, "
+                f"{(median / off_all - 1) * 100:+.1f}%)"
             )
     log(f"tracing: the local collector received {spans} spans")
