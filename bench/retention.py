@@ -246,31 +246,39 @@ def _retire_alternating(
     cursor: tuple[datetime, uuid.UUID] | None = None
     batch: int | None = None
     begun = time.monotonic()
-    while not claimer.ran_out:
-        windows.open("retire")
-        started = time.monotonic()
-        part = prune(
-            settings,
-            as_of=as_of,
-            max_batches=window_batches,
-            after=cursor,
-            write_reports=None if real_reports else _stub_reports,
-            vacuum=False,
-            batch=batch,  # the pace goes on from the last window
+    # one session for every window, as a worker's pruner keeps its connection from one round
+    # to the next (a session each would fork a backend and plan everything again each time)
+    with db.connect(settings, autocommit=True) as pruning:
+        while not claimer.ran_out:
+            windows.open("retire")
+            started = time.monotonic()
+            part = prune(
+                settings,
+                as_of=as_of,
+                conn=pruning,
+                max_batches=window_batches,
+                after=cursor,
+                write_reports=None if real_reports else _stub_reports,
+                vacuum=False,
+                batch=batch,  # the pace goes on from the last window
+            )
+            time.sleep(part.rest_s)  # the rest its last batch owes is part of the retirement
+            took = time.monotonic() - started
+            windows.open("without")
+            total = part if total is None else _added(total, part)
+            cursor, batch = part.cursor, part.batch
+            batches.append(part.batch)
+            claimer.stop.wait(took * quiet)
+            if cursor is None:
+                break
+            if time.monotonic() - begun > max_s:
+                log(f"stopped after {max_s:.0f} s (BENCH_RETENTION_MAX_S): part of the day retired")
+                break
+    if total is None:
+        raise SystemExit(
+            "retention: the claimer found no pending step run left to claim (each measured run "
+            "claims some): seed again (BENCH_RETENTION_STAGE=seed) or raise BENCH_RETENTION_ACTIVE"
         )
-        time.sleep(part.rest_s)  # the rest its last batch owes is part of the retirement
-        took = time.monotonic() - started
-        windows.open("without")
-        total = part if total is None else _added(total, part)
-        cursor, batch = part.cursor, part.batch
-        batches.append(part.batch)
-        claimer.stop.wait(took * quiet)
-        if cursor is None:
-            break
-        if time.monotonic() - begun > max_s:
-            log(f"stopped after {max_s:.0f} s (BENCH_RETENTION_MAX_S): part of the day retired")
-            break
-    assert total is not None
     total.cursor = cursor  # None: the whole day retired
     # after the claimer ran out too: vacuum_s and the dead tuples are figures of their own
     if vacuum and total.total.jobs:
