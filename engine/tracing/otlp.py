@@ -203,6 +203,22 @@ def _error(message: str) -> bytes:
     return _field(b"\x7a", _field(b"\x12", message.encode()) + b"\x18" + _varint(_ERROR))
 
 
+def _child(trace_id: int, span_id: int, parent_id: int) -> bytes:
+    """A child span's ids (a statement's, a chunk's: their parent is the attempt)."""
+    return (
+        b"\x0a\x10"
+        + trace_id.to_bytes(16, "big")
+        + b"\x12\x08"
+        + span_id.to_bytes(8, "big")
+        + b"\x22\x08"
+        + parent_id.to_bytes(8, "big")
+    )
+
+
+def _times(start: int, end: int) -> bytes:
+    return b"\x39" + _fixed64(start) + b"\x41" + _fixed64(end)
+
+
 def _events(events: Sequence[tuple[str, int, Mapping[str, Any]]]) -> bytes:
     return b"".join(
         _field(
@@ -261,10 +277,7 @@ def _attempt(record: Record) -> bytes:
         b"\x12\x08",
         span_id.to_bytes(8, "big"),
         head,
-        b"\x39",
-        _fixed64(start),
-        b"\x41",
-        _fixed64(end),
+        _times(start, end),
         _attribute(b"\x4a", "engine.job.id", str(uuid.UUID(int=job_id))),
         flow_step,
         _attribute(b"\x4a", "engine.step_run.id", str(uuid.UUID(int=step_run_id))),
@@ -314,17 +327,9 @@ def _statement(record: Record) -> bytes:
         )
     return b"".join(
         (
-            b"\x0a\x10",
-            trace_id.to_bytes(16, "big"),
-            b"\x12\x08",
-            span_id.to_bytes(8, "big"),
-            b"\x22\x08",
-            parent_id.to_bytes(8, "big"),
+            _child(trace_id, span_id, parent_id),
             said,
-            b"\x39",
-            _fixed64(start),
-            b"\x41",
-            _fixed64(end),
+            _times(start, end),
             _STATUS_UNSET if error is None else _error(error),
             _FLAGS_LOCAL,
         )
@@ -335,19 +340,11 @@ def _chunk(record: Record) -> bytes:
     _, trace_id, span_id, parent_id, start, end, number, statements = record
     return b"".join(
         (
-            b"\x0a\x10",
-            trace_id.to_bytes(16, "big"),
-            b"\x12\x08",
-            span_id.to_bytes(8, "big"),
-            b"\x22\x08",
-            parent_id.to_bytes(8, "big"),
+            _child(trace_id, span_id, parent_id),
             _field(b"\x2a", f"chunk {number}".encode()),
             b"\x30",
             _varint(Span.SpanKind.SPAN_KIND_INTERNAL),
-            b"\x39",
-            _fixed64(start),
-            b"\x41",
-            _fixed64(end),
+            _times(start, end),
             _span_attribute["engine.chunk", number],
             _attribute(b"\x4a", "db.statements", statements),
             _STATUS_UNSET,
