@@ -3,7 +3,7 @@
 The SDK's OTLP exporter takes ``ReadableSpan`` objects and encodes each one
 into protobuf messages through several layers of Python. Made from a record
 (:func:`.wire.readable`) and then encoded that way, a step's spans cost the
-exporter process about ten times what writing the request's bytes from the
+exporter process about seven times what writing the request's bytes from the
 record does (``bench/tracing.py`` prints both), and on a worker's machine
 that CPU is the steps'. :func:`encode` writes the ``ExportTraceServiceRequest``
 from the records themselves in protobuf's wire format: an attempt's,
@@ -14,24 +14,17 @@ parses to the message the SDK's ``encode_spans`` makes of
 ``[readable(r, resource) for r in records]`` (:func:`request`; a test holds
 the two equal for every kind of record and attribute).
 
-The exporters still are the SDK's: the exporter process hands them a
-:class:`Records` batch, a sequence that makes each ``ReadableSpan`` only when
-one is read (the console exporter, the gRPC one), and :func:`install` lets
-the OTLP/HTTP exporter, whose retries, headers, compression and size limit
-stay its own, take the request this module encodes instead of encoding the
-spans again. Where the SDK's exporter no longer encodes through the name
-:func:`install` replaces, nothing is replaced and the spans are encoded by
-the SDK as before.
+The exporters stay the SDK's: the exporter process (:mod:`.exporter`) lets
+its OTLP/HTTP exporter send :func:`request` instead of encoding the spans.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-import sys
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import (
@@ -44,7 +37,6 @@ from opentelemetry.proto.common.v1.common_pb2 import (
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource as OtlpResource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
 
 from engine.tracing.wire import (
     ATTEMPT,
@@ -55,11 +47,10 @@ from engine.tracing.wire import (
     STATEMENT,
     SUBMIT_LINK,
     Record,
-    readable,
     statement_text,
 )
 
-__all__ = ["Records", "encode", "install", "request"]
+__all__ = ["encode", "request"]
 
 log = logging.getLogger(__name__)
 
@@ -70,35 +61,6 @@ _REMOTE = 0x300
 _ERROR = 2  # StatusCode.ERROR's value
 _CACHED = 4096  # byte strings kept per cache (flows x steps x workers x outcomes, names)
 _T = TypeVar("_T")
-
-
-class Records(Sequence[ReadableSpan]):
-    """One batch of records, as a sequence of the SDK's spans made when read (once each)."""
-
-    def __init__(self, records: list[Record], resource: Resource) -> None:
-        self.records = records
-        self.resource = resource
-        self._spans: list[ReadableSpan] | None = None
-
-    def _made(self) -> list[ReadableSpan]:
-        if self._spans is None:
-            self._spans = [readable(record, self.resource) for record in self.records]
-        return self._spans
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    @overload
-    def __getitem__(self, index: int) -> ReadableSpan: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[ReadableSpan]: ...
-
-    def __getitem__(self, index: int | slice) -> ReadableSpan | Sequence[ReadableSpan]:
-        return self._made()[index]
-
-    def __iter__(self) -> Iterator[ReadableSpan]:
-        return iter(self._made())
 
 
 # -- protobuf's wire format: a field is its tag (number << 3 | type), then its value; the
@@ -443,24 +405,3 @@ def request(records: Sequence[Record], resource: Resource) -> ExportTraceService
         encode(records, resource)
     )
     return made
-
-
-def install() -> bool:
-    """The SDK's OTLP/HTTP span exporter, once made, takes a :class:`Records` batch's request
-    from :func:`request`; any other batch it encodes as before. ``False``: no such exporter
-    was made (its module is not loaded), or its module no longer encodes through
-    ``encode_spans`` and is left as it is."""
-    trace_exporter = sys.modules.get("opentelemetry.exporter.otlp.proto.http.trace_exporter")
-    sdk_encode = getattr(trace_exporter, "encode_spans", None)
-    if sdk_encode is None or getattr(sdk_encode, "engine_records", False):
-        return sdk_encode is not None
-
-    def encode_spans(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
-        if isinstance(spans, Records):
-            return request(spans.records, spans.resource)
-        encoded: ExportTraceServiceRequest = sdk_encode(spans)
-        return encoded
-
-    encode_spans.engine_records = True  # type: ignore[attr-defined]
-    trace_exporter.encode_spans = encode_spans  # type: ignore[union-attr]
-    return True

@@ -23,6 +23,7 @@ from opentelemetry.trace import (
 from opentelemetry.trace.span import NonRecordingSpan
 
 from engine.tracing import otlp, wire
+from engine.tracing.exporter import Records, install
 
 RESOURCE = Resource.create({"service.name": "otlp-test", "deployment.environment": "test"})
 JOB = uuid.UUID("6a1f0c8e-3b1d-4c1e-9a52-2f0c1d9e8b7a")
@@ -147,7 +148,7 @@ def test_request__of_no_records_is_the_sdks_empty_request() -> None:
 
 def test_records__read_as_the_sdks_spans_once_and_only_when_read() -> None:
     records = every_kind()
-    batch = otlp.Records(records, RESOURCE)
+    batch = Records(records, RESOURCE)
     assert len(batch) == len(records)
     assert batch._spans is None  # the OTLP/HTTP exporter never makes them
     first = list(batch)
@@ -160,13 +161,13 @@ def test_install__the_http_exporter_takes_a_batchs_request_and_encodes_other_spa
 ):
     sdk_encode = trace_exporter.encode_spans
     try:
-        assert otlp.install()
+        assert install()
         hooked = trace_exporter.encode_spans
         assert hooked is not sdk_encode
-        assert otlp.install()  # twice: the same hook, not one around the other
+        assert install()  # twice: the same hook, not one around the other
         assert trace_exporter.encode_spans is hooked
         records = every_kind()
-        assert hooked(otlp.Records(records, RESOURCE)) == otlp.request(records, RESOURCE)
+        assert hooked(Records(records, RESOURCE)) == otlp.request(records, RESOURCE)
         spans = [wire.readable(r, RESOURCE) for r in records]
         assert hooked(spans) == sdk_encode(spans)
     finally:
