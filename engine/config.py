@@ -135,6 +135,15 @@ class Settings(BaseSettings):
             "for due schedules"
         ),
     )
+    sweep_scan: int = Field(
+        default=10_000,
+        ge=1,
+        description=(
+            "pending and running step runs (of each) a sweep checks for a lost announcement "
+            "or an ended job; a deeper queue is checked over several sweeps, each going on "
+            "where the last stopped"
+        ),
+    )
     republish_after_s: float = Field(
         default=300.0,
         gt=0,

@@ -133,9 +133,12 @@ def outbox_insert_if_slot_free(
 
 @wrap_errors
 def outbox_insert_for_claimable(
-    conn: psycopg.Connection[Any], *, republish_after_s: float, limit: int
+    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], *, republish_after_s: float
 ) -> list[int]:
-    params = {"republish_after_s": republish_after_s, "limit": limit}
+    """Announce those of ``ids`` (a sweep's slice) claimable and not announced since."""
+    if not ids:
+        return []
+    params = {"ids": list(ids), "republish_after_s": republish_after_s}
     return _new_ids(conn, "outbox_insert_for_claimable", params)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "NewStepRun",
     "PendingOutbox",
     "QueuedClaim",
+    "QueuedRun",
     "Ran",
     "Reopen",
     "StepCounts",
@@ -254,6 +255,16 @@ class ExpiredExhausted:
     attempts: int
     step: str
     flow: str
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """A step run of a sweep's slice: pending (``at``: when it is due) or running (``at``:
+    when its lease expires)."""
+
+    id: uuid.UUID
+    status: str
+    at: datetime
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from engine.store.rows import (
     Claimed,
     ExpiredExhausted,
     NewStepRun,
+    QueuedRun,
     Ran,
     StepCounts,
     StepState,
@@ -58,6 +59,7 @@ __all__ = [
     "step_savepoint_rollback",
     "step_select_queue_lag",
     "step_select_status",
+    "step_sweep_slice",
 ]
 
 _q = load("step_runs")
@@ -279,12 +281,35 @@ def step_dead_if_expired_exhausted_many(conn: psycopg.Connection[Any]) -> list[E
 
 
 @wrap_errors
-def step_cancel_if_job_ended_many(
-    conn: psycopg.Connection[Any], limit: int = 100
-) -> list[CancelledRun]:
-    """Finish as cancelled the step runs left active under ended jobs (up to ``limit`` jobs)."""
+def step_sweep_slice(
+    conn: psycopg.Connection[Any],
+    *,
+    pending_after: tuple[datetime, uuid.UUID],
+    running_after: tuple[datetime, uuid.UUID],
+    limit: int,
+) -> list[QueuedRun]:
+    """The next ``limit`` pending step runs after ``pending_after`` (when due, id) and running
+    ones after ``running_after`` (lease expiry, id), each part in that order."""
+    params = {
+        "pending_at": pending_after[0],
+        "pending_id": pending_after[1],
+        "running_at": running_after[0],
+        "running_id": running_after[1],
+        "limit": limit,
+    }
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["step_cancel_if_job_ended_many"], {"limit": limit})
+        cur.execute(_q["step_sweep_slice"], params)
+        return [QueuedRun(r["id"], r["status"], r["at"]) for r in cur]
+
+
+@wrap_errors
+def step_cancel_if_job_ended_many(
+    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], limit: int = 100
+) -> list[CancelledRun]:
+    """Finish as cancelled the step runs left active under ended jobs (up to ``limit`` jobs):
+    those of ``ids`` (a sweep's slice, pending and running) and every waiting one."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(_q["step_cancel_if_job_ended_many"], {"ids": list(ids), "limit": limit})
         return [CancelledRun(r["id"], r["job_id"], r["attempts"]) for r in cur]
 
 

@@ -50,12 +50,13 @@ WHERE s.id = ANY (%(ids)s::uuid[]) AND s.status = 'pending'
 RETURNING id;
 
 -- outbox_insert_for_claimable --
--- Invariant 9: a claimable step run (due, or lease expired) not announced since it became claimable (or for republish_after) is announced again; a lost message delays work, never loses it.
+-- Invariant 9: a claimable step run (due, or lease expired) of the sweep's slice (ids) not announced since it became claimable (or for republish_after) is announced again; a lost message delays work, never loses it.
 INSERT INTO engine_outbox (step_run_id)
 SELECT s.id
 FROM engine_step_runs AS s
 JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
-WHERE s.attempts < s.max_attempts
+WHERE s.id = ANY (%(ids)s::uuid[])
+  AND s.attempts < s.max_attempts
   AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
     OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
   AND NOT EXISTS (
@@ -64,7 +65,6 @@ WHERE s.attempts < s.max_attempts
         AND o.deliver_at >= greatest(
             CASE WHEN s.status = 'pending' THEN s.available_at ELSE s.claimed_at END,
             clock_timestamp() - make_interval(secs => %(republish_after_s)s)))
-LIMIT %(limit)s
 RETURNING id, step_run_id;
 
 -- sweep_lock_try --
@@ -131,13 +131,20 @@ WITH RECURSIVE tree (id) AS (
            cardinality(h.jobs) - (w.job_id = ANY (h.jobs))::int AS other_jobs,
            row_number() OVER (PARTITION BY h.key ORDER BY w.available_at, w.created_at, w.id) AS n
     FROM holders AS h
-    JOIN engine_step_runs AS w
-      ON w.concurrency_key = h.key AND NOT w.concurrency_kept AND w.attempts < w.max_attempts
-     AND ((w.status = 'pending' AND w.available_at <= clock_timestamp())
-       -- a reclaim refused over the limit: its own copy comes back only later
-       OR (w.status = 'running' AND w.lease_expires_at <= clock_timestamp()
-           AND EXISTS (SELECT 1 FROM engine_outbox AS o
-                       WHERE o.step_run_id = w.id AND o.deliver_at > clock_timestamp())))
+    -- each key's step runs read by that key (OFFSET 0 keeps the subquery apart): as a
+    -- join, the planner could read every active job's step runs first and the keys
+    -- last (15 s at 1.5M pending step runs, none of them keyed)
+    CROSS JOIN LATERAL (
+        SELECT w.* FROM engine_step_runs AS w
+        WHERE w.concurrency_key = h.key AND NOT w.concurrency_kept
+          AND w.attempts < w.max_attempts
+          AND ((w.status = 'pending' AND w.available_at <= clock_timestamp())
+            -- a reclaim refused over the limit: its own copy comes back only later
+            OR (w.status = 'running' AND w.lease_expires_at <= clock_timestamp()
+                AND EXISTS (SELECT 1 FROM engine_outbox AS o
+                            WHERE o.step_run_id = w.id AND o.deliver_at > clock_timestamp())))
+        OFFSET 0
+    ) AS w
     JOIN engine_jobs AS j ON j.id = w.job_id AND j.status IN ('pending', 'running')
 ), free AS (
     SELECT w.*
