@@ -44,6 +44,8 @@ transaction, outside what is measured here. Figures are printed, never failed.
                                    reuse: measure on what a seed stage left (then dropped,
                                    unless BENCH_RETENTION_KEEP=1)
     BENCH_RETENTION_KEEP=0         1: keep the database after the run
+    BENCH_RETENTION_WAITS=0        1: sample what the claimer's backend waits for (its
+                                   wait_event in pg_stat_activity, every 5 ms) by window
 """
 
 from __future__ import annotations
@@ -175,9 +177,13 @@ class Claimer(threading.Thread):
         self.stop = threading.Event()
         self.times: dict[str, list[float]] = {"without": [], "retire": [], "vacuum": []}
         self.ran_out = False
+        self.pid = threading.Event()  # set once backend_pid and native_id are
+        self.backend_pid = 0
 
     def run(self) -> None:
         with db.connect(self.settings) as conn:
+            self.backend_pid = conn.info.backend_pid
+            self.pid.set()  # native_id: this thread's, set by start()
             while not self.stop.is_set():
                 if not self.runs:
                     self.ran_out = True
@@ -196,6 +202,69 @@ class Claimer(threading.Thread):
                     )
                 took = time.perf_counter() - started
                 self.times[self.windows.label(first, self.windows.n)].append(took)
+
+
+class Waits(threading.Thread):
+    """What the claims wait for, by window kind (the one current at each sample, every 5 ms).
+
+    The claimer's backend's wait event from ``pg_stat_activity`` (``ClientRead``: waiting
+    for the bench's Python; ``CPU``: none, running or ready to run), and from the
+    scheduler (``/proc/PID/schedstat``: the server runs on this machine) the time the
+    backend and the claimer's thread ran and waited for a CPU, per claim.
+    """
+
+    def __init__(self, settings: Settings, claimer: Claimer) -> None:
+        super().__init__(daemon=True)
+        self.settings = settings
+        self.claimer = claimer
+        self.counts: dict[str, dict[str, int]] = {"without": {}, "retire": {}, "vacuum": {}}
+        # (process, ran or waited) -> kind -> ns
+        self.sched: dict[tuple[str, str], dict[str, int]] = {}
+
+    def run(self) -> None:
+        self.claimer.pid.wait()
+        files = {
+            "backend": Path(f"/proc/{self.claimer.backend_pid}/schedstat"),
+            "thread": Path(f"/proc/self/task/{self.claimer.native_id}/schedstat"),
+        }
+        last = {name: _schedstat(path) for name, path in files.items()}
+        with db.connect(self.settings, autocommit=True) as conn:
+            while not self.claimer.stop.wait(0.005):
+                kind = self.claimer.windows.kinds[-1]
+                row = conn.execute(_q["retention_wait_event"], {"pid": self.claimer.backend_pid})
+                found = row.fetchone()
+                if found is not None:
+                    event = found["event"] or "CPU"
+                    counts = self.counts[kind]
+                    counts[event] = counts.get(event, 0) + 1
+                for name, path in files.items():
+                    now = _schedstat(path)
+                    for what, was, then in zip(("ran", "waited"), last[name], now, strict=True):
+                        by_kind = self.sched.setdefault((name, what), {})
+                        by_kind[kind] = by_kind.get(kind, 0) + then - was
+                    last[name] = now
+
+    def emit(self) -> None:
+        for kind, counts in self.counts.items():
+            total = sum(counts.values())
+            for event, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+                if n * 200 >= total:  # 0.5% and more
+                    emit(NAME, f"claimer_waits_pct/{kind}/{event}", 100.0 * n / total, "%")
+        for (name, what), by_kind in self.sched.items():
+            for kind, ns in by_kind.items():
+                claims = len(self.claimer.times[kind])
+                if claims:
+                    metric = f"claimer_{name}_{what}_us_per_claim/{kind}"
+                    emit(NAME, metric, ns / claims / 1000, "us")
+
+
+def _schedstat(path: Path) -> tuple[int, int]:
+    """Nanoseconds a task ran and waited on a run queue (zeros when it cannot be read)."""
+    try:
+        ran, waited, _ = path.read_text().split()
+    except (OSError, ValueError):
+        return (0, 0)
+    return (int(ran), int(waited))
 
 
 def _quantiles(name: str, times: list[float]) -> float | None:
@@ -350,6 +419,9 @@ def run() -> None:
         planned = prune(settings, dry_run=True, as_of=as_of)
         claimer = Claimer(settings, claimable, Windows())
         claimer.start()
+        waits = Waits(settings, claimer) if env_int("BENCH_RETENTION_WAITS", 0) else None
+        if waits:
+            waits.start()
         started = time.monotonic()
         sizes: list[int] = []
         done = _retire_alternating(
@@ -366,6 +438,9 @@ def run() -> None:
         took = time.monotonic() - started
         claimer.stop.set()
         claimer.join()
+        if waits:
+            waits.join()
+            waits.emit()
         if claimer.ran_out:
             log(
                 f"the claimer ran out of step runs ({len(claimable)}): seed more "

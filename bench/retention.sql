@@ -94,3 +94,9 @@ FROM (VALUES ('engine_jobs'), ('engine_step_runs'), ('engine_events'), ('engine_
      AS t (relname)
 CROSS JOIN LATERAL pgstattuple(t.relname::regclass) AS s
 ORDER BY t.relname;
+
+-- retention_wait_event --
+-- Read only: what one backend waits for now (its wait event as type:name; NULL: running on a CPU or ready to).
+SELECT CASE WHEN wait_event IS NULL THEN NULL ELSE wait_event_type || ':' || wait_event END AS event
+FROM pg_stat_activity
+WHERE pid = %(pid)s;
