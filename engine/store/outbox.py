@@ -18,7 +18,7 @@ import psycopg
 from engine.store.errors import wrap_errors
 from engine.store.named import NamedQueries, Params
 from engine.store.queries import load
-from engine.store.rows import PendingOutbox
+from engine.store.rows import PendingOutbox, SweepSlice
 
 __all__ = [
     "outbox_insert_after",
@@ -133,12 +133,22 @@ def outbox_insert_if_slot_free(
 
 @wrap_errors
 def outbox_insert_for_claimable(
-    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], *, republish_after_s: float
+    conn: psycopg.Connection[Any],
+    queued: SweepSlice,
+    woken: Sequence[uuid.UUID],
+    *,
+    republish_after_s: float,
+    limit: int,
 ) -> list[int]:
-    """Announce those of ``ids`` (a sweep's slice) claimable and not announced since."""
-    if not ids:
-        return []
-    params = {"ids": list(ids), "republish_after_s": republish_after_s}
+    """Announce up to ``limit`` step runs of ``queued`` (a sweep's slice) and ``woken`` (made
+    pending by the round, after its slice's bounds were read) claimable and not announced
+    since."""
+    params = {
+        **queued.params(),
+        "ids": list(woken),
+        "republish_after_s": republish_after_s,
+        "limit": limit,
+    }
     return _new_ids(conn, "outbox_insert_for_claimable", params)
 
 

@@ -31,11 +31,12 @@ __all__ = [
     "NewStepRun",
     "PendingOutbox",
     "QueuedClaim",
-    "QueuedRun",
     "Ran",
     "Reopen",
+    "SliceKey",
     "StepCounts",
     "StepState",
+    "SweepSlice",
 ]
 
 
@@ -257,14 +258,36 @@ class ExpiredExhausted:
     flow: str
 
 
-@dataclass(frozen=True)
-class QueuedRun:
-    """A step run of a sweep's slice: pending (``at``: when it is due) or running (``at``:
-    when its lease expires)."""
+SliceKey = tuple[datetime, uuid.UUID]
 
-    id: uuid.UUID
-    status: str
-    at: datetime
+
+@dataclass(frozen=True)
+class SweepSlice:
+    """A sweep round's slice of the queue: the pending step runs in ``(pending_after,
+    pending_upto]`` by (available_at, id) and the running ones in ``(running_after,
+    running_upto]`` by (lease_expires_at, id); an empty part's upto is its after.
+    ``pending_full`` and ``running_full``: the part reached the scan (the next slice goes on
+    after it; otherwise it starts over)."""
+
+    pending_after: SliceKey
+    pending_upto: SliceKey
+    pending_full: bool
+    running_after: SliceKey
+    running_upto: SliceKey
+    running_full: bool
+
+    def params(self) -> dict[str, Any]:
+        """The bounds as engine_sweep_slice's parameters."""
+        return {
+            "pending_after_at": self.pending_after[0],
+            "pending_after_id": self.pending_after[1],
+            "pending_upto_at": self.pending_upto[0],
+            "pending_upto_id": self.pending_upto[1],
+            "running_after_at": self.running_after[0],
+            "running_after_id": self.running_after[1],
+            "running_upto_at": self.running_upto[0],
+            "running_upto_id": self.running_upto[1],
+        }
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,11 @@ from engine.store.rows import (
     Claimed,
     ExpiredExhausted,
     NewStepRun,
-    QueuedRun,
     Ran,
+    SliceKey,
     StepCounts,
     StepState,
+    SweepSlice,
     column,
 )
 
@@ -284,12 +285,12 @@ def step_dead_if_expired_exhausted_many(conn: psycopg.Connection[Any]) -> list[E
 def step_sweep_slice(
     conn: psycopg.Connection[Any],
     *,
-    pending_after: tuple[datetime, uuid.UUID],
-    running_after: tuple[datetime, uuid.UUID],
+    pending_after: SliceKey,
+    running_after: SliceKey,
     limit: int,
-) -> list[QueuedRun]:
-    """The next ``limit`` pending step runs after ``pending_after`` (when due, id) and running
-    ones after ``running_after`` (lease expiry, id), each part in that order."""
+) -> SweepSlice:
+    """The slice of up to ``limit`` pending step runs after ``pending_after`` (when due, id)
+    and as many running ones after ``running_after`` (lease expiry, id)."""
     params = {
         "pending_at": pending_after[0],
         "pending_id": pending_after[1],
@@ -299,17 +300,26 @@ def step_sweep_slice(
     }
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_sweep_slice"], params)
-        return [QueuedRun(r["id"], r["status"], r["at"]) for r in cur]
+        ends = {r["status"]: r for r in cur}
+    pending, running = ends["pending"], ends["running"]
+    return SweepSlice(
+        pending_after,
+        (pending["at"], pending["id"]) if pending["n"] else pending_after,
+        pending["n"] >= limit,
+        running_after,
+        (running["at"], running["id"]) if running["n"] else running_after,
+        running["n"] >= limit,
+    )
 
 
 @wrap_errors
 def step_cancel_if_job_ended_many(
-    conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], limit: int = 100
+    conn: psycopg.Connection[Any], queued: SweepSlice, limit: int = 100
 ) -> list[CancelledRun]:
     """Finish as cancelled the step runs left active under ended jobs (up to ``limit`` jobs):
-    those of ``ids`` (a sweep's slice, pending and running) and every waiting one."""
+    those of ``queued`` (a sweep's slice, pending and running) and every waiting one."""
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(_q["step_cancel_if_job_ended_many"], {"ids": list(ids), "limit": limit})
+        cur.execute(_q["step_cancel_if_job_ended_many"], {**queued.params(), "limit": limit})
         return [CancelledRun(r["id"], r["job_id"], r["attempts"]) for r in cur]
 
 

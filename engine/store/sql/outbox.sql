@@ -50,13 +50,21 @@ WHERE s.id = ANY (%(ids)s::uuid[]) AND s.status = 'pending'
 RETURNING id;
 
 -- outbox_insert_for_claimable --
--- Invariant 9: a claimable step run (due, or lease expired) of the sweep's slice (ids) not announced since it became claimable (or for republish_after) is announced again; a lost message delays work, never loses it.
+-- Invariant 9: a claimable step run (due, or lease expired) of the sweep's slice (engine_sweep_slice) or just woken (ids) not announced since it became claimable (or for republish_after) is announced again, up to limit a round (the sweeper checks the same slice again next round when the limit was reached); a lost message delays work, never loses it.
 INSERT INTO engine_outbox (step_run_id)
 SELECT s.id
-FROM engine_step_runs AS s
+FROM (SELECT id, job_id, status, attempts, max_attempts, available_at, lease_expires_at,
+             claimed_at
+      FROM engine_sweep_slice(
+          %(pending_after_at)s, %(pending_after_id)s, %(pending_upto_at)s, %(pending_upto_id)s,
+          %(running_after_at)s, %(running_after_id)s, %(running_upto_at)s, %(running_upto_id)s)
+      -- woken after the slice's bounds were read: due now, past its end
+      UNION ALL
+      SELECT id, job_id, status, attempts, max_attempts, available_at, lease_expires_at,
+             claimed_at
+      FROM engine_step_runs WHERE id = ANY (%(ids)s::uuid[])) AS s
 JOIN engine_jobs AS j ON j.id = s.job_id AND j.status IN ('pending', 'running')
-WHERE s.id = ANY (%(ids)s::uuid[])
-  AND s.attempts < s.max_attempts
+WHERE s.attempts < s.max_attempts
   AND ((s.status = 'pending' AND s.available_at <= clock_timestamp())
     OR (s.status = 'running' AND s.lease_expires_at <= clock_timestamp()))
   AND NOT EXISTS (
@@ -65,11 +73,13 @@ WHERE s.id = ANY (%(ids)s::uuid[])
         AND o.deliver_at >= greatest(
             CASE WHEN s.status = 'pending' THEN s.available_at ELSE s.claimed_at END,
             clock_timestamp() - make_interval(secs => %(republish_after_s)s)))
+LIMIT %(limit)s
 RETURNING id, step_run_id;
 
 -- sweep_lock_try --
--- One sweeper at a time republishes; the others skip this round (the relay itself is safe concurrently).
-SELECT pg_try_advisory_xact_lock(hashtextextended('engine.sweeper', 0)) AS locked;
+-- One sweeper at a time republishes; the others skip this round (the relay itself is safe concurrently). The round that takes the lock runs without JIT (set_config local to its transaction): its statements read by key, and their estimates over a deep queue (a count of an orphaned version's jobs, a slice's function) had PostgreSQL compile one for 0.8 s to run it in 1 ms.
+SELECT locked, locked AND set_config('jit', 'off', true) IS NOT NULL AS jit_off
+FROM (SELECT pg_try_advisory_xact_lock(hashtextextended('engine.sweeper', 0)) AS locked) AS l;
 
 -- outbox_insert_after --
 -- A step run refused at no attempt (left for a worker of another deploy, or over its concurrency limit) is announced again after delay_s (database clock), through the outbox like any announcement, so the sweeper reads it as announced and sends no copy of its own: one copy per waiting step run goes round.
