@@ -13,7 +13,7 @@ Sizes (environment):
     BENCH_QUEUE_HOP=1        also run the most concurrent engine set-up with
                              ENGINE_EAGER_SUCCESSORS=false (every step through the queue)
     BENCH_TIMEOUT_S=150      bound on one run (figures are reported, never failed, on time)
-    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing,bulk,retention
+    BENCH_ONLY=floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,tracing,bulk,retention,sweep
     BENCH_VERBOSE=1          show the worker logs
     BENCH_DATABASE=engine_bench  the scratch database (dropped and re-created)
 
@@ -76,6 +76,11 @@ measure with STAGE=reuse; MAX_S bounds the retirement).
     BENCH_RETENTION_RUNS=30000 BENCH_RETENTION_DAYS=10 BENCH_RETENTION_ACTIVE=3000
     BENCH_RETENTION_WINDOW=5 BENCH_RETENTION_QUIET=1.0 BENCH_RETENTION_MAX_S=3600
     BENCH_RETENTION_STAGE=(seed|reuse)
+
+A sweep round under a deep queue (``sweep``, see ``bench/sweep.py``): the median round
+with the engine's ENGINE_SWEEP_SCAN against one checking the whole queue, alternated.
+
+    BENCH_SWEEP_QUEUE=100000 BENCH_SWEEP_HISTORY=300000 BENCH_SWEEP_ROUNDS=5
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ from bench import (
     signin,
     single,
     sqs,
+    sweep,
     throughput,
 )
 from bench import tracing as tracing_bench
@@ -146,7 +152,7 @@ def main() -> int:
         (
             os.environ.get("BENCH_ONLY")
             or "floor,engine,single,recovery,erp,recost,sqs,latency,runs,signin,"
-            "tracing,bulk,retention"
+            "tracing,bulk,retention,sweep"
         ).split(",")
     )
     started = time.monotonic()
@@ -199,6 +205,8 @@ def main() -> int:
             bulk.run()
         if "retention" in only:  # a day retired under claims; BENCH_RETENTION_* (retention.py)
             retention.run()
+        if "sweep" in only:  # a sweep round under a deep queue; BENCH_SWEEP_* (bench/sweep.py)
+            sweep.run()
     finally:
         try:
             # erp drops its own (engine_bench_erp)

@@ -85,7 +85,7 @@ NAME = "retention"
 _SEEDED = ("engine_jobs", "engine_step_runs", "engine_events", "engine_job_tags")
 
 
-def _seed(conn: psycopg.Connection[Any], runs: int, days: int, active: int) -> None:
+def seed(conn: psycopg.Connection[Any], runs: int, days: int, active: int) -> None:
     """Fill the scratch database as a bulk load does.
 
     Its indexes and constraints are dropped and built again after the rows
@@ -407,7 +407,7 @@ def run() -> None:
             if stage == "reuse":  # seeded by an earlier checkout: this one's migrations too
                 migrations.apply(conn, settings.migration_dirs)
             else:
-                _seed(conn, runs, days, active)
+                seed(conn, runs, days, active)
             if stage == "seed":
                 log(f"seeded {dbname}; measure with BENCH_RETENTION_STAGE=reuse")
                 return
