@@ -68,6 +68,7 @@ _RELAY_ROUNDS = 20  # bound one sweep; the next sweep continues
 # a lost message's announcements a round: a backlog whose messages all went stale at once
 # (republish_after) goes round at this pace, not a whole slice's every round
 _ANNOUNCE_LIMIT = 1000
+_CANCEL_LIMIT = 100  # ended jobs whose leftovers a round cancels
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,8 @@ class QueueSlices:
     over ``depth / sweep_scan`` rounds (a pass), so a lost message or an ended job's
     leftover waits at most a pass more, never forever. The positions move on only once
     the round committed (:meth:`advance`): a round that failed or that another sweeper
-    held leaves its slice for the next, and so does one whose announcements reached
-    their limit (:meth:`stay`).
+    held leaves its slice for the next, and so does one whose announcements or
+    cancellations reached their limit (:meth:`stay`).
     """
 
     def __init__(self, scan: int) -> None:
@@ -114,7 +115,7 @@ class QueueSlices:
         return taken
 
     def stay(self) -> None:
-        """The next round takes this round's slice again (its announcements were cut short)."""
+        """The next round takes this round's slice again (its work was cut short)."""
         self._next = (self.pending, self.running)
 
     def advance(self) -> None:
@@ -173,7 +174,10 @@ class Sweeper:
                         ended.append(end)
                 # after the dead above: their jobs' other step runs are cancelled already
                 queued = self.slices.take(conn)
-                for c in store.step_cancel_if_job_ended_many(conn, queued):
+                leftovers = store.step_cancel_if_job_ended_many(conn, queued, _CANCEL_LIMIT)
+                if len({c.job_id for c in leftovers}) >= _CANCEL_LIMIT:
+                    self.slices.stay()  # more in this slice, perhaps: again next round
+                for c in leftovers:
                     cancelled_jobs.append(c.job_id)
                     orphans += 1
                     store.event_insert(

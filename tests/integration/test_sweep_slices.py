@@ -154,3 +154,21 @@ def test_sweep__a_slice_whose_announcements_reach_the_limit_is_taken_again(
         found = [sweeper.sweep(c).announced for _ in range(6)]
     assert found == [2, 1, 2, 1, 1, 0]
     assert _announced(conn) == set(queued)
+
+
+def test_sweep__a_slice_whose_cancellations_reach_the_limit_is_taken_again(
+    scan3: Settings, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sweeper_module, "_CANCEL_LIMIT", 1)
+    queued = _queue(scan3, 3)
+    ended = [run_of_id(conn, run) for run in queued[:2]]
+    conn.execute(
+        "UPDATE engine_jobs SET status = 'failed', finished_at = now() WHERE id = ANY (%s)",
+        (ended,),
+    )
+    sweeper = _sweeper(scan3)
+    with db.connect(scan3, autocommit=True) as c:
+        cancelled = [sweeper.sweep(c).cancelled for _ in range(3)]
+    # the second job's leftover the next round, not a pass later
+    assert cancelled == [1, 1, 0]
+    assert {run_of(conn, job, "a")["status"] for job in ended} == {"cancelled"}
