@@ -177,13 +177,13 @@ class Claimer(threading.Thread):
         self.stop = threading.Event()
         self.times: dict[str, list[float]] = {"without": [], "retire": [], "vacuum": []}
         self.ran_out = False
-        self.pid = threading.Event()  # set once backend_pid and native_id are
+        self.connected = threading.Event()  # set once backend_pid and native_id are
         self.backend_pid = 0
 
     def run(self) -> None:
         with db.connect(self.settings) as conn:
             self.backend_pid = conn.info.backend_pid
-            self.pid.set()  # native_id: this thread's, set by start()
+            self.connected.set()  # native_id: this thread's, set by start()
             while not self.stop.is_set():
                 if not self.runs:
                     self.ran_out = True
@@ -222,7 +222,7 @@ class Waits(threading.Thread):
         self.sched: dict[tuple[str, str], dict[str, int]] = {}
 
     def run(self) -> None:
-        self.claimer.pid.wait()
+        self.claimer.connected.wait()
         files = {
             "backend": Path(f"/proc/{self.claimer.backend_pid}/schedstat"),
             "thread": Path(f"/proc/self/task/{self.claimer.native_id}/schedstat"),

@@ -300,21 +300,21 @@ def step_sweep_slice(
     }
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(_q["step_sweep_slice"], params)
-        ends = {r["status"]: r for r in cur}
-    pending, running = ends["pending"], ends["running"]
+        ends = {r["status"]: r for r in cur}  # a part with no step run has no row
+    pending, running = ends.get("pending"), ends.get("running")
     return SweepSlice(
         pending_after,
-        (pending["at"], pending["id"]) if pending["n"] else pending_after,
-        pending["n"] >= limit,
+        (pending["at"], pending["id"]) if pending else pending_after,
+        pending is not None and pending["n"] >= limit,
         running_after,
-        (running["at"], running["id"]) if running["n"] else running_after,
-        running["n"] >= limit,
+        (running["at"], running["id"]) if running else running_after,
+        running is not None and running["n"] >= limit,
     )
 
 
 @wrap_errors
 def step_cancel_if_job_ended_many(
-    conn: psycopg.Connection[Any], queued: SweepSlice, limit: int = 100
+    conn: psycopg.Connection[Any], queued: SweepSlice, *, limit: int
 ) -> list[CancelledRun]:
     """Finish as cancelled the step runs left active under ended jobs (up to ``limit`` jobs):
     those of ``queued`` (a sweep's slice, pending and running) and every waiting one."""

@@ -174,7 +174,7 @@ class Sweeper:
                         ended.append(end)
                 # after the dead above: their jobs' other step runs are cancelled already
                 queued = self.slices.take(conn)
-                leftovers = store.step_cancel_if_job_ended_many(conn, queued, _CANCEL_LIMIT)
+                leftovers = store.step_cancel_if_job_ended_many(conn, queued, limit=_CANCEL_LIMIT)
                 if len({c.job_id for c in leftovers}) >= _CANCEL_LIMIT:
                     self.slices.stay()  # more in this slice, perhaps: again next round
                 for c in leftovers:

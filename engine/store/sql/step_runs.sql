@@ -395,7 +395,7 @@ WHERE s.job_id = jobs.id
 RETURNING s.id, s.job_id, s.attempts, s.step, jobs.flow;
 
 -- step_sweep_slice --
--- Read only: where the next slice of the queue a sweep checks ends (invariants 9 and 13), never the whole of it: up to limit pending step runs in (available_at, id) order after (pending_at, pending_id), and up to limit running ones in (lease_expires_at, id) order after (running_at, running_id), each read along its partial index (0041); for each part, how many and the last one's key (NULL: none). A part with fewer than limit has reached its end (the sweeper starts it over).
+-- Read only: where the next slice of the queue a sweep checks ends (invariants 9 and 13), never the whole of it: up to limit pending step runs in (available_at, id) order after (pending_at, pending_id), and up to limit running ones in (lease_expires_at, id) order after (running_at, running_id), each read along its partial index (0041); for each part with any, how many and the last one's key (a part with none has no row). A part with fewer than limit has reached its end (the sweeper starts it over).
 WITH pending AS (
     SELECT s.available_at AS at, s.id
     FROM engine_step_runs AS s
@@ -409,15 +409,11 @@ WITH pending AS (
     ORDER BY s.lease_expires_at, s.id
     LIMIT %(limit)s
 )
-SELECT 'pending' AS status, (SELECT count(*) FROM pending)::int AS n, l.at, l.id
-FROM (SELECT) AS one
-LEFT JOIN LATERAL (SELECT p.at, p.id FROM pending AS p ORDER BY p.at DESC, p.id DESC LIMIT 1) AS l
-    ON true
+(SELECT 'pending' AS status, count(*) OVER ()::int AS n, p.at, p.id
+ FROM pending AS p ORDER BY p.at DESC, p.id DESC LIMIT 1)
 UNION ALL
-SELECT 'running', (SELECT count(*) FROM running)::int, l.at, l.id
-FROM (SELECT) AS one
-LEFT JOIN LATERAL (SELECT r.at, r.id FROM running AS r ORDER BY r.at DESC, r.id DESC LIMIT 1) AS l
-    ON true;
+(SELECT 'running', count(*) OVER ()::int, r.at, r.id
+ FROM running AS r ORDER BY r.at DESC, r.id DESC LIMIT 1);
 
 -- step_cancel_if_job_ended_many --
 -- Invariant 13: a step run left pending, running or waiting under a job that ended (a dead worker's lease, an older engine) is finished as cancelled: those of the sweep's slice (engine_sweep_slice, pending and running) and every waiting one; the jobs are locked first, in id order, and re-checked as ended under the lock (a concurrent retry reopens them). Each candidate job is looked up by key (an array unnested): with a join, the planner merged the candidates with every job in key order, expecting the limit to stop it early, and read all 4.7M when none had ended (14 s).
