@@ -83,13 +83,58 @@ def test_events__are_append_only(conn: psycopg.Connection[Any]) -> None:
         conn.execute("TRUNCATE engine_events")
 
 
-def _insert_job(conn: psycopg.Connection[Any], fingerprint: str, status: str) -> None:
+def test_events__only_a_summarised_jobs_go_and_a_statement_goes_whole(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The one exception to append-only (a retired job's events, its summary written
+    first) holds for a statement's rows together: one event of a job with no summary, or
+    of no job, refuses the whole DELETE."""
+    kept, retired = uuid.uuid4(), uuid.uuid4()
+    for job in (kept, retired):
+        _insert_job(conn, job.hex * 2, "done", job_id=job)
+    conn.execute(
+        "INSERT INTO engine_events (kind, job_id) VALUES"
+        " ('submitted', %(kept)s), ('submitted', %(retired)s), ('succeeded', %(retired)s),"
+        " ('submitted', NULL)",
+        {"kept": kept, "retired": retired},
+    )
+    conn.execute(
+        "INSERT INTO engine_job_summaries (id, flow, flow_version, status, params, tags,"
+        " created_at, finished_at, step_runs, step_runs_done, step_runs_dead, attempts, events)"
+        " VALUES (%s, 'example', 1, 'done', '{}', '{}', now(), now(), 0, 0, 0, 0, 2)",
+        (retired,),
+    )
+
+    def count() -> int:
+        row = conn.execute("SELECT count(*) AS n FROM engine_events").fetchone()
+        assert row is not None
+        return int(row["n"])
+
+    for refused in (
+        "DELETE FROM engine_events WHERE job_id IN (%(kept)s, %(retired)s)",
+        "DELETE FROM engine_events WHERE job_id = %(retired)s OR job_id IS NULL",
+    ):
+        with (
+            pytest.raises(psycopg.errors.RestrictViolation, match="append-only"),
+            conn.transaction(),
+        ):
+            conn.execute(refused, {"kept": kept, "retired": retired})
+        assert count() == 4, refused
+    gone = conn.execute("DELETE FROM engine_events WHERE job_id = %s", (retired,))
+    assert gone.rowcount == 2 and count() == 2
+    with pytest.raises(psycopg.errors.RestrictViolation, match="append-only"):
+        conn.execute("UPDATE engine_events SET worker = 'me' WHERE job_id = %s", (kept,))
+
+
+def _insert_job(
+    conn: psycopg.Connection[Any], fingerprint: str, status: str, job_id: uuid.UUID | None = None
+) -> None:
     finished = "clock_timestamp()" if status in ("done", "failed", "cancelled") else "NULL"
     conn.execute(
         "INSERT INTO engine_jobs "
         "(id, flow, flow_version, params, fingerprint, status, finished_at) "
         f"VALUES (%s, 'example', 1, '{{}}', %s, %s, {finished})",
-        (uuid.uuid4(), fingerprint, status),
+        (job_id or uuid.uuid4(), fingerprint, status),
     )
 
 

@@ -283,6 +283,7 @@ FORBIDDEN: dict[str, str] = {
     "drop_table_journal_lines": "DROP TABLE erp_journal_lines",
     "drop_table_jobs": "DROP TABLE engine_jobs CASCADE",
     "drop_function": "DROP FUNCTION engine_events_append_only() CASCADE",
+    "drop_delete_guard": "DROP FUNCTION engine_events_delete_guard() CASCADE",
     "truncate_journal_lines": "TRUNCATE erp_journal_lines",
     "truncate_journals": "TRUNCATE erp_journals CASCADE",
     "truncate_events": "TRUNCATE engine_events",
