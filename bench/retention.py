@@ -45,7 +45,8 @@ transaction, outside what is measured here. Figures are printed, never failed.
                                    unless BENCH_RETENTION_KEEP=1)
     BENCH_RETENTION_KEEP=0         1: keep the database after the run
     BENCH_RETENTION_WAITS=0        1: sample what the claimer's backend waits for (its
-                                   wait_event in pg_stat_activity, every 5 ms) by window
+                                   wait_event in pg_stat_activity, every 5 ms) by window,
+                                   and the CPU the retirement used (its thread, backends)
 """
 
 from __future__ import annotations
@@ -210,7 +211,8 @@ class Waits(threading.Thread):
     The claimer's backend's wait event from ``pg_stat_activity`` (``ClientRead``: waiting
     for the bench's Python; ``CPU``: none, running or ready to run), and from the
     scheduler (``/proc/PID/schedstat``: the server runs on this machine) the time the
-    backend and the claimer's thread ran and waited for a CPU, per claim.
+    backend and the claimer's thread ran and waited for a CPU, per claim; and the CPU the
+    retirement itself used (its Python thread, its backend, the VACUUM's), in all.
     """
 
     def __init__(self, settings: Settings, claimer: Claimer) -> None:
@@ -220,12 +222,21 @@ class Waits(threading.Thread):
         self.counts: dict[str, dict[str, int]] = {"without": {}, "retire": {}, "vacuum": {}}
         # (process, ran or waited) -> kind -> ns
         self.sched: dict[tuple[str, str], dict[str, int]] = {}
+        self._watched: dict[str, Path] = {}  # backends opened later (the retirement's)
+        self._lock = threading.Lock()
+
+    def watch(self, name: str, pid: int) -> None:
+        """Sample backend ``pid``'s schedstat under ``name`` from now on (until it exits)."""
+        with self._lock:
+            self._watched[name] = Path(f"/proc/{pid}/schedstat")
 
     def run(self) -> None:
         self.claimer.connected.wait()
         files = {
             "backend": Path(f"/proc/{self.claimer.backend_pid}/schedstat"),
             "thread": Path(f"/proc/self/task/{self.claimer.native_id}/schedstat"),
+            # the retirement's own Python (the claimer's thread waits for its GIL)
+            "pruner_thread": Path(f"/proc/self/task/{threading.main_thread().native_id}/schedstat"),
         }
         last = {name: _schedstat(path) for name, path in files.items()}
         with db.connect(self.settings, autocommit=True) as conn:
@@ -237,8 +248,19 @@ class Waits(threading.Thread):
                     event = found["event"] or "CPU"
                     counts = self.counts[kind]
                     counts[event] = counts.get(event, 0) + 1
-                for name, path in files.items():
-                    now = _schedstat(path)
+                with self._lock:
+                    for name, path in self._watched.items():
+                        if name not in files:
+                            files[name], last[name] = path, _schedstat(path)
+                    self._watched.clear()
+                for name, path in list(files.items()):
+                    try:
+                        now = _schedstat(path)
+                    except OSError:  # a watched backend that exited: its session closed
+                        now = (0, 0)
+                    if now[0] < last[name][0]:  # gone (an exited process reads zeros)
+                        del files[name]
+                        continue
                     for what, was, then in zip(("ran", "waited"), last[name], now, strict=True):
                         by_kind = self.sched.setdefault((name, what), {})
                         by_kind[kind] = by_kind.get(kind, 0) + then - was
@@ -253,7 +275,9 @@ class Waits(threading.Thread):
         for (name, what), by_kind in self.sched.items():
             for kind, ns in by_kind.items():
                 claims = len(self.claimer.times[kind])
-                if claims:
+                if name not in ("backend", "thread"):  # the retirement's: in all
+                    emit(NAME, f"{name}_{what}_s/{kind}", ns / 1e9, "s")
+                elif claims:
                     metric = f"claimer_{name}_{what}_us_per_claim/{kind}"
                     emit(NAME, metric, ns / claims / 1000, "us")
 
@@ -302,6 +326,7 @@ def _retire_alternating(
     real_reports: bool,
     vacuum: bool,
     batches: list[int],
+    waits: Waits | None,
 ) -> PruneReport:
     """Retire what is due at ``as_of`` in windows of ``window_batches`` batches, each followed
     by a quiet window ``quiet`` times as long (the claimer alone), then the closing VACUUM and
@@ -318,6 +343,8 @@ def _retire_alternating(
     # one session for every window, as a worker's pruner keeps its connection from one round
     # to the next (a session each would fork a backend and plan everything again each time)
     with db.connect(settings, autocommit=True) as pruning:
+        if waits:
+            waits.watch("retirement_backend", pruning.info.backend_pid)
         while not claimer.ran_out:
             windows.open("retire")
             started = time.monotonic()
@@ -352,6 +379,8 @@ def _retire_alternating(
     # after the claimer ran out too: vacuum_s and the dead tuples are figures of their own
     if vacuum and total.total.jobs:
         with db.connect(settings, autocommit=True) as conn:
+            if waits:
+                waits.watch("vacuum_backend", conn.info.backend_pid)
             windows.open("vacuum")
             started = time.monotonic()
             vacuumed = store.job_retired_tables_vacuum(conn, settings.prune_vacuum_delay_ms)
@@ -434,6 +463,7 @@ def run() -> None:
             real_reports=real_reports,
             vacuum=vacuum,
             batches=sizes,
+            waits=waits,
         )
         took = time.monotonic() - started
         claimer.stop.set()
