@@ -180,7 +180,6 @@ class AttemptSpan(AttemptTrace):
         # the heartbeat's thread may add an event while the slot's ends the span
         self._lock = threading.Lock()
         self._tokens: list[Token[AttemptSpan | None]] = []
-        self._otel: list[object] = []
         self._context: SpanContext | None = None
         self._chunk_id = 0
         self._chunk_started = 0
