@@ -20,6 +20,7 @@ import uuid
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from engine.store.job_summaries import job_retire_many
 
@@ -129,3 +130,26 @@ def test_retire__the_events_guard_checks_a_statement_not_each_deleted_event(
         ).fetchall()
     assert sum(g["events"] for g in gone) == 2 * 3 * len(finished)  # two per step run
     assert {c["proname"]: c["n"] for c in calls} == {"engine_events_delete_guard": 1}
+
+
+def test_retire__a_deleted_key_is_not_looked_up_again_before_its_references_are(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The foreign keys that point at a job or a step run refuse its delete while a row
+    still references it. As NO ACTION (the default) each first looked up whether another
+    row now held the deleted key (a second query per key and referencing table: 1,400 a
+    batch of 100 jobs, 21-32% of its time at 10M step runs); as RESTRICT (migration 0043)
+    they check the references alone, and refuse the same deletes."""
+    finished = _seed(conn)[:BATCH]
+    horizon = conn.execute("SELECT now() AS at").fetchone()
+    assert horizon is not None
+    # a session of its own: the seed's inserts looked their keys up (the same query)
+    with psycopg.connect(conn.info.dsn, autocommit=True, row_factory=dict_row) as fresh:
+        with fresh.transaction():
+            gone = job_retire_many(fresh, finished, [horizon["at"]] * BATCH, {})
+        lookups = fresh.execute(
+            "SELECT ident FROM pg_backend_memory_contexts WHERE name = 'CachedPlanSource'"
+            " AND ident LIKE 'SELECT 1 FROM ONLY %% x WHERE \"id\" OPERATOR%%'"
+        ).fetchall()
+    assert len(gone) == BATCH
+    assert [r["ident"] for r in lookups] == []
