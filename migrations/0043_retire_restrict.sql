@@ -12,42 +12,30 @@
 -- replaces a job's or a step run's key, and only engine_retire_jobs deletes
 -- either.
 --
--- Each key is dropped and added again NOT VALID in this file (a brief lock of
--- both tables, no scan); 0044 validates them, each in its own transaction, with
--- a lock no write waits for.
+-- Each key, named as PostgreSQL named it, is dropped and added again NOT VALID
+-- in this file (a brief lock of both tables, no scan); 0044 validates them in a
+-- transaction of its own, with a lock no write waits for.
 
-ALTER TABLE engine_jobs
-    DROP CONSTRAINT engine_jobs_parent_job_id_fkey,
-    ADD CONSTRAINT engine_jobs_parent_job_id_fkey FOREIGN KEY (parent_job_id)
-        REFERENCES engine_jobs (id) ON DELETE RESTRICT NOT VALID,
-    DROP CONSTRAINT engine_jobs_parent_step_run_id_fkey,
-    ADD CONSTRAINT engine_jobs_parent_step_run_id_fkey FOREIGN KEY (parent_step_run_id)
-        REFERENCES engine_step_runs (id) ON DELETE RESTRICT NOT VALID;
-
-ALTER TABLE engine_step_runs
-    DROP CONSTRAINT engine_step_runs_job_id_fkey,
-    ADD CONSTRAINT engine_step_runs_job_id_fkey FOREIGN KEY (job_id)
-        REFERENCES engine_jobs (id) ON DELETE RESTRICT NOT VALID;
-
-ALTER TABLE engine_outbox
-    DROP CONSTRAINT engine_outbox_step_run_id_fkey,
-    ADD CONSTRAINT engine_outbox_step_run_id_fkey FOREIGN KEY (step_run_id)
-        REFERENCES engine_step_runs (id) ON DELETE RESTRICT NOT VALID;
-
-ALTER TABLE engine_dead_letters
-    DROP CONSTRAINT engine_dead_letters_job_id_fkey,
-    ADD CONSTRAINT engine_dead_letters_job_id_fkey FOREIGN KEY (job_id)
-        REFERENCES engine_jobs (id) ON DELETE RESTRICT NOT VALID,
-    DROP CONSTRAINT engine_dead_letters_step_run_id_fkey,
-    ADD CONSTRAINT engine_dead_letters_step_run_id_fkey FOREIGN KEY (step_run_id)
-        REFERENCES engine_step_runs (id) ON DELETE RESTRICT NOT VALID;
-
-ALTER TABLE engine_schedule_fires
-    DROP CONSTRAINT engine_schedule_fires_job_id_fkey,
-    ADD CONSTRAINT engine_schedule_fires_job_id_fkey FOREIGN KEY (job_id)
-        REFERENCES engine_jobs (id) ON DELETE RESTRICT NOT VALID;
-
-ALTER TABLE engine_signals
-    DROP CONSTRAINT engine_signals_job_id_fkey,
-    ADD CONSTRAINT engine_signals_job_id_fkey FOREIGN KEY (job_id)
-        REFERENCES engine_jobs (id) ON DELETE RESTRICT NOT VALID;
+DO $$
+DECLARE
+    k record;
+BEGIN
+    FOR k IN
+        SELECT * FROM (VALUES
+            ('engine_jobs', 'parent_job_id', 'engine_jobs'),
+            ('engine_jobs', 'parent_step_run_id', 'engine_step_runs'),
+            ('engine_step_runs', 'job_id', 'engine_jobs'),
+            ('engine_outbox', 'step_run_id', 'engine_step_runs'),
+            ('engine_dead_letters', 'job_id', 'engine_jobs'),
+            ('engine_dead_letters', 'step_run_id', 'engine_step_runs'),
+            ('engine_schedule_fires', 'job_id', 'engine_jobs'),
+            ('engine_signals', 'job_id', 'engine_jobs')
+        ) AS v (tab, col, referenced)
+    LOOP
+        EXECUTE format(
+            'ALTER TABLE %1$I DROP CONSTRAINT %2$I, ADD CONSTRAINT %2$I FOREIGN KEY (%3$I) '
+            'REFERENCES %4$I (id) ON DELETE RESTRICT NOT VALID',
+            k.tab, k.tab || '_' || k.col || '_fkey', k.col, k.referenced);
+    END LOOP;
+END
+$$;

@@ -3,11 +3,18 @@
 -- SHARE UPDATE EXCLUSIVE, which no claim, checkpoint or submit waits for. A
 -- file of its own, so that 0043's brief locks are not held through the scans.
 
-ALTER TABLE engine_jobs VALIDATE CONSTRAINT engine_jobs_parent_job_id_fkey;
-ALTER TABLE engine_jobs VALIDATE CONSTRAINT engine_jobs_parent_step_run_id_fkey;
-ALTER TABLE engine_step_runs VALIDATE CONSTRAINT engine_step_runs_job_id_fkey;
-ALTER TABLE engine_outbox VALIDATE CONSTRAINT engine_outbox_step_run_id_fkey;
-ALTER TABLE engine_dead_letters VALIDATE CONSTRAINT engine_dead_letters_job_id_fkey;
-ALTER TABLE engine_dead_letters VALIDATE CONSTRAINT engine_dead_letters_step_run_id_fkey;
-ALTER TABLE engine_schedule_fires VALIDATE CONSTRAINT engine_schedule_fires_job_id_fkey;
-ALTER TABLE engine_signals VALIDATE CONSTRAINT engine_signals_job_id_fkey;
+DO $$
+DECLARE
+    k record;
+BEGIN
+    FOR k IN
+        SELECT c.conrelid::regclass AS tab, c.conname
+        FROM pg_constraint AS c
+        WHERE c.contype = 'f' AND NOT c.convalidated
+          AND c.confrelid IN ('engine_jobs'::regclass, 'engine_step_runs'::regclass)
+        ORDER BY c.conname
+    LOOP
+        EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', k.tab, k.conname);
+    END LOOP;
+END
+$$;
