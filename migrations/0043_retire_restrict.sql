@@ -7,8 +7,9 @@
 -- deleted key (a replacement inserted in the same statement would satisfy its
 -- references): one more query per deleted key and referencing table. A
 -- retirement deletes every referencing row of a family with it, so those
--- lookups found nothing, 1,400 times a batch of 100 jobs: 21-32% of its time
--- at 10M step runs (BENCH_ONLY=retention; test_retire_plans.py). Nothing
+-- lookups found nothing, 1,400 times a batch of 100 jobs: about a quarter of
+-- its time at 10M step runs (a batch's median 23.4 ms against 17.3 ms as
+-- RESTRICT; test_retire_plans.py). Nothing
 -- replaces a job's or a step run's key, and only engine_retire_jobs deletes
 -- either.
 --

@@ -138,8 +138,8 @@ def test_retire__a_deleted_key_is_not_looked_up_again_before_its_references_are(
     """The foreign keys that point at a job or a step run refuse its delete while a row
     still references it. As NO ACTION (the default) each first looked up whether another
     row now held the deleted key (a second query per key and referencing table: 1,400 a
-    batch of 100 jobs, 21-32% of its time at 10M step runs); as RESTRICT (migration 0043)
-    they check the references alone, and refuse the same deletes."""
+    batch of 100 jobs, about a quarter of its time at 10M step runs); as RESTRICT
+    (migration 0043) they check the references alone, and refuse the same deletes."""
     finished = _seed(conn)[:BATCH]
     horizon = conn.execute("SELECT now() AS at").fetchone()
     assert horizon is not None
