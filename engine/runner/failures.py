@@ -177,10 +177,8 @@ class Failures:
         if receipt is None:
             message = StepMessage(job_id=claimed.job_id, step_run_id=claimed.id)
             self.transport.publish(None, [Outgoing(message, delay_s=visible_in_s)])
-        elif visible_in_s > 0:
-            self.transport.extend([receipt], visible_in_s)
         else:
-            self.transport.release([receipt])
+            self.transport.give_back([receipt], visible_in_s)
 
     def contended(self, attempt: Attempt, exc: Contention) -> Outcome:
         """A lock wait timed out or a deadlock hit the engine's statement: not done, again.

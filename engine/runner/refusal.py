@@ -126,16 +126,16 @@ class Refusals:
             self._send_round_again(received, message, self.settings.over_limit_delay_s)
         elif refused.reason == "race":
             # a lock wait or a deadlock lost to another transaction: soon again
-            self.transport.extend([received.receipt], 1.0)
+            self.transport.give_back([received.receipt], 1.0)
         elif refused.reason == "not_due" and refused.retry_in_s > 0:
             # come back when the backoff ends rather than after a full visibility timeout
-            self.transport.extend([received.receipt], min(refused.retry_in_s + 0.5, 43_000))
+            self.transport.give_back([received.receipt], min(refused.retry_in_s + 0.5, 43_000))
         elif refused.reason == "held":
             # Leave the copy as a backup should the holder die, but hidden for long:
-            # each return counts as a receive, and on SQS too many receives move it
-            # to the dead-letter queue while the step is still running. Liveness
-            # does not rest on it: the sweeper re-announces an expired lease.
+            # each return counts as a receive (a worn copy is sent again fresh, due
+            # after at most 900 s on SQS). Liveness does not rest on it: the sweeper
+            # re-announces an expired lease.
             hide = max(refused.retry_in_s, self.settings.republish_after_s) * 2
-            self.transport.extend([received.receipt], min(hide, 43_000))
+            self.transport.give_back([received.receipt], min(hide, 43_000))
         # exhausted: leave the copy; the sweeper dead-letters the step run
         return Outcome("refused", refused.reason, message.step_run_id)

@@ -91,6 +91,13 @@ class Transport(Protocol):
         """Make these deliveries visible again at once (shutdown, backing off)."""
         ...
 
+    def give_back(self, receipts: Sequence[str], after_s: float) -> None:
+        """Return these deliveries, visible again after ``after_s`` (0: at once): a
+        delivery not handled now through no fault of its message (a lost race, a step run
+        held or not due yet, a lease given back). Its receives must not add up to a dead
+        letter (SQS sends a worn copy again fresh)."""
+        ...
+
     def delete(self, receipts: Sequence[str], conn: Executes | None = None) -> None:
         """Delete these deliveries; a stale receipt deletes nothing and raises nothing."""
         ...

@@ -251,6 +251,13 @@ class PostgresTransport:
             ).fetchall()
         return {_receipt(row) for row in rows}
 
+    def give_back(self, receipts: Sequence[str], after_s: float) -> None:
+        """Visible again after ``after_s`` (this queue has no dead-letter queue by receives)."""
+        if after_s > 0:
+            self.extend(receipts, after_s)
+        else:
+            self.release(receipts)
+
     @wrap_errors
     def release(self, receipts: Sequence[str]) -> None:
         """Make these deliveries visible at once (stale receipts release nothing)."""

@@ -93,43 +93,52 @@ def _unique(receipts: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(receipts))
 
 
-class _ReceiveTimes:
-    """When each receipt handed out by this transport was received (monotonic clock).
+class _Deliveries:
+    """Each delivery handed out by this transport: when it was received (monotonic clock),
+    its body and its receive count.
 
-    Bounds extensions to 12 hours from the receive. Receipts left in the
-    queue (a refused claim leaves its copy) are forgotten after 12 hours.
+    The time bounds extensions to 12 hours from the receive; the body and the
+    count let a copy worn by returns be sent again fresh (:meth:`SqsTransport.give_back`).
+    Receipts left in the queue (a refused claim leaves its copy) are forgotten
+    after 12 hours.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._at: OrderedDict[str, float] = OrderedDict()
+        self._of: OrderedDict[str, tuple[float, str, int]] = OrderedDict()
 
-    def add(self, receipts: Sequence[str], at: float) -> None:
+    def add(self, received: Sequence[Received], at: float) -> None:
         with self._lock:
-            for receipt in receipts:
-                self._at[receipt] = at
-            while self._at:
-                oldest, when = next(iter(self._at.items()))
+            for r in received:
+                self._of[r.receipt] = (at, r.body, r.receive_count)
+            while self._of:
+                oldest, (when, _, _) = next(iter(self._of.items()))
                 if at - when <= MAX_VISIBILITY_S:
                     break
-                del self._at[oldest]
+                del self._of[oldest]
 
     def forget(self, receipts: Sequence[str]) -> None:
         with self._lock:
             for receipt in receipts:
-                self._at.pop(receipt, None)
+                self._of.pop(receipt, None)
 
     def left_s(self, receipt: str, now: float) -> float:
         """Seconds of visibility SQS still allows this receipt (12 h if unknown)."""
         with self._lock:
-            at = self._at.get(receipt)
-        if at is None:
+            known = self._of.get(receipt)
+        if known is None:
             return MAX_VISIBILITY_S - _VISIBILITY_MARGIN_S
-        return MAX_VISIBILITY_S - _VISIBILITY_MARGIN_S - (now - at)
+        return MAX_VISIBILITY_S - _VISIBILITY_MARGIN_S - (now - known[0])
+
+    def worn(self, receipts: Sequence[str], receives: int) -> dict[str, str]:
+        """The bodies of these deliveries received ``receives`` times or more, by receipt."""
+        with self._lock:
+            known = [(r, self._of.get(r)) for r in receipts]
+        return {r: k[1] for r, k in known if k is not None and k[2] >= receives}
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._at)
+            return len(self._of)
 
 
 class SqsTransport:
@@ -148,7 +157,7 @@ class SqsTransport:
             )
         self.queue_url: str = self.settings.queue_url
         self.client: Any = client if client is not None else sqs_client(self.settings)
-        self._times = _ReceiveTimes()
+        self._deliveries = _Deliveries()
         self._closed = False
         self._calls_lock = threading.Lock()
         self._calls: Counter[str] = Counter()
@@ -255,7 +264,7 @@ class SqsTransport:
                     MessageSystemAttributeNames=[RECEIVE_COUNT],
                 )
             received = [received_from(m) for m in response.get("Messages", [])]
-            self._times.add([r.receipt for r in received], time.monotonic())
+            self._deliveries.add(received, time.monotonic())
             if received and self._closed:
                 # closed while polling: hand them back to the other receivers at once
                 self._change_visibility([(r.receipt, 0) for r in received], "release")
@@ -277,7 +286,7 @@ class SqsTransport:
         now = time.monotonic()
         entries: list[tuple[str, int]] = []
         for receipt in _unique(receipts):
-            allowed = self._times.left_s(receipt, now)
+            allowed = self._deliveries.left_s(receipt, now)
             if allowed < 1:
                 # asking for 0 s would release the copy rather than keep it
                 log.info("receipt at SQS's 12-hour visibility limit: this copy is lost")
@@ -287,10 +296,37 @@ class SqsTransport:
 
     def release(self, receipts: Sequence[str]) -> None:
         """Make these deliveries visible at once (errors are logged, not raised)."""
+        self.give_back(receipts, 0)
+
+    def give_back(self, receipts: Sequence[str], after_s: float) -> None:
+        """Return these deliveries to the queue, visible again after ``after_s``: never the
+        message's fault (a shutdown, a lost lock race, a step run held or not due yet).
+
+        SQS counts every receive, and moves a copy received ``maxReceiveCount`` times to
+        the dead-letter queue instead of delivering it again: a dead letter and an alert
+        for a step run nothing was wrong with. So a copy received ``maxReceiveCount - 1``
+        times or more is sent again as a fresh copy (due after ``after_s``, at most 900 s),
+        and only then deleted; should the send fail it is returned as it is. Errors are
+        logged, not raised.
+        """
         self.check_open()
         unique = _unique(receipts)
-        self._change_visibility([(r, 0) for r in unique], "release")
-        self._times.forget(unique)
+        worn = self._deliveries.worn(unique, max(1, self.settings.max_receive_count - 1))
+        if worn:
+            try:
+                delay = whole_seconds(min(after_s, MAX_DELAY_S), MAX_DELAY_S)
+                for chunk in _chunks(list(worn.values())):
+                    self._send_batch([(body, delay) for body in chunk])
+            except SqsError as exc:
+                log.warning("could not send %d worn message(s) again: %s", len(worn), exc)
+            else:
+                self.delete(list(worn))
+        rest = [r for r in unique if r not in worn] if worn else unique
+        if after_s > 0:
+            self.extend(rest, after_s)
+        else:
+            self._change_visibility([(r, 0) for r in rest], "release")
+        self._deliveries.forget(rest if after_s <= 0 else [])
 
     def _change_visibility(self, entries: Sequence[tuple[str, int]], what: str) -> set[str]:
         changed: set[str] = set()
@@ -321,7 +357,7 @@ class SqsTransport:
         self.check_open()
         unique = _unique(receipts)
         self.delete_from(self.queue_url, unique)
-        self._times.forget(unique)
+        self._deliveries.forget(unique)
 
     def delete_from(self, queue_url: str, receipts: Sequence[str]) -> None:
         """Batch-delete ``receipts`` from ``queue_url``; failures are logged, not raised."""

@@ -216,6 +216,44 @@ def test_redrive__past_max_receive_count_the_message_moves_to_the_dlq(
     assert f"ApproximateReceiveCount {dead.receive_count}" in reason
 
 
+def test_give_back__a_copy_near_max_receive_count_is_sent_again_not_burned(
+    transport: SqsTransport,
+) -> None:
+    """Giving a delivery back is never the message's fault (a shutdown, a lost lock race, a
+    step run held or not due yet); yet each return counted a receive, and a copy given back
+    at its last receive moved to the dead-letter queue on the next one: a dead letter and an
+    alert for a step run nothing was wrong with (seen in the SQS chaos run). A copy whose
+    next return could be its last is sent again fresh instead, and the worn one deleted."""
+    sent = message()
+    transport.publish(None, [Outgoing(sent)])
+    for n in range(7):  # maxReceiveCount 3: the 4th receive would have moved it
+        [got] = receive_all(transport, visibility_s=600)
+        assert StepMessage.decode(got.body) == sent, n
+        if n % 2:
+            transport.release([got.receipt])
+        else:
+            transport.give_back([got.receipt], 0)
+
+    assert transport.dead_letters.receive() == []
+
+
+def test_give_back__later_hides_a_copy_or_sends_it_again_delayed(
+    transport: SqsTransport, queues: Queues
+) -> None:
+    sent = message()
+    transport.publish(None, [Outgoing(sent)])
+    [got] = receive_all(transport, visibility_s=600)
+    transport.give_back([got.receipt], 0)  # its first receive: visible again at once
+    [again] = receive_all(transport, visibility_s=600)
+    assert again.receive_count == 2
+
+    transport.give_back([again.receipt], 60)  # worn: a fresh copy, due in 60 s
+    assert receive_all(transport) == []
+    [fresh] = moto_messages(queues.name)
+    assert StepMessage.decode(fresh.body) == sent and fresh.delayed_until > time.time() + 50
+    assert transport.dead_letters.receive() == []
+
+
 def test_drain_dead_letters__deletes_only_what_was_recorded(
     transport: SqsTransport, queues: Queues
 ) -> None:
