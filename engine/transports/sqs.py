@@ -321,6 +321,11 @@ class SqsTransport:
                 log.warning("could not send %d worn message(s) again: %s", len(worn), exc)
             else:
                 self.delete(list(worn))
+                log.info(
+                    "%d delivery(ies) given back after %d receives or more sent again fresh",
+                    len(worn),
+                    self.settings.max_receive_count - 1,
+                )
         rest = [r for r in unique if r not in worn] if worn else unique
         if after_s > 0:
             self.extend(rest, after_s)
