@@ -319,6 +319,7 @@ class SqsTransport:
                     self._send_batch([(body, delay) for body in chunk])
             except SqsError as exc:
                 log.warning("could not send %d worn message(s) again: %s", len(worn), exc)
+                worn = {}  # returned as they are, below
             else:
                 self.delete(list(worn))
                 log.info(
@@ -326,12 +327,12 @@ class SqsTransport:
                     len(worn),
                     self.settings.max_receive_count - 1,
                 )
-        rest = [r for r in unique if r not in worn] if worn else unique
+        rest = [r for r in unique if r not in worn]
         if after_s > 0:
             self.extend(rest, after_s)
         else:
             self._change_visibility([(r, 0) for r in rest], "release")
-        self._deliveries.forget(rest if after_s <= 0 else [])
+            self._deliveries.forget(rest)
 
     def _change_visibility(self, entries: Sequence[tuple[str, int]], what: str) -> set[str]:
         changed: set[str] = set()

@@ -254,6 +254,26 @@ def test_give_back__later_hides_a_copy_or_sends_it_again_delayed(
     assert transport.dead_letters.receive() == []
 
 
+def test_give_back__a_worn_copy_that_cannot_be_sent_again_is_returned_as_it_is(
+    transport: SqsTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = message()
+    transport.publish(None, [Outgoing(sent)])
+    [got] = receive_all(transport, visibility_s=600)
+    transport.release([got.receipt])
+    [worn] = receive_all(transport, visibility_s=600)
+    assert worn.receive_count == 2  # maxReceiveCount 3: worn
+
+    def refused(chunk: Any) -> None:
+        raise sqs_module.SqsError("SendMessageBatch refused")
+
+    monkeypatch.setattr(transport, "_send_batch", refused)
+    transport.give_back([worn.receipt], 0)
+
+    [back] = receive_all(transport)  # the same copy, visible at once: not left hidden
+    assert StepMessage.decode(back.body) == sent and back.receive_count == 3
+
+
 def test_drain_dead_letters__deletes_only_what_was_recorded(
     transport: SqsTransport, queues: Queues
 ) -> None:
